@@ -1,0 +1,83 @@
+// Package lua holds relock's Redis scripts, one .lua file per operation, embedded into the
+// binary. Each file starts with a header naming its KEYS, ARGV and replies.
+//
+// A script whose first line is a "#!lua flags=..." shebang (for example allow-oom, so that a
+// release still runs on a full server) is offered in two forms: with the flags, for Redis 7
+// and later, and without them, for servers that cannot parse the shebang (Redis 6,
+// miniredis). The caller picks one with [Script.Lua] and learns which the server takes from
+// [IsShebangError].
+package lua
+
+import (
+	"embed"
+	"strings"
+
+	"github.com/redis/rueidis"
+)
+
+//go:embed *.lua
+var files embed.FS
+
+// Script is one embedded Lua script.
+type Script struct {
+	name    string
+	src     string
+	flagged *rueidis.Lua // nil when src has no shebang
+	plain   *rueidis.Lua
+}
+
+func load(name string) *Script {
+	b, err := files.ReadFile(name + ".lua")
+	if err != nil {
+		panic("lua: missing embedded script " + name) // a build defect, not a runtime condition
+	}
+	s := &Script{name: name, src: string(b)}
+	plain := s.src
+	if strings.HasPrefix(plain, "#!") {
+		s.flagged = rueidis.NewLuaScript(s.src)
+		plain = plain[strings.IndexByte(plain, '\n')+1:]
+	}
+	s.plain = rueidis.NewLuaScript(plain)
+	return s
+}
+
+// The scripts. Their contracts are in the headers of the .lua files.
+var (
+	// Acquire takes or re-enters a reentrant lock (acquire.lua).
+	Acquire = load("acquire")
+	// Release gives back one hold of a reentrant lock (release.lua).
+	Release = load("release")
+	// Renew extends the leases of many held locks in one call (renew.lua).
+	Renew = load("renew")
+	// ForceRelease frees a lock whoever holds it (force_release.lua).
+	ForceRelease = load("force_release")
+)
+
+// Name is the script's file name without the .lua suffix.
+func (s *Script) Name() string { return s.name }
+
+// Source is the script's text as embedded, shebang included.
+func (s *Script) Source() string { return s.src }
+
+// HasFlags reports whether the script carries a "#!lua flags=..." shebang.
+func (s *Script) HasFlags() bool { return s.flagged != nil }
+
+// Lua returns the script to run: with its shebang flags when flags is true and it has any,
+// otherwise the plain form.
+func (s *Script) Lua(flags bool) *rueidis.Lua {
+	if flags && s.flagged != nil {
+		return s.flagged
+	}
+	return s.plain
+}
+
+// IsShebangError reports whether err is a server's refusal to compile a script because of
+// its "#!" first line, which servers older than Redis 7 and miniredis do not understand.
+func IsShebangError(err error) bool {
+	re, ok := rueidis.IsRedisErr(err)
+	if !ok {
+		return false
+	}
+	msg := re.Error()
+	return strings.Contains(msg, "compil") && strings.Contains(msg, "'#'")
+}

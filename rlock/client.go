@@ -1,0 +1,189 @@
+package rlock
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/redis/rueidis"
+
+	"github.com/relock-go/relock/lua"
+	"github.com/relock-go/relock/pubsub"
+	"github.com/relock-go/relock/watchdog"
+)
+
+// Client makes locks on one Redis deployment. It owns one watchdog goroutine (renewing every
+// lock it holds in watchdog mode, in batches) and one subscription connection with its
+// goroutine (shared by every waiter), both started on first need and stopped by Close.
+//
+// A Client is safe for concurrent use. Make one per process and Redis deployment, and
+// share it.
+type Client struct {
+	rc   rueidis.Client
+	opts options
+	id   string // instance id: uuid without dashes
+
+	wd  *watchdog.Watchdog
+	sub *pubsub.Subscriber
+
+	owners atomic.Uint64 // handle owner ids
+	reqs   atomic.Uint64 // request ids
+	flags  atomic.Bool   // the server takes "#!lua flags=" shebangs (until it refuses one)
+
+	mu     sync.Mutex
+	holds  map[holdKey]*hold
+	closed bool
+}
+
+// New returns a Client that locks through client. relock borrows client and never closes
+// it; close it after [Client.Close]. The options are validated here: an invalid one is an
+// error wrapping [ErrInvalid]. New starts no goroutine and sends nothing to Redis.
+func New(client rueidis.Client, opts ...Option) (*Client, error) {
+	if client == nil {
+		return nil, invalid("nil rueidis client")
+	}
+	o := defaultOptions()
+	for _, opt := range opts {
+		opt.apply(&o)
+	}
+	if err := o.validate(); err != nil {
+		return nil, err
+	}
+	c := &Client{
+		rc:    client,
+		opts:  o,
+		id:    strings.ReplaceAll(uuid.NewString(), "-", ""),
+		holds: make(map[holdKey]*hold),
+	}
+	c.flags.Store(true)
+	var err error
+	if c.wd, err = watchdog.New(renewer{c}, watchdog.WithRenewFraction(o.renewFraction)); err != nil {
+		return nil, invalid("%v", err)
+	}
+	if c.sub, err = pubsub.New(client, pubsub.WithLinger(o.linger)); err != nil {
+		return nil, invalid("%v", err)
+	}
+	return c, nil
+}
+
+// Close stops every goroutine the Client started and waits for them. Locks still held are
+// not released: like a crashed process's, they expire within their lease (the watchdog
+// timeout for locks held in watchdog mode). Their holders are told: the hold's Done channel
+// closes and its contexts are cancelled with cause [ErrClosed]. Every later call on the
+// Client or its handles returns ErrClosed. Close is idempotent and always returns nil.
+func (c *Client) Close() error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil
+	}
+	c.closed = true
+	holds := make([]*hold, 0, len(c.holds))
+	for _, h := range c.holds {
+		holds = append(holds, h)
+	}
+	c.mu.Unlock()
+	c.wd.Close()
+	c.sub.Close()
+	for _, h := range holds {
+		h.end(ErrClosed)
+	}
+	return nil
+}
+
+// ID is the Client's instance id, part of every owner id it makes.
+func (c *Client) ID() string { return c.id }
+
+func (c *Client) isClosed() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.closed
+}
+
+// newOwner returns a fresh owner id for a handle.
+func (c *Client) newOwner() string {
+	return "h:" + c.id + ":" + strconv.FormatUint(c.owners.Add(1), 10)
+}
+
+// newRequest returns a request id unique across processes and time; it holds no ':'.
+func (c *Client) newRequest() string {
+	return c.id + "." + strconv.FormatUint(c.reqs.Add(1), 10)
+}
+
+// exec runs a script, with its shebang flags while the server takes them.
+func (c *Client) exec(ctx context.Context, s *lua.Script, keys, args []string) rueidis.RedisResult {
+	flags := s.HasFlags() && c.flags.Load()
+	res := s.Lua(flags).Exec(ctx, c.rc, keys, args)
+	if flags && lua.IsShebangError(res.Error()) {
+		c.flags.Store(false)
+		res = s.Lua(false).Exec(ctx, c.rc, keys, args)
+	}
+	return res
+}
+
+// cleanupCtx is a context for work done on the caller's behalf after its ctx may have
+// ended: it keeps ctx's values, drops its cancellation, and is bounded by the cleanup
+// timeout.
+func (c *Client) cleanupCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), c.opts.cleanupTimeout)
+}
+
+// renewer renews the Client's watchdog-mode holds.
+type renewer struct{ c *Client }
+
+// Renew sends one renew script per batch of leases: all of them on a single server, one
+// per lease on Cluster (where a batch must share a slot).
+func (r renewer) Renew(ctx context.Context, leases []*watchdog.Lease) []error {
+	errs := make([]error, len(leases))
+	if r.c.rc.Mode() == rueidis.ClientModeCluster {
+		for i := range leases {
+			errs[i] = r.renew(ctx, leases[i:i+1])[0]
+		}
+		return errs
+	}
+	// Leases of one batch may differ in TTL only if the watchdog timeout changed; it cannot,
+	// so one call serves all.
+	return r.renew(ctx, leases)
+}
+
+func (r renewer) renew(ctx context.Context, leases []*watchdog.Lease) []error {
+	errs := make([]error, len(leases))
+	keys := make([]string, len(leases))
+	args := make([]string, 1, len(leases)+1)
+	args[0] = strconv.FormatInt(leases[0].TTL.Milliseconds(), 10)
+	for i, l := range leases {
+		h := l.Data.(*hold)
+		keys[i] = h.keys.lock
+		args = append(args, h.owner)
+	}
+	vals, err := r.c.exec(ctx, lua.Renew, keys, args).AsIntSlice()
+	if err == nil && len(vals) != len(leases) {
+		err = errors.New("rlock: renew: malformed reply")
+	}
+	for i := range leases {
+		switch {
+		case err != nil:
+			errs[i] = err
+		case vals[i] == 0:
+			errs[i] = watchdog.ErrGone
+		}
+	}
+	return errs
+}
+
+// sleep waits for d or ctx.
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}

@@ -1,0 +1,51 @@
+package rlock
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/redis/rueidis"
+)
+
+// Sentinel errors, to be checked with [errors.Is].
+var (
+	// ErrNotHeld: the caller's owner holds no hold on the lock: it never did, it already gave
+	// every hold back, or the lease ran out or the lock was taken from it.
+	ErrNotHeld = errors.New("rlock: not held")
+	// ErrLockLost: a lock the caller held is no longer held: a renewal found it gone or
+	// taken, or its lease ran out before a renewal was confirmed. It is the cause of the
+	// contexts and the value of the errors that report a loss.
+	ErrLockLost = errors.New("rlock: lock lost")
+	// ErrClosed: the Client was closed.
+	ErrClosed = errors.New("rlock: client closed")
+	// ErrWrongType: the key at the lock's name holds a value that is not a relock lock. The
+	// value is left untouched.
+	ErrWrongType = errors.New("rlock: key holds a value that is not a lock")
+	// ErrUnknownOutcome: a request's reply was lost and the outcome could not be learned
+	// within the cleanup timeout. A hold it may have granted expires with its lease.
+	ErrUnknownOutcome = errors.New("rlock: outcome unknown")
+	// ErrInvalid: an argument is out of range (empty name, negative duration, nil client).
+	ErrInvalid = errors.New("rlock: invalid argument")
+)
+
+func invalid(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ErrInvalid, fmt.Sprintf(format, args...))
+}
+
+// classify wraps err, a reply to an operation on key, so that callers can match it.
+func classify(op, key string, err error) error {
+	if re, ok := rueidis.IsRedisErr(err); ok && strings.Contains(re.Error(), "WRONGTYPE") {
+		return fmt.Errorf("rlock: %s %q: %w (%s)", op, key, ErrWrongType, re.Error())
+	}
+	return fmt.Errorf("rlock: %s %q: %w", op, key, err)
+}
+
+// definitive reports whether err proves the request had no effect on Redis: a reply from
+// Redis (an error reply means the script did not change anything: relock's scripts check
+// before they write). Anything else (a timeout, a broken connection, a cancelled context)
+// leaves the outcome unknown.
+func definitive(err error) bool {
+	_, ok := rueidis.IsRedisErr(err)
+	return ok
+}

@@ -1,0 +1,181 @@
+package rlock
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/relock-go/relock/watchdog"
+)
+
+type holdKey struct{ lock, owner string }
+
+// hold is this Client's view of one owner's holds on one lock. It lives in Client.holds
+// while an operation on it is running or it holds at least one hold.
+type hold struct {
+	c     *Client
+	keys  lockKeys
+	name  string
+	owner string
+	refs  int // operations in progress; guarded by c.mu
+
+	op sync.Mutex // serializes this owner's scripts on this lock (request ids stay exact)
+
+	mu    sync.Mutex // guards the fields below
+	count int        // holds taken through this Client and not given back
+	lost  error      // non-nil: the tenure was lost while count > 0; Lock refuses until count is 0
+	cur   *tenure    // the current tenure, nil when not held
+}
+
+// tenure is one continuous possession of a lock, from a fresh grant to the release of the
+// last hold, a loss, or Close.
+type tenure struct {
+	ctx    context.Context // cancelled, with the cause, when the tenure ends
+	cancel context.CancelCauseFunc
+	token  int64
+	lease  *watchdog.Lease
+	renew  bool
+	end    time.Time // conservative end of the lease as last granted (fixed leases)
+}
+
+// ref returns the hold of (keys, owner), creating it, and counts an operation on it.
+func (c *Client) ref(keys lockKeys, name, owner string) (*hold, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return nil, ErrClosed
+	}
+	k := holdKey{keys.lock, owner}
+	h := c.holds[k]
+	if h == nil {
+		h = &hold{c: c, keys: keys, name: name, owner: owner}
+		c.holds[k] = h
+	}
+	h.refs++
+	return h, nil
+}
+
+// peek returns the hold of (keys, owner) if there is one, without counting.
+func (c *Client) peek(keys lockKeys, owner string) *hold {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.holds[holdKey{keys.lock, owner}]
+}
+
+// unref ends an operation on h and forgets h once nothing refers to it.
+func (c *Client) unref(h *hold) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	h.refs--
+	if h.refs > 0 {
+		return
+	}
+	h.mu.Lock()
+	idle := h.count == 0 && h.cur == nil
+	h.mu.Unlock()
+	if idle {
+		delete(c.holds, holdKey{h.keys.lock, h.owner})
+	}
+}
+
+// granted records a hold granted by a request sent at sent, with the lease it asked for.
+func (h *hold) granted(token int64, sent time.Time, lease time.Duration, renew bool) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.count++
+	t := h.cur
+	if t == nil {
+		ctx, cancel := context.WithCancelCause(context.Background())
+		t = &tenure{ctx: ctx, cancel: cancel, token: token}
+		h.cur = t
+	}
+	end := sent.Add(lease - watchdog.Drift(lease))
+	if t.lease != nil && (t.renew || (!renew && !end.After(t.end))) {
+		return nil // the lease in force already covers this hold
+	}
+	// A fresh tenure, or a re-entry that extends a fixed lease or turns the watchdog on.
+	if t.lease != nil {
+		h.c.wd.Remove(t.lease)
+	}
+	t.renew, t.end = renew, end
+	l := &watchdog.Lease{TTL: lease, Renew: renew, Data: h}
+	l.OnLost = func(cause error) { h.onLost(l, cause) }
+	t.lease = l
+	if err := h.c.wd.Add(l, sent); err != nil {
+		// The lease ran out before the reply came back, or the Client is closing.
+		t.lease = nil
+		h.endLocked(fmt.Errorf("%w: %w", ErrLockLost, err))
+		return err
+	}
+	return nil
+}
+
+// onLost runs on a watchdog goroutine when lease l was lost.
+func (h *hold) onLost(l *watchdog.Lease, cause error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.cur == nil || h.cur.lease != l {
+		return
+	}
+	h.cur.lease = nil
+	h.endLocked(fmt.Errorf("%w: %w", ErrLockLost, cause))
+}
+
+// released records that Redis reports remaining holds for the owner after a release (0 when
+// the lock was freed, -1 when the owner held none).
+func (h *hold) released(remaining int64) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.count > 0 {
+		h.count--
+	}
+	if remaining <= 0 {
+		h.count = 0
+	}
+	if h.count == 0 {
+		h.lost = nil
+		if h.cur != nil {
+			cause := ErrNotHeld
+			if remaining < 0 {
+				cause = fmt.Errorf("%w: Redis no longer had it at unlock", ErrLockLost)
+			}
+			h.stopLease()
+			h.endLocked(cause)
+		}
+	}
+}
+
+// end ends the current tenure, if any, with cause.
+func (h *hold) end(cause error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.cur != nil {
+		h.stopLease()
+		h.endLocked(cause)
+	}
+}
+
+func (h *hold) stopLease() {
+	if h.cur.lease != nil {
+		h.c.wd.Remove(h.cur.lease)
+		h.cur.lease = nil
+	}
+}
+
+// endLocked ends the current tenure with cause. h.mu must be held.
+func (h *hold) endLocked(cause error) {
+	t := h.cur
+	h.cur = nil
+	if h.count > 0 && cause != ErrNotHeld {
+		h.lost = cause
+	}
+	t.cancel(cause)
+}
+
+// snapshot returns the current tenure and the loss that blocks re-entry, if any.
+func (h *hold) snapshot() (*tenure, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.cur, h.lost
+}

@@ -1,0 +1,48 @@
+package rlock
+
+import "strings"
+
+// lockKeys are the Redis keys and channel of one lock name. All share one hash tag, so on
+// Redis Cluster they live in one slot.
+type lockKeys struct {
+	lock, fence, channel string
+}
+
+// keysFor derives a lock's keys from the prefix (brace-free) and the name.
+//
+// A name that carries a Redis hash tag of its own ("{user42}:cart") keeps it: the keys are
+// prefix+name+":lock" plus suffixes, so the lock shares the slot of the user's other
+// "{user42}" keys. Any other name is wrapped in a tag of its own, "{"+prefix+name+"}", with
+// '%', '{' and '}' percent-escaped, so that a stray brace can never split the keys across
+// slots (a name like "}x" would otherwise yield the empty tag "{}", which Redis ignores).
+// The two shapes cannot collide: wrapped keys end their base with '}', tagged ones with
+// ":lock".
+func keysFor(prefix, name string) lockKeys {
+	var base string
+	if hasHashTag(name) {
+		base = prefix + name + ":lock"
+	} else {
+		base = "{" + prefix + escapeBraces(name) + "}"
+	}
+	return lockKeys{lock: base, fence: base + ":fence", channel: base + ":released"}
+}
+
+// hasHashTag reports whether Redis would hash s by a tag: a '{' followed later by a '}'
+// with at least one byte between them.
+func hasHashTag(s string) bool {
+	i := strings.IndexByte(s, '{')
+	if i < 0 {
+		return false
+	}
+	j := strings.IndexByte(s[i+1:], '}')
+	return j > 0
+}
+
+var braceEscaper = strings.NewReplacer("%", "%25", "{", "%7B", "}", "%7D")
+
+func escapeBraces(s string) string {
+	if !strings.ContainsAny(s, "%{}") {
+		return s
+	}
+	return braceEscaper.Replace(s)
+}

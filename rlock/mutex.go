@@ -1,0 +1,496 @@
+package rlock
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/relock-go/relock/lua"
+)
+
+// Mutex is a handle on a reentrant lock named in Redis. Get one with [Client.Mutex].
+//
+// # Owners and reentrancy
+//
+// The handle is an owner: while it holds the lock, Lock and TryLock on it succeed at once and
+// add a hold; the lock is free again when Unlock has given back every hold. A context
+// carrying an owner ([WithOwner]) overrides the handle's own, so that the handles of one
+// name used down a call chain re-enter. Goroutines that use one handle (or one context
+// owner) share its holds: the handle is safe for concurrent use, but it is not a lock
+// between those goroutines. Ownership never depends on the goroutine.
+//
+// # Leases
+//
+// A hold always has a lease in Redis, so the lock of a crashed process frees by itself.
+// [Mutex.Lock], and [Mutex.TryLock] with lease <= 0, hold in watchdog mode: the lease is the
+// watchdog timeout and the Client's watchdog renews it while the lock is held. TryLock with
+// lease > 0 holds for that fixed lease, never renewed. A re-entry never shortens the lease
+// in force: a re-entry with a longer fixed lease extends it; a re-entry in watchdog mode
+// turns the watchdog on for the rest of the tenure.
+//
+// # Loss
+//
+// The holder learns at once when its hold ends other than by its own Unlock: [Mutex.Done]
+// closes and the context from [Mutex.HoldContext] is cancelled with cause [ErrLockLost]
+// when a renewal finds the lock gone or taken, or when the lease runs out (by the
+// holder's own conservative clock) before a renewal was confirmed, even while Redis is
+// unreachable. A lost lock is never silently taken again: Lock and TryLock by the same owner
+// fail with ErrLockLost until Unlock has been called once for every hold taken.
+//
+// # Fairness
+//
+// Waiters of one Client queue in arrival order and are woken one per release, through
+// Redis pub/sub; a Lock call that finds others of its Client already waiting queues behind
+// them rather than barging in. Between Clients there is no order: whoever's request reaches
+// Redis first wins. TryLock with wait 0 never queues: it makes one attempt.
+type Mutex struct {
+	c     *Client
+	name  string
+	keys  lockKeys
+	owner string
+	err   error // an invalid name: every method returns it
+}
+
+// Mutex returns a handle on the lock called name. It sends nothing to Redis. An empty name
+// makes a handle whose every method returns an error wrapping [ErrInvalid].
+func (c *Client) Mutex(name string) *Mutex {
+	m := &Mutex{c: c, name: name, keys: keysFor(c.opts.prefix, name), owner: c.newOwner()}
+	if name == "" {
+		m.err = invalid("empty lock name")
+	}
+	return m
+}
+
+// Name is the lock's name as given to [Client.Mutex].
+func (m *Mutex) Name() string { return m.name }
+
+// Key is the Redis key of the lock's hash (owner id -> hold count). Its fencing counter and
+// release channel share its hash tag.
+func (m *Mutex) Key() string { return m.keys.lock }
+
+// ownerOf returns the owner an operation with ctx acts for.
+func (m *Mutex) ownerOf(ctx context.Context) (string, error) {
+	if m.err != nil {
+		return "", m.err
+	}
+	if id, ok := OwnerFrom(ctx); ok {
+		if id == "" {
+			return "", invalid("empty owner id in context")
+		}
+		return "u:" + id, nil
+	}
+	return m.owner, nil
+}
+
+// Lock blocks until the lock is held by the caller's owner, then keeps it held (watchdog
+// mode) until Unlock. If the owner already holds it, Lock adds a hold and returns at once.
+//
+// Lock returns nil when the lock is held. Otherwise it returns:
+//  1. ctx's error, wrapped, when ctx ends first; nothing is left held or queued in Redis;
+//  2. [ErrLockLost] when the owner's earlier hold was lost and not yet unlocked;
+//  3. [ErrWrongType] when the key holds another kind of value;
+//  4. [ErrClosed] after [Client.Close]; [ErrInvalid] for an invalid name or owner;
+//  5. a Redis or connection error, wrapped; an acquire whose reply was lost is resolved
+//     first (and undone if the caller is gone), or reported as [ErrUnknownOutcome].
+func (m *Mutex) Lock(ctx context.Context) error {
+	_, err := m.acquire(ctx, -1, 0)
+	return err
+}
+
+// TryLock tries to take the lock within wait. wait 0 makes exactly one attempt. lease > 0
+// holds the lock for that fixed lease, never renewed; lease <= 0 holds it in watchdog mode,
+// like Lock.
+//
+// TryLock returns (true, nil) when the lock is held, (false, nil) when wait ran out with the
+// lock held by another owner, and (false, err) for the failures listed at [Mutex.Lock] (a
+// ctx that ends before wait does is such a failure). A negative wait is an error wrapping
+// [ErrInvalid].
+func (m *Mutex) TryLock(ctx context.Context, wait, lease time.Duration) (bool, error) {
+	if wait < 0 {
+		return false, invalid("negative wait %v", wait)
+	}
+	return m.acquire(ctx, wait, lease)
+}
+
+// acquire implements Lock (wait < 0: no bound) and TryLock.
+func (m *Mutex) acquire(ctx context.Context, wait, lease time.Duration) (bool, error) {
+	owner, err := m.ownerOf(ctx)
+	if err != nil {
+		return false, err
+	}
+	renew := lease <= 0
+	if renew {
+		lease = m.c.opts.watchdogTimeout
+	} else if lease < time.Millisecond {
+		return false, invalid("lease %v is below 1ms", lease)
+	}
+	if err := ctx.Err(); err != nil {
+		return false, fmt.Errorf("rlock: lock %q: %w", m.name, err)
+	}
+	h, err := m.c.ref(m.keys, m.name, owner)
+	if err != nil {
+		return false, err
+	}
+	defer m.c.unref(h)
+
+	var deadline time.Time
+	if wait > 0 {
+		deadline = time.Now().Add(wait)
+	}
+	sub := m.c.sub
+	var pttl time.Duration
+	// A Lock that finds waiters of this Client queued joins behind them rather than barging
+	// in; TryLock with wait 0 never queues.
+	queued := wait != 0 && sub.Waiting(m.keys.channel) > 0
+	mark := sub.Mark(m.keys.channel)
+	if !queued {
+		ok, ttl, err := m.attempt(ctx, h, lease, renew)
+		if ok || err != nil || wait == 0 {
+			return ok, err
+		}
+		pttl = ttl
+	}
+	w, err := sub.Watch(m.keys.channel)
+	if err != nil {
+		return false, fmt.Errorf("rlock: lock %q: %w", m.name, ErrClosed)
+	}
+	defer w.Close()
+	// Try (again) now unless a release is sure to wake some waiter of this Client: when the
+	// waiters we queued behind are gone, or when a release may have been published between
+	// the first attempt and the subscription.
+	if (queued && w.Ahead() == 0) || (!queued && !w.Live(mark)) {
+		ok, ttl, err := m.attempt(ctx, h, lease, renew)
+		if ok || err != nil {
+			return ok, err
+		}
+		pttl = ttl
+	}
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		// Sleep until a wake-up, the holder's lease end (expiry publishes nothing), the wait
+		// bound or ctx, whichever comes first.
+		sleepFor := pttl
+		if sleepFor <= 0 {
+			sleepFor = m.c.opts.watchdogTimeout
+		}
+		if !deadline.IsZero() {
+			left := time.Until(deadline)
+			if left <= 0 {
+				w.Pass()
+				return false, nil
+			}
+			sleepFor = min(sleepFor, left)
+		}
+		timer.Reset(sleepFor)
+		select {
+		case <-w.C():
+		case <-timer.C:
+		case <-ctx.Done():
+			w.Pass()
+			return false, fmt.Errorf("rlock: lock %q: %w", m.name, ctx.Err())
+		}
+		if m.c.isClosed() {
+			return false, ErrClosed
+		}
+		ok, ttl, err := m.attempt(ctx, h, lease, renew)
+		if ok {
+			return true, nil
+		}
+		if err != nil {
+			w.Pass()
+			return false, err
+		}
+		pttl = ttl
+	}
+}
+
+// attempt makes one acquire request, replaying it under the same request id until its
+// outcome is known. It returns whether the lock is now held, or else the holder's remaining
+// lease.
+func (m *Mutex) attempt(ctx context.Context, h *hold, lease time.Duration, renew bool) (bool, time.Duration, error) {
+	h.op.Lock()
+	defer h.op.Unlock()
+	if _, lost := h.snapshot(); lost != nil {
+		return false, 0, fmt.Errorf("rlock: lock %q: %w", m.name, lost)
+	}
+	keys := []string{m.keys.lock, m.keys.fence}
+	args := []string{strconv.FormatInt(lease.Milliseconds(), 10), h.owner, m.c.newRequest()}
+	sent := time.Now() // the lease is counted from the first send
+	vals, err := m.c.exec(ctx, lua.Acquire, keys, args).AsIntSlice()
+	if err != nil && !definitive(err) {
+		// The request may or may not have been applied: replay it (same request id) until
+		// Redis answers, on a context that outlives the caller's.
+		cctx, cancel := m.c.cleanupCtx(ctx)
+		var res rueidis.RedisResult
+		if res, err = m.c.replay(cctx, lua.Acquire, keys, args, err); err == nil {
+			vals, err = res.AsIntSlice()
+		}
+		cancel()
+		if err == nil && len(vals) > 0 && vals[0] == 1 && ctx.Err() != nil {
+			// Granted, but the caller is gone: give it back.
+			if err := m.c.recordGrant(h, vals, sent, lease, renew); err == nil {
+				_ = m.release(ctx, h)
+			}
+			return false, 0, fmt.Errorf("rlock: lock %q: %w", m.name, ctx.Err())
+		}
+	}
+	if err != nil {
+		return false, 0, classify("lock", m.name, err)
+	}
+	switch {
+	case len(vals) == 3 && vals[0] == 1:
+		if err := m.c.recordGrant(h, vals, sent, lease, renew); err != nil {
+			return false, 0, fmt.Errorf("rlock: lock %q: %w", m.name, err)
+		}
+		return true, 0, nil
+	case len(vals) == 2 && vals[0] == 0:
+		return false, time.Duration(vals[1]) * time.Millisecond, nil
+	}
+	return false, 0, fmt.Errorf("rlock: lock %q: malformed reply %v", m.name, vals)
+}
+
+func (c *Client) recordGrant(h *hold, vals []int64, sent time.Time, lease time.Duration, renew bool) error {
+	return h.granted(vals[1], sent, lease, renew)
+}
+
+// replay re-sends a script whose first send failed with first (not a Redis reply) until it
+// gets a reply from Redis or ctx ends. The scripts answer a replayed request id without
+// applying it twice.
+func (c *Client) replay(ctx context.Context, s *lua.Script, keys, args []string, first error) (rueidis.RedisResult, error) {
+	backoff := 5 * time.Millisecond
+	last := first
+	for {
+		if err := sleep(ctx, backoff); err != nil {
+			return rueidis.RedisResult{}, fmt.Errorf("%w: %w (last error: %w)", ErrUnknownOutcome, err, last)
+		}
+		backoff = min(2*backoff, 250*time.Millisecond)
+		res := c.exec(ctx, s, keys, args)
+		if err := res.Error(); err == nil || definitive(err) {
+			return res, err
+		}
+		last = res.Error()
+	}
+}
+
+// Unlock gives back one hold of the caller's owner; the lock is free when every hold is
+// given back, and then one waiter is woken. Unlock works even when ctx is already cancelled:
+// it uses ctx's values with its own timeout ([WithCleanupTimeout]). When it returns, the
+// watchdog no longer renews a lock that it freed.
+//
+// Unlock returns nil on success, or:
+//  1. [ErrNotHeld] when the owner holds no hold: never locked, already unlocked, expired or
+//     taken by another (the loss cause is joined when the owner was told of a loss);
+//  2. [ErrWrongType], [ErrClosed], [ErrInvalid], or a Redis error, wrapped.
+func (m *Mutex) Unlock(ctx context.Context) error {
+	owner, err := m.ownerOf(ctx)
+	if err != nil {
+		return err
+	}
+	h, err := m.c.ref(m.keys, m.name, owner)
+	if err != nil {
+		return err
+	}
+	defer m.c.unref(h)
+	h.op.Lock()
+	defer h.op.Unlock()
+	return m.release(ctx, h)
+}
+
+// release sends the release script for h. h.op must be held.
+func (m *Mutex) release(ctx context.Context, h *hold) error {
+	_, lost := h.snapshot()
+	cctx, cancel := m.c.cleanupCtx(ctx)
+	defer cancel()
+	keys := []string{m.keys.lock, m.keys.fence}
+	args := []string{h.owner, m.c.newRequest(), m.keys.channel}
+	n, err := m.c.exec(cctx, lua.Release, keys, args).AsInt64()
+	if err != nil && !definitive(err) {
+		var res rueidis.RedisResult
+		if res, err = m.c.replay(cctx, lua.Release, keys, args, err); err == nil {
+			n, err = res.AsInt64()
+		}
+	}
+	if err != nil {
+		return classify("unlock", m.name, err)
+	}
+	h.released(n)
+	switch {
+	case lost != nil:
+		return fmt.Errorf("rlock: unlock %q: %w (%w)", m.name, ErrNotHeld, lost)
+	case n < 0:
+		return fmt.Errorf("rlock: unlock %q: %w", m.name, ErrNotHeld)
+	}
+	return nil
+}
+
+// ForceUnlock frees the lock whoever holds it and wakes a waiter. It reports whether there
+// was a lock to free. The former holder learns of the loss at its next renewal. A key of
+// another type is left untouched: the error wraps [ErrWrongType].
+func (m *Mutex) ForceUnlock(ctx context.Context) (bool, error) {
+	if m.err != nil {
+		return false, m.err
+	}
+	if m.c.isClosed() {
+		return false, ErrClosed
+	}
+	n, err := m.c.exec(ctx, lua.ForceRelease, []string{m.keys.lock}, []string{m.keys.channel}).AsInt64()
+	if err != nil {
+		return false, classify("force unlock", m.name, err)
+	}
+	return n == 1, nil
+}
+
+// IsLocked reports whether any owner holds the lock.
+func (m *Mutex) IsLocked(ctx context.Context) (bool, error) {
+	t, err := m.keyType(ctx)
+	return t == "hash", err
+}
+
+func (m *Mutex) keyType(ctx context.Context) (string, error) {
+	if m.err != nil {
+		return "", m.err
+	}
+	if m.c.isClosed() {
+		return "", ErrClosed
+	}
+	t, err := m.c.rc.Do(ctx, m.c.rc.B().Type().Key(m.keys.lock).Build()).ToString()
+	if err != nil {
+		return "", classify("type of", m.name, err)
+	}
+	if t != "hash" && t != "none" {
+		return "", fmt.Errorf("rlock: lock %q: %w (a %s)", m.name, ErrWrongType, t)
+	}
+	return t, nil
+}
+
+// HoldCount is the number of holds the caller's owner has on the lock, as Redis sees it (0
+// when it holds none).
+func (m *Mutex) HoldCount(ctx context.Context) (int, error) {
+	owner, err := m.ownerOf(ctx)
+	if err != nil {
+		return 0, err
+	}
+	if m.c.isClosed() {
+		return 0, ErrClosed
+	}
+	n, err := m.c.rc.Do(ctx, m.c.rc.B().Hget().Key(m.keys.lock).Field(owner).Build()).AsInt64()
+	if rueidis.IsRedisNil(err) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, classify("hold count of", m.name, err)
+	}
+	return int(n), nil
+}
+
+// TTL is the lock's remaining lease in Redis, whoever holds it: 0 when it is not locked,
+// -1ms when the key has no expiry (it was not set by relock).
+func (m *Mutex) TTL(ctx context.Context) (time.Duration, error) {
+	if _, err := m.keyType(ctx); err != nil {
+		return 0, err
+	}
+	ms, err := m.c.rc.Do(ctx, m.c.rc.B().Pttl().Key(m.keys.lock).Build()).AsInt64()
+	if err != nil {
+		return 0, classify("ttl of", m.name, err)
+	}
+	switch {
+	case ms == -2:
+		return 0, nil
+	case ms == -1:
+		return -time.Millisecond, nil
+	}
+	return time.Duration(ms) * time.Millisecond, nil
+}
+
+var closedCh = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+// tenure returns the caller's owner's current tenure on this Client, or nil.
+func (m *Mutex) tenure(ctx context.Context) (*tenure, error) {
+	owner, err := m.ownerOf(ctx)
+	if err != nil {
+		return nil, err
+	}
+	h := m.c.peek(m.keys, owner)
+	if h == nil {
+		return nil, nil
+	}
+	t, _ := h.snapshot()
+	return t, nil
+}
+
+// Done returns a channel that is closed when the caller's owner's current hold on the lock
+// ends: released by its last Unlock, lost (see [Mutex]), or ended by [Client.Close]. When the
+// owner holds no hold through this Client, the channel is already closed. [Mutex.Err] tells
+// why it closed. Nothing else closes it.
+func (m *Mutex) Done(ctx context.Context) <-chan struct{} {
+	t, _ := m.tenure(ctx)
+	if t == nil {
+		return closedCh
+	}
+	return t.ctx.Done()
+}
+
+// Err is nil while the caller's owner holds the lock through this Client; otherwise it says
+// why not: [ErrNotHeld] (never held, or released), an error wrapping [ErrLockLost] (lost,
+// until every hold has been unlocked), or [ErrClosed].
+func (m *Mutex) Err(ctx context.Context) error {
+	owner, err := m.ownerOf(ctx)
+	if err != nil {
+		return err
+	}
+	if m.c.isClosed() {
+		return ErrClosed
+	}
+	h := m.c.peek(m.keys, owner)
+	if h == nil {
+		return ErrNotHeld
+	}
+	t, lost := h.snapshot()
+	switch {
+	case t != nil:
+		return nil
+	case lost != nil:
+		return lost
+	}
+	return ErrNotHeld
+}
+
+// Token is the fencing token of the caller's owner's current hold: a number that strictly
+// rises with every fresh grant of this lock name (re-entry keeps it). Pass it to the
+// resource you protect and have it refuse any token lower than one it has seen: that is
+// what keeps a paused or partitioned former holder from doing harm. It returns
+// [ErrNotHeld] when the owner holds no hold through this Client.
+func (m *Mutex) Token(ctx context.Context) (int64, error) {
+	t, err := m.tenure(ctx)
+	if err != nil {
+		return 0, err
+	}
+	if t == nil {
+		return 0, fmt.Errorf("rlock: token of %q: %w", m.name, ErrNotHeld)
+	}
+	return t.token, nil
+}
+
+// HoldContext returns a copy of ctx that is also cancelled when the caller's owner's current
+// hold ends; [context.Cause] then tells why: an error wrapping [ErrLockLost], [ErrNotHeld]
+// (released by Unlock) or [ErrClosed]. Run the guarded work under it to stop as soon as
+// the lock is lost. When the owner holds no hold, the context is already cancelled with
+// cause ErrNotHeld. Call cancel when done with it.
+func (m *Mutex) HoldContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	hctx, cancel := context.WithCancelCause(ctx)
+	t, err := m.tenure(ctx)
+	switch {
+	case err != nil:
+		cancel(err)
+	case t == nil:
+		cancel(ErrNotHeld)
+	default:
+		stop := context.AfterFunc(t.ctx, func() { cancel(context.Cause(t.ctx)) })
+		return hctx, func() { stop(); cancel(context.Canceled) }
+	}
+	return hctx, func() { cancel(context.Canceled) }
+}

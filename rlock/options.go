@@ -1,0 +1,99 @@
+package rlock
+
+import (
+	"strings"
+	"time"
+
+	"github.com/relock-go/relock/pubsub"
+	"github.com/relock-go/relock/watchdog"
+)
+
+// Defaults.
+const (
+	// DefaultWatchdogTimeout is the lease of a lock held in watchdog mode, renewed while held.
+	DefaultWatchdogTimeout = 30 * time.Second
+	// DefaultRenewFraction is the share of the lease after which the watchdog renews it.
+	DefaultRenewFraction = watchdog.DefaultRenewFraction
+	// DefaultKeyPrefix is put before every lock name to form its Redis keys.
+	DefaultKeyPrefix = "relock:"
+	// DefaultCleanupTimeout bounds the requests relock makes on the caller's behalf after
+	// the caller's context ended: an Unlock, the resolution of an acquire whose reply was
+	// lost, the undoing of an acquire that raced a cancellation.
+	DefaultCleanupTimeout = 5 * time.Second
+	// DefaultSubscriptionLinger is how long a release channel stays subscribed after its
+	// last waiter left.
+	DefaultSubscriptionLinger = pubsub.DefaultLinger
+)
+
+// Option configures a [Client].
+type Option interface{ apply(*options) }
+
+type optionFunc func(*options)
+
+func (f optionFunc) apply(o *options) { f(o) }
+
+type options struct {
+	watchdogTimeout time.Duration
+	renewFraction   float64
+	prefix          string
+	cleanupTimeout  time.Duration
+	linger          time.Duration
+}
+
+func defaultOptions() options {
+	return options{
+		watchdogTimeout: DefaultWatchdogTimeout,
+		renewFraction:   DefaultRenewFraction,
+		prefix:          DefaultKeyPrefix,
+		cleanupTimeout:  DefaultCleanupTimeout,
+		linger:          DefaultSubscriptionLinger,
+	}
+}
+
+func (o *options) validate() error {
+	switch {
+	case o.watchdogTimeout < 10*time.Millisecond:
+		return invalid("watchdog timeout %v is below 10ms", o.watchdogTimeout)
+	case !(o.renewFraction > 0 && o.renewFraction < 1):
+		return invalid("renew fraction %v is not in (0, 1)", o.renewFraction)
+	case strings.ContainsAny(o.prefix, "{}"):
+		return invalid("key prefix %q contains a brace", o.prefix)
+	case o.cleanupTimeout <= 0:
+		return invalid("cleanup timeout %v is not positive", o.cleanupTimeout)
+	case o.linger < 0:
+		return invalid("subscription linger %v is negative", o.linger)
+	}
+	return nil
+}
+
+// WithWatchdogTimeout sets the lease of locks held in watchdog mode ([Mutex.Lock], and
+// [Mutex.TryLock] with lease <= 0); the watchdog renews it while the lock is held. A crashed
+// holder's lock frees within this time. At least 10ms; default [DefaultWatchdogTimeout].
+func WithWatchdogTimeout(d time.Duration) Option {
+	return optionFunc(func(o *options) { o.watchdogTimeout = d })
+}
+
+// WithRenewFraction sets the share of the lease (0 < f < 1) after which the watchdog renews
+// it. Default [DefaultRenewFraction] (two thirds).
+func WithRenewFraction(f float64) Option {
+	return optionFunc(func(o *options) { o.renewFraction = f })
+}
+
+// WithKeyPrefix sets the text put before every lock name in its Redis keys. It must not
+// contain '{' or '}'. Default [DefaultKeyPrefix].
+func WithKeyPrefix(p string) Option {
+	return optionFunc(func(o *options) { o.prefix = p })
+}
+
+// WithCleanupTimeout bounds the requests relock makes after the caller's context ended
+// (see [DefaultCleanupTimeout]). Must be > 0.
+func WithCleanupTimeout(d time.Duration) Option {
+	return optionFunc(func(o *options) { o.cleanupTimeout = d })
+}
+
+// WithSubscriptionLinger sets how long a release channel stays subscribed after its last
+// waiter left, so that a busy lock does not subscribe and unsubscribe for every wait. Zero
+// unsubscribes at once. Default [DefaultSubscriptionLinger].
+func WithSubscriptionLinger(d time.Duration) Option {
+	return optionFunc(func(o *options) { o.linger = d })
+}

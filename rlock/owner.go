@@ -1,0 +1,30 @@
+package rlock
+
+import "context"
+
+type ownerKey struct{}
+
+// WithOwner returns a copy of ctx that carries owner id. Every lock operation made with that
+// context (or one derived from it) acts for that owner instead of the handle's own: two
+// handles of one name, or one handle from two goroutines, re-enter rather than block each
+// other when their contexts carry the same owner. This is what a thread is to Redisson: pass
+// the context down a call chain and nested locking of one name re-enters.
+//
+// The id is used as given, across processes: two processes using the same id are the same
+// owner, which lets one process unlock what another locked. Make ids unique where that is
+// not wanted (see [WithNewOwner]). An empty id is invalid: operations return [ErrInvalid].
+func WithOwner(ctx context.Context, id string) context.Context {
+	return context.WithValue(ctx, ownerKey{}, id)
+}
+
+// WithNewOwner returns a copy of ctx that carries a fresh owner id, unique across processes
+// (see [WithOwner]).
+func (c *Client) WithNewOwner(ctx context.Context) context.Context {
+	return WithOwner(ctx, c.newOwner()[2:])
+}
+
+// OwnerFrom returns the owner id ctx carries, if any.
+func OwnerFrom(ctx context.Context) (string, bool) {
+	id, ok := ctx.Value(ownerKey{}).(string)
+	return id, ok
+}

@@ -1,0 +1,369 @@
+// Package watchdog keeps leases alive: one scheduler goroutine per [Watchdog], whatever the
+// number of leases, sends due renewals in batches through a [Renewer] and tells each lease's
+// holder when the lease is lost.
+//
+// The watchdog knows nothing of locks. A lease is a duration granted by a remote party at
+// some moment; the holder's conservative view of its end is
+//
+//	deadline = the moment the grant or last renewal was sent + lease - drift
+//
+// measured on the local monotonic clock. A renewable lease is renewed once a fraction of it
+// (two thirds by default) has passed; a transient renewal error is retried until the
+// deadline. The lease is lost, and its OnLost callback runs once, when
+//
+//  1. the Renewer reports it gone ([ErrGone]): the remote side no longer grants it; or
+//  2. the deadline passes with no renewal confirmed: the remote side may have let it expire,
+//     whether or not it is reachable.
+//
+// A fixed lease (not renewable) is only watched: OnLost runs at its deadline.
+package watchdog
+
+import (
+	"container/heap"
+	"context"
+	"errors"
+	"sync"
+	"time"
+)
+
+// Defaults.
+const (
+	// DefaultRenewFraction is the share of a lease that passes before it is renewed.
+	DefaultRenewFraction = 2.0 / 3.0
+	// DefaultRetryInterval bounds the pause between retries of a failed renewal.
+	DefaultRetryInterval = time.Second
+	// DefaultBatchSize is the largest number of leases handed to one Renewer call.
+	DefaultBatchSize = 512
+)
+
+// ErrGone is what a [Renewer] reports for a lease that the remote side no longer grants.
+var ErrGone = errors.New("watchdog: lease gone")
+
+// ErrExpired is the cause given to OnLost when a lease's deadline passed unconfirmed.
+var ErrExpired = errors.New("watchdog: lease expired before a renewal was confirmed")
+
+// Renewer renews leases. Renew is called from a goroutine the Watchdog owns with leases that
+// are all due; it returns one error per lease, in order: nil when renewed, an error wrapping
+// [ErrGone] when the lease is gone, any other error when the renewal may be retried. The
+// context ends at the earliest deadline among the leases.
+type Renewer interface {
+	Renew(ctx context.Context, leases []*Lease) []error
+}
+
+// Drift is the allowance subtracted from every lease for clock drift between the local and
+// the remote clock: 1% of the lease plus 2 ms.
+func Drift(lease time.Duration) time.Duration {
+	return lease/100 + 2*time.Millisecond
+}
+
+// Lease is one registered lease. Its exported fields are set by the caller before
+// [Watchdog.Add] and never changed afterwards.
+type Lease struct {
+	// TTL is the lease granted by each grant or renewal. Must be > 0.
+	TTL time.Duration
+	// Renew says whether the watchdog renews the lease (true) or only watches its deadline.
+	Renew bool
+	// OnLost runs once, on a watchdog goroutine, when the lease is lost, with ErrGone (wrapped
+	// as the Renewer returned it) or ErrExpired. It must not block. It never runs once Remove
+	// returned true; when Remove returns false it may be running or about to run.
+	OnLost func(cause error)
+	// Data is the caller's, for its Renewer.
+	Data any
+
+	// Guarded by Watchdog.mu.
+	deadline time.Time // conservative end of the lease
+	next     time.Time // next renewal (renewable leases)
+	inFlight bool      // a renewal of this lease is being sent
+	index    int       // in the heap; -1 when not registered
+	w        *Watchdog // nil once removed or lost
+}
+
+// Option configures a Watchdog.
+type Option interface{ apply(*Watchdog) }
+
+type optionFunc func(*Watchdog)
+
+func (f optionFunc) apply(w *Watchdog) { f(w) }
+
+// WithRenewFraction sets the share of a lease (0 < f < 1) after which it is renewed.
+func WithRenewFraction(f float64) Option {
+	return optionFunc(func(w *Watchdog) { w.fraction = f })
+}
+
+// WithRetryInterval sets the longest pause between retries of a failed renewal.
+func WithRetryInterval(d time.Duration) Option {
+	return optionFunc(func(w *Watchdog) { w.retry = d })
+}
+
+// WithBatchSize sets the largest number of leases handed to one Renewer call.
+func WithBatchSize(n int) Option {
+	return optionFunc(func(w *Watchdog) { w.batch = n })
+}
+
+// Watchdog schedules renewals for any number of leases from one goroutine, started by the
+// first Add and stopped by Close. It is safe for concurrent use.
+type Watchdog struct {
+	renewer  Renewer
+	fraction float64
+	retry    time.Duration
+	batch    int
+
+	mu      sync.Mutex
+	leases  leaseHeap
+	started bool
+	closed  bool
+	kick    chan struct{} // capacity 1: the schedule changed
+	ctx     context.Context
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup // the loop and the renewal calls in flight
+}
+
+// New returns a Watchdog that renews through r. It starts no goroutine until the first Add.
+func New(r Renewer, opts ...Option) (*Watchdog, error) {
+	if r == nil {
+		return nil, errors.New("watchdog: nil Renewer")
+	}
+	w := &Watchdog{
+		renewer:  r,
+		fraction: DefaultRenewFraction,
+		retry:    DefaultRetryInterval,
+		batch:    DefaultBatchSize,
+		kick:     make(chan struct{}, 1),
+	}
+	for _, o := range opts {
+		o.apply(w)
+	}
+	switch {
+	case !(w.fraction > 0 && w.fraction < 1):
+		return nil, errors.New("watchdog: renew fraction must be in (0, 1)")
+	case w.retry <= 0:
+		return nil, errors.New("watchdog: retry interval must be > 0")
+	case w.batch <= 0:
+		return nil, errors.New("watchdog: batch size must be > 0")
+	}
+	w.ctx, w.cancel = context.WithCancel(context.Background())
+	return w, nil
+}
+
+// ErrClosed is returned by Add after Close.
+var ErrClosed = errors.New("watchdog: closed")
+
+// Add registers l, granted (or last renewed) by a request sent at sent. From then on the
+// watchdog renews it (if l.Renew) and calls l.OnLost if it is lost, until Remove. A lease
+// whose deadline has already passed is not registered: Add returns ErrExpired.
+func (w *Watchdog) Add(l *Lease, sent time.Time) error {
+	if l.TTL <= 0 {
+		return errors.New("watchdog: lease TTL must be > 0")
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed {
+		return ErrClosed
+	}
+	if l.w != nil {
+		return errors.New("watchdog: lease already registered")
+	}
+	l.deadline = sent.Add(l.TTL - Drift(l.TTL))
+	if !time.Now().Before(l.deadline) {
+		return ErrExpired
+	}
+	l.next = sent.Add(time.Duration(float64(l.TTL) * w.fraction))
+	l.inFlight = false
+	l.w = w
+	heap.Push(&w.leases, l)
+	if !w.started {
+		w.started = true
+		w.wg.Add(1)
+		go w.loop()
+	} else if w.leases[0] == l {
+		w.poke()
+	}
+	return nil
+}
+
+// Remove unregisters l. Once it returns true, the watchdog sends no new renewal of l and
+// never calls l.OnLost. A renewal already on the wire may still reach the remote side; renewals
+// must therefore be conditional on ownership there. Remove reports whether l was registered
+// (false if it was lost or removed before).
+func (w *Watchdog) Remove(l *Lease) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if l.w != w {
+		return false
+	}
+	w.drop(l)
+	return true
+}
+
+// Deadline is l's conservative end as last confirmed, and whether l is registered.
+func (w *Watchdog) Deadline(l *Lease) (time.Time, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return l.deadline, l.w == w
+}
+
+// Len is the number of registered leases.
+func (w *Watchdog) Len() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.leases)
+}
+
+// Close stops the watchdog's goroutines and waits for them. Registered leases are dropped
+// without OnLost: their holders are going away with the watchdog.
+func (w *Watchdog) Close() {
+	w.mu.Lock()
+	w.closed = true
+	for len(w.leases) > 0 {
+		w.drop(w.leases[0])
+	}
+	w.mu.Unlock()
+	w.cancel()
+	w.wg.Wait()
+}
+
+// drop removes l from the heap. w.mu must be held.
+func (w *Watchdog) drop(l *Lease) {
+	if l.index >= 0 {
+		heap.Remove(&w.leases, l.index)
+	}
+	l.w = nil
+}
+
+func (w *Watchdog) poke() {
+	select {
+	case w.kick <- struct{}{}:
+	default:
+	}
+}
+
+// wake is when the loop must next look at l. w.mu must be held.
+func (l *Lease) wake() time.Time {
+	if l.Renew && !l.inFlight && l.next.Before(l.deadline) {
+		return l.next
+	}
+	return l.deadline
+}
+
+func (w *Watchdog) loop() {
+	defer w.wg.Done()
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		lost, due, wait := w.collect()
+		for _, l := range lost {
+			l.OnLost(ErrExpired)
+		}
+		for len(due) > 0 {
+			n := min(len(due), w.batch)
+			w.wg.Add(1)
+			go w.renew(due[:n:n])
+			due = due[n:]
+		}
+		timer.Reset(wait)
+		select {
+		case <-w.ctx.Done():
+			return
+		case <-w.kick:
+		case <-timer.C:
+		}
+	}
+}
+
+// collect takes the leases whose deadline passed (now lost) and those due for renewal (now
+// in flight), and says how long to sleep.
+func (w *Watchdog) collect() (lost, due []*Lease, wait time.Duration) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	now := time.Now()
+	for len(w.leases) > 0 {
+		l := w.leases[0]
+		at := l.wake()
+		if at.After(now) {
+			return lost, due, at.Sub(now)
+		}
+		if !now.Before(l.deadline) {
+			w.drop(l)
+			lost = append(lost, l)
+			continue
+		}
+		l.inFlight = true
+		heap.Fix(&w.leases, 0)
+		due = append(due, l)
+	}
+	return lost, due, time.Hour
+}
+
+func (w *Watchdog) renew(leases []*Lease) {
+	defer w.wg.Done()
+	w.mu.Lock()
+	end := leases[0].deadline
+	for _, l := range leases[1:] {
+		if l.deadline.Before(end) {
+			end = l.deadline
+		}
+	}
+	w.mu.Unlock()
+	sent := time.Now()
+	ctx, cancel := context.WithDeadline(w.ctx, end)
+	errs := w.renewer.Renew(ctx, leases)
+	cancel()
+
+	var lost []*Lease
+	var causes []error
+	w.mu.Lock()
+	now := time.Now()
+	for i, l := range leases {
+		if l.w != w { // removed while the renewal was in flight
+			continue
+		}
+		l.inFlight = false
+		var err error
+		if i < len(errs) {
+			err = errs[i]
+		} else {
+			err = errors.New("watchdog: renewer returned too few results")
+		}
+		switch {
+		case err == nil:
+			l.deadline = sent.Add(l.TTL - Drift(l.TTL))
+			l.next = sent.Add(time.Duration(float64(l.TTL) * w.fraction))
+		case errors.Is(err, ErrGone):
+			w.drop(l)
+			lost, causes = append(lost, l), append(causes, err)
+			continue
+		default:
+			// Transient: retry soon, but never later than the deadline allows.
+			l.next = now.Add(min(w.retry, l.TTL/10+time.Millisecond))
+		}
+		heap.Fix(&w.leases, l.index)
+	}
+	w.mu.Unlock()
+	w.poke()
+	for i, l := range lost {
+		l.OnLost(causes[i])
+	}
+}
+
+// leaseHeap orders leases by their next wake-up.
+type leaseHeap []*Lease
+
+func (h leaseHeap) Len() int           { return len(h) }
+func (h leaseHeap) Less(i, j int) bool { return h[i].wake().Before(h[j].wake()) }
+func (h leaseHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].index, h[j].index = i, j
+}
+func (h *leaseHeap) Push(x any) {
+	l := x.(*Lease)
+	l.index = len(*h)
+	*h = append(*h, l)
+}
+func (h *leaseHeap) Pop() any {
+	old := *h
+	l := old[len(old)-1]
+	old[len(old)-1] = nil
+	l.index = -1
+	*h = old[:len(old)-1]
+	return l
+}
