@@ -141,7 +141,7 @@ func (m *Mutex) acquire(ctx context.Context, wait, lease time.Duration) (bool, e
 		deadline = time.Now().Add(wait)
 	}
 	sub := m.c.sub
-	var pttl time.Duration
+	pttl := time.Duration(-1) // unknown until an attempt tells
 	// A Lock that finds waiters of this Client queued joins behind them rather than barging
 	// in; TryLock with wait 0 never queues.
 	queued := wait != 0 && sub.Waiting(m.keys.channel) > 0
@@ -174,7 +174,10 @@ func (m *Mutex) acquire(ctx context.Context, wait, lease time.Duration) (bool, e
 		// Sleep until a wake-up, the holder's lease end (expiry publishes nothing), the wait
 		// bound or ctx, whichever comes first.
 		sleepFor := pttl
-		if sleepFor <= 0 {
+		switch {
+		case pttl == 0: // under a millisecond left
+			sleepFor = time.Millisecond
+		case pttl < 0: // no expiry, or not yet asked: a lease is at most this long
 			sleepFor = m.c.opts.watchdogTimeout
 		}
 		if !deadline.IsZero() {
@@ -248,6 +251,9 @@ func (m *Mutex) attempt(ctx context.Context, h *hold, lease time.Duration, renew
 		}
 		return true, 0, nil
 	case len(vals) == 2 && vals[0] == 0:
+		if vals[1] < 0 {
+			return false, -1, nil
+		}
 		return false, time.Duration(vals[1]) * time.Millisecond, nil
 	}
 	return false, 0, fmt.Errorf("rlock: lock %q: malformed reply %v", m.name, vals)

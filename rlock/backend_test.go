@@ -1,0 +1,142 @@
+package rlock_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/rueidis"
+
+	"github.com/relock-go/relock/internal/redistest"
+	"github.com/relock-go/relock/rlock"
+)
+
+// backend is a Redis the tests run against: miniredis (fast) or a real redis-server.
+type backend struct {
+	name string
+	mr   *miniredis.Miniredis // nil for real Redis
+	srv  *redistest.Server    // nil for miniredis
+}
+
+// eachBackend runs fn as a subtest against miniredis and against a real redis-server that
+// it starts (skipped with a clear message when none is installed, failed under CI).
+func eachBackend(t *testing.T, fn func(t *testing.T, b *backend)) {
+	t.Helper()
+	t.Run("miniredis", func(t *testing.T) {
+		mr := miniredis.RunT(t)
+		b := &backend{name: "miniredis", mr: mr}
+		b.syncClock(t)
+		fn(t, b)
+	})
+	t.Run("redis", func(t *testing.T) {
+		fn(t, realBackend(t))
+	})
+}
+
+// realBackend starts a real redis-server for t.
+func realBackend(t *testing.T, opts ...redistest.Option) *backend {
+	t.Helper()
+	return &backend{name: "redis", srv: redistest.Start(t, opts...)}
+}
+
+// syncClock advances miniredis's clock with real time, so that leases expire there as they
+// would on a real server.
+func (b *backend) syncClock(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		last := time.Now()
+		tick := time.NewTicker(2 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case now := <-tick.C:
+				b.mr.FastForward(now.Sub(last))
+				last = now
+			}
+		}
+	}()
+	t.Cleanup(func() { cancel(); wg.Wait() })
+}
+
+// rueidis returns a new rueidis client to the backend, closed at cleanup.
+func (b *backend) rueidis(t *testing.T) rueidis.Client {
+	t.Helper()
+	if b.srv != nil {
+		return b.srv.Client(t)
+	}
+	c, err := rueidis.NewClient(rueidis.ClientOption{
+		InitAddress:       []string{b.mr.Addr()},
+		DisableCache:      true,
+		AlwaysRESP2:       true,
+		ForceSingleClient: true,
+	})
+	if err != nil {
+		t.Fatalf("rueidis client to miniredis: %v", err)
+	}
+	t.Cleanup(c.Close)
+	return c
+}
+
+// client returns a new relock Client on its own rueidis client, closed at cleanup.
+func (b *backend) client(t *testing.T, opts ...rlock.Option) *rlock.Client {
+	t.Helper()
+	c, err := rlock.New(b.rueidis(t), opts...)
+	if err != nil {
+		t.Fatalf("rlock.New: %v", err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// do runs an admin command on the backend.
+func (b *backend) do(t *testing.T, args ...string) (rueidis.RedisMessage, error) {
+	t.Helper()
+	if b.srv != nil {
+		msg := b.srv.Do(t, args...)
+		return msg, msg.Error()
+	}
+	c := b.rueidis(t)
+	return c.Do(context.Background(), c.B().Arbitrary(args...).Build()).ToMessage()
+}
+
+// exists reports whether key exists.
+func (b *backend) exists(t *testing.T, key string) bool {
+	t.Helper()
+	msg, err := b.do(t, "EXISTS", key)
+	if err != nil {
+		t.Fatalf("EXISTS %s: %v", key, err)
+	}
+	n, _ := msg.AsInt64()
+	return n == 1
+}
+
+// eventually polls cond every few milliseconds until it holds or d passes.
+func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	end := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(end) {
+			t.Fatalf("timed out after %v waiting for %s", d, what)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// within fails t unless ch closes within d.
+func within(t *testing.T, d time.Duration, what string, ch <-chan struct{}) {
+	t.Helper()
+	select {
+	case <-ch:
+	case <-time.After(d):
+		t.Fatalf("timed out after %v waiting for %s", d, what)
+	}
+}
+
+var bg = context.Background()
