@@ -1,0 +1,437 @@
+package rlock_test
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/rueidis"
+	"github.com/stretchr/testify/require"
+
+	"github.com/relock-go/relock/internal/redistest"
+	"github.com/relock-go/relock/rlock"
+)
+
+// lossyClient runs scripts for real but can drop their replies, as a timeout or a broken
+// connection would: the caller cannot tell whether the script took effect.
+type lossyClient struct {
+	rueidis.Client
+	drop   atomic.Int32 // replies of applied scripts still to drop
+	always atomic.Bool  // drop every script reply, applied or not
+	onDrop func()       // runs after a reply was dropped
+}
+
+func isScript(cmd rueidis.Completed) bool {
+	switch cmd.Commands()[0] {
+	case "EVALSHA", "EVAL":
+		return true
+	}
+	return false
+}
+
+func (l *lossyClient) Do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResult {
+	if !isScript(cmd) {
+		return l.Client.Do(ctx, cmd)
+	}
+	res := l.Client.Do(ctx, cmd)
+	if l.always.Load() || (res.Error() == nil && l.drop.Add(-1) >= 0) {
+		if l.onDrop != nil {
+			l.onDrop()
+		}
+		return rueidis.NewErrorResult(context.DeadlineExceeded)
+	}
+	return res
+}
+
+func TestMutex_replayedScriptsApplyOnce(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		lc := &lossyClient{Client: b.rueidis(t)}
+		c, err := rlock.New(lc)
+		require.NoError(t, err)
+		defer c.Close()
+		m := c.Mutex(redistest.Name(t))
+		holds := func() int {
+			n, err := m.HoldCount(bg)
+			require.NoError(t, err)
+			return n
+		}
+		lc.drop.Store(1) // fresh acquire applied, reply lost
+		require.NoError(t, m.Lock(bg))
+		require.Equal(t, 1, holds(), "a replayed fresh acquire must not count twice")
+		tok, err := m.Token(bg)
+		require.NoError(t, err)
+
+		lc.drop.Store(3) // re-entry applied, reply and two replays' replies lost
+		require.NoError(t, m.Lock(bg))
+		require.Equal(t, 2, holds(), "a replayed re-entry must not count twice")
+		tok2, _ := m.Token(bg)
+		require.Equal(t, tok, tok2)
+
+		lc.drop.Store(1)
+		require.NoError(t, m.Unlock(bg))
+		require.Equal(t, 1, holds(), "a replayed release must not release twice")
+
+		lc.drop.Store(2) // the last release applied, its reply lost: still a success
+		require.NoError(t, m.Unlock(bg))
+		require.False(t, b.exists(t, m.Key()))
+		require.ErrorIs(t, m.Unlock(bg), rlock.ErrNotHeld)
+	})
+}
+
+func TestMutex_ambiguousAcquireOfCancelledCallerIsUndone(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		lc := &lossyClient{Client: b.rueidis(t)}
+		c, err := rlock.New(lc)
+		require.NoError(t, err)
+		defer c.Close()
+		m := c.Mutex(redistest.Name(t))
+		ctx, cancel := context.WithCancel(bg)
+		defer cancel()
+		lc.onDrop = cancel // the caller gives up while its acquire is on the wire
+		lc.drop.Store(1)
+		ok, err := m.TryLock(ctx, time.Second, 0)
+		require.False(t, ok)
+		require.ErrorIs(t, err, context.Canceled)
+		require.False(t, b.exists(t, m.Key()), "no ghost hold is left behind")
+		require.ErrorIs(t, m.Err(bg), rlock.ErrNotHeld)
+	})
+}
+
+func TestMutex_unresolvableAcquireReportsUnknownOutcome(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		lc := &lossyClient{Client: b.rueidis(t)}
+		c, err := rlock.New(lc, rlock.WithCleanupTimeout(200*time.Millisecond), rlock.WithWatchdogTimeout(time.Second))
+		require.NoError(t, err)
+		defer c.Close()
+		m := c.Mutex(redistest.Name(t))
+		lc.always.Store(true)
+		err = m.Lock(bg)
+		require.ErrorIs(t, err, rlock.ErrUnknownOutcome)
+		require.ErrorIs(t, m.Err(bg), rlock.ErrNotHeld)
+		// The hold it may have granted is not renewed: it expires with its lease.
+		lc.always.Store(false)
+		eventually(t, 5*time.Second, "the ghost hold to expire", func() bool { return !b.exists(t, m.Key()) })
+	})
+}
+
+// critical records critical sections and detects overlaps.
+type critical struct {
+	active  atomic.Int32
+	counter atomic.Int64 // incremented by a read-sleep-write: overlaps lose updates
+	mu      sync.Mutex
+	spans   [][2]time.Time
+	tokens  map[string][]int64
+	overlap atomic.Int32
+}
+
+func (cs *critical) enter(owner string, token int64) time.Time {
+	if cs.active.Add(1) != 1 {
+		cs.overlap.Add(1)
+	}
+	start := time.Now()
+	v := cs.counter.Load()
+	time.Sleep(100 * time.Microsecond)
+	cs.counter.Store(v + 1)
+	cs.mu.Lock()
+	cs.tokens[owner] = append(cs.tokens[owner], token)
+	cs.mu.Unlock()
+	return start
+}
+
+func (cs *critical) leave(start time.Time) {
+	end := time.Now()
+	cs.active.Add(-1)
+	cs.mu.Lock()
+	cs.spans = append(cs.spans, [2]time.Time{start, end})
+	cs.mu.Unlock()
+}
+
+func (cs *critical) check(t *testing.T, want int64) {
+	t.Helper()
+	require.Zero(t, cs.overlap.Load(), "critical sections overlapped")
+	require.Equal(t, want, cs.counter.Load(), "lost updates: the lock let two holders in")
+	sort.Slice(cs.spans, func(i, j int) bool { return cs.spans[i][0].Before(cs.spans[j][0]) })
+	for i := 1; i < len(cs.spans); i++ {
+		require.False(t, cs.spans[i][0].Before(cs.spans[i-1][1]), "interval %d starts before %d ends", i, i-1)
+	}
+	var all []int64
+	for _, toks := range cs.tokens {
+		all = append(all, toks...)
+	}
+	sort.Slice(all, func(i, j int) bool { return all[i] < all[j] })
+	for i := 1; i < len(all); i++ {
+		require.NotEqual(t, all[i-1], all[i], "a fencing token was granted twice")
+	}
+}
+
+func TestMutex_Lock_mutualExclusion(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		name := redistest.Name(t)
+		shared := b.client(t)
+		clients := []*rlock.Client{shared, b.client(t), b.client(t), b.client(t)}
+		cs := &critical{tokens: map[string][]int64{}}
+		const perWorker = 25
+		var wg sync.WaitGroup
+		errs := make(chan error, 64)
+		workers := 0
+		// 16 goroutines with their own handles on one Client, and 4 on each other Client.
+		for ci, c := range clients {
+			n := 4
+			if ci == 0 {
+				n = 16
+			}
+			for g := 0; g < n; g++ {
+				workers++
+				wg.Add(1)
+				go func(c *rlock.Client, id string) {
+					defer wg.Done()
+					m := c.Mutex(name)
+					for i := 0; i < perWorker; i++ {
+						if err := m.Lock(bg); err != nil {
+							errs <- err
+							return
+						}
+						tok, err := m.Token(bg)
+						if err != nil {
+							errs <- err
+							return
+						}
+						start := cs.enter(id, tok)
+						cs.leave(start)
+						if err := m.Unlock(bg); err != nil {
+							errs <- err
+							return
+						}
+					}
+				}(c, fmt.Sprintf("%d/%d", ci, g))
+			}
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			require.NoError(t, err)
+		}
+		cs.check(t, int64(workers*perWorker))
+	})
+}
+
+// parked waits until n subscribers listen on the lock's release channel.
+func parked(t *testing.T, b *backend, m *rlock.Mutex, n int64) {
+	t.Helper()
+	channel := strings.TrimSuffix(m.Key(), "") + ":released"
+	eventually(t, 5*time.Second, "the waiter to subscribe", func() bool {
+		if b.mr != nil {
+			return int64(b.mr.PubSubNumSub(channel)[channel]) >= n
+		}
+		msg, err := b.do(t, "PUBSUB", "NUMSUB", channel)
+		require.NoError(t, err)
+		arr, _ := msg.ToArray()
+		if len(arr) != 2 {
+			return false
+		}
+		got, _ := arr[1].AsInt64()
+		return got >= n
+	})
+}
+
+func TestMutex_Lock_wakesThroughPubSubNotPolling(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		name := redistest.Name(t)
+		holder := b.client(t).Mutex(name) // watchdog mode: the TTL is 30 s
+		require.NoError(t, holder.Lock(bg))
+		waiter := b.client(t).Mutex(name)
+		got := make(chan time.Time, 1)
+		go func() {
+			if err := waiter.Lock(bg); err == nil {
+				got <- time.Now()
+			}
+			close(got)
+		}()
+		parked(t, b, waiter, 1)
+		time.Sleep(100 * time.Millisecond) // the waiter is asleep on its 30 s timer
+		var before int64
+		if b.srv != nil {
+			before = b.srv.CommandStats(t)["evalsha"]
+		}
+		time.Sleep(400 * time.Millisecond)
+		if b.srv != nil {
+			require.Equal(t, before, b.srv.CommandStats(t)["evalsha"], "a parked waiter sends nothing")
+		}
+		released := time.Now()
+		require.NoError(t, holder.Unlock(bg))
+		select {
+		case at, ok := <-got:
+			require.True(t, ok, "waiter failed")
+			require.Less(t, at.Sub(released), 2*time.Second, "woken by the release, not its 30 s timer")
+		case <-time.After(10 * time.Second):
+			t.Fatal("waiter not woken by the release")
+		}
+		require.NoError(t, waiter.Unlock(bg))
+	})
+}
+
+func TestMutex_Lock_survivesPubSubConnectionKill(t *testing.T) {
+	b := realBackend(t)
+	name := redistest.Name(t)
+	holder := b.client(t).Mutex(name)
+	require.NoError(t, holder.Lock(bg))
+	waiter := b.client(t).Mutex(name)
+	got := make(chan error, 1)
+	go func() { got <- waiter.Lock(bg) }()
+	parked(t, b, waiter, 1)
+	// Kill the subscription and release at once: the release message goes nowhere.
+	_, err := b.do(t, "CLIENT", "KILL", "TYPE", "pubsub")
+	require.NoError(t, err)
+	require.NoError(t, holder.Unlock(bg))
+	select {
+	case err := <-got:
+		require.NoError(t, err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("waiter hangs after its subscription was killed")
+	}
+	require.NoError(t, waiter.Unlock(bg))
+
+	// And once more with the holder releasing after the subscription came back.
+	require.NoError(t, holder.Lock(bg))
+	go func() { got <- waiter.Lock(bg) }()
+	parked(t, b, waiter, 1)
+	_, err = b.do(t, "CLIENT", "KILL", "TYPE", "pubsub")
+	require.NoError(t, err)
+	parked(t, b, waiter, 1)
+	require.NoError(t, holder.Unlock(bg))
+	select {
+	case err := <-got:
+		require.NoError(t, err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("waiter hangs after its subscription came back")
+	}
+	require.NoError(t, waiter.Unlock(bg))
+}
+
+func TestMutex_scriptFlushBreaksNothing(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		c := b.client(t, rlock.WithWatchdogTimeout(300*time.Millisecond))
+		m := c.Mutex(redistest.Name(t))
+		require.NoError(t, m.Lock(bg))
+		_, err := b.do(t, "SCRIPT", "FLUSH")
+		require.NoError(t, err)
+		time.Sleep(700 * time.Millisecond) // renewals go on through EVAL
+		require.NoError(t, m.Err(bg))
+		require.NoError(t, m.Lock(bg))
+		_, err = b.do(t, "SCRIPT", "FLUSH")
+		require.NoError(t, err)
+		require.NoError(t, m.Unlock(bg))
+		require.NoError(t, m.Unlock(bg))
+		require.False(t, b.exists(t, m.Key()))
+	})
+}
+
+func TestMutex_releaseAndRenewalWorkWhenRedisIsFull(t *testing.T) {
+	b := realBackend(t, redistest.WithArgs("--maxmemory-policy", "noeviction"))
+	c := b.client(t, rlock.WithWatchdogTimeout(300*time.Millisecond))
+	m := c.Mutex(redistest.Name(t))
+	require.NoError(t, m.Lock(bg))
+	require.NoError(t, m.Lock(bg))
+
+	info, err := b.do(t, "INFO", "memory")
+	require.NoError(t, err)
+	text, _ := info.ToString()
+	var used int64
+	for _, line := range strings.Split(text, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "used_memory:"); ok {
+			used, _ = strconv.ParseInt(v, 10, 64)
+		}
+	}
+	require.Positive(t, used)
+	_, err = b.do(t, "CONFIG", "SET", "maxmemory", strconv.FormatInt(used/2, 10))
+	require.NoError(t, err)
+	defer b.do(t, "CONFIG", "SET", "maxmemory", "0")
+	_, err = b.do(t, "SET", redistest.Name(t), "x")
+	require.ErrorContains(t, err, "OOM", "the server must be full for this test")
+
+	// Acquiring is refused with a clear error and changes nothing.
+	other := c.Mutex(redistest.Name(t))
+	err = other.Lock(bg)
+	require.ErrorContains(t, err, "OOM")
+	require.False(t, b.exists(t, other.Key()))
+
+	time.Sleep(800 * time.Millisecond) // renewals still go through
+	require.NoError(t, m.Err(bg))
+	require.NoError(t, m.Unlock(bg)) // HINCRBY under allow-oom
+	n, err := m.HoldCount(bg)
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	require.NoError(t, m.Unlock(bg))
+	require.False(t, b.exists(t, m.Key()))
+}
+
+func TestMutex_uncontendedCycleIsTwoScripts(t *testing.T) {
+	b := realBackend(t)
+	c := b.client(t)
+	m := c.Mutex(redistest.Name(t))
+	require.NoError(t, m.Lock(bg)) // load the scripts
+	require.NoError(t, m.Unlock(bg))
+	b.srv.ResetStats(t)
+	const cycles = 50
+	for i := 0; i < cycles; i++ {
+		require.NoError(t, m.Lock(bg))
+		require.NoError(t, m.Unlock(bg))
+	}
+	stats := b.srv.CommandStats(t)
+	require.EqualValues(t, 2*cycles, stats["evalsha"])
+	require.Zero(t, stats["eval"])
+	// INFO commandstats also counts the commands the scripts run; a client-sent command
+	// would show up as one the scripts never call.
+	for cmd, n := range stats {
+		switch cmd {
+		case "evalsha", "info", "config|resetstat", "hello", "client|setinfo", // client and admin
+			"exists", "hget", "hset", "hincrby", "pexpire", "pttl", "del", "publish": // inside the scripts
+		default:
+			t.Errorf("unexpected client command %s x%d", cmd, n)
+		}
+	}
+}
+
+func TestClient_manyHeldLocksNoGoroutinePerLock(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		c := b.client(t, rlock.WithWatchdogTimeout(time.Second))
+		n := 10000
+		if b.mr != nil {
+			n = 1000 // miniredis's Lua is too slow to renew 10,000 locks a second
+		}
+		locks := make([]*rlock.Mutex, n)
+		for i := range locks {
+			locks[i] = c.Mutex(fmt.Sprintf("%s-%d", redistest.Name(t), i))
+		}
+		require.NoError(t, locks[0].Lock(bg))
+		base := runtimeGoroutines()
+		var wg sync.WaitGroup
+		for w := 0; w < 8; w++ {
+			wg.Add(1)
+			go func(w int) {
+				defer wg.Done()
+				for i := w; i < n; i += 8 {
+					if i > 0 {
+						require.NoError(t, locks[i].Lock(bg))
+					}
+				}
+			}(w)
+		}
+		wg.Wait()
+		require.LessOrEqual(t, runtimeGoroutines(), base+4, "goroutines grew with held locks")
+		time.Sleep(1500 * time.Millisecond) // more than two renewal periods
+		for _, m := range locks {
+			require.NoError(t, m.Err(bg))
+		}
+		require.LessOrEqual(t, runtimeGoroutines(), base+4)
+		for _, m := range locks {
+			require.NoError(t, m.Unlock(bg))
+		}
+	})
+}
