@@ -2,11 +2,12 @@
 // Client and wakes them, one per message, when the lock they wait for is released.
 //
 // A [Subscriber] owns one dedicated connection and one goroutine, started by the first
-// [Subscriber.Watch] and stopped by [Subscriber.Close]. Channels are reference-counted: a
-// channel is subscribed while it has waiters and for a short linger after the last one
-// leaves (so a hot lock does not pay a SUBSCRIBE and UNSUBSCRIBE per acquisition), then
-// unsubscribed. Only that goroutine sends SUBSCRIBE and UNSUBSCRIBE, so they reach Redis in
-// the order they were decided.
+// [Subscriber.Watch] and stopped by [Subscriber.Close], plus, while a connection is up, a
+// second one that watches it for loss. Channels are reference-counted: a channel is
+// subscribed while it has waiters and for a short linger after the last one leaves (so a
+// hot lock does not pay a SUBSCRIBE and UNSUBSCRIBE per acquisition), then unsubscribed.
+// Only the first goroutine sends SUBSCRIBE and UNSUBSCRIBE, so they reach Redis in the order
+// they were decided.
 //
 // Delivery: a message on a channel wakes one of its waiters, the one that has waited
 // longest and holds no unread wake-up; a woken waiter moves to the back of the line. The
@@ -325,8 +326,18 @@ func (s *Subscriber) loop() {
 
 // serve runs one connection until it fails or the Subscriber closes.
 func (s *Subscriber) serve() {
-	dc, release := s.client.Dedicate()
-	defer release()
+	dc, _ := s.client.Dedicate()
+	// Close the connection, never hand it back to the client's pool: under RESP2 rueidis
+	// runs pub/sub on a second connection of its own, which the pool neither unsubscribes
+	// (it stays subscribed after Close) nor checks (dead after a loss, it would be handed
+	// back to the next Dedicate, which could then never subscribe again).
+	defer dc.Close()
+
+	// ctx ends the connection's commands when the Subscriber closes or the connection is
+	// lost: rueidis retries a failed SUBSCRIBE as long as the dedicated connection itself
+	// looks healthy, which under RESP2 it does after its pub/sub connection died, so
+	// without this the Do would retry forever.
+	ctx, cancel := context.WithCancel(s.ctx)
 
 	s.mu.Lock()
 	s.gen++
@@ -340,6 +351,19 @@ func (s *Subscriber) serve() {
 		OnMessage:      func(m rueidis.PubSubMessage) { s.onMessage(gen, m) },
 		OnSubscription: func(e rueidis.PubSubSubscription) { s.onSubscription(gen, e) },
 	})
+	lost := make(chan struct{})
+	go func() {
+		defer close(lost)
+		select {
+		case <-errs:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	defer func() {
+		cancel()
+		<-lost
+	}()
 	defer func() {
 		s.mu.Lock()
 		if s.gen == gen {
@@ -357,20 +381,18 @@ func (s *Subscriber) serve() {
 	for {
 		sub, unsub, next := s.plan()
 		if len(unsub) > 0 {
-			if err := dc.Do(s.ctx, dc.B().Unsubscribe().Channel(unsub...).Build()).Error(); err != nil {
+			if err := dc.Do(ctx, dc.B().Unsubscribe().Channel(unsub...).Build()).Error(); err != nil {
 				return
 			}
 		}
 		if len(sub) > 0 {
-			if err := dc.Do(s.ctx, dc.B().Subscribe().Channel(sub...).Build()).Error(); err != nil {
+			if err := dc.Do(ctx, dc.B().Subscribe().Channel(sub...).Build()).Error(); err != nil {
 				return
 			}
 		}
 		timer.Reset(next)
 		select {
-		case <-s.ctx.Done():
-			return
-		case <-errs:
+		case <-ctx.Done():
 			return
 		case <-s.kick:
 		case <-timer.C:

@@ -64,8 +64,9 @@ type Lease struct {
 	// Renew says whether the watchdog renews the lease (true) or only watches its deadline.
 	Renew bool
 	// OnLost runs once, on a watchdog goroutine, when the lease is lost, with ErrGone (wrapped
-	// as the Renewer returned it) or ErrExpired. It must not block. It never runs once Remove
-	// returned true; when Remove returns false it may be running or about to run.
+	// as the Renewer returned it) or ErrExpired. Must not be nil. It must not block. It never
+	// runs once Remove returned true; when Remove returns false it may be running or about to
+	// run.
 	OnLost func(cause error)
 	// Data is the caller's, for its Renewer.
 	Data any
@@ -76,6 +77,7 @@ type Lease struct {
 	inFlight bool      // a renewal of this lease is being sent
 	index    int       // in the heap; -1 when not registered
 	w        *Watchdog // nil once removed or lost
+	gen      uint64    // counts registrations: a renewal answers only the one it was sent for
 }
 
 // Option configures a Watchdog.
@@ -155,6 +157,9 @@ func (w *Watchdog) Add(l *Lease, sent time.Time) error {
 	if l.TTL <= 0 {
 		return errors.New("watchdog: lease TTL must be > 0")
 	}
+	if l.OnLost == nil {
+		return errors.New("watchdog: lease OnLost must not be nil")
+	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.closed {
@@ -170,6 +175,7 @@ func (w *Watchdog) Add(l *Lease, sent time.Time) error {
 	l.next = sent.Add(time.Duration(float64(l.TTL) * w.fraction))
 	l.inFlight = false
 	l.w = w
+	l.gen++
 	heap.Push(&w.leases, l)
 	if !w.started {
 		w.started = true
@@ -181,10 +187,11 @@ func (w *Watchdog) Add(l *Lease, sent time.Time) error {
 	return nil
 }
 
-// Remove unregisters l. Once it returns true, the watchdog sends no new renewal of l and
-// never calls l.OnLost. A renewal already on the wire may still reach the remote side; renewals
-// must therefore be conditional on ownership there. Remove reports whether l was registered
-// (false if it was lost or removed before).
+// Remove unregisters l. Once it returns true, the watchdog starts no new renewal of l, ignores
+// the reply to one in flight and never calls l.OnLost. A renewal already started (being handed
+// to the Renewer, or on the wire) may still reach the remote side; renewals must therefore be
+// conditional on ownership there.
+// Remove reports whether l was registered (false if it was lost or removed before).
 func (w *Watchdog) Remove(l *Lease) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -245,12 +252,24 @@ func (l *Lease) wake() time.Time {
 	return l.deadline
 }
 
+// taken is a lease taken for renewal, with the registration it was taken for.
+type taken struct {
+	l   *Lease
+	gen uint64
+}
+
+// current says whether t's registration still stands. w.mu must be held.
+func (w *Watchdog) current(t taken) bool {
+	return t.l.w == w && t.l.gen == t.gen
+}
+
 func (w *Watchdog) loop() {
 	defer w.wg.Done()
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
 		lost, due, wait := w.collect()
+		// OnLost may Remove a lease of due: renew checks each lease again before sending.
 		for _, l := range lost {
 			l.OnLost(ErrExpired)
 		}
@@ -272,7 +291,7 @@ func (w *Watchdog) loop() {
 
 // collect takes the leases whose deadline passed (now lost) and those due for renewal (now
 // in flight), and says how long to sleep.
-func (w *Watchdog) collect() (lost, due []*Lease, wait time.Duration) {
+func (w *Watchdog) collect() (lost []*Lease, due []taken, wait time.Duration) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	now := time.Now()
@@ -289,18 +308,33 @@ func (w *Watchdog) collect() (lost, due []*Lease, wait time.Duration) {
 		}
 		l.inFlight = true
 		heap.Fix(&w.leases, 0)
-		due = append(due, l)
+		due = append(due, taken{l, l.gen})
 	}
 	return lost, due, time.Hour
 }
 
-func (w *Watchdog) renew(leases []*Lease) {
+func (w *Watchdog) renew(batch []taken) {
 	defer w.wg.Done()
+	// Send only the leases still registered as they were when taken: one removed since (by
+	// Remove, possibly from an OnLost run in between, or by Close) must not be renewed.
 	w.mu.Lock()
-	end := leases[0].deadline
-	for _, l := range leases[1:] {
-		if l.deadline.Before(end) {
-			end = l.deadline
+	keep := batch[:0]
+	for _, t := range batch {
+		if w.current(t) {
+			keep = append(keep, t)
+		}
+	}
+	batch = keep
+	if len(batch) == 0 {
+		w.mu.Unlock()
+		return
+	}
+	leases := make([]*Lease, len(batch))
+	end := batch[0].l.deadline
+	for i, t := range batch {
+		leases[i] = t.l
+		if t.l.deadline.Before(end) {
+			end = t.l.deadline
 		}
 	}
 	w.mu.Unlock()
@@ -314,7 +348,7 @@ func (w *Watchdog) renew(leases []*Lease) {
 	w.mu.Lock()
 	now := time.Now()
 	for i, l := range leases {
-		if l.w != w { // removed while the renewal was in flight
+		if !w.current(batch[i]) { // removed (and maybe added again) while in flight
 			continue
 		}
 		l.inFlight = false
