@@ -2,6 +2,7 @@ package rlock
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -119,6 +120,12 @@ func (h *hold) onLost(l *watchdog.Lease, cause error) {
 		return
 	}
 	h.cur.lease = nil
+	if !h.cur.renew && errors.Is(cause, watchdog.ErrExpired) {
+		// A fixed lease ran its course: the holds are over, nothing was lost.
+		h.count = 0
+		h.endLocked(ErrLeaseExpired)
+		return
+	}
 	h.endLocked(fmt.Errorf("%w: %w", ErrLockLost, cause))
 }
 
@@ -167,7 +174,7 @@ func (h *hold) stopLease() {
 func (h *hold) endLocked(cause error) {
 	t := h.cur
 	h.cur = nil
-	if h.count > 0 && cause != ErrNotHeld {
+	if h.count > 0 && errors.Is(cause, ErrLockLost) {
 		h.lost = cause
 	}
 	t.cancel(cause)

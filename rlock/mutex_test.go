@@ -156,14 +156,19 @@ func TestMutex_TryLock_fixedLeaseExpiresWithoutPublish(t *testing.T) {
 		require.Greater(t, ttl, time.Duration(0))
 		require.LessOrEqual(t, ttl, 300*time.Millisecond)
 
+		done := holder.Done(bg)
+		hctx, cancel := holder.HoldContext(bg)
+		defer cancel()
+
 		waiter := b.client(t).Mutex(name)
 		start := time.Now()
 		require.NoError(t, waiter.Lock(bg)) // woken by the TTL timer: expiry publishes nothing
 		took := time.Since(start)
 		require.Less(t, took, 5*time.Second)
 
-		within(t, time.Second, "the holder's loss signal", holder.Done(bg))
-		require.ErrorIs(t, holder.Err(bg), rlock.ErrLockLost)
+		within(t, time.Second, "the end of the holder's lease", done)
+		require.ErrorIs(t, context.Cause(hctx), rlock.ErrLeaseExpired)
+		require.ErrorIs(t, holder.Err(bg), rlock.ErrNotHeld)
 		require.ErrorIs(t, holder.Unlock(bg), rlock.ErrNotHeld)
 		require.NoError(t, waiter.Unlock(bg))
 	})

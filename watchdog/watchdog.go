@@ -75,6 +75,7 @@ type Lease struct {
 	deadline time.Time // conservative end of the lease
 	next     time.Time // next renewal (renewable leases)
 	inFlight bool      // a renewal of this lease is being sent
+	retrying bool      // the last renewal failed: the next one is a retry
 	index    int       // in the heap; -1 when not registered
 	w        *Watchdog // nil once removed or lost
 	gen      uint64    // counts registrations: a renewal answers only the one it was sent for
@@ -110,14 +111,16 @@ type Watchdog struct {
 	retry    time.Duration
 	batch    int
 
-	mu      sync.Mutex
-	leases  leaseHeap
-	started bool
-	closed  bool
-	kick    chan struct{} // capacity 1: the schedule changed
-	ctx     context.Context
-	cancel  context.CancelFunc
-	wg      sync.WaitGroup // the loop and the renewal calls in flight
+	mu       sync.Mutex
+	leases   leaseHeap
+	started  bool
+	closed   bool
+	kick     chan struct{} // capacity 1: the schedule changed
+	ctx      context.Context
+	cancel   context.CancelFunc
+	pending  []taken        // due leases waiting for the renewal goroutine
+	renewing bool           // the renewal goroutine is running
+	wg       sync.WaitGroup // the loop and the renewal goroutine
 }
 
 // New returns a Watchdog that renews through r. It starts no goroutine until the first Add.
@@ -173,7 +176,7 @@ func (w *Watchdog) Add(l *Lease, sent time.Time) error {
 		return ErrExpired
 	}
 	l.next = sent.Add(time.Duration(float64(l.TTL) * w.fraction))
-	l.inFlight = false
+	l.inFlight, l.retrying = false, false
 	l.w = w
 	l.gen++
 	heap.Push(&w.leases, l)
@@ -244,6 +247,16 @@ func (w *Watchdog) poke() {
 	}
 }
 
+// early is how much sooner than planned a renewal of l may go out, so that the renewals of
+// leases taken at nearby moments share a call: a twentieth of the lease. Retries after a
+// failure and deadlines are never brought forward.
+func (l *Lease) early() time.Duration {
+	if l.Renew && !l.inFlight && !l.retrying && l.next.Before(l.deadline) {
+		return l.TTL / 20
+	}
+	return 0
+}
+
 // wake is when the loop must next look at l. w.mu must be held.
 func (l *Lease) wake() time.Time {
 	if l.Renew && !l.inFlight && l.next.Before(l.deadline) {
@@ -273,11 +286,16 @@ func (w *Watchdog) loop() {
 		for _, l := range lost {
 			l.OnLost(ErrExpired)
 		}
-		for len(due) > 0 {
-			n := min(len(due), w.batch)
-			w.wg.Add(1)
-			go w.renew(due[:n:n])
-			due = due[n:]
+		if len(due) > 0 {
+			w.mu.Lock()
+			w.pending = append(w.pending, due...)
+			start := !w.renewing && !w.closed
+			w.renewing = w.renewing || start
+			w.mu.Unlock()
+			if start {
+				w.wg.Add(1)
+				go w.renewPending()
+			}
 		}
 		timer.Reset(wait)
 		select {
@@ -286,6 +304,27 @@ func (w *Watchdog) loop() {
 		case <-w.kick:
 		case <-timer.C:
 		}
+	}
+}
+
+// renewPending is the one renewal goroutine: it hands the pending leases to the Renewer, a
+// batch at a time, and exits when none is left. However many leases are due, and however
+// slow Redis is, at most one renewal call is in flight.
+func (w *Watchdog) renewPending() {
+	defer w.wg.Done()
+	for {
+		w.mu.Lock()
+		if len(w.pending) == 0 || w.closed {
+			w.pending = nil
+			w.renewing = false
+			w.mu.Unlock()
+			return
+		}
+		n := min(len(w.pending), w.batch)
+		batch := append([]taken(nil), w.pending[:n]...)
+		w.pending = w.pending[n:]
+		w.mu.Unlock()
+		w.renew(batch)
 	}
 }
 
@@ -298,7 +337,7 @@ func (w *Watchdog) collect() (lost []*Lease, due []taken, wait time.Duration) {
 	for len(w.leases) > 0 {
 		l := w.leases[0]
 		at := l.wake()
-		if at.After(now) {
+		if at.After(now.Add(l.early())) {
 			return lost, due, at.Sub(now)
 		}
 		if !now.Before(l.deadline) {
@@ -314,7 +353,6 @@ func (w *Watchdog) collect() (lost []*Lease, due []taken, wait time.Duration) {
 }
 
 func (w *Watchdog) renew(batch []taken) {
-	defer w.wg.Done()
 	// Send only the leases still registered as they were when taken: one removed since (by
 	// Remove, possibly from an OnLost run in between, or by Close) must not be renewed.
 	w.mu.Lock()
@@ -360,6 +398,7 @@ func (w *Watchdog) renew(batch []taken) {
 		}
 		switch {
 		case err == nil:
+			l.retrying = false
 			l.deadline = sent.Add(l.TTL - Drift(l.TTL))
 			l.next = sent.Add(time.Duration(float64(l.TTL) * w.fraction))
 		case errors.Is(err, ErrGone):
@@ -368,6 +407,7 @@ func (w *Watchdog) renew(batch []taken) {
 			continue
 		default:
 			// Transient: retry soon, but never later than the deadline allows.
+			l.retrying = true
 			l.next = now.Add(min(w.retry, l.TTL/10+time.Millisecond))
 		}
 		heap.Fix(&w.leases, l.index)

@@ -670,10 +670,13 @@ func TestOneGoroutineWhateverTheLeaseCount(t *testing.T) {
 			t.Fatalf("NumGoroutine grew from %d with 1 lease to %d with %d", one, g, n)
 		}
 
-		// While a round of renewals is on the wire: one goroutine per batch, not per lease.
+		// While a round of renewals is on the wire: one renewal goroutine, whatever the
+		// number of batches, and one call in flight.
 		sleepUntil(start.Add(renewAt1s))
-		batches := (n + DefaultBatchSize - 1) / DefaultBatchSize
-		wantWatchdogGoroutines(t, "during renewal", 1, batches)
+		wantWatchdogGoroutines(t, "during renewal", 1, 1)
+		if got := len(r.Calls()); got != 1 {
+			t.Fatalf("%d renewal calls in flight, want 1", got)
+		}
 		close(gate)
 		synctest.Wait()
 		wantWatchdogGoroutines(t, "after renewal", 1, 0)
@@ -698,7 +701,7 @@ func watchdogGoroutines() (loops, renewals int) {
 		switch {
 		case strings.Contains(g, "watchdog.(*Watchdog).loop("):
 			loops++
-		case strings.Contains(g, "watchdog.(*Watchdog).renew("):
+		case strings.Contains(g, "watchdog.(*Watchdog).renewPending("):
 			renewals++
 		}
 	}

@@ -1,0 +1,250 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/relock-go/relock/internal/redistest"
+	"github.com/relock-go/relock/rlock"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+var bg = context.Background()
+
+func newClient(b *testing.B, srv *redistest.Server, opts ...rlock.Option) *rlock.Client {
+	b.Helper()
+	c, err := rlock.New(srv.Client(b), opts...)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// scripts is the number of scripts clients sent since the last reset.
+func scripts(b *testing.B, srv *redistest.Server) int64 {
+	s := srv.CommandStats(b)
+	return s["evalsha"] + s["eval"]
+}
+
+// pingRTT is the median round trip of a PING on a fresh connection.
+func pingRTT(b *testing.B, srv *redistest.Server) time.Duration {
+	c := srv.Client(b)
+	var rtts []time.Duration
+	for i := 0; i < 200; i++ {
+		start := time.Now()
+		if err := c.Do(bg, c.B().Ping().Build()).Error(); err != nil {
+			b.Fatal(err)
+		}
+		rtts = append(rtts, time.Since(start))
+	}
+	sort.Slice(rtts, func(i, j int) bool { return rtts[i] < rtts[j] })
+	return rtts[len(rtts)/2]
+}
+
+// BenchmarkMutex_Uncontended is one goroutine's Lock+Unlock cycle on a free lock.
+func BenchmarkMutex_Uncontended(b *testing.B) {
+	srv := redistest.Start(b)
+	m := newClient(b, srv).Mutex("uncontended")
+	if err := m.Lock(bg); err != nil { // load the scripts
+		b.Fatal(err)
+	}
+	_ = m.Unlock(bg)
+	srv.ResetStats(b)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if err := m.Lock(bg); err != nil {
+			b.Fatal(err)
+		}
+		if err := m.Unlock(bg); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(scripts(b, srv))/float64(b.N), "cmds/op")
+}
+
+// BenchmarkMutex_Parallel is Lock+Unlock cycles from GOMAXPROCS*p goroutines on distinct
+// locks of one Client (rueidis pipelines them on shared connections).
+func BenchmarkMutex_Parallel(b *testing.B) {
+	for _, p := range []int{8, 64} {
+		b.Run(fmt.Sprintf("goroutines=%d", p), func(b *testing.B) {
+			srv := redistest.Start(b)
+			c := newClient(b, srv)
+			var id sync.Mutex
+			n := 0
+			b.SetParallelism(p)
+			b.ReportAllocs()
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				id.Lock()
+				m := c.Mutex(fmt.Sprintf("parallel-%d", n))
+				n++
+				id.Unlock()
+				for pb.Next() {
+					if err := m.Lock(bg); err != nil {
+						b.Error(err)
+						return
+					}
+					if err := m.Unlock(bg); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+		})
+	}
+}
+
+// BenchmarkMutex_HotKey is 16 goroutines, each with its own handle (its own owner), taking
+// one lock in turn. It reports client-sent scripts per acquisition (the release included),
+// and the spread of waits.
+func BenchmarkMutex_HotKey(b *testing.B) {
+	for _, clients := range []int{1, 4} {
+		b.Run(fmt.Sprintf("clients=%d", clients), func(b *testing.B) {
+			srv := redistest.Start(b)
+			cs := make([]*rlock.Client, clients)
+			for i := range cs {
+				cs[i] = newClient(b, srv)
+			}
+			const contenders = 16
+			srv.ResetStats(b)
+			var next sync.Mutex
+			left := b.N
+			waits := make([][]time.Duration, contenders)
+			b.ReportAllocs()
+			b.ResetTimer()
+			var wg sync.WaitGroup
+			for g := 0; g < contenders; g++ {
+				wg.Add(1)
+				go func(g int) {
+					defer wg.Done()
+					m := cs[g%clients].Mutex("hot")
+					for {
+						next.Lock()
+						if left == 0 {
+							next.Unlock()
+							return
+						}
+						left--
+						next.Unlock()
+						start := time.Now()
+						if err := m.Lock(bg); err != nil {
+							b.Error(err)
+							return
+						}
+						waits[g] = append(waits[g], time.Since(start))
+						if err := m.Unlock(bg); err != nil {
+							b.Error(err)
+							return
+						}
+					}
+				}(g)
+			}
+			wg.Wait()
+			b.StopTimer()
+			var all []time.Duration
+			var sum, sumSq float64
+			for _, w := range waits {
+				all = append(all, w...)
+				sum += float64(len(w))
+				sumSq += float64(len(w)) * float64(len(w))
+			}
+			sort.Slice(all, func(i, j int) bool { return all[i] < all[j] })
+			b.ReportMetric(float64(scripts(b, srv))/float64(b.N), "cmds/op")
+			if len(all) > 0 {
+				b.ReportMetric(float64(all[len(all)/2].Microseconds()), "p50-wait-us")
+				b.ReportMetric(float64(all[len(all)*99/100].Microseconds()), "p99-wait-us")
+				b.ReportMetric(float64(all[len(all)-1].Microseconds()), "max-wait-us")
+				b.ReportMetric(sum*sum/(contenders*sumSq), "jain")
+			}
+		})
+	}
+}
+
+// BenchmarkMutex_Handoff is the time from a holder's Unlock call until a parked waiter of
+// another Client holds the lock, in ns/op and in PING round trips.
+func BenchmarkMutex_Handoff(b *testing.B) {
+	srv := redistest.Start(b)
+	holder := newClient(b, srv).Mutex("handoff")
+	waiter := newClient(b, srv).Mutex("handoff")
+	rtt := pingRTT(b, srv)
+	var total time.Duration
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		if err := holder.Lock(bg); err != nil {
+			b.Fatal(err)
+		}
+		got := make(chan time.Time, 1)
+		go func() {
+			if err := waiter.Lock(bg); err != nil {
+				b.Error(err)
+			}
+			got <- time.Now()
+		}()
+		time.Sleep(2 * time.Millisecond) // let the waiter park
+		b.StartTimer()
+		start := time.Now()
+		if err := holder.Unlock(bg); err != nil {
+			b.Fatal(err)
+		}
+		total += (<-got).Sub(start)
+		b.StopTimer()
+		if err := waiter.Unlock(bg); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(total)/float64(b.N)/float64(rtt), "rtts/handoff")
+	b.ReportMetric(float64(rtt.Microseconds()), "ping-rtt-us")
+}
+
+// BenchmarkWatchdog_HeldLocks holds 10,000 locks in watchdog mode across two renewal periods
+// and reports goroutines per held lock and renewal scripts per lock per period.
+func BenchmarkWatchdog_HeldLocks(b *testing.B) {
+	const n = 10000
+	const timeout = time.Second
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		srv := redistest.Start(b)
+		c := newClient(b, srv, rlock.WithWatchdogTimeout(timeout))
+		locks := make([]*rlock.Mutex, n)
+		for j := range locks {
+			locks[j] = c.Mutex(fmt.Sprintf("held-%d", j))
+		}
+		before := runtime.NumGoroutine()
+		b.StartTimer()
+		for _, m := range locks {
+			if err := m.Lock(bg); err != nil {
+				b.Fatal(err)
+			}
+		}
+		srv.ResetStats(b)
+		time.Sleep(2 * timeout) // two renewal periods of 2/3 s: three rounds
+		renewals := scripts(b, srv)
+		held := runtime.NumGoroutine() - before
+		for _, m := range locks {
+			if err := m.Err(bg); err != nil {
+				b.Fatal(err)
+			}
+			if err := m.Unlock(bg); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.StopTimer()
+		b.ReportMetric(float64(held)/n, "goroutines/lock")
+		b.ReportMetric(float64(renewals), "renew-scripts")
+	}
+}
