@@ -179,6 +179,7 @@ func BenchmarkMutex_Handoff(b *testing.B) {
 	waiter := newClient(b, srv).Mutex("handoff")
 	rtt := pingRTT(b, srv)
 	var total time.Duration
+	var all []time.Duration
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
@@ -199,7 +200,9 @@ func BenchmarkMutex_Handoff(b *testing.B) {
 		if err := holder.Unlock(bg); err != nil {
 			b.Fatal(err)
 		}
-		total += (<-got).Sub(start)
+		d := (<-got).Sub(start)
+		total += d
+		all = append(all, d)
 		b.StopTimer()
 		if err := waiter.Unlock(bg); err != nil {
 			b.Fatal(err)
@@ -207,7 +210,9 @@ func BenchmarkMutex_Handoff(b *testing.B) {
 		b.StartTimer()
 	}
 	b.StopTimer()
+	sort.Slice(all, func(i, j int) bool { return all[i] < all[j] })
 	b.ReportMetric(float64(total)/float64(b.N)/float64(rtt), "rtts/handoff")
+	b.ReportMetric(float64(all[len(all)/2])/float64(rtt), "p50-rtts/handoff")
 	b.ReportMetric(float64(rtt.Microseconds()), "ping-rtt-us")
 }
 

@@ -435,3 +435,31 @@ func TestClient_manyHeldLocksNoGoroutinePerLock(t *testing.T) {
 		}
 	})
 }
+
+func TestMutex_lossNoticeFiresWhileRedisIsUnreachable(t *testing.T) {
+	b := realBackend(t)
+	const timeout = 600 * time.Millisecond
+	c := b.client(t, rlock.WithWatchdogTimeout(timeout))
+	m := c.Mutex(redistest.Name(t))
+	sent := time.Now()
+	require.NoError(t, m.Lock(bg))
+	hctx, cancel := m.HoldContext(bg)
+	defer cancel()
+	b.srv.Pause(t) // SIGSTOP: renewals get no answer
+	defer b.srv.Resume(t)
+	select {
+	case <-hctx.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("no loss notice while Redis was unreachable")
+	}
+	// No renewal was confirmed after the acquire: the notice comes at that lease's
+	// conservative end, not before.
+	require.GreaterOrEqual(t, time.Since(sent), timeout-timeout/100-2*time.Millisecond)
+	require.ErrorIs(t, context.Cause(hctx), rlock.ErrLockLost)
+	b.srv.Resume(t)
+	// Once Redis answers again the owner must unlock before locking again.
+	require.ErrorIs(t, m.Lock(bg), rlock.ErrLockLost)
+	_ = m.Unlock(bg)
+	require.NoError(t, m.Lock(bg))
+	require.NoError(t, m.Unlock(bg))
+}

@@ -1,0 +1,78 @@
+package lua_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/redis/rueidis"
+	"go.uber.org/goleak"
+
+	"github.com/relock-go/relock/internal/redistest"
+	"github.com/relock-go/relock/lua"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+var all = []*lua.Script{lua.Acquire, lua.Release, lua.Renew, lua.ForceRelease}
+
+func TestScripts_haveHeaders(t *testing.T) {
+	for _, s := range all {
+		src := s.Source()
+		if !strings.Contains(src, "KEYS[") || !strings.Contains(src, "returns") {
+			t.Errorf("%s: the header must name KEYS, ARGV and the replies", s.Name())
+		}
+		if s.HasFlags() != strings.HasPrefix(src, "#!lua flags=") {
+			t.Errorf("%s: HasFlags disagrees with the source", s.Name())
+		}
+		if s.Lua(false) == nil || s.Lua(true) == nil {
+			t.Errorf("%s: missing form", s.Name())
+		}
+	}
+	if !lua.Release.HasFlags() {
+		t.Error("release must run with allow-oom")
+	}
+}
+
+// TestScripts_compile runs each script once against a real server (with its flags) and
+// miniredis (without), on keys that exist nowhere: every form must compile and answer.
+func TestScripts_compile(t *testing.T) {
+	srv := redistest.Start(t)
+	_, mini := redistest.Miniredis(t)
+	for _, tc := range []struct {
+		name  string
+		c     rueidis.Client
+		flags bool
+	}{{"redis", srv.Client(t), true}, {"miniredis", mini, false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			runs := map[*lua.Script][2][]string{
+				lua.Acquire:      {{"{t}", "{t}:fence"}, {"1000", "o", "r1"}},
+				lua.Release:      {{"{t}", "{t}:fence"}, {"o", "r2", "{t}:released"}},
+				lua.Renew:        {{"{t}"}, {"1000", "o"}},
+				lua.ForceRelease: {{"{t}"}, {"{t}:released"}},
+			}
+			for _, s := range all {
+				r := runs[s]
+				if err := s.Lua(tc.flags).Exec(ctx, tc.c, r[0], r[1]).Error(); err != nil {
+					t.Errorf("%s: %v", s.Name(), err)
+				}
+			}
+		})
+	}
+}
+
+func TestIsShebangError(t *testing.T) {
+	_, mini := redistest.Miniredis(t)
+	err := lua.Release.Lua(true).Exec(context.Background(), mini, []string{"{t}", "{t}:fence"}, []string{"o", "r", "c"}).Error()
+	if !lua.IsShebangError(err) {
+		t.Fatalf("miniredis's refusal of the shebang not recognised: %v", err)
+	}
+	if lua.IsShebangError(errors.New("compile '#'")) {
+		t.Fatal("a non-Redis error is not a shebang error")
+	}
+	if lua.IsShebangError(nil) {
+		t.Fatal("nil is not a shebang error")
+	}
+}

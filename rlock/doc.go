@@ -1,0 +1,61 @@
+// Package rlock provides distributed locks on Redis in the spirit of Java's Redisson:
+// reentrant locks that keep their own lease alive while held, wake waiters through pub/sub
+// instead of polling, tell the holder at once when the lock is lost, and hand out fencing
+// tokens.
+//
+//	c, err := rlock.New(rueidisClient)          // one per process; Close it when done
+//	m := c.Mutex("invoice:42")                  // a handle; the handle is an owner
+//	if err := m.Lock(ctx); err != nil { ... }   // blocks; the watchdog keeps it held
+//	defer m.Unlock(ctx)
+//
+// # Guarantees
+//
+//  1. Exclusion: at most one owner holds a name, as seen by one Redis primary that keeps its
+//     writes.
+//  2. Validity: a holder's view of its lease is conservative: it ends at the moment the
+//     acquire or the last renewal was sent, plus the lease, minus a drift allowance (1% + 2ms),
+//     on the local monotonic clock.
+//  3. Loss notice: [Mutex.Done] closes and [Mutex.HoldContext] is cancelled with cause
+//     [ErrLockLost] by that moment if no renewal was confirmed, even while Redis is
+//     unreachable, or as soon as a renewal finds the lock gone or taken. A lost lock is never
+//     silently taken again.
+//  4. Fencing: [Mutex.Token] strictly rises with every fresh grant of a name, from the same
+//     script as the grant.
+//  5. Ownership: Unlock and renewal touch only the caller's own holds.
+//  6. Idempotency: every script is safe to run twice. Each request carries an id; a request
+//     whose reply was lost (a timeout, a broken connection) is replayed under the same id until
+//     Redis answers, and Redis answers a replay without applying it again. So a hold is never
+//     counted twice and never released twice, and an acquire whose outcome was unknown is
+//     resolved before Lock returns (and undone if the caller gave up meanwhile).
+//  7. Liveness: a crashed holder's lock frees within its lease (the watchdog timeout, 30s by
+//     default). A waiter never waits past its context and never sleeps on a lost message longer
+//     than the holder's remaining lease.
+//
+// # What no Redis lock can promise
+//
+// It is NOT safe to assume that holding the lock means nobody else does, in these cases:
+//
+//   - A paused process (GC, SIGSTOP, an overloaded host) can outlive its lease and act after
+//     another has the lock. The loss notice fires when it runs again, but work already under
+//     way does not stop by itself: check [Mutex.HoldContext] and pass the fencing token to the
+//     resource, and have the resource refuse tokens lower than one it has seen.
+//   - A jump of the Redis server's clock can expire a lease early.
+//   - Redis replication is asynchronous: after a failover, the new primary may not have the
+//     lock, and tokens may repeat. Restarting Redis without appendfsync always loses locks and
+//     can reset tokens too.
+//
+// # Keys
+//
+// A lock called name lives in Redis as a hash at "{<prefix><name>}" (owner id -> hold count),
+// with a fencing counter at "...:fence" and a release channel "...:released", all in one
+// hash slot. A name that carries its own hash tag ("{user42}:cart") keeps that slot. The
+// fencing counter is never deleted: it is what keeps tokens rising, and costs a few dozen
+// bytes per name ever locked.
+//
+// # Goroutines
+//
+// A Client starts at most three goroutines, and only when needed: the watchdog scheduler,
+// one renewal goroutine while renewals are on the wire, and the subscriber of the shared
+// pub/sub connection. No goroutine is started per lock or per waiter. [Client.Close] stops
+// them all and waits.
+package rlock
