@@ -80,10 +80,23 @@ func (c *Client) unref(h *hold) {
 	}
 }
 
-// granted records a hold granted by a request sent at sent, with the lease it asked for.
-func (h *hold) granted(token int64, sent time.Time, lease time.Duration, renew bool) error {
+// granted records a hold granted by a request sent at sent, with the lease it asked for;
+// holds is the owner's hold count in Redis after the grant. A fresh grant (holds 1) while
+// this Client still counts holds of the owner means the earlier tenure was lost unnoticed:
+// granted then ends it as lost and returns an error wrapping ErrLockLost, recording nothing.
+func (h *hold) granted(token, holds int64, sent time.Time, lease time.Duration, renew bool) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if holds == 1 && h.count > 0 {
+		cause := fmt.Errorf("%w: it was gone from Redis when the owner re-entered", ErrLockLost)
+		if h.cur != nil {
+			h.stopLease()
+			h.endLocked(cause)
+		} else if h.lost == nil {
+			h.lost = cause
+		}
+		return cause
+	}
 	h.count++
 	t := h.cur
 	if t == nil {

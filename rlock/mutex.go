@@ -2,6 +2,7 @@ package rlock
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -233,9 +234,9 @@ func (m *Mutex) attempt(ctx context.Context, h *hold, lease time.Duration, renew
 			vals, err = res.AsIntSlice()
 		}
 		cancel()
-		if err == nil && len(vals) > 0 && vals[0] == 1 && ctx.Err() != nil {
+		if err == nil && len(vals) == 3 && vals[0] == 1 && ctx.Err() != nil {
 			// Granted, but the caller is gone: give it back.
-			if err := m.c.recordGrant(h, vals, sent, lease, renew); err == nil {
+			if err := m.grant(ctx, h, vals, sent, lease, renew); err == nil {
 				_ = m.release(ctx, h)
 			}
 			return false, 0, fmt.Errorf("rlock: lock %q: %w", m.name, ctx.Err())
@@ -246,7 +247,7 @@ func (m *Mutex) attempt(ctx context.Context, h *hold, lease time.Duration, renew
 	}
 	switch {
 	case len(vals) == 3 && vals[0] == 1:
-		if err := m.c.recordGrant(h, vals, sent, lease, renew); err != nil {
+		if err := m.grant(ctx, h, vals, sent, lease, renew); err != nil {
 			return false, 0, fmt.Errorf("rlock: lock %q: %w", m.name, err)
 		}
 		return true, 0, nil
@@ -259,8 +260,16 @@ func (m *Mutex) attempt(ctx context.Context, h *hold, lease time.Duration, renew
 	return false, 0, fmt.Errorf("rlock: lock %q: malformed reply %v", m.name, vals)
 }
 
-func (c *Client) recordGrant(h *hold, vals []int64, sent time.Time, lease time.Duration, renew bool) error {
-	return h.granted(vals[1], sent, lease, renew)
+// grant records the hold an acquire reply {1, token, holds} granted. When the reply shows
+// that the owner's earlier hold had been lost unnoticed (Redis granted afresh what the owner
+// believed it held), the new hold is given back at once and the loss reported: a lost lock
+// is never silently taken again. h.op must be held.
+func (m *Mutex) grant(ctx context.Context, h *hold, vals []int64, sent time.Time, lease time.Duration, renew bool) error {
+	err := h.granted(vals[1], vals[2], sent, lease, renew)
+	if errors.Is(err, ErrLockLost) {
+		_, _ = m.sendRelease(ctx, h.owner)
+	}
+	return err
 }
 
 // replay re-sends a script whose first send failed with first (not a Redis reply) until it
@@ -306,22 +315,12 @@ func (m *Mutex) Unlock(ctx context.Context) error {
 	return m.release(ctx, h)
 }
 
-// release sends the release script for h. h.op must be held.
+// release gives back one hold of h and updates h. h.op must be held.
 func (m *Mutex) release(ctx context.Context, h *hold) error {
 	_, lost := h.snapshot()
-	cctx, cancel := m.c.cleanupCtx(ctx)
-	defer cancel()
-	keys := []string{m.keys.lock, m.keys.fence}
-	args := []string{h.owner, m.c.newRequest(), m.keys.channel}
-	n, err := m.c.exec(cctx, lua.Release, keys, args).AsInt64()
-	if err != nil && !definitive(err) {
-		var res rueidis.RedisResult
-		if res, err = m.c.replay(cctx, lua.Release, keys, args, err); err == nil {
-			n, err = res.AsInt64()
-		}
-	}
+	n, err := m.sendRelease(ctx, h.owner)
 	if err != nil {
-		return classify("unlock", m.name, err)
+		return err
 	}
 	h.released(n)
 	switch {
@@ -331,6 +330,27 @@ func (m *Mutex) release(ctx context.Context, h *hold) error {
 		return fmt.Errorf("rlock: unlock %q: %w", m.name, ErrNotHeld)
 	}
 	return nil
+}
+
+// sendRelease runs the release script for owner, on a context that outlives ctx, replaying
+// it until Redis answers. It returns the owner's remaining holds, 0 when the lock was freed,
+// -1 when the owner held none.
+func (m *Mutex) sendRelease(ctx context.Context, owner string) (int64, error) {
+	cctx, cancel := m.c.cleanupCtx(ctx)
+	defer cancel()
+	keys := []string{m.keys.lock, m.keys.fence}
+	args := []string{owner, m.c.newRequest(), m.keys.channel}
+	n, err := m.c.exec(cctx, lua.Release, keys, args).AsInt64()
+	if err != nil && !definitive(err) {
+		var res rueidis.RedisResult
+		if res, err = m.c.replay(cctx, lua.Release, keys, args, err); err == nil {
+			n, err = res.AsInt64()
+		}
+	}
+	if err != nil {
+		return 0, classify("unlock", m.name, err)
+	}
+	return n, nil
 }
 
 // ForceUnlock frees the lock whoever holds it and wakes a waiter. It reports whether there

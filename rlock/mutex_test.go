@@ -405,3 +405,29 @@ func TestMutex_closedClient(t *testing.T) {
 		require.ErrorIs(t, m.Unlock(bg), rlock.ErrClosed)
 	})
 }
+
+func TestMutex_Lock_reentryAfterUnnoticedLossIsRefused(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		c := b.client(t) // 30 s watchdog: no renewal will notice the loss during the test
+		m := c.Mutex(redistest.Name(t))
+		require.NoError(t, m.Lock(bg))
+		tok, err := m.Token(bg)
+		require.NoError(t, err)
+		_, err = b.do(t, "DEL", m.Key()) // behind the holder's back
+		require.NoError(t, err)
+
+		err = m.Lock(bg) // meant as a re-entry: Redis would grant afresh
+		require.ErrorIs(t, err, rlock.ErrLockLost)
+		require.False(t, b.exists(t, m.Key()), "the fresh grant is given back")
+		within(t, time.Second, "the loss notice", m.Done(bg))
+		require.ErrorIs(t, m.Err(bg), rlock.ErrLockLost)
+		require.ErrorIs(t, m.Lock(bg), rlock.ErrLockLost)
+
+		require.ErrorIs(t, m.Unlock(bg), rlock.ErrNotHeld)
+		require.NoError(t, m.Lock(bg))
+		tok2, err := m.Token(bg)
+		require.NoError(t, err)
+		require.Greater(t, tok2, tok)
+		require.NoError(t, m.Unlock(bg))
+	})
+}
