@@ -55,22 +55,8 @@ func ExampleMutex_Lock() {
 }
 
 func ExampleMutex_TryLock() {
-	mr, err := miniredis.Run()
-	if err != nil {
-		panic(err)
-	}
-	defer mr.Close()
-	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{mr.Addr()},
-		DisableCache: true, AlwaysRESP2: true, ForceSingleClient: true})
-	if err != nil {
-		panic(err)
-	}
-	defer rc.Close()
-	client, err := rlock.New(rc)
-	if err != nil {
-		panic(err)
-	}
-	defer client.Close()
+	client, done := exampleClient() // as in the Mutex.Lock example
+	defer done()
 
 	ctx := context.Background()
 	holder, other := client.Mutex("job"), client.Mutex("job") // two handles: two owners
@@ -96,22 +82,8 @@ func ExampleMutex_TryLock() {
 }
 
 func ExampleWithOwner() {
-	mr, err := miniredis.Run()
-	if err != nil {
-		panic(err)
-	}
-	defer mr.Close()
-	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{mr.Addr()},
-		DisableCache: true, AlwaysRESP2: true, ForceSingleClient: true})
-	if err != nil {
-		panic(err)
-	}
-	defer rc.Close()
-	client, err := rlock.New(rc)
-	if err != nil {
-		panic(err)
-	}
-	defer client.Close()
+	client, done := exampleClient() // as in the Mutex.Lock example
+	defer done()
 
 	// The request's context carries its owner (use client.WithNewOwner for a fresh one).
 	// Handles made down the call chain re-enter under it instead of blocking each other.
@@ -141,23 +113,9 @@ func ExampleWithOwner() {
 }
 
 func ExampleMutex_HoldContext() {
-	mr, err := miniredis.Run()
-	if err != nil {
-		panic(err)
-	}
-	defer mr.Close()
-	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{mr.Addr()},
-		DisableCache: true, AlwaysRESP2: true, ForceSingleClient: true})
-	if err != nil {
-		panic(err)
-	}
-	defer rc.Close()
 	// A short lease, renewed every 200ms while held.
-	client, err := rlock.New(rc, rlock.WithWatchdogTimeout(300*time.Millisecond))
-	if err != nil {
-		panic(err)
-	}
-	defer client.Close()
+	client, done := exampleClient(rlock.WithWatchdogTimeout(300 * time.Millisecond))
+	defer done()
 
 	ctx := context.Background()
 	m := client.Mutex("import")
@@ -174,9 +132,31 @@ func ExampleMutex_HoldContext() {
 	<-hctx.Done()
 	fmt.Println("lost:", errors.Is(context.Cause(hctx), rlock.ErrLockLost))
 	// The owner must still give back its hold before it may lock again.
-	err = m.Unlock(ctx)
+	err := m.Unlock(ctx)
 	fmt.Println("unlock: not held:", errors.Is(err, rlock.ErrNotHeld))
 	// Output:
 	// lost: true
 	// unlock: not held: true
+}
+
+// exampleClient makes a Client on an embedded miniredis, as ExampleMutex_Lock does, and a
+// func that closes everything.
+func exampleClient(opts ...rlock.Option) (*rlock.Client, func()) {
+	mr, err := miniredis.Run()
+	if err != nil {
+		panic(err)
+	}
+	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{mr.Addr()},
+		DisableCache: true, AlwaysRESP2: true, ForceSingleClient: true})
+	if err != nil {
+		mr.Close()
+		panic(err)
+	}
+	client, err := rlock.New(rc, opts...)
+	if err != nil {
+		rc.Close()
+		mr.Close()
+		panic(err)
+	}
+	return client, func() { _ = client.Close(); rc.Close(); mr.Close() }
 }
