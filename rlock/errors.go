@@ -3,6 +3,7 @@ package rlock
 import (
 	"errors"
 	"fmt"
+	"net"
 	"strings"
 
 	"github.com/redis/rueidis"
@@ -47,9 +48,13 @@ func classify(op, key string, err error) error {
 
 // definitive reports whether err proves the request had no effect on Redis: a reply from
 // Redis (an error reply means the script did not change anything: relock's scripts check
-// before they write). Anything else (a timeout, a broken connection, a cancelled context)
+// before they write), or a failure to connect. Anything else (a timeout, a broken connection, a cancelled context)
 // leaves the outcome unknown.
 func definitive(err error) bool {
-	_, ok := rueidis.IsRedisErr(err)
-	return ok
+	if _, ok := rueidis.IsRedisErr(err); ok {
+		return true
+	}
+	// A connection that could not be made carried nothing.
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial"
 }

@@ -431,3 +431,35 @@ func TestMutex_Lock_reentryAfterUnnoticedLossIsRefused(t *testing.T) {
 		require.NoError(t, m.Unlock(bg))
 	})
 }
+
+func TestMutex_Lock_redisDownFailsFastAndClose(t *testing.T) {
+	b := realBackend(t)
+	c := b.client(t)
+	name := redistest.Name(t)
+	holder := b.client(t).Mutex(name)
+	require.NoError(t, holder.Lock(bg))
+
+	// A waiter blocked in Lock returns ErrClosed when its Client closes.
+	got := make(chan error, 1)
+	go func() { got <- c.Mutex(name).Lock(bg) }()
+	parked(t, b, holder, 1)
+	require.NoError(t, c.Close())
+	select {
+	case err := <-got:
+		require.ErrorIs(t, err, rlock.ErrClosed)
+	case <-time.After(5 * time.Second):
+		t.Fatal("a waiter must return when its Client closes")
+	}
+
+	// With Redis down, Lock reports the failure instead of hanging: the connection could
+	// not be made, so nothing is in doubt.
+	m := b.client(t).Mutex(name)
+	b.srv.Kill(t)
+	ctx, cancel := context.WithTimeout(bg, 3*time.Second)
+	defer cancel()
+	start := time.Now()
+	err := m.Lock(ctx)
+	require.Error(t, err)
+	require.NotErrorIs(t, err, rlock.ErrUnknownOutcome)
+	require.Less(t, time.Since(start), 4*time.Second)
+}
