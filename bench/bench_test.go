@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/rueidis"
 	"go.uber.org/goleak"
 
 	"github.com/relock-go/relock/internal/redistest"
@@ -252,4 +253,52 @@ func BenchmarkWatchdog_HeldLocks(b *testing.B) {
 		b.ReportMetric(float64(held)/n, "goroutines/lock")
 		b.ReportMetric(float64(renewals), "renew-scripts")
 	}
+}
+
+// BenchmarkRueidis_HandoffFloor is the floor under BenchmarkMutex_Handoff: plain rueidis,
+// no lock logic: one client runs a script that only PUBLISHes, a subscriber's hook wakes a
+// goroutine, which runs a script that only reads a key. Its round trips are what any
+// pub/sub-woken lock on rueidis pays on this machine; the difference to the Mutex's is
+// relock's own cost (scripts that do more, and bookkeeping).
+func BenchmarkRueidis_HandoffFloor(b *testing.B) {
+	srv := redistest.Start(b)
+	pubc, acqc, subc := srv.Client(b), srv.Client(b), srv.Client(b)
+	pub := rueidis.NewLuaScript("redis.call('publish', KEYS[1], '0') return 0")
+	acq := rueidis.NewLuaScript("return redis.call('exists', KEYS[1])")
+	wake := make(chan struct{}, 1)
+	dc, release := subc.Dedicate()
+	defer release()
+	dc.SetPubSubHooks(rueidis.PubSubHooks{OnMessage: func(rueidis.PubSubMessage) {
+		select {
+		case wake <- struct{}{}:
+		default:
+		}
+	}})
+	if err := dc.Do(bg, dc.B().Subscribe().Channel("{floor}:released").Build()).Error(); err != nil {
+		b.Fatal(err)
+	}
+	pub.Exec(bg, pubc, []string{"{floor}:released"}, nil) // load both scripts
+	acq.Exec(bg, acqc, []string{"{floor}"}, nil)
+	<-wake
+	rtt := pingRTT(b, srv)
+	var all []time.Duration
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		done := make(chan time.Time, 1)
+		go func() {
+			<-wake
+			acq.Exec(bg, acqc, []string{"{floor}"}, nil)
+			done <- time.Now()
+		}()
+		time.Sleep(time.Millisecond)
+		b.StartTimer()
+		start := time.Now()
+		pub.Exec(bg, pubc, []string{"{floor}:released"}, nil)
+		all = append(all, (<-done).Sub(start))
+	}
+	b.StopTimer()
+	sort.Slice(all, func(i, j int) bool { return all[i] < all[j] })
+	b.ReportMetric(float64(all[len(all)/2])/float64(rtt), "p50-rtts/handoff")
+	b.ReportMetric(float64(rtt.Microseconds()), "ping-rtt-us")
 }
