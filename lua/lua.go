@@ -9,7 +9,9 @@
 package lua
 
 import (
+	"crypto/sha1"
 	"embed"
+	"encoding/hex"
 	"strings"
 
 	"github.com/redis/rueidis"
@@ -22,6 +24,7 @@ var files embed.FS
 type Script struct {
 	name    string
 	src     string
+	sha     string // SHA1 of the plain form
 	flagged *rueidis.Lua // nil when src has no shebang
 	plain   *rueidis.Lua
 }
@@ -38,6 +41,8 @@ func load(name string) *Script {
 		plain = plain[strings.IndexByte(plain, '\n')+1:]
 	}
 	s.plain = rueidis.NewLuaScript(plain)
+	sum := sha1.Sum([]byte(plain))
+	s.sha = hex.EncodeToString(sum[:])
 	return s
 }
 
@@ -58,6 +63,18 @@ func (s *Script) Name() string { return s.name }
 
 // Source is the script's text as embedded, shebang included.
 func (s *Script) Source() string { return s.src }
+
+// PlainSHA1 is the SHA1 of the plain form, for callers that build their own EVALSHA (to
+// pipeline it with other commands); on NOSCRIPT they send [Script.PlainSource] with EVAL.
+func (s *Script) PlainSHA1() string { return s.sha }
+
+// PlainSource is the script's text without its shebang line.
+func (s *Script) PlainSource() string {
+	if s.flagged != nil {
+		return s.src[strings.IndexByte(s.src, '\n')+1:]
+	}
+	return s.src
+}
 
 // HasFlags reports whether the script carries a "#!lua flags=..." shebang.
 func (s *Script) HasFlags() bool { return s.flagged != nil }

@@ -187,3 +187,39 @@ func sleep(ctx context.Context, d time.Duration) error {
 		return nil
 	}
 }
+
+// execAcquire runs the acquire script; with replica acknowledgements on, a WAIT follows it on
+// the same connection and acked is the number of replicas that acknowledged (else 0).
+func (c *Client) execAcquire(ctx context.Context, keys, args []string) (vals []int64, acked int64, err error) {
+	if c.opts.ackReplicas == 0 {
+		vals, err = c.exec(ctx, lua.Acquire, keys, args).AsIntSlice()
+		return vals, 0, err
+	}
+	s := lua.Acquire
+	wait := c.rc.B().Wait().Numreplicas(int64(c.opts.ackReplicas)).Timeout(c.opts.ackTimeout.Milliseconds()).Build()
+	res := c.rc.DoMulti(ctx,
+		c.rc.B().Evalsha().Sha1(s.PlainSHA1()).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build(), wait)
+	if re, ok := rueidis.IsRedisErr(res[0].Error()); ok && re.IsNoScript() {
+		wait = c.rc.B().Wait().Numreplicas(int64(c.opts.ackReplicas)).Timeout(c.opts.ackTimeout.Milliseconds()).Build()
+		res = c.rc.DoMulti(ctx,
+			c.rc.B().Eval().Script(s.PlainSource()).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build(), wait)
+	}
+	if vals, err = res[0].AsIntSlice(); err != nil {
+		return nil, 0, err
+	}
+	acked, _ = res[1].AsInt64()
+	return vals, acked, nil
+}
+
+// ackAfterTouch waits for replica acknowledgements of a grant whose own reply was lost: it
+// re-sets the lock's lease (a write, so that the WAIT behind it on the same connection
+// covers everything written before, the grant included) and returns how many replicas
+// acknowledged.
+func (c *Client) ackAfterTouch(ctx context.Context, key, leaseMs string) int64 {
+	ms, _ := strconv.ParseInt(leaseMs, 10, 64)
+	res := c.rc.DoMulti(ctx,
+		c.rc.B().Pexpire().Key(key).Milliseconds(ms).Build(),
+		c.rc.B().Wait().Numreplicas(int64(c.opts.ackReplicas)).Timeout(c.opts.ackTimeout.Milliseconds()).Build())
+	acked, _ := res[1].AsInt64()
+	return acked
+}

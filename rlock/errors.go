@@ -30,6 +30,9 @@ var (
 	// ErrUnknownOutcome: a request's reply was lost and the outcome could not be learned
 	// within the cleanup timeout. A hold it may have granted expires with its lease.
 	ErrUnknownOutcome = errors.New("rlock: outcome unknown")
+	// ErrNoReplicaAck: with [WithReplicaAck], a grant was not acknowledged by enough replicas
+	// in time and was given back.
+	ErrNoReplicaAck = errors.New("rlock: grant not acknowledged by enough replicas")
 	// ErrInvalid: an argument is out of range (empty name, negative duration, nil client).
 	ErrInvalid = errors.New("rlock: invalid argument")
 )

@@ -463,3 +463,38 @@ func TestMutex_lossNoticeFiresWhileRedisIsUnreachable(t *testing.T) {
 	require.NoError(t, m.Lock(bg))
 	require.NoError(t, m.Unlock(bg))
 }
+
+func TestMutex_replicaAck(t *testing.T) {
+	master := redistest.Start(t)
+	replica := redistest.Start(t, redistest.WithReplicaOf(master))
+	b := &backend{name: "redis", srv: master}
+	eventually(t, 10*time.Second, "the replica to sync", func() bool {
+		msg := master.Do(t, "INFO", "replication")
+		s, _ := msg.ToString()
+		return strings.Contains(s, "connected_slaves:1") && strings.Contains(s, "state=online")
+	})
+	c := b.client(t, rlock.WithReplicaAck(1, 500*time.Millisecond))
+	m := c.Mutex(redistest.Name(t))
+	require.NoError(t, m.Lock(bg))
+	msg := replica.Do(t, "HLEN", m.Key())
+	n, _ := msg.AsInt64()
+	require.EqualValues(t, 2, n, "the replica has the grant when Lock returns")
+	require.NoError(t, m.Unlock(bg))
+
+	// With the replica stalled no grant is acknowledged: it is given back, retried within
+	// the wait, and reported.
+	replica.Pause(t)
+	defer replica.Resume(t)
+	ok, err := m.TryLock(bg, 300*time.Millisecond, 0)
+	require.False(t, ok)
+	require.ErrorIs(t, err, rlock.ErrNoReplicaAck)
+	require.False(t, b.exists(t, m.Key()), "the unacknowledged grant was given back")
+	ok, err = m.TryLock(bg, 0, 0)
+	require.False(t, ok)
+	require.ErrorIs(t, err, rlock.ErrNoReplicaAck)
+
+	_, err = rlock.New(b.rueidis(t), rlock.WithReplicaAck(1, 0))
+	require.ErrorIs(t, err, rlock.ErrInvalid)
+	_, err = rlock.New(b.rueidis(t), rlock.WithReplicaAck(-1, time.Second))
+	require.ErrorIs(t, err, rlock.ErrInvalid)
+}

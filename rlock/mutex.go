@@ -143,16 +143,24 @@ func (m *Mutex) acquire(ctx context.Context, wait, lease time.Duration) (bool, e
 	}
 	sub := m.c.sub
 	pttl := time.Duration(-1) // unknown until an attempt tells
+	var unacked error         // the last grant given back for want of replica acknowledgements
+	// try makes one attempt; done says whether acquire returns its result.
+	try := func() (ok bool, err error, done bool) {
+		ok, ttl, err := m.attempt(ctx, h, lease, renew)
+		if errors.Is(err, ErrNoReplicaAck) && wait != 0 {
+			unacked, ttl, err = err, ackRetry, nil
+		}
+		pttl = ttl
+		return ok, err, ok || err != nil
+	}
 	// A Lock that finds waiters of this Client queued joins behind them rather than barging
 	// in; TryLock with wait 0 never queues.
 	queued := wait != 0 && sub.Waiting(m.keys.channel) > 0
 	mark := sub.Mark(m.keys.channel)
 	if !queued {
-		ok, ttl, err := m.attempt(ctx, h, lease, renew)
-		if ok || err != nil || wait == 0 {
+		if ok, err, done := try(); done || wait == 0 {
 			return ok, err
 		}
-		pttl = ttl
 	}
 	w, err := sub.Watch(m.keys.channel)
 	if err != nil {
@@ -163,11 +171,9 @@ func (m *Mutex) acquire(ctx context.Context, wait, lease time.Duration) (bool, e
 	// waiters we queued behind are gone, or when a release may have been published between
 	// the first attempt and the subscription.
 	if (queued && w.Ahead() == 0) || (!queued && !w.Live(mark)) {
-		ok, ttl, err := m.attempt(ctx, h, lease, renew)
-		if ok || err != nil {
+		if ok, err, done := try(); done {
 			return ok, err
 		}
-		pttl = ttl
 	}
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
@@ -185,7 +191,7 @@ func (m *Mutex) acquire(ctx context.Context, wait, lease time.Duration) (bool, e
 			left := time.Until(deadline)
 			if left <= 0 {
 				w.Pass()
-				return false, nil
+				return false, unacked
 			}
 			sleepFor = min(sleepFor, left)
 		}
@@ -195,22 +201,23 @@ func (m *Mutex) acquire(ctx context.Context, wait, lease time.Duration) (bool, e
 		case <-timer.C:
 		case <-ctx.Done():
 			w.Pass()
-			return false, fmt.Errorf("rlock: lock %q: %w", m.name, ctx.Err())
+			return false, errors.Join(fmt.Errorf("rlock: lock %q: %w", m.name, ctx.Err()), unacked)
 		}
 		if m.c.isClosed() {
 			return false, ErrClosed
 		}
-		ok, ttl, err := m.attempt(ctx, h, lease, renew)
-		if ok {
-			return true, nil
+		if ok, err, done := try(); done {
+			if err != nil {
+				w.Pass()
+			}
+			return ok, err
 		}
-		if err != nil {
-			w.Pass()
-			return false, err
-		}
-		pttl = ttl
 	}
 }
+
+// ackRetry is the pause before another attempt after a grant was given back for want of
+// replica acknowledgements.
+const ackRetry = 10 * time.Millisecond
 
 // attempt makes one acquire request, replaying it under the same request id until its
 // outcome is known. It returns whether the lock is now held, or else the holder's remaining
@@ -224,7 +231,7 @@ func (m *Mutex) attempt(ctx context.Context, h *hold, lease time.Duration, renew
 	keys := []string{m.keys.lock, m.keys.fence}
 	args := []string{strconv.FormatInt(lease.Milliseconds(), 10), h.owner, m.c.newRequest()}
 	sent := time.Now() // the lease is counted from the first send
-	vals, err := m.c.exec(ctx, lua.Acquire, keys, args).AsIntSlice()
+	vals, acked, err := m.c.execAcquire(ctx, keys, args)
 	if err != nil && !definitive(err) {
 		// The request may or may not have been applied: replay it (same request id) until
 		// Redis answers, on a context that outlives the caller's.
@@ -232,6 +239,9 @@ func (m *Mutex) attempt(ctx context.Context, h *hold, lease time.Duration, renew
 		var res rueidis.RedisResult
 		if res, err = m.c.replay(cctx, lua.Acquire, keys, args, err); err == nil {
 			vals, err = res.AsIntSlice()
+		}
+		if err == nil && len(vals) == 3 && vals[0] == 1 && vals[2] == 1 && m.c.opts.ackReplicas > 0 {
+			acked = m.c.ackAfterTouch(cctx, m.keys.lock, args[0])
 		}
 		cancel()
 		if err == nil && len(vals) == 3 && vals[0] == 1 && ctx.Err() != nil {
@@ -247,6 +257,11 @@ func (m *Mutex) attempt(ctx context.Context, h *hold, lease time.Duration, renew
 	}
 	switch {
 	case len(vals) == 3 && vals[0] == 1:
+		if vals[2] == 1 && acked < int64(m.c.opts.ackReplicas) {
+			// Too few replicas have the fresh grant: a failover now could lose it.
+			_, _ = m.sendRelease(ctx, h.owner)
+			return false, 0, fmt.Errorf("rlock: lock %q: %w (%d of %d acknowledged)", m.name, ErrNoReplicaAck, acked, m.c.opts.ackReplicas)
+		}
 		if err := m.grant(ctx, h, vals, sent, lease, renew); err != nil {
 			return false, 0, fmt.Errorf("rlock: lock %q: %w", m.name, err)
 		}

@@ -38,6 +38,8 @@ type options struct {
 	prefix          string
 	cleanupTimeout  time.Duration
 	linger          time.Duration
+	ackReplicas     int           // 0: no replica acknowledgement
+	ackTimeout      time.Duration // bound of each WAIT
 }
 
 func defaultOptions() options {
@@ -62,6 +64,10 @@ func (o *options) validate() error {
 		return invalid("cleanup timeout %v is not positive", o.cleanupTimeout)
 	case o.linger < 0:
 		return invalid("subscription linger %v is negative", o.linger)
+	case o.ackReplicas < 0:
+		return invalid("replica acknowledgements %d is negative", o.ackReplicas)
+	case o.ackReplicas > 0 && o.ackTimeout < time.Millisecond:
+		return invalid("replica acknowledgement timeout %v is below 1ms", o.ackTimeout)
 	}
 	return nil
 }
@@ -96,4 +102,17 @@ func WithCleanupTimeout(d time.Duration) Option {
 // unsubscribes at once. Default [DefaultSubscriptionLinger].
 func WithSubscriptionLinger(d time.Duration) Option {
 	return optionFunc(func(o *options) { o.linger = d })
+}
+
+// WithReplicaAck makes every fresh grant wait until at least replicas replicas acknowledge
+// it (Redis WAIT, bounded by timeout, sent on the same connection right behind the acquire
+// script). A grant that too few replicas acknowledged in time is given back and the attempt
+// counts as failed: Lock and TryLock try again, within their wait, every few milliseconds,
+// and report an error wrapping [ErrNoReplicaAck] if the wait ends that way.
+//
+// It narrows the window in which a failover to an asynchronous replica loses a lock that was
+// just granted; it does not close it (WAIT does not make Redis strongly consistent), and it
+// costs a round trip to the replicas per grant. Default: off (replicas 0).
+func WithReplicaAck(replicas int, timeout time.Duration) Option {
+	return optionFunc(func(o *options) { o.ackReplicas, o.ackTimeout = replicas, timeout })
 }
