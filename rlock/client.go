@@ -17,9 +17,9 @@ import (
 	"github.com/relock-go/relock/watchdog"
 )
 
-// Client makes locks on one Redis deployment. It owns one watchdog goroutine (renewing every
-// lock it holds in watchdog mode, in batches) and one subscription connection with its
-// goroutine (shared by every waiter), both started on first need and stopped by Close.
+// Client makes locks on one Redis deployment. It owns the watchdog's goroutines (renewing
+// every lock it holds in watchdog mode, in batches) and one subscription connection with its
+// goroutines (shared by every waiter), all started on first need and stopped by Close.
 //
 // A Client is safe for concurrent use. Make one per process and Redis deployment, and
 // share it.

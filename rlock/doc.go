@@ -54,8 +54,9 @@
 //
 // # Goroutines
 //
-// A Client starts at most three goroutines, and only when needed: the watchdog scheduler,
+// A Client starts at most four goroutines, and only when needed: the watchdog scheduler,
 // one renewal goroutine while renewals are on the wire, and the subscriber of the shared
-// pub/sub connection. No goroutine is started per lock or per waiter. [Client.Close] stops
+// pub/sub connection with a watcher of that connection (rueidis runs its own for the
+// connections it opens). No goroutine is started per lock or per waiter. [Client.Close] stops
 // them all and waits.
 package rlock
