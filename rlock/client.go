@@ -136,19 +136,29 @@ func (c *Client) cleanupCtx(ctx context.Context) (context.Context, context.Cance
 // renewer renews the Client's watchdog-mode holds.
 type renewer struct{ c *Client }
 
-// Renew sends one renew script per batch of leases: all of them on a single server, one
-// per lease on Cluster (where a batch must share a slot).
+// Renew sends one renew script per batch of leases: one for all of them on a single
+// server; on Cluster, one per hash slot (a script's keys must share a slot).
 func (r renewer) Renew(ctx context.Context, leases []*watchdog.Lease) []error {
-	errs := make([]error, len(leases))
-	if r.c.rc.Mode() == rueidis.ClientModeCluster {
-		for i := range leases {
-			errs[i] = r.renew(ctx, leases[i:i+1])[0]
-		}
-		return errs
+	if r.c.rc.Mode() != rueidis.ClientModeCluster {
+		return r.renew(ctx, leases)
 	}
-	// Leases of one batch may differ in TTL only if the watchdog timeout changed; it cannot,
-	// so one call serves all.
-	return r.renew(ctx, leases)
+	bySlot := make(map[uint16][]int)
+	for i, l := range leases {
+		s := slot(l.Data.(*hold).keys.lock)
+		bySlot[s] = append(bySlot[s], i)
+	}
+	errs := make([]error, len(leases))
+	group := make([]*watchdog.Lease, 0, len(leases))
+	for _, idx := range bySlot {
+		group = group[:0]
+		for _, i := range idx {
+			group = append(group, leases[i])
+		}
+		for j, err := range r.renew(ctx, group) {
+			errs[idx[j]] = err
+		}
+	}
+	return errs
 }
 
 func (r renewer) renew(ctx context.Context, leases []*watchdog.Lease) []error {

@@ -5,27 +5,6 @@ import (
 	"testing"
 )
 
-// slot is Redis Cluster's key slot: CRC16 (XMODEM) of the hash tag, or of the whole key.
-func slot(key string) uint16 {
-	if i := strings.IndexByte(key, '{'); i >= 0 {
-		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
-			key = key[i+1 : i+1+j]
-		}
-	}
-	var crc uint16
-	for i := 0; i < len(key); i++ {
-		crc ^= uint16(key[i]) << 8
-		for b := 0; b < 8; b++ {
-			if crc&0x8000 != 0 {
-				crc = crc<<1 ^ 0x1021
-			} else {
-				crc <<= 1
-			}
-		}
-	}
-	return crc % 16384
-}
-
 func TestSlot_matchesRedis(t *testing.T) {
 	// Values from CLUSTER KEYSLOT on Redis 7.
 	for key, want := range map[string]uint16{"foo": 12182, "{user1000}.following": 3443, "{}x": 10595, "somekey": 11058, "foo{hash_tag}": 2515} {

@@ -1,0 +1,77 @@
+package rlock_test
+
+import (
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/rueidis"
+	"github.com/stretchr/testify/require"
+
+	"github.com/relock-go/relock/internal/redistest"
+	"github.com/relock-go/relock/rlock"
+)
+
+// clusterBackend starts a one-node Redis Cluster that serves every slot: rueidis talks to it
+// as to a cluster, and Redis refuses any script whose keys span slots, as a real cluster
+// would.
+func clusterBackend(t *testing.T) (*backend, rueidis.Client) {
+	t.Helper()
+	srv := redistest.Start(t, redistest.WithArgs("--cluster-enabled", "yes",
+		"--cluster-config-file", filepath.Join(t.TempDir(), "nodes.conf")))
+	if msg := srv.Do(t, "CLUSTER", "ADDSLOTSRANGE", "0", "16383"); msg.Error() != nil {
+		t.Fatalf("CLUSTER ADDSLOTSRANGE: %v", msg.Error())
+	}
+	eventually(t, 10*time.Second, "the cluster to be ready", func() bool {
+		msg := srv.Do(t, "CLUSTER", "INFO")
+		s, _ := msg.ToString()
+		return strings.Contains(s, "cluster_state:ok")
+	})
+	rc := srv.Client(t, func(o *rueidis.ClientOption) { o.ForceSingleClient = false })
+	require.Equal(t, rueidis.ClientModeCluster, rc.Mode())
+	return &backend{name: "cluster", srv: srv}, rc
+}
+
+func TestMutex_cluster(t *testing.T) {
+	b, rc := clusterBackend(t)
+	c, err := rlock.New(rc, rlock.WithWatchdogTimeout(600*time.Millisecond))
+	require.NoError(t, err)
+	defer c.Close()
+
+	// Names of every shape, held together: the renewals go out grouped by slot.
+	names := []string{"}x", "{user}:cart", "a{b", "{}", "plain"}
+	for i := 0; i < 100; i++ {
+		names = append(names, fmt.Sprintf("%s-%d", redistest.Name(t), i))
+	}
+	locks := make([]*rlock.Mutex, len(names))
+	for i, name := range names {
+		locks[i] = c.Mutex(name)
+		require.NoError(t, locks[i].Lock(bg), name)
+	}
+	time.Sleep(1500 * time.Millisecond) // more than two renewal periods
+	for i, m := range locks {
+		require.NoError(t, m.Err(bg), names[i])
+	}
+
+	// A waiter of another Client is woken by the release.
+	c2, err := rlock.New(rc)
+	require.NoError(t, err)
+	defer c2.Close()
+	waiter := c2.Mutex(names[0])
+	got := make(chan error, 1)
+	go func() { got <- waiter.Lock(bg) }()
+	parked(t, b, locks[0], 1)
+	require.NoError(t, locks[0].Unlock(bg))
+	select {
+	case err := <-got:
+		require.NoError(t, err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("waiter not woken on Cluster")
+	}
+	require.NoError(t, waiter.Unlock(bg))
+	for _, m := range locks[1:] {
+		require.NoError(t, m.Unlock(bg))
+	}
+}
