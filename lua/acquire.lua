@@ -1,6 +1,6 @@
 -- acquire: take or re-enter a reentrant lock.
 -- KEYS[1] = lock hash   (field <owner> = hold count, field <owner>:r = last request id applied)
--- KEYS[2] = fence hash  (field t = last fencing token, field r = <owner>:<request> of the last full release)
+-- KEYS[2] = fence hash  (field t = last fencing token; never expires, so tokens only rise)
 -- ARGV[1] = lease in milliseconds (> 0)
 -- ARGV[2] = owner id
 -- ARGV[3] = request id (unique per call; a replay with the same id is answered, not applied again)

@@ -49,7 +49,7 @@ func TestScripts_compile(t *testing.T) {
 			ctx := context.Background()
 			runs := map[*lua.Script][2][]string{
 				lua.Acquire:      {{"{t}", "{t}:fence"}, {"1000", "o", "r1"}},
-				lua.Release:      {{"{t}", "{t}:fence"}, {"o", "r2", "{t}:released"}},
+				lua.Release:      {{"{t}", "{t}:rel"}, {"o", "r2", "{t}:released", "10000"}},
 				lua.Renew:        {{"{t}"}, {"1000", "o"}},
 				lua.ForceRelease: {{"{t}"}, {"{t}:released"}},
 			}
@@ -65,7 +65,7 @@ func TestScripts_compile(t *testing.T) {
 
 func TestIsShebangError(t *testing.T) {
 	_, mini := redistest.Miniredis(t)
-	err := lua.Release.Lua(true).Exec(context.Background(), mini, []string{"{t}", "{t}:fence"}, []string{"o", "r", "c"}).Error()
+	err := lua.Release.Lua(true).Exec(context.Background(), mini, []string{"{t}", "{t}:rel"}, []string{"o", "r", "c", "1000"}).Error()
 	if !lua.IsShebangError(err) {
 		t.Fatalf("miniredis's refusal of the shebang not recognised: %v", err)
 	}

@@ -61,3 +61,25 @@ func definitive(err error) bool {
 	var op *net.OpError
 	return errors.As(err, &op) && op.Op == "dial"
 }
+
+// transient reports whether err, a failed attempt, may pass by itself: Redis could not be
+// reached (nothing was sent), or it answered that it is loading, busy, or without a
+// master. An outcome left unknown is not transient: a later attempt could stack a hold on a
+// ghost one.
+func transient(err error) bool {
+	if errors.Is(err, ErrUnknownOutcome) {
+		return false
+	}
+	var re *rueidis.RedisError
+	if errors.As(err, &re) && re != nil && !rueidis.IsRedisNil(re) {
+		msg := re.Error()
+		for _, p := range []string{"LOADING", "BUSY", "TRYAGAIN", "CLUSTERDOWN", "MASTERDOWN"} {
+			if strings.HasPrefix(msg, p) {
+				return true
+			}
+		}
+		return false
+	}
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial"
+}

@@ -97,33 +97,43 @@ func (h *hold) granted(token, holds int64, sent time.Time, lease time.Duration, 
 		}
 		return cause
 	}
-	h.count++
 	t := h.cur
-	if t == nil {
+	fresh := t == nil
+	if fresh {
 		ctx, cancel := context.WithCancelCause(context.Background())
 		t = &tenure{ctx: ctx, cancel: cancel, token: token}
-		h.cur = t
 	}
 	end := sent.Add(lease - watchdog.Drift(lease))
-	if t.lease != nil && (t.renew || (!renew && !end.After(t.end))) {
+	if !fresh && (t.renew || (!renew && !end.After(t.end))) {
+		h.count++
 		return nil // the lease in force already covers this hold
 	}
 	// A fresh tenure, or a re-entry that extends a fixed lease or turns the watchdog on.
+	l := &watchdog.Lease{TTL: lease, Renew: renew, Data: h}
+	l.OnLost = func(cause error) { h.onLost(l, cause) }
+	if err := h.c.wd.Add(l, sent); err != nil {
+		if !fresh {
+			// The re-entry's own lease ran out before its reply came back: the lease in
+			// force still covers the hold.
+			h.count++
+			return nil
+		}
+		// The grant came back after its lease had run out on this clock (Redis stalled),
+		// or the Client is closing: it is of no use and not recorded.
+		t.cancel(ErrNotHeld)
+		return fmt.Errorf("%w: %w", errLateGrant, err)
+	}
 	if t.lease != nil {
 		h.c.wd.Remove(t.lease)
 	}
-	t.renew, t.end = renew, end
-	l := &watchdog.Lease{TTL: lease, Renew: renew, Data: h}
-	l.OnLost = func(cause error) { h.onLost(l, cause) }
-	t.lease = l
-	if err := h.c.wd.Add(l, sent); err != nil {
-		// The lease ran out before the reply came back, or the Client is closing.
-		t.lease = nil
-		h.endLocked(fmt.Errorf("%w: %w", ErrLockLost, err))
-		return err
-	}
+	t.renew, t.end, t.lease = renew, end, l
+	h.cur = t
+	h.count++
 	return nil
 }
+
+// errLateGrant: a grant arrived too late to be used; the caller gives it back.
+var errLateGrant = errors.New("rlock: grant arrived after its lease")
 
 // onLost runs on a watchdog goroutine when lease l was lost.
 func (h *hold) onLost(l *watchdog.Lease, cause error) {

@@ -6,6 +6,7 @@ import "strings"
 // Redis Cluster they live in one slot.
 type lockKeys struct {
 	lock, fence, channel string
+	released             string // recent full releases, to answer replays
 }
 
 // keysFor derives a lock's keys from the prefix (brace-free) and the name.
@@ -24,7 +25,7 @@ func keysFor(prefix, name string) lockKeys {
 	} else {
 		base = "{" + prefix + escapeBraces(name) + "}"
 	}
-	return lockKeys{lock: base, fence: base + ":fence", channel: base + ":released"}
+	return lockKeys{lock: base, fence: base + ":fence", channel: base + ":released", released: base + ":rel"}
 }
 
 // hasHashTag reports whether Redis would hash s by a tag: a '{' followed later by a '}'

@@ -25,10 +25,10 @@ func TestKeysFor_oneSlotPerLockAndNoCollisions(t *testing.T) {
 		for _, name := range names {
 			k := keysFor(prefix, name)
 			s := slot(k.lock)
-			if slot(k.fence) != s || slot(k.channel) != s {
+			if slot(k.fence) != s || slot(k.channel) != s || slot(k.released) != s {
 				t.Errorf("prefix %q name %.20q: keys %.40q %.40q %.40q span slots", prefix, name, k.lock, k.fence, k.channel)
 			}
-			for _, key := range []string{k.lock, k.fence, k.channel} {
+			for _, key := range []string{k.lock, k.fence, k.channel, k.released} {
 				if other, ok := seen[key]; ok {
 					t.Errorf("prefix %q: names %.20q and %.20q share key %.40q", prefix, other, name, key)
 				}

@@ -10,6 +10,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/relock-go/relock/lua"
+	"github.com/relock-go/relock/watchdog"
 )
 
 // Mutex is a handle on a reentrant lock named in Redis. Get one with [Client.Mutex].
@@ -143,12 +144,22 @@ func (m *Mutex) acquire(ctx context.Context, wait, lease time.Duration) (bool, e
 	}
 	sub := m.c.sub
 	pttl := time.Duration(-1) // unknown until an attempt tells
-	var unacked error         // the last grant given back for want of replica acknowledgements
+	var unacked error         // why the last attempt failed, when it failed for a passing reason
 	// try makes one attempt; done says whether acquire returns its result.
+	backoff := outageRetry
 	try := func() (ok bool, err error, done bool) {
 		ok, ttl, err := m.attempt(ctx, h, lease, renew)
-		if errors.Is(err, ErrNoReplicaAck) && wait != 0 {
+		switch {
+		case err == nil:
+			backoff = outageRetry
+		case wait == 0:
+		case errors.Is(err, ErrNoReplicaAck):
 			unacked, ttl, err = err, ackRetry, nil
+		case transient(err):
+			// Redis is unreachable or not ready: a waiter rides the outage out within its
+			// wait, as the holder's renewals do, trying again with backoff.
+			unacked, ttl, err = err, backoff, nil
+			backoff = min(2*backoff, time.Second)
 		}
 		pttl = ttl
 		return ok, err, ok || err != nil
@@ -216,8 +227,11 @@ func (m *Mutex) acquire(ctx context.Context, wait, lease time.Duration) (bool, e
 }
 
 // ackRetry is the pause before another attempt after a grant was given back for want of
-// replica acknowledgements.
-const ackRetry = 10 * time.Millisecond
+// replica acknowledgements; outageRetry the first pause after Redis could not be reached.
+const (
+	ackRetry    = 10 * time.Millisecond
+	outageRetry = 10 * time.Millisecond
+)
 
 // attempt makes one acquire request, replaying it under the same request id until its
 // outcome is known. It returns whether the lock is now held, or else the holder's remaining
@@ -237,7 +251,7 @@ func (m *Mutex) attempt(ctx context.Context, h *hold, lease time.Duration, renew
 		// Redis answers, on a context that outlives the caller's.
 		cctx, cancel := m.c.cleanupCtx(ctx)
 		var res rueidis.RedisResult
-		if res, err = m.c.replay(cctx, lua.Acquire, keys, args, err); err == nil {
+		if res, err = m.c.replay(cctx, ctx, lua.Acquire, keys, args, err); err == nil {
 			vals, err = res.AsIntSlice()
 		}
 		if err == nil && len(vals) == 3 && vals[0] == 1 && vals[2] == 1 && m.c.opts.ackReplicas > 0 {
@@ -262,7 +276,12 @@ func (m *Mutex) attempt(ctx context.Context, h *hold, lease time.Duration, renew
 			_, _ = m.sendRelease(ctx, h.owner)
 			return false, 0, fmt.Errorf("rlock: lock %q: %w (%d of %d acknowledged)", m.name, ErrNoReplicaAck, acked, m.c.opts.ackReplicas)
 		}
-		if err := m.grant(ctx, h, vals, sent, lease, renew); err != nil {
+		switch err := m.grant(ctx, h, vals, sent, lease, renew); {
+		case errors.Is(err, watchdog.ErrClosed):
+			return false, 0, ErrClosed
+		case errors.Is(err, errLateGrant):
+			return false, 0, nil // given back: free for the next attempt
+		case err != nil:
 			return false, 0, fmt.Errorf("rlock: lock %q: %w", m.name, err)
 		}
 		return true, 0, nil
@@ -281,7 +300,7 @@ func (m *Mutex) attempt(ctx context.Context, h *hold, lease time.Duration, renew
 // is never silently taken again. h.op must be held.
 func (m *Mutex) grant(ctx context.Context, h *hold, vals []int64, sent time.Time, lease time.Duration, renew bool) error {
 	err := h.granted(vals[1], vals[2], sent, lease, renew)
-	if errors.Is(err, ErrLockLost) {
+	if errors.Is(err, ErrLockLost) || errors.Is(err, errLateGrant) {
 		_, _ = m.sendRelease(ctx, h.owner)
 	}
 	return err
@@ -289,20 +308,31 @@ func (m *Mutex) grant(ctx context.Context, h *hold, vals []int64, sent time.Time
 
 // replay re-sends a script whose first send failed with first (not a Redis reply) until it
 // gets a reply from Redis or ctx ends. The scripts answer a replayed request id without
-// applying it twice.
-func (c *Client) replay(ctx context.Context, s *lua.Script, keys, args []string, first error) (rueidis.RedisResult, error) {
+// applying it twice. While Redis cannot even be reached, replaying stops early once the
+// caller's own context (caller) has ended: it could go on for the whole cleanup timeout for
+// nothing, and the caller is owed a prompt answer.
+func (c *Client) replay(ctx, caller context.Context, s *lua.Script, keys, args []string, first error) (rueidis.RedisResult, error) {
 	backoff := 5 * time.Millisecond
 	last := first
+	unknown := func(err error) (rueidis.RedisResult, error) {
+		return rueidis.RedisResult{}, fmt.Errorf("%w: %w (last error: %w)", ErrUnknownOutcome, err, last)
+	}
 	for {
 		if err := sleep(ctx, backoff); err != nil {
-			return rueidis.RedisResult{}, fmt.Errorf("%w: %w (last error: %w)", ErrUnknownOutcome, err, last)
+			return unknown(err)
 		}
 		backoff = min(2*backoff, 250*time.Millisecond)
 		res := c.exec(ctx, s, keys, args)
-		if err := res.Error(); err == nil || definitive(err) {
+		err := res.Error()
+		if _, isReply := rueidis.IsRedisErr(err); err == nil || isReply {
 			return res, err
 		}
-		last = res.Error()
+		// A replay that could not even be sent (a refused dial) says nothing of the first
+		// send: keep trying, unless the caller has gone.
+		last = err
+		if caller.Err() != nil && transient(err) {
+			return unknown(caller.Err())
+		}
 	}
 }
 
@@ -353,12 +383,12 @@ func (m *Mutex) release(ctx context.Context, h *hold) error {
 func (m *Mutex) sendRelease(ctx context.Context, owner string) (int64, error) {
 	cctx, cancel := m.c.cleanupCtx(ctx)
 	defer cancel()
-	keys := []string{m.keys.lock, m.keys.fence}
-	args := []string{owner, m.c.newRequest(), m.keys.channel}
+	keys := []string{m.keys.lock, m.keys.released}
+	args := []string{owner, m.c.newRequest(), m.keys.channel, strconv.FormatInt(2*m.c.opts.cleanupTimeout.Milliseconds(), 10)}
 	n, err := m.c.exec(cctx, lua.Release, keys, args).AsInt64()
 	if err != nil && !definitive(err) {
 		var res rueidis.RedisResult
-		if res, err = m.c.replay(cctx, lua.Release, keys, args, err); err == nil {
+		if res, err = m.c.replay(cctx, ctx, lua.Release, keys, args, err); err == nil {
 			n, err = res.AsInt64()
 		}
 	}
@@ -449,7 +479,8 @@ func (m *Mutex) TTL(ctx context.Context) (time.Duration, error) {
 
 var closedCh = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 
-// tenure returns the caller's owner's current tenure on this Client, or nil.
+// tenure returns the caller's owner's current tenure on this Client, or else why there is
+// none: ErrNotHeld, or the loss that ended the last one while the owner still counts holds.
 func (m *Mutex) tenure(ctx context.Context) (*tenure, error) {
 	owner, err := m.ownerOf(ctx)
 	if err != nil {
@@ -457,10 +488,16 @@ func (m *Mutex) tenure(ctx context.Context) (*tenure, error) {
 	}
 	h := m.c.peek(m.keys, owner)
 	if h == nil {
-		return nil, nil
+		return nil, ErrNotHeld
 	}
-	t, _ := h.snapshot()
-	return t, nil
+	t, lost := h.snapshot()
+	switch {
+	case t != nil:
+		return t, nil
+	case lost != nil:
+		return nil, lost
+	}
+	return nil, ErrNotHeld
 }
 
 // Done returns a channel that is closed when the caller's owner's current hold on the lock
@@ -479,25 +516,14 @@ func (m *Mutex) Done(ctx context.Context) <-chan struct{} {
 // why not: [ErrNotHeld] (never held, or released), an error wrapping [ErrLockLost] (lost,
 // until every hold has been unlocked), or [ErrClosed].
 func (m *Mutex) Err(ctx context.Context) error {
-	owner, err := m.ownerOf(ctx)
-	if err != nil {
+	if _, err := m.ownerOf(ctx); err != nil {
 		return err
 	}
 	if m.c.isClosed() {
 		return ErrClosed
 	}
-	h := m.c.peek(m.keys, owner)
-	if h == nil {
-		return ErrNotHeld
-	}
-	t, lost := h.snapshot()
-	switch {
-	case t != nil:
-		return nil
-	case lost != nil:
-		return lost
-	}
-	return ErrNotHeld
+	_, err := m.tenure(ctx)
+	return err
 }
 
 // Token is the fencing token of the caller's owner's current hold: a number that strictly
@@ -508,10 +534,7 @@ func (m *Mutex) Err(ctx context.Context) error {
 func (m *Mutex) Token(ctx context.Context) (int64, error) {
 	t, err := m.tenure(ctx)
 	if err != nil {
-		return 0, err
-	}
-	if t == nil {
-		return 0, fmt.Errorf("rlock: token of %q: %w", m.name, ErrNotHeld)
+		return 0, fmt.Errorf("rlock: token of %q: %w", m.name, err)
 	}
 	return t.token, nil
 }
@@ -519,16 +542,15 @@ func (m *Mutex) Token(ctx context.Context) (int64, error) {
 // HoldContext returns a copy of ctx that is also cancelled when the caller's owner's current
 // hold ends; [context.Cause] then tells why: an error wrapping [ErrLockLost], [ErrNotHeld]
 // (released by Unlock) or [ErrClosed]. Run the guarded work under it to stop as soon as
-// the lock is lost. When the owner holds no hold, the context is already cancelled with
-// cause ErrNotHeld. Call cancel when done with it.
+// the lock is lost. When the owner holds no hold, the context is already cancelled, with
+// the loss as cause if the last hold was lost and not yet unlocked, else ErrNotHeld. Call
+// cancel when done with it.
 func (m *Mutex) HoldContext(ctx context.Context) (context.Context, context.CancelFunc) {
 	hctx, cancel := context.WithCancelCause(ctx)
 	t, err := m.tenure(ctx)
 	switch {
 	case err != nil:
 		cancel(err)
-	case t == nil:
-		cancel(ErrNotHeld)
 	default:
 		stop := context.AfterFunc(t.ctx, func() { cancel(context.Cause(t.ctx)) })
 		return hctx, func() { stop(); cancel(context.Canceled) }
