@@ -47,8 +47,9 @@
 // # Keys
 //
 // A lock called name lives in Redis as a hash at "{<prefix><name>}" (owner id -> hold count),
-// with a fencing counter at "...:fence" and a release channel "...:released", all in one
-// hash slot. A name that carries its own hash tag ("{user42}:cart") keeps that slot. The
+// with a fencing counter at "...:fence", a short-lived record of recent releases at
+// "...:rel" (so that a replayed Unlock is answered truly) and a release channel
+// "...:released", all in one hash slot. A name that carries its own hash tag ("{user42}:cart") keeps that slot. The
 // fencing counter is never deleted: it is what keeps tokens rising, and costs a few dozen
 // bytes per name ever locked.
 //
