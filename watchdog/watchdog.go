@@ -116,6 +116,8 @@ type Watchdog struct {
 	started  bool
 	closed   bool
 	kick     chan struct{} // capacity 1: the schedule changed
+	alarm    *time.Timer   // pokes the loop at wakeAt; created with the loop
+	wakeAt   time.Time     // when the loop next looks at the leases
 	ctx      context.Context
 	cancel   context.CancelFunc
 	pending  []taken        // due leases waiting for the renewal goroutine
@@ -182,10 +184,15 @@ func (w *Watchdog) Add(l *Lease, sent time.Time) error {
 	heap.Push(&w.leases, l)
 	if !w.started {
 		w.started = true
+		w.alarm = time.AfterFunc(time.Hour, w.poke)
+		w.wakeAt = time.Now() // the loop's first look comes at once
 		w.wg.Add(1)
 		go w.loop()
-	} else if w.leases[0] == l {
-		w.poke()
+	} else if at := l.wake(); at.Before(w.wakeAt) {
+		// Bring the loop's alarm forward rather than waking it now: a lock taken and given
+		// back within its renewal period costs the loop nothing.
+		w.wakeAt = at
+		w.alarm.Reset(time.Until(at))
 	}
 	return nil
 }
@@ -278,10 +285,9 @@ func (w *Watchdog) current(t taken) bool {
 
 func (w *Watchdog) loop() {
 	defer w.wg.Done()
-	timer := time.NewTimer(time.Hour)
-	defer timer.Stop()
+	defer w.alarm.Stop()
 	for {
-		lost, due, wait := w.collect()
+		lost, due := w.collect()
 		// OnLost may Remove a lease of due: renew checks each lease again before sending.
 		for _, l := range lost {
 			l.OnLost(ErrExpired)
@@ -297,12 +303,10 @@ func (w *Watchdog) loop() {
 				go w.renewPending()
 			}
 		}
-		timer.Reset(wait)
 		select {
 		case <-w.ctx.Done():
 			return
 		case <-w.kick:
-		case <-timer.C:
 		}
 	}
 }
@@ -329,16 +333,22 @@ func (w *Watchdog) renewPending() {
 }
 
 // collect takes the leases whose deadline passed (now lost) and those due for renewal (now
-// in flight), and says how long to sleep.
-func (w *Watchdog) collect() (lost []*Lease, due []taken, wait time.Duration) {
+// in flight), and sets the alarm for the next look.
+func (w *Watchdog) collect() (lost []*Lease, due []taken) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	now := time.Now()
+	wait := time.Hour
+	defer func() {
+		w.wakeAt = now.Add(wait)
+		w.alarm.Reset(wait)
+	}()
 	for len(w.leases) > 0 {
 		l := w.leases[0]
 		at := l.wake()
 		if at.After(now.Add(l.early())) {
-			return lost, due, at.Sub(now)
+			wait = at.Sub(now)
+			return lost, due
 		}
 		if !now.Before(l.deadline) {
 			w.drop(l)
@@ -349,7 +359,7 @@ func (w *Watchdog) collect() (lost []*Lease, due []taken, wait time.Duration) {
 		heap.Fix(&w.leases, 0)
 		due = append(due, taken{l, l.gen})
 	}
-	return lost, due, time.Hour
+	return lost, due
 }
 
 func (w *Watchdog) renew(batch []taken) {
