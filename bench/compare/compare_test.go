@@ -1,0 +1,88 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/csv"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// tiny bounds a smoke run to a few seconds.
+var tiny = settings{warm: 20 * time.Millisecond, window: 150 * time.Millisecond, handoffDur: 300 * time.Millisecond,
+	handoffMax: 5, heldLocks: 100, heldLease: 300 * time.Millisecond, rounds: 1}
+
+// TestSmoke runs every scenario for every library briefly and checks the outputs' shape and
+// that no library broke mutual exclusion.
+func TestSmoke(t *testing.T) {
+	if os.Getenv("REDIS_ADDR") == "" {
+		if _, err := exec.LookPath("redis-server"); err != nil {
+			t.Skip("no redis-server on PATH and no REDIS_ADDR")
+		}
+	}
+	dir := t.TempDir()
+	csvPath := filepath.Join(dir, "out.csv")
+	var md bytes.Buffer
+	if err := run(context.Background(), &md, libs, tiny, csvPath, dir); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(csvPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	recs, err := csv.NewReader(f).ReadAll()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(recs[0], []string{"lib", "scenario", "goroutines", "ops_per_sec", "p50_us", "p99_us", "max_us", "jain", "cmds_per_op", "violations", "errors"}) {
+		t.Fatalf("CSV header %v", recs[0])
+	}
+	if want := 1 + len(libs)*7; len(recs) != want {
+		t.Fatalf("CSV has %d records, want %d", len(recs), want)
+	}
+	for _, r := range recs[1:] {
+		if r[9] != "0" {
+			t.Errorf("%s %s %s: %s mutual-exclusion violations", r[0], r[1], r[2], r[9])
+		}
+		if r[3] == "0" && r[0] != "redsync-default" && r[0] != "redislock-default" {
+			t.Errorf("%s %s %s: no acquisition", r[0], r[1], r[2])
+		}
+	}
+	for _, png := range []string{"throughput.png", "hotkey-waits.png"} {
+		if st, err := os.Stat(filepath.Join(dir, png)); err != nil || st.Size() == 0 {
+			t.Errorf("%s: %v", png, err)
+		}
+	}
+	if !strings.Contains(md.String(), "| relock | hotkey | 16 |") {
+		t.Errorf("Markdown table lacks relock's hot-key row:\n%s", md.String())
+	}
+}
+
+func TestRESPParser(t *testing.T) {
+	before, _ := sent.snapshot()
+	var p respParser
+	req := "*3\r\n$7\r\nEVALSHA\r\n$2\r\nab\r\n$1\r\n0\r\n*1\r\n$4\r\nPING\r\n*2\r\n$3\r\nGET\r\n$12\r\nhello\r\nworld\r\n"
+	// Fed byte by byte, as a worst case of split writes.
+	for i := range len(req) {
+		p.feed([]byte{req[i]})
+	}
+	after, names := sent.snapshot()
+	if after-before != 3 {
+		t.Fatalf("counted %d commands, want 3", after-before)
+	}
+	for _, n := range []string{"evalsha", "ping", "get"} {
+		if names[n] == 0 {
+			t.Errorf("%s not counted: %v", n, names)
+		}
+	}
+}

@@ -1,0 +1,366 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"math"
+	"sync/atomic"
+	"time"
+
+	"github.com/bsm/redislock"
+	"github.com/go-redsync/redsync/v4"
+	redsyncgoredis "github.com/go-redsync/redsync/v4/redis/goredis/v9"
+	goredis "github.com/redis/go-redis/v9"
+	"github.com/redis/rueidis"
+	"github.com/redis/rueidis/rueidislock"
+
+	"github.com/relock-go/relock/rlock"
+)
+
+// lib is one library in one configuration.
+type lib struct {
+	name    string // as in the CSV's lib column
+	config  string // what the configuration is, for the README
+	renewal string // how held locks are kept alive in the held scenario
+	open    func(addr string, o openOpts) (instance, error)
+}
+
+// openOpts are the scenario's demands on an instance.
+type openOpts struct {
+	lease time.Duration // > 0: the lease of held locks, renewed while held (held scenario)
+}
+
+// instance is an open client of a library: one per process in real life.
+type instance interface {
+	handle(key string) handle
+	// renewPeriod is how often a held lock is renewed under opts.lease.
+	renewPeriod(lease time.Duration) time.Duration
+	close()
+}
+
+// handle is one owner's lock on one key (a mutex object, or the key for libraries without
+// one). It is used by one goroutine at a time.
+type handle interface {
+	lock(ctx context.Context) error
+	unlock(ctx context.Context) error
+	held() bool // the lock is still ours (held scenario, checked after the hold)
+}
+
+var libs = []lib{
+	{
+		name:    "relock",
+		config:  "rlock.New(rueidis.NewClient(defaults)) with default options (pub/sub wake-up, watchdog)",
+		renewal: "built-in watchdog: one goroutine per Client, batched renew scripts",
+		open:    openRelock,
+	},
+	{
+		name:    "redsync-default",
+		config:  "redsync v4 on a go-redis v9 pool, default options: 32 tries, 50-250 ms random retry delay, 8 s expiry",
+		renewal: "none built in: one goroutine per lock calling ExtendContext (user code)",
+		open:    openRedsync(false),
+	},
+	{
+		name:    "redsync-tuned",
+		config:  "redsync: WithRetryDelay(1ms), unlimited tries; go-redis PoolSize 128",
+		renewal: "none built in: one goroutine per lock calling ExtendContext (user code)",
+		open:    openRedsync(true),
+	},
+	{
+		name:    "redislock-default",
+		config:  "bsm/redislock: LinearBackoff(100ms) retry (the README's example; the library's own default is NoRetry, which never waits), 30 s TTL",
+		renewal: "none built in: one goroutine per lock calling Refresh (user code)",
+		open:    openRedislock(false),
+	},
+	{
+		name:    "redislock-tuned",
+		config:  "bsm/redislock: LinearBackoff(1ms); go-redis PoolSize 128",
+		renewal: "none built in: one goroutine per lock calling Refresh (user code)",
+		open:    openRedislock(true),
+	},
+	{
+		name:    "rueidislock-default",
+		config:  "rueidislock defaults: KeyMajority 2 (3 keys per lock), client-side-caching invalidations wake waiters, 5 s validity",
+		renewal: "built in: goroutines per key (3 per lock) extending at validity/2",
+		open:    openRueidislock(false),
+	},
+	{
+		name:    "rueidislock-tuned",
+		config:  "rueidislock: KeyMajority 1 (1 key per lock), NoLoopTracking",
+		renewal: "built in: one goroutine per lock extending at validity/2",
+		open:    openRueidislock(true),
+	},
+}
+
+// ---------------------------------------------------------------------------------------
+// relock
+
+type relockInst struct {
+	rc rueidis.Client
+	c  *rlock.Client
+}
+
+func openRelock(addr string, o openOpts) (instance, error) {
+	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, DialCtxFn: rueidisDial})
+	if err != nil {
+		return nil, err
+	}
+	var opts []rlock.Option
+	if o.lease > 0 {
+		opts = append(opts, rlock.WithWatchdogTimeout(o.lease))
+	}
+	c, err := rlock.New(rc, opts...)
+	if err != nil {
+		rc.Close()
+		return nil, err
+	}
+	return &relockInst{rc: rc, c: c}, nil
+}
+
+func (i *relockInst) handle(key string) handle { return relockHandle{i.c.Mutex(key)} }
+func (i *relockInst) renewPeriod(lease time.Duration) time.Duration {
+	return time.Duration(float64(lease) * rlock.DefaultRenewFraction)
+}
+func (i *relockInst) close() { _ = i.c.Close(); i.rc.Close() }
+
+type relockHandle struct{ m *rlock.Mutex }
+
+func (h relockHandle) lock(ctx context.Context) error   { return h.m.Lock(ctx) }
+func (h relockHandle) unlock(ctx context.Context) error { return h.m.Unlock(ctx) }
+func (h relockHandle) held() bool                       { return h.m.Err(context.Background()) == nil }
+
+// ---------------------------------------------------------------------------------------
+// manual renewal, for libraries without a watchdog: what a user writes.
+
+type renewLoop struct {
+	stop chan struct{}
+	done chan struct{}
+	lost atomic.Bool
+}
+
+func startRenew(period time.Duration, extend func(context.Context) error) *renewLoop {
+	r := &renewLoop{stop: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(r.done)
+		t := time.NewTicker(period)
+		defer t.Stop()
+		for {
+			select {
+			case <-r.stop:
+				return
+			case <-t.C:
+				ctx, cancel := context.WithTimeout(context.Background(), period)
+				err := extend(ctx)
+				cancel()
+				if err != nil {
+					r.lost.Store(true)
+					return
+				}
+			}
+		}
+	}()
+	return r
+}
+
+func (r *renewLoop) end() {
+	if r != nil {
+		close(r.stop)
+		<-r.done
+	}
+}
+
+// ---------------------------------------------------------------------------------------
+// redsync + go-redis v9
+
+type redsyncInst struct {
+	rdb   *goredis.Client
+	rs    *redsync.Redsync
+	opts  []redsync.Option
+	lease time.Duration
+}
+
+func openRedsync(tuned bool) func(string, openOpts) (instance, error) {
+	return func(addr string, o openOpts) (instance, error) {
+		ro := &goredis.Options{Addr: addr, Dialer: goredisDial}
+		var opts []redsync.Option
+		if tuned {
+			ro.PoolSize = 128
+			opts = append(opts, redsync.WithRetryDelay(time.Millisecond), redsync.WithTries(math.MaxInt32))
+		}
+		if o.lease > 0 {
+			opts = append(opts, redsync.WithExpiry(o.lease))
+		}
+		rdb := goredis.NewClient(ro)
+		return &redsyncInst{rdb: rdb, rs: redsync.New(redsyncgoredis.NewPool(rdb)), opts: opts, lease: o.lease}, nil
+	}
+}
+
+func (i *redsyncInst) handle(key string) handle {
+	return &redsyncHandle{i: i, m: i.rs.NewMutex(key, i.opts...)}
+}
+func (i *redsyncInst) renewPeriod(lease time.Duration) time.Duration { return lease / 2 }
+func (i *redsyncInst) close()                                        { _ = i.rdb.Close() }
+
+type redsyncHandle struct {
+	i *redsyncInst
+	m *redsync.Mutex
+	r *renewLoop
+}
+
+func (h *redsyncHandle) lock(ctx context.Context) error {
+	if err := h.m.LockContext(ctx); err != nil {
+		return err
+	}
+	if h.i.lease > 0 {
+		h.r = startRenew(h.i.lease/2, func(ctx context.Context) error {
+			ok, err := h.m.ExtendContext(ctx)
+			if err == nil && !ok {
+				err = errors.New("redsync: extend failed")
+			}
+			return err
+		})
+	}
+	return nil
+}
+
+func (h *redsyncHandle) unlock(ctx context.Context) error {
+	h.r.end()
+	h.r = nil
+	ok, err := h.m.UnlockContext(ctx)
+	if err == nil && !ok {
+		err = errors.New("redsync: unlock: not held")
+	}
+	return err
+}
+
+func (h *redsyncHandle) held() bool {
+	return (h.r == nil || !h.r.lost.Load()) && time.Now().Before(h.m.Until())
+}
+
+// ---------------------------------------------------------------------------------------
+// bsm/redislock + go-redis v9
+
+type redislockInst struct {
+	rdb   *goredis.Client
+	c     *redislock.Client
+	retry redislock.RetryStrategy
+	ttl   time.Duration
+	renew bool
+}
+
+func openRedislock(tuned bool) func(string, openOpts) (instance, error) {
+	return func(addr string, o openOpts) (instance, error) {
+		ro := &goredis.Options{Addr: addr, Dialer: goredisDial}
+		retry := redislock.LinearBackoff(100 * time.Millisecond)
+		if tuned {
+			ro.PoolSize = 128
+			retry = redislock.LinearBackoff(time.Millisecond)
+		}
+		rdb := goredis.NewClient(ro)
+		i := &redislockInst{rdb: rdb, c: redislock.New(rdb), retry: retry, ttl: 30 * time.Second}
+		if o.lease > 0 {
+			i.ttl, i.renew = o.lease, true
+		}
+		return i, nil
+	}
+}
+
+func (i *redislockInst) handle(key string) handle                      { return &redislockHandle{i: i, key: key} }
+func (i *redislockInst) renewPeriod(lease time.Duration) time.Duration { return lease / 2 }
+func (i *redislockInst) close()                                        { _ = i.rdb.Close() }
+
+type redislockHandle struct {
+	i   *redislockInst
+	key string
+	l   *redislock.Lock
+	r   *renewLoop
+}
+
+func (h *redislockHandle) lock(ctx context.Context) error {
+	l, err := h.i.c.Obtain(ctx, h.key, h.i.ttl, &redislock.Options{RetryStrategy: h.i.retry})
+	if err != nil {
+		return err
+	}
+	h.l = l
+	if h.i.renew {
+		h.r = startRenew(h.i.ttl/2, func(ctx context.Context) error {
+			return l.Refresh(ctx, h.i.ttl, nil)
+		})
+	}
+	return nil
+}
+
+func (h *redislockHandle) unlock(ctx context.Context) error {
+	h.r.end()
+	h.r = nil
+	l := h.l
+	h.l = nil
+	if l == nil {
+		return errors.New("redislock: not held")
+	}
+	return l.Release(ctx)
+}
+
+func (h *redislockHandle) held() bool { return h.l != nil && (h.r == nil || !h.r.lost.Load()) }
+
+// ---------------------------------------------------------------------------------------
+// rueidislock (same rueidis version as relock)
+
+type rueidislockInst struct {
+	l rueidislock.Locker
+}
+
+func openRueidislock(tuned bool) func(string, openOpts) (instance, error) {
+	return func(addr string, o openOpts) (instance, error) {
+		lo := rueidislock.LockerOption{
+			ClientOption: rueidis.ClientOption{InitAddress: []string{addr}, DialCtxFn: rueidisDial},
+			KeyValidity:  o.lease,
+		}
+		if tuned {
+			lo.KeyMajority = 1
+			lo.NoLoopTracking = true
+		}
+		l, err := rueidislock.NewLocker(lo)
+		if err != nil {
+			return nil, err
+		}
+		return &rueidislockInst{l: l}, nil
+	}
+}
+
+func (i *rueidislockInst) handle(key string) handle { return &rueidislockHandle{i: i, key: key} }
+func (i *rueidislockInst) renewPeriod(lease time.Duration) time.Duration {
+	return lease / 2
+}
+func (i *rueidislockInst) close() { i.l.Close() }
+
+type rueidislockHandle struct {
+	i      *rueidislockInst
+	key    string
+	ctx    context.Context
+	cancel context.CancelFunc
+}
+
+func (h *rueidislockHandle) lock(ctx context.Context) error {
+	// The hold lives as long as the returned context: it ends with ctx or with cancel.
+	lctx, cancel, err := h.i.l.WithContext(ctx, h.key)
+	if err != nil {
+		return err
+	}
+	h.ctx, h.cancel = lctx, cancel
+	return nil
+}
+
+func (h *rueidislockHandle) unlock(context.Context) error {
+	if h.cancel == nil {
+		return errors.New("rueidislock: not held")
+	}
+	lost := h.ctx.Err() != nil
+	h.cancel()
+	h.ctx, h.cancel = nil, nil
+	if lost {
+		return errors.New("rueidislock: lock was lost before unlock")
+	}
+	return nil
+}
+
+func (h *rueidislockHandle) held() bool { return h.ctx != nil && h.ctx.Err() == nil }

@@ -1,0 +1,346 @@
+// Command compare runs the same lock scenarios against relock and its peers
+// (go-redsync/redsync v4 on go-redis v9, bsm/redislock, rueidis's rueidislock), one after
+// the other, on one redis-server, and prints a Markdown table, and optionally writes a CSV
+// and PNG charts. See README.md.
+package main
+
+import (
+	"context"
+	"encoding/csv"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+func main() {
+	quick := flag.Bool("quick", false, "short run: shorter windows, 1,000 held locks")
+	csvPath := flag.String("csv", "", "write the results as CSV to this file")
+	pngDir := flag.String("png", "", "write PNG charts into this directory")
+	only := flag.String("libs", "", "comma-separated libraries to run (default: all)")
+	flag.Parse()
+	s := fullRun
+	if *quick {
+		s = quickRun
+	}
+	var sel []lib
+	for _, l := range libs {
+		if *only == "" || slices.Contains(strings.Split(*only, ","), l.name) {
+			sel = append(sel, l)
+		}
+	}
+	if err := run(context.Background(), os.Stdout, sel, s, *csvPath, *pngDir); err != nil {
+		fmt.Fprintln(os.Stderr, "compare:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, out io.Writer, sel []lib, s settings, csvPath, pngDir string) error {
+	srv, err := startServer(ctx)
+	if err != nil {
+		return err
+	}
+	defer srv.stop()
+	info, _ := srv.admin.Do(ctx, srv.admin.B().Info().Section("server").Build()).ToString()
+	version := "?"
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "redis_version:"); ok {
+			version = v
+		}
+	}
+	fmt.Fprintf(os.Stderr, "redis %s at %s\n", version, srv.addr)
+	begin := time.Now()
+	// Scenario-major order: every library runs a scenario before the next scenario starts,
+	// so that the figures compared with each other were taken close together in time.
+	var results []*result
+	for _, sc := range scenarios(s) {
+		byLib := map[string]*result{}
+		for round := range sc.rounds {
+			for _, l := range sel {
+				r, err := sc.run(ctx, srv, l)
+				if err != nil {
+					return fmt.Errorf("%s: %w", l.name, err)
+				}
+				fmt.Fprintf(os.Stderr, "%-20s %-12s g=%-3d round %d: %10.0f ops/s p50=%v max=%v cmds/op=%.2f viol=%d err=%d\n",
+					r.lib, r.scenario, r.goroutines, round+1, r.opsPerSec(), r.pct(0.5), r.max(), r.cmdsPerOp(), r.violations, r.errors)
+				if prev := byLib[l.name]; prev != nil {
+					prev.merge(r)
+				} else {
+					byLib[l.name] = r
+				}
+			}
+		}
+		for _, l := range sel {
+			results = append(results, byLib[l.name])
+		}
+	}
+	writeMarkdown(out, results, sel, version, time.Since(begin))
+	if csvPath != "" {
+		if err := writeCSV(csvPath, results); err != nil {
+			return err
+		}
+	}
+	if pngDir != "" {
+		if err := os.MkdirAll(pngDir, 0o755); err != nil {
+			return err
+		}
+		if err := plotThroughput(filepath.Join(pngDir, "throughput.png"), results, sel); err != nil {
+			return err
+		}
+		if err := plotWaits(filepath.Join(pngDir, "hotkey-waits.png"), results, sel, 16); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// scenario is run rounds times for every library, the libraries taking turns, and the
+// rounds of one library are merged: machine noise that comes and goes then spreads over
+// all libraries rather than striking one.
+type scenario struct {
+	rounds int
+	run    func(context.Context, *server, lib) (*result, error)
+}
+
+func scenarios(s settings) []scenario {
+	var out []scenario
+	cycles := func(name string, g int, keyOf func(int) string) scenario {
+		return scenario{s.rounds, func(ctx context.Context, srv *server, l lib) (*result, error) {
+			if err := srv.reset(ctx); err != nil {
+				return nil, err
+			}
+			inst, err := l.open(srv.addr, openOpts{})
+			if err != nil {
+				return nil, err
+			}
+			defer inst.close()
+			return runCycles(ctx, srv, inst, l.name, name, g, keyOf, s), nil
+		}}
+	}
+	for _, g := range []int{1, 8, 64} {
+		out = append(out, cycles("uncontended", g, func(i int) string { return fmt.Sprintf("u%d-%d", g, i) }))
+	}
+	for _, g := range []int{2, 16} {
+		out = append(out, cycles("hotkey", g, func(int) string { return "hot" }))
+	}
+	out = append(out, scenario{s.rounds, func(ctx context.Context, srv *server, l lib) (*result, error) {
+		if err := srv.reset(ctx); err != nil {
+			return nil, err
+		}
+		a, err := l.open(srv.addr, openOpts{})
+		if err != nil {
+			return nil, err
+		}
+		defer a.close()
+		b, err := l.open(srv.addr, openOpts{})
+		if err != nil {
+			return nil, err
+		}
+		defer b.close()
+		return runHandoff(ctx, srv, a, b, l.name, s), nil
+	}})
+	out = append(out, scenario{1, func(ctx context.Context, srv *server, l lib) (*result, error) {
+		if err := srv.reset(ctx); err != nil {
+			return nil, err
+		}
+		return runHeld(ctx, srv, l, s)
+	}})
+	return out
+}
+
+var csvHeader = []string{"lib", "scenario", "goroutines", "ops_per_sec", "p50_us", "p99_us", "max_us", "jain", "cmds_per_op", "violations", "errors"}
+
+func us(d time.Duration) string { return strconv.FormatFloat(float64(d)/1e3, 'f', 1, 64) }
+
+func row(r *result) []string {
+	return []string{
+		r.lib, r.scenario, strconv.Itoa(r.goroutines),
+		strconv.FormatFloat(r.opsPerSec(), 'f', 0, 64),
+		us(r.pct(0.5)), us(r.pct(0.99)), us(r.max()),
+		strconv.FormatFloat(r.jain(), 'f', 3, 64),
+		strconv.FormatFloat(r.cmdsPerOp(), 'f', 3, 64),
+		strconv.FormatInt(r.violations, 10), strconv.FormatInt(r.errors, 10),
+	}
+}
+
+func writeCSV(path string, results []*result) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	w := csv.NewWriter(f)
+	_ = w.Write(csvHeader)
+	for _, r := range results {
+		_ = w.Write(row(r))
+	}
+	w.Flush()
+	if err := w.Error(); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+func find(results []*result, lib, scenario string, g int) *result {
+	for _, r := range results {
+		if r.lib == lib && r.scenario == scenario && (g == 0 || r.goroutines == g) {
+			return r
+		}
+	}
+	return nil
+}
+
+func writeMarkdown(out io.Writer, results []*result, sel []lib, version string, took time.Duration) {
+	fmt.Fprintf(out, "Redis %s on 127.0.0.1, %d libraries, run took %v.\n\n", version, len(sel), took.Round(time.Second))
+	fmt.Fprintln(out, "| "+strings.Join(csvHeader, " | ")+" |")
+	fmt.Fprintln(out, "|"+strings.Repeat("---|", len(csvHeader)))
+	for _, r := range results {
+		fmt.Fprintln(out, "| "+strings.Join(row(r), " | ")+" |")
+	}
+
+	fmt.Fprint(out, "\nHand-off (release -> parked waiter of another client holds it), in PING round trips measured in the same run:\n\n")
+	hot, cold := runRTTs(results)
+	fmt.Fprintf(out, "PING round trip of this run (median of every round): back to back %s us; after an idle park like the hand-off's (cold) %s us.\n\n", us(hot), us(cold))
+	fmt.Fprintln(out, "| lib | p50_us | p99_us | max_us | p50 in PING RTTs | p50 in cold PING RTTs |")
+	fmt.Fprintln(out, "|---|---|---|---|---|---|")
+	for _, r := range results {
+		if r.scenario != "handoff" || hot <= 0 || cold <= 0 {
+			continue
+		}
+		fmt.Fprintf(out, "| %s | %s | %s | %s | %.1f | %.1f |\n", r.lib, us(r.pct(0.5)), us(r.pct(0.99)), us(r.max()),
+			float64(r.pct(0.5))/float64(hot), float64(r.pct(0.5))/float64(cold))
+	}
+
+	fmt.Fprint(out, "\nHeld locks (renewed lease; commands counted over 2.5 renewal periods, i.e. two renewal rounds of every lock):\n\n")
+	fmt.Fprintln(out, "| lib | locks | lease | renew period | window | renewal cmds | cmds per lock per round | goroutines added | goroutines per lock | heap added (MB) | lost |")
+	fmt.Fprintln(out, "|---|---|---|---|---|---|---|---|---|---|---|")
+	for _, r := range results {
+		h := r.held
+		if h == nil {
+			continue
+		}
+		fmt.Fprintf(out, "| %s | %d | %v | %v | %v | %d | %.3f | %d | %.3f | %.1f | %d |\n", r.lib, h.locks, h.lease, h.period, h.window,
+			h.renewCmds, float64(h.renewCmds)/float64(h.locks)/2, h.goroutines, float64(h.goroutines)/float64(h.locks), float64(h.heap)/(1<<20), h.lost)
+	}
+
+	fmt.Fprint(out, "\nClient-sent commands by name, per acquisition (hot key, 16 goroutines); scripts cross-checked against INFO commandstats:\n\n")
+	fmt.Fprintln(out, "| lib | per acquisition | EVAL+EVALSHA sent | EVAL+EVALSHA in commandstats | redis-server CPU per acquisition (us) |")
+	fmt.Fprintln(out, "|---|---|---|---|---|")
+	for _, r := range results {
+		if r.scenario != "hotkey" || r.goroutines != 16 {
+			continue
+		}
+		var names []string
+		for k := range r.byName {
+			names = append(names, k)
+		}
+		slices.Sort(names)
+		var parts []string
+		for _, k := range names {
+			parts = append(parts, fmt.Sprintf("%s %.2f", k, float64(r.byName[k])/float64(max(r.ops, 1))))
+		}
+		fmt.Fprintf(out, "| %s | %s | %d | %d | %.1f |\n", r.lib, strings.Join(parts, ", "), r.sentScripts, r.statScripts,
+			float64(r.serverCPU.Microseconds())/float64(max(r.ops, 1)))
+	}
+	writeTargets(out, results)
+}
+
+// runRTTs are the run's PING round trips, back to back and cold: medians over the hand-off
+// rounds of every library.
+func runRTTs(results []*result) (hot, cold time.Duration) {
+	var hs, cs []time.Duration
+	for _, r := range results {
+		if r.scenario == "handoff" {
+			hs = append(hs, r.rtts...)
+			cs = append(cs, r.coldRTTs...)
+		}
+	}
+	slices.Sort(hs)
+	slices.Sort(cs)
+	if len(hs) > 0 {
+		hot = hs[len(hs)/2]
+	}
+	if len(cs) > 0 {
+		cold = cs[len(cs)/2]
+	}
+	return hot, cold
+}
+
+// writeTargets compares relock with the best peer on each target figure.
+func writeTargets(out io.Writer, results []*result) {
+	if find(results, "relock", "hotkey", 16) == nil {
+		return
+	}
+	best := func(scenario string, g int, better func(a, b float64) bool, f func(*result) float64) (float64, string) {
+		var v float64
+		var who string
+		for _, r := range results {
+			if r.lib == "relock" || r.scenario != scenario || r.goroutines != g {
+				continue
+			}
+			if x := f(r); who == "" || better(x, v) {
+				v, who = x, r.lib
+			}
+		}
+		return v, who
+	}
+	higher := func(a, b float64) bool { return a > b }
+	lower := func(a, b float64) bool { return a < b }
+	ops := func(r *result) float64 { return r.opsPerSec() }
+	maxw := func(r *result) float64 { return float64(r.max()) }
+	verdict := func(ok bool) string {
+		if ok {
+			return "met"
+		}
+		return "MISSED"
+	}
+	fmt.Fprint(out, "\nTargets (relock against the best peer of this run):\n\n")
+	fmt.Fprintln(out, "| target | relock | best peer | ratio | verdict |")
+	fmt.Fprintln(out, "|---|---|---|---|---|")
+	for _, g := range []int{1, 64} {
+		me := find(results, "relock", "uncontended", g)
+		v, who := best("uncontended", g, higher, ops)
+		if me == nil || who == "" {
+			continue
+		}
+		ratio := me.opsPerSec() / v
+		fmt.Fprintf(out, "| uncontended, %d goroutine(s): ops/s >= 1.3x | %.0f | %.0f (%s) | %.2fx | %s |\n", g, me.opsPerSec(), v, who, ratio, verdict(ratio >= 1.3))
+	}
+	me := find(results, "relock", "hotkey", 16)
+	if v, who := best("hotkey", 16, higher, ops); who != "" {
+		ratio := me.opsPerSec() / v
+		fmt.Fprintf(out, "| hot key x16: ops/s >= best peer | %.0f | %.0f (%s) | %.2fx | %s |\n", me.opsPerSec(), v, who, ratio, verdict(ratio >= 1))
+	}
+	fair := func(r *result) float64 {
+		if r.jain() < 0.95 {
+			return 0 // an unfair peer does not count here
+		}
+		return r.opsPerSec()
+	}
+	if v, who := best("hotkey", 16, higher, fair); who != "" && v > 0 {
+		ratio := me.opsPerSec() / v
+		fmt.Fprintf(out, "| (context) hot key x16: ops/s against the best peer with Jain >= 0.95 | %.0f | %.0f (%s) | %.2fx | %s |\n", me.opsPerSec(), v, who, ratio, verdict(ratio >= 1))
+	}
+	if v, who := best("hotkey", 16, lower, maxw); who != "" {
+		ratio := float64(me.max()) / v
+		fmt.Fprintf(out, "| hot key x16: max wait <= 1/3 of lowest peer max | %s us | %s us (%s) | %.2f | %s |\n", us(me.max()), us(time.Duration(v)), who, ratio, verdict(ratio <= 1.0/3))
+	}
+	fmt.Fprintf(out, "| hot key x16: Jain >= 0.95 | %.3f | | | %s |\n", me.jain(), verdict(me.jain() >= 0.95))
+	fmt.Fprintf(out, "| hot key x16: <= 3 client-sent commands per acquisition | %.2f | | | %s |\n", me.cmdsPerOp(), verdict(me.cmdsPerOp() <= 3))
+	if h := find(results, "relock", "handoff", 0); h != nil {
+		hot, cold := runRTTs(results)
+		if hot > 0 {
+			rtts := float64(h.pct(0.5)) / float64(hot)
+			fmt.Fprintf(out, "| hand-off median <= 3 PING round trips (back-to-back PING) | %.1f RTT (%s us; RTT %s us) | | | %s |\n", rtts, us(h.pct(0.5)), us(hot), verdict(rtts <= 3))
+		}
+		if cold > 0 {
+			rtts := float64(h.pct(0.5)) / float64(cold)
+			fmt.Fprintf(out, "| hand-off median <= 3 PING round trips (PING after the same idle park) | %.1f RTT (%s us; RTT %s us) | | | %s |\n", rtts, us(h.pct(0.5)), us(cold), verdict(rtts <= 3))
+		}
+	}
+}

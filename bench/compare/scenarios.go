@@ -1,0 +1,455 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"runtime"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// settings bound each scenario in time.
+type settings struct {
+	warm       time.Duration // load before the measured window
+	window     time.Duration // measured window of the cycle and hot-key scenarios
+	handoffDur time.Duration // time budget of the hand-off scenario
+	handoffMax int           // most hand-offs measured
+	heldLocks  int           // locks of the held scenario
+	heldLease  time.Duration // their lease (renewed while held)
+	rounds     int           // turns of every library at each scenario but the held one
+}
+
+var (
+	fullRun  = settings{warm: 200 * time.Millisecond, window: time.Second, handoffDur: 1500 * time.Millisecond, handoffMax: 100, heldLocks: 10000, heldLease: 3 * time.Second, rounds: 3}
+	quickRun = settings{warm: 100 * time.Millisecond, window: 500 * time.Millisecond, handoffDur: 800 * time.Millisecond, handoffMax: 40, heldLocks: 1000, heldLease: time.Second, rounds: 1}
+)
+
+// result is one library's figures in one scenario.
+type result struct {
+	lib, scenario string
+	goroutines    int
+	ops           int64           // acquisitions measured
+	elapsed       time.Duration   // measured window
+	waits         []time.Duration // sorted; includes censored
+	censored      []time.Duration // waits still in progress at the end of the window
+	counts        []int64         // acquisitions per goroutine
+	cmds          int64           // client-sent commands in the window
+	byName        map[string]int64
+	statScripts   int64 // EVAL+EVALSHA in INFO commandstats over the window (cross-check)
+	sentScripts   int64 // EVAL+EVALSHA counted on the clients' sockets over the window
+	violations    int64
+	errors        int64
+	rtt           time.Duration   // PING round trip (hand-off): median of rtts
+	rtts          []time.Duration // the PING round trip of each round
+	held          *heldStats
+	handoffSum    time.Duration   // hand-off: total of the hand-off times
+	serverCPU     time.Duration   // redis-server CPU time spent in the window
+	coldRTTs      []time.Duration // hand-off: PING round trips after the same idle park as a hand-off
+}
+
+type heldStats struct {
+	locks      int
+	lease      time.Duration
+	period     time.Duration
+	window     time.Duration
+	renewCmds  int64
+	goroutines int   // added by the library while the locks are held
+	heap       int64 // bytes added while the locks are held
+	lost       int
+}
+
+// merge adds another round of the same library and scenario.
+func (r *result) merge(o *result) {
+	r.ops += o.ops
+	r.elapsed += o.elapsed
+	r.waits = append(r.waits, o.waits...)
+	slices.Sort(r.waits)
+	r.censored = append(r.censored, o.censored...)
+	for i := range r.counts {
+		r.counts[i] += o.counts[i]
+	}
+	r.cmds += o.cmds
+	for k, v := range o.byName {
+		r.byName[k] += v
+	}
+	r.statScripts += o.statScripts
+	r.sentScripts += o.sentScripts
+	r.violations += o.violations
+	r.errors += o.errors
+	r.rtts = append(r.rtts, o.rtts...)
+	slices.Sort(r.rtts)
+	if len(r.rtts) > 0 {
+		r.rtt = r.rtts[len(r.rtts)/2]
+	}
+	r.handoffSum += o.handoffSum
+	r.serverCPU += o.serverCPU
+	r.coldRTTs = append(r.coldRTTs, o.coldRTTs...)
+	slices.Sort(r.coldRTTs)
+}
+
+func (r *result) opsPerSec() float64 {
+	if r.handoffSum > 0 {
+		return float64(len(r.waits)) / r.handoffSum.Seconds() // hand-offs per second of hand-off time
+	}
+	if r.elapsed <= 0 {
+		return 0
+	}
+	return float64(r.ops) / r.elapsed.Seconds()
+}
+
+func (r *result) pct(q float64) time.Duration {
+	if len(r.waits) == 0 {
+		return 0
+	}
+	i := int(q * float64(len(r.waits)))
+	if i >= len(r.waits) {
+		i = len(r.waits) - 1
+	}
+	return r.waits[i]
+}
+
+func (r *result) max() time.Duration {
+	if len(r.waits) == 0 {
+		return 0
+	}
+	return r.waits[len(r.waits)-1]
+}
+
+// jain is Jain's fairness index of the acquisitions per goroutine: 1 when all got the same.
+func (r *result) jain() float64 {
+	var sum, sq float64
+	for _, c := range r.counts {
+		sum += float64(c)
+		sq += float64(c) * float64(c)
+	}
+	if sq == 0 {
+		return 0
+	}
+	return sum * sum / (float64(len(r.counts)) * sq)
+}
+
+func (r *result) cmdsPerOp() float64 {
+	if r.held != nil {
+		return float64(r.held.renewCmds) / float64(r.held.locks)
+	}
+	if r.ops == 0 {
+		return 0
+	}
+	return float64(r.cmds) / float64(r.ops)
+}
+
+// window snapshots the client-sent and server-counted commands.
+type window struct {
+	total  int64
+	byName map[string]int64
+	stats  map[string]int64
+	cpu    float64 // redis-server CPU seconds (user + sys)
+}
+
+func snap(ctx context.Context, srv *server) window {
+	t, b := sent.snapshot()
+	s, _ := srv.commandStats(ctx)
+	return window{total: t, byName: b, stats: s, cpu: srv.cpu(ctx)}
+}
+
+func (r *result) fill(a, b window) {
+	r.cmds = b.total - a.total
+	r.byName = map[string]int64{}
+	for k, v := range b.byName {
+		if d := v - a.byName[k]; d != 0 {
+			r.byName[k] = d
+		}
+	}
+	r.sentScripts = r.byName["evalsha"] + r.byName["eval"]
+	r.statScripts = b.stats["evalsha"] + b.stats["eval"] - a.stats["evalsha"] - a.stats["eval"]
+	r.serverCPU = time.Duration((b.cpu - a.cpu) * 1e9)
+}
+
+// runCycles runs Lock+Unlock cycles from g goroutines, each with its own handle on
+// keyOf(i), for the warm-up and the measured window.
+func runCycles(ctx context.Context, srv *server, inst instance, lib, scenario string, g int, keyOf func(int) string, s settings) *result {
+	r := &result{lib: lib, scenario: scenario, goroutines: g, counts: make([]int64, g)}
+	handles := make([]handle, g)
+	inCS := map[string]*atomic.Int32{}
+	for i := range handles {
+		handles[i] = inst.handle(keyOf(i))
+		if inCS[keyOf(i)] == nil {
+			inCS[keyOf(i)] = new(atomic.Int32)
+		}
+	}
+	waits := make([][]time.Duration, g)
+	pending := make([]atomic.Int64, g) // start (UnixNano) of a Lock call in progress, 0 when none
+	var measuring atomic.Bool
+	var violations, errs atomic.Int64
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	for i := range g {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			h, cs := handles[i], inCS[keyOf(i)]
+			for runCtx.Err() == nil {
+				start := time.Now()
+				pending[i].Store(start.UnixNano())
+				err := h.lock(runCtx)
+				pending[i].Store(0)
+				if err != nil {
+					if runCtx.Err() == nil {
+						if measuring.Load() {
+							errs.Add(1)
+						}
+						time.Sleep(time.Millisecond)
+					}
+					continue
+				}
+				w := time.Since(start)
+				if cs.Add(1) != 1 {
+					violations.Add(1)
+				}
+				runtime.Gosched() // widen the critical section a little
+				cs.Add(-1)
+				err = h.unlock(context.Background())
+				if err != nil && runCtx.Err() == nil && measuring.Load() {
+					errs.Add(1)
+				}
+				if measuring.Load() {
+					waits[i] = append(waits[i], w)
+					r.counts[i]++
+				}
+			}
+		}()
+	}
+	time.Sleep(s.warm)
+	a := snap(ctx, srv)
+	t0 := time.Now()
+	measuring.Store(true)
+	time.Sleep(s.window)
+	measuring.Store(false)
+	end := time.Now()
+	r.elapsed = end.Sub(t0)
+	// A Lock still waiting at the end of the window counts with the time it has waited so
+	// far: a starved waiter must show in the maximum, not vanish from the figures.
+	for i := range pending {
+		if st := pending[i].Load(); st != 0 {
+			r.censored = append(r.censored, end.Sub(time.Unix(0, st)))
+		}
+	}
+	b := snap(ctx, srv)
+	cancel()
+	wg.Wait()
+	r.fill(a, b)
+	for i := range waits {
+		r.waits = append(r.waits, waits[i]...)
+		r.ops += r.counts[i]
+	}
+	r.waits = append(r.waits, r.censored...)
+	slices.Sort(r.waits)
+	r.violations, r.errors = violations.Load(), errs.Load()
+	return r
+}
+
+// pingRTT is the median PING round trip on the harness's connection.
+func pingRTT(ctx context.Context, srv *server) time.Duration {
+	var rtts []time.Duration
+	for range 300 {
+		start := time.Now()
+		if err := srv.admin.Do(ctx, srv.admin.B().Ping().Build()).Error(); err != nil {
+			return 0
+		}
+		rtts = append(rtts, time.Since(start))
+	}
+	slices.Sort(rtts)
+	return rtts[len(rtts)/2]
+}
+
+// coldPingRTTs are PING round trips each taken after an idle park like the hand-off's: on
+// a virtual machine an idle CPU takes long to wake, and a hand-off pays that too.
+func coldPingRTTs(ctx context.Context, srv *server, n int) []time.Duration {
+	var rtts []time.Duration
+	for range n {
+		time.Sleep(park())
+		start := time.Now()
+		if err := srv.admin.Do(ctx, srv.admin.B().Ping().Build()).Error(); err != nil {
+			break
+		}
+		rtts = append(rtts, time.Since(start))
+	}
+	slices.Sort(rtts)
+	return rtts
+}
+
+// park is how long a hand-off's waiter is left parked: long enough for its first attempt to
+// fail and for it to settle into its way of waiting; jittered so that polling waiters are
+// caught at every phase of their retry period.
+func park() time.Duration { return 3*time.Millisecond + rand.N(10*time.Millisecond) }
+
+// runHandoff measures, with two instances (two processes in real life), the time from the
+// holder's unlock call until a waiter that was parked on the lock holds it.
+func runHandoff(ctx context.Context, srv *server, holderInst, waiterInst instance, lib string, s settings) *result {
+	r := &result{lib: lib, scenario: "handoff", goroutines: 2, counts: make([]int64, 2)}
+	key := "handoff"
+	holder, waiter := holderInst.handle(key), waiterInst.handle(key)
+	// Warm up: both sides lock once (connections, scripts, subscriptions).
+	for _, h := range []handle{holder, waiter} {
+		if h.lock(ctx) == nil {
+			_ = h.unlock(ctx)
+		}
+	}
+	r.rtt = pingRTT(ctx, srv)
+	r.rtts = []time.Duration{r.rtt}
+	r.coldRTTs = coldPingRTTs(ctx, srv, 25)
+	a := snap(ctx, srv)
+	start := time.Now()
+	var sum time.Duration
+	for len(r.waits) < s.handoffMax && time.Since(start) < s.handoffDur {
+		if err := holder.lock(ctx); err != nil {
+			r.errors++
+			continue
+		}
+		type got struct {
+			t   time.Time
+			err error
+		}
+		ch := make(chan got, 1)
+		wctx, wcancel := context.WithTimeout(ctx, 20*time.Second)
+		go func() {
+			err := waiter.lock(wctx)
+			ch <- got{time.Now(), err}
+		}()
+		time.Sleep(park())
+		select {
+		case <-ch:
+			r.violations++ // the waiter got it while the holder held it
+		default:
+		}
+		t0 := time.Now()
+		if err := holder.unlock(ctx); err != nil {
+			r.errors++
+		}
+		g := <-ch
+		if g.err != nil {
+			wcancel()
+			r.errors++
+			continue
+		}
+		d := g.t.Sub(t0)
+		sum += d
+		r.waits = append(r.waits, d)
+		r.counts[0]++
+		r.counts[1]++
+		if err := waiter.unlock(ctx); err != nil {
+			r.errors++
+		}
+		wcancel()
+	}
+	r.elapsed = time.Since(start)
+	b := snap(ctx, srv)
+	r.fill(a, b)
+	r.ops = r.counts[0] + r.counts[1]
+	slices.Sort(r.waits)
+	r.handoffSum = sum
+	return r
+}
+
+func heapNow() int64 {
+	runtime.GC()
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return int64(ms.HeapAlloc)
+}
+
+// runHeld acquires s.heldLocks locks with a renewed lease of s.heldLease from 64
+// goroutines, holds them for two and a half renewal periods (two renewal rounds of every
+// lock fall inside), and counts what holding costs.
+func runHeld(ctx context.Context, srv *server, l lib, s settings) (*result, error) {
+	const acquirers = 64
+	n := s.heldLocks
+	r := &result{lib: l.name, scenario: fmt.Sprintf("held-%d", n), goroutines: acquirers, counts: make([]int64, acquirers)}
+	g0, h0 := runtime.NumGoroutine(), heapNow()
+	inst, err := l.open(srv.addr, openOpts{lease: s.heldLease})
+	if err != nil {
+		return nil, err
+	}
+	defer inst.close()
+	handles := make([]handle, n)
+	for i := range handles {
+		handles[i] = inst.handle(fmt.Sprintf("held-%d", i))
+	}
+	a := snap(ctx, srv)
+	waits := make([][]time.Duration, acquirers)
+	var next atomic.Int64
+	var errs atomic.Int64
+	acquired := make([]bool, n)
+	start := time.Now()
+	var wg sync.WaitGroup
+	for w := range acquirers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= n {
+					return
+				}
+				t := time.Now()
+				if err := handles[i].lock(ctx); err != nil {
+					errs.Add(1)
+					continue
+				}
+				waits[w] = append(waits[w], time.Since(t))
+				r.counts[w]++
+				acquired[i] = true
+			}
+		}()
+	}
+	wg.Wait()
+	r.elapsed = time.Since(start)
+	b := snap(ctx, srv)
+	r.fill(a, b)
+	for w := range waits {
+		r.waits = append(r.waits, waits[w]...)
+		r.ops += r.counts[w]
+	}
+	slices.Sort(r.waits)
+
+	period := inst.renewPeriod(s.heldLease)
+	hs := &heldStats{locks: n, lease: s.heldLease, period: period, window: period * 5 / 2}
+	c0 := sent.total.Load()
+	time.Sleep(hs.window)
+	hs.renewCmds = sent.total.Load() - c0
+	hs.goroutines = runtime.NumGoroutine() - g0
+	hs.heap = heapNow() - h0
+	for i, h := range handles {
+		if acquired[i] && !h.held() {
+			hs.lost++
+		}
+	}
+	r.held = hs
+	// Release, in parallel.
+	next.Store(0)
+	for range acquirers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= n {
+					return
+				}
+				if acquired[i] {
+					if err := handles[i].unlock(ctx); err != nil {
+						errs.Add(1)
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	r.errors = errs.Load() // a lost lock fails its unlock, so it is counted here too
+	return r, nil
+}
