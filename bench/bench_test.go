@@ -51,10 +51,14 @@ func pingRTT(b *testing.B, srv *redistest.Server) time.Duration {
 	return rtts[len(rtts)/2]
 }
 
-// BenchmarkMutex_Uncontended is one goroutine's Lock+Unlock cycle on a free lock.
+// BenchmarkMutex_Uncontended is one goroutine's Lock+Unlock cycle on a free lock, with a
+// cancellable context as a request handler would pass.
 func BenchmarkMutex_Uncontended(b *testing.B) {
 	srv := redistest.Start(b)
 	m := newClient(b, srv).Mutex("uncontended")
+	ctx, cancel := context.WithCancel(bg)
+	defer cancel()
+	bg := ctx
 	if err := m.Lock(bg); err != nil { // load the scripts
 		b.Fatal(err)
 	}

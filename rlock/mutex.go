@@ -245,7 +245,15 @@ func (m *Mutex) attempt(ctx context.Context, h *hold, lease time.Duration, renew
 	keys := []string{m.keys.lock, m.keys.fence}
 	args := []string{strconv.FormatInt(lease.Milliseconds(), 10), h.owner, m.c.newRequest()}
 	sent := time.Now() // the lease is counted from the first send
-	vals, acked, err := m.c.execAcquire(ctx, keys, args)
+	actx := ctx
+	if _, ok := ctx.Deadline(); !ok && ctx.Done() != nil {
+		// Bound the attempt. (A cancellable context without a deadline also keeps rueidis
+		// off its synchronous path for a lone request, which costs a goroutine hand-over.)
+		var cancel context.CancelFunc
+		actx, cancel = context.WithTimeout(ctx, m.c.opts.cleanupTimeout)
+		defer cancel()
+	}
+	vals, acked, err := m.c.execAcquire(actx, keys, args)
 	if err != nil && !definitive(err) {
 		// The request may or may not have been applied: replay it (same request id) until
 		// Redis answers, on a context that outlives the caller's.
