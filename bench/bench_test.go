@@ -85,6 +85,9 @@ func BenchmarkMutex_Parallel(b *testing.B) {
 		b.Run(fmt.Sprintf("goroutines=%d", p), func(b *testing.B) {
 			srv := redistest.Start(b)
 			c := newClient(b, srv)
+			ctx, cancel := context.WithCancel(bg)
+			defer cancel()
+			bg := ctx
 			var id sync.Mutex
 			n := 0
 			b.SetParallelism(p)
