@@ -24,7 +24,7 @@ var files embed.FS
 type Script struct {
 	name    string
 	src     string
-	sha     string // SHA1 of the plain form
+	sha     string       // SHA1 of the plain form
 	flagged *rueidis.Lua // nil when src has no shebang
 	plain   *rueidis.Lua
 }
