@@ -20,6 +20,12 @@ func TestMain(m *testing.M) {
 			code = 1
 		}
 	}
+	if path := os.Getenv("RELOCK_CHAOS_README"); path != "" {
+		if err := spliceResults(path); err != nil {
+			fmt.Fprintf(os.Stderr, "chaos: update %s: %v\n", path, err)
+			code = 1
+		}
+	}
 	if code != 0 {
 		os.Exit(code)
 	}
@@ -80,6 +86,37 @@ func setRow(t *testing.T, f func(*row)) {
 		f(v.(*row))
 		results.mu.Unlock()
 	}
+}
+
+// Markers around the generated section in the README.
+const (
+	beginMark = "<!-- chaos-results:begin -->\n"
+	endMark   = "<!-- chaos-results:end -->\n"
+)
+
+// spliceResults replaces the README's text between the markers with the results table.
+func spliceResults(path string) error {
+	old, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	text := string(old)
+	i, j := strings.Index(text, beginMark), strings.Index(text, endMark)
+	if i < 0 || j < i {
+		return fmt.Errorf("no %q ... %q markers", strings.TrimSpace(beginMark), strings.TrimSpace(endMark))
+	}
+	tmp := path + ".tmp"
+	if err := writeResults(tmp); err != nil {
+		return err
+	}
+	defer os.Remove(tmp)
+	table, err := os.ReadFile(tmp)
+	if err != nil {
+		return err
+	}
+	section := strings.Replace(string(table), "(do not edit) -->", "(do not edit; spliced by RELOCK_CHAOS_README) -->", 1)
+	out := text[:i+len(beginMark)] + section + text[j:]
+	return os.WriteFile(path, []byte(out), 0o644)
 }
 
 func writeResults(path string) error {
