@@ -229,13 +229,13 @@ func BenchmarkMutex_Handoff(b *testing.B) {
 func BenchmarkWatchdog_HeldLocks(b *testing.B) {
 	const n = 10000
 	const timeout = time.Second
+	srv := redistest.Start(b)
+	c := newClient(b, srv, rlock.WithWatchdogTimeout(timeout))
 	for i := 0; i < b.N; i++ {
 		b.StopTimer()
-		srv := redistest.Start(b)
-		c := newClient(b, srv, rlock.WithWatchdogTimeout(timeout))
 		locks := make([]*rlock.Mutex, n)
 		for j := range locks {
-			locks[j] = c.Mutex(fmt.Sprintf("held-%d", j))
+			locks[j] = c.Mutex(fmt.Sprintf("held-%d-%d", i, j))
 		}
 		before := runtime.NumGoroutine()
 		b.StartTimer()
