@@ -1,6 +1,6 @@
 -- acquire: take or re-enter a reentrant lock.
 -- KEYS[1] = lock hash   (field <owner> = hold count, field <owner>:r = last request id applied)
--- KEYS[2] = fence hash  (field t = last fencing token; never expires, so tokens only rise)
+-- KEYS[2] = fence hash  (field t = last fencing token; never expires)
 -- ARGV[1] = lease in milliseconds (> 0)
 -- ARGV[2] = owner id
 -- ARGV[3] = request id (unique per call; a replay with the same id is answered, not applied again)
@@ -11,9 +11,17 @@ local lease, owner, req = ARGV[1], ARGV[2], ARGV[3]
 local reqField = owner .. ':r'
 
 if redis.call('exists', lock) == 0 then
-  -- Fresh grant. The fence is written first: if it holds a value of another type the script
-  -- fails here, before the lock key is touched.
-  local token = redis.call('hincrby', fence, 't', 1)
+  -- Fresh grant. The token is the larger of the last token + 1 and the server's clock in
+  -- microseconds, so that it keeps rising even when the fence was lost (a restart without
+  -- persistence, a failover to a replica that lacked it), as long as the server's clock does
+  -- not run backwards. The fence is written first: if it holds a value of another type the
+  -- script fails here, before the lock key is touched.
+  local now = redis.call('time')
+  local token = math.max(tonumber(redis.call('hget', fence, 't') or '0') + 1,
+    tonumber(now[1]) * 1000000 + tonumber(now[2]))
+  token = string.format('%.0f', token)
+  redis.call('hset', fence, 't', token)
+  token = tonumber(token)
   redis.call('hset', lock, owner, 1, reqField, req)
   redis.call('pexpire', lock, lease)
   return {1, token, 1}

@@ -41,8 +41,9 @@
 //     resource, and have the resource refuse tokens lower than one it has seen.
 //   - A jump of the Redis server's clock can expire a lease early.
 //   - Redis replication is asynchronous: after a failover, the new primary may not have the
-//     lock, and tokens may repeat. Restarting Redis without appendfsync always loses locks and
-//     can reset tokens too.
+//     lock. Restarting Redis without appendfsync always loses locks too. Fencing tokens still
+//     rise across both (they follow the server's clock, see [Mutex.Token]) unless a server's
+//     clock runs backwards.
 //
 // # Keys
 //

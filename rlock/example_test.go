@@ -42,16 +42,24 @@ func ExampleMutex_Lock() {
 	// The fencing token rises with every grant of the lock: give it to the resource you
 	// protect, and have it refuse lower tokens than one it has seen.
 	token, _ := m.Token(ctx)
-	fmt.Println("locked, fencing token", token)
-	// ... the work ...
+	fmt.Println("locked")
+	// ... the work, passing token along ...
 	if err := m.Unlock(ctx); err != nil {
 		panic(err)
 	}
 	locked, _ := m.IsLocked(ctx)
 	fmt.Println("still locked:", locked)
+
+	if err := m.Lock(ctx); err != nil {
+		panic(err)
+	}
+	next, _ := m.Token(ctx)
+	fmt.Println("the next grant's token is higher:", next > token)
+	_ = m.Unlock(ctx)
 	// Output:
-	// locked, fencing token 1
+	// locked
 	// still locked: false
+	// the next grant's token is higher: true
 }
 
 func ExampleMutex_TryLock() {

@@ -391,7 +391,7 @@ func TestMutex_uncontendedCycleIsTwoScripts(t *testing.T) {
 	for cmd, n := range stats {
 		switch cmd {
 		case "evalsha", "info", "config|resetstat", "hello", "client|setinfo", // client and admin
-			"exists", "hget", "hset", "hincrby", "pexpire", "pttl", "del", "publish", "hlen": // inside the scripts
+			"exists", "hget", "hset", "hincrby", "pexpire", "pttl", "del", "publish", "hlen", "time": // inside the scripts
 		default:
 			t.Errorf("unexpected client command %s x%d", cmd, n)
 		}

@@ -535,7 +535,10 @@ func (m *Mutex) Err(ctx context.Context) error {
 }
 
 // Token is the fencing token of the caller's owner's current hold: a number that strictly
-// rises with every fresh grant of this lock name (re-entry keeps it). Pass it to the
+// rises with every fresh grant of this lock name (re-entry keeps it). It is the larger of the
+// last token + 1 and the Redis server's clock in microseconds, so it keeps rising even
+// after the counter was lost (a restart without persistence, a failover to a replica that
+// lacked it), unless the server's clock ran backwards; it does not rise by exactly one. Pass it to the
 // resource you protect and have it refuse any token lower than one it has seen: that is
 // what keeps a paused or partitioned former holder from doing harm. It returns
 // [ErrNotHeld] when the owner holds no hold through this Client.
