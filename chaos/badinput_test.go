@@ -214,7 +214,7 @@ func TestBadInput(t *testing.T) {
 		result(t, row{order: "bad input", fault: "a read-only replica's address given as the client",
 			expected: "a clear READONLY error at once; nothing hangs, nothing is held"})
 		replica := redistest.Start(t, redistest.WithReplicaOf(srv))
-		waitFor(t, 15*time.Second, "the replica to sync", func() bool {
+		redistest.WaitFor(t, 15*time.Second, "the replica to sync", func() bool {
 			msg := replica.Do(t, "INFO", "replication")
 			s, _ := msg.ToString()
 			return strings.Contains(s, "master_link_status:up")

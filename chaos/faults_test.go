@@ -606,7 +606,7 @@ func TestFault3_restartWithoutPersistence(t *testing.T) {
 	restarted := time.Now()
 	// Another owner takes the lock at once on the empty server.
 	var ok bool
-	waitFor(t, 10*time.Second, "another owner to get the lock on the restarted server", func() bool {
+	redistest.WaitFor(t, 10*time.Second, "another owner to get the lock on the restarted server", func() bool {
 		ok, _ = mb.TryLock(bg, 0, 0)
 		return ok
 	})
@@ -684,7 +684,7 @@ func TestFault4_restartWithAOFAlways(t *testing.T) {
 			return
 		}
 	}()
-	waitFor(t, 10*time.Second, "the waiter to subscribe", func() bool {
+	redistest.WaitFor(t, 10*time.Second, "the waiter to subscribe", func() bool {
 		m := srv.Do(t, "PUBSUB", "NUMSUB", ma.Key()+":released")
 		arr, _ := m.ToArray()
 		return len(arr) == 2 && mustInt(t, &arr[1]) > 0
@@ -707,7 +707,7 @@ func TestFault4_restartWithAOFAlways(t *testing.T) {
 	if ttl < lease/4 {
 		t.Errorf("TTL %v after two renewal intervals: renewals did not continue", ttl)
 	}
-	waitFor(t, 10*time.Second, "the waiter to subscribe again", func() bool {
+	redistest.WaitFor(t, 10*time.Second, "the waiter to subscribe again", func() bool {
 		m := srv.Do(t, "PUBSUB", "NUMSUB", ma.Key()+":released")
 		arr, _ := m.ToArray()
 		return len(arr) == 2 && mustInt(t, &arr[1]) > 0
@@ -940,7 +940,7 @@ func replicated(t *testing.T) (master, replica *redistest.Server, link *faultpro
 	if m := replica.Do(t, "REPLICAOF", host, port); m.Error() != nil {
 		t.Fatal(m.Error())
 	}
-	waitFor(t, 15*time.Second, "the replica to sync", func() bool {
+	redistest.WaitFor(t, 15*time.Second, "the replica to sync", func() bool {
 		msg := master.Do(t, "INFO", "replication")
 		s, _ := msg.ToString()
 		return strings.Contains(s, "connected_slaves:1") && strings.Contains(s, "state=online")
@@ -1019,7 +1019,7 @@ func TestFault8_replicaPromotion(t *testing.T) {
 		}
 		link.SetBlackhole(false)
 		link.ResetAll() // the stream lost bytes: the replica reconnects and resyncs
-		waitFor(t, 15*time.Second, "the replica to resync", func() bool {
+		redistest.WaitFor(t, 15*time.Second, "the replica to resync", func() bool {
 			msg := master.Do(t, "INFO", "replication")
 			s, _ := msg.ToString()
 			return strings.Contains(s, "connected_slaves:1") && strings.Contains(s, "state=online")

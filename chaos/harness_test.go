@@ -315,15 +315,3 @@ func (w *syncWriter) String() string {
 	defer w.mu.Unlock()
 	return w.b.String()
 }
-
-// waitFor polls cond every few milliseconds until it holds, failing t after d.
-func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	end := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(end) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
-}

@@ -99,7 +99,7 @@ func TestRegression_waiterEndsOnOutage(t *testing.T) {
 		ok, err := mb.TryLock(bg, 10*time.Second, 0)
 		got <- res{ok, err, time.Now()}
 	}()
-	waitFor(t, 10*time.Second, "the waiter to subscribe", func() bool {
+	redistest.WaitFor(t, 10*time.Second, "the waiter to subscribe", func() bool {
 		m := srv.Do(t, "PUBSUB", "NUMSUB", ma.Key()+":released")
 		arr, _ := m.ToArray()
 		return len(arr) == 2 && mustInt(t, &arr[1]) > 0

@@ -216,13 +216,7 @@ func drain(ws ...*Waiter) {
 // waitFor polls cond until it holds, for conditions no event signals (server-side state).
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(waitTimeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", waitTimeout, what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
+	redistest.WaitFor(t, waitTimeout, what, cond)
 }
 
 // holds waits until w holds an unread wake-up, without consuming it.

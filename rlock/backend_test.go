@@ -117,18 +117,6 @@ func (b *backend) exists(t *testing.T, key string) bool {
 	return n == 1
 }
 
-// eventually polls cond every few milliseconds until it holds or d passes.
-func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	end := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(end) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
-}
-
 // within fails t unless ch closes within d.
 func within(t *testing.T, d time.Duration, what string, ch <-chan struct{}) {
 	t.Helper()

@@ -24,7 +24,7 @@ func clusterBackend(t *testing.T) (*backend, rueidis.Client) {
 	if msg := srv.Do(t, "CLUSTER", "ADDSLOTSRANGE", "0", "16383"); msg.Error() != nil {
 		t.Fatalf("CLUSTER ADDSLOTSRANGE: %v", msg.Error())
 	}
-	eventually(t, 10*time.Second, "the cluster to be ready", func() bool {
+	redistest.WaitFor(t, 10*time.Second, "the cluster to be ready", func() bool {
 		msg := srv.Do(t, "CLUSTER", "INFO")
 		s, _ := msg.ToString()
 		return strings.Contains(s, "cluster_state:ok")

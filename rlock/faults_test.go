@@ -116,7 +116,7 @@ func TestMutex_unresolvableAcquireReportsUnknownOutcome(t *testing.T) {
 		require.ErrorIs(t, m.Err(bg), rlock.ErrNotHeld)
 		// The hold it may have granted is not renewed: it expires with its lease.
 		lc.always.Store(false)
-		eventually(t, 5*time.Second, "the ghost hold to expire", func() bool { return !b.exists(t, m.Key()) })
+		redistest.WaitFor(t, 5*time.Second, "the ghost hold to expire", func() bool { return !b.exists(t, m.Key()) })
 	})
 }
 
@@ -225,7 +225,7 @@ func TestMutex_Lock_mutualExclusion(t *testing.T) {
 func parked(t *testing.T, b *backend, m *rlock.Mutex, n int64) {
 	t.Helper()
 	channel := strings.TrimSuffix(m.Key(), "") + ":released"
-	eventually(t, 5*time.Second, "the waiter to subscribe", func() bool {
+	redistest.WaitFor(t, 5*time.Second, "the waiter to subscribe", func() bool {
 		if b.mr != nil {
 			return int64(b.mr.PubSubNumSub(channel)[channel]) >= n
 		}
@@ -468,7 +468,7 @@ func TestMutex_replicaAck(t *testing.T) {
 	master := redistest.Start(t)
 	replica := redistest.Start(t, redistest.WithReplicaOf(master))
 	b := &backend{name: "redis", srv: master}
-	eventually(t, 10*time.Second, "the replica to sync", func() bool {
+	redistest.WaitFor(t, 10*time.Second, "the replica to sync", func() bool {
 		msg := master.Do(t, "INFO", "replication")
 		s, _ := msg.ToString()
 		return strings.Contains(s, "connected_slaves:1") && strings.Contains(s, "state=online")

@@ -843,3 +843,17 @@ func quoteArgs(args []string) []string {
 	}
 	return q
 }
+
+// WaitFor polls cond every 2 ms until it holds, and fails tb after d. It is for conditions
+// that no event signals, such as server-side state; give d generously, since the machines
+// that run the tests are shared and noisy.
+func WaitFor(tb testing.TB, d time.Duration, what string, cond func() bool) {
+	tb.Helper()
+	end := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(end) {
+			tb.Fatalf("timed out after %v waiting for %s", d, what)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}

@@ -26,18 +26,6 @@ func ctxT(t *testing.T, d time.Duration) context.Context {
 	return ctx
 }
 
-// waitFor polls cond every 20 ms until it is true or d elapses.
-func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 func mustString(t *testing.T, msg rueidis.RedisMessage) string {
 	t.Helper()
 	s, err := msg.ToString()
@@ -154,7 +142,7 @@ func TestKillClientErrorsThenRecovers(t *testing.T) {
 	}
 	t.Logf("rueidis error while killed: %v", err)
 	s.Restart(t)
-	waitFor(t, 5*time.Second, "client to reconnect", func() bool {
+	WaitFor(t, 5*time.Second, "client to reconnect", func() bool {
 		return c.Do(ctxT(t, time.Second), c.B().Set().Key(key).Value("3").Build()).Error() == nil
 	})
 }
@@ -179,7 +167,7 @@ func TestPauseResume(t *testing.T) {
 		t.Fatalf("timeout took %v", el)
 	}
 	s.Resume(t)
-	waitFor(t, 5*time.Second, "SET after resume", func() bool {
+	WaitFor(t, 5*time.Second, "SET after resume", func() bool {
 		return c.Do(ctxT(t, time.Second), c.B().Set().Key(key).Value("y").Build()).Error() == nil
 	})
 	if got := mustString(t, s.Do(t, "GET", key)); got != "y" {
@@ -272,7 +260,7 @@ func TestReplicaOf(t *testing.T) {
 	replica := Start(t, WithReplicaOf(master))
 	key := Name(t)
 	master.Do(t, "SET", key, "replicated")
-	waitFor(t, 10*time.Second, "key to replicate", func() bool {
+	WaitFor(t, 10*time.Second, "key to replicate", func() bool {
 		msg := replica.Do(t, "GET", key)
 		s, err := msg.ToString()
 		return err == nil && s == "replicated"
