@@ -854,17 +854,18 @@ func envInt(name string, def int) int {
 	return def
 }
 
-// TestFault9_mixedSoak is the soak scaled to CI (4 processes x 2 Clients for 20 s).
-// The full one: RELOCK_CHAOS_SOAK_SECONDS=60 RELOCK_CHAOS_SOAK_PROCS=8
-// RELOCK_CHAOS_SOAK_WORKERS=4 go test -run Soak ./chaos/ (bounded at 600 s).
+// TestFault9_mixedSoak is the soak: 8 processes x 4 Clients for 60 s. Its history is
+// too large for porcupine (which checks the smaller runs); the checker still proves exclusion,
+// rising tokens and an exact counter. Scale it with RELOCK_CHAOS_SOAK_SECONDS, _PROCS and
+// _WORKERS (e.g. 20, 4, 2 for a quick run that porcupine also checks; bounded at 600 s).
 func TestFault9_mixedSoak(t *testing.T) {
 	var (
-		procs    = min(envInt("RELOCK_CHAOS_SOAK_PROCS", 4), 16)
-		workers  = min(envInt("RELOCK_CHAOS_SOAK_WORKERS", 2), 8)
-		duration = time.Duration(min(envInt("RELOCK_CHAOS_SOAK_SECONDS", 20), 600)) * time.Second
+		procs    = min(envInt("RELOCK_CHAOS_SOAK_PROCS", 8), 16)
+		workers  = min(envInt("RELOCK_CHAOS_SOAK_WORKERS", 4), 8)
+		duration = time.Duration(min(envInt("RELOCK_CHAOS_SOAK_SECONDS", 60), 600)) * time.Second
 	)
 	result(t, row{order: "9", fault: fmt.Sprintf("mixed soak, %v: %d processes x %d Clients + 2 goroutine Clients on 4 names, lease 1 s; at random every ~0.5 s: SIGSTOP of a process 1.5 s (1), CLIENT KILL (5), SCRIPT FLUSH (7)", duration, procs, workers),
-		expected: "violations 0, tokens monotonic, counter exact, history linearizable"})
+		expected: "violations 0, tokens monotonic, counter exact, history linearizable (checked by porcupine up to 40,000 operations)"})
 	srv := redistest.Start(t)
 	r := newRun(t)
 	ns := names(t, 4)
