@@ -117,6 +117,18 @@ func (b *backend) exists(t *testing.T, key string) bool {
 	return n == 1
 }
 
+// await returns the error ch delivers, failing t if none comes within d.
+func await(t *testing.T, ch <-chan error, d time.Duration, what string) error {
+	t.Helper()
+	select {
+	case err := <-ch:
+		return err
+	case <-time.After(d):
+		t.Fatalf("timed out after %v: %s", d, what)
+		return nil
+	}
+}
+
 // within fails t unless ch closes within d.
 func within(t *testing.T, d time.Duration, what string, ch <-chan struct{}) {
 	t.Helper()

@@ -64,12 +64,7 @@ func TestMutex_cluster(t *testing.T) {
 	go func() { got <- waiter.Lock(bg) }()
 	parked(t, b, locks[0], 1)
 	require.NoError(t, locks[0].Unlock(bg))
-	select {
-	case err := <-got:
-		require.NoError(t, err)
-	case <-time.After(10 * time.Second):
-		t.Fatal("waiter not woken on Cluster")
-	}
+	require.NoError(t, await(t, got, 10*time.Second, "waiter not woken on Cluster"))
 	require.NoError(t, waiter.Unlock(bg))
 	for _, m := range locks[1:] {
 		require.NoError(t, m.Unlock(bg))

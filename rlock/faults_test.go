@@ -289,12 +289,7 @@ func TestMutex_Lock_survivesPubSubConnectionKill(t *testing.T) {
 	_, err := b.do(t, "CLIENT", "KILL", "TYPE", "pubsub")
 	require.NoError(t, err)
 	require.NoError(t, holder.Unlock(bg))
-	select {
-	case err := <-got:
-		require.NoError(t, err)
-	case <-time.After(10 * time.Second):
-		t.Fatal("waiter hangs after its subscription was killed")
-	}
+	require.NoError(t, await(t, got, 10*time.Second, "waiter hangs after its subscription was killed"))
 	require.NoError(t, waiter.Unlock(bg))
 
 	// And once more with the holder releasing after the subscription came back.
@@ -305,12 +300,7 @@ func TestMutex_Lock_survivesPubSubConnectionKill(t *testing.T) {
 	require.NoError(t, err)
 	parked(t, b, waiter, 1)
 	require.NoError(t, holder.Unlock(bg))
-	select {
-	case err := <-got:
-		require.NoError(t, err)
-	case <-time.After(10 * time.Second):
-		t.Fatal("waiter hangs after its subscription came back")
-	}
+	require.NoError(t, await(t, got, 10*time.Second, "waiter hangs after its subscription came back"))
 	require.NoError(t, waiter.Unlock(bg))
 }
 

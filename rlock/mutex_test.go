@@ -131,12 +131,7 @@ func TestMutex_ForceUnlock_freesAndWakes(t *testing.T) {
 		freed, err := c.Mutex(name).ForceUnlock(bg)
 		require.NoError(t, err)
 		require.True(t, freed)
-		select {
-		case err := <-got:
-			require.NoError(t, err)
-		case <-time.After(5 * time.Second):
-			t.Fatal("waiter not woken by ForceUnlock")
-		}
+		require.NoError(t, await(t, got, 5*time.Second, "waiter not woken by ForceUnlock"))
 		// The former holder learns of the loss at its next renewal at the latest.
 		freed, err = c.Mutex(redistest.Name(t)).ForceUnlock(bg)
 		require.NoError(t, err)
@@ -250,12 +245,7 @@ func TestMutex_Lock_cancelledWaiterLeavesNothing(t *testing.T) {
 		go func() { got <- m.Lock(ctx) }()
 		time.Sleep(50 * time.Millisecond)
 		cancel()
-		select {
-		case err := <-got:
-			require.ErrorIs(t, err, context.Canceled)
-		case <-time.After(time.Second):
-			t.Fatal("a cancelled waiter must return at once")
-		}
+		require.ErrorIs(t, await(t, got, time.Second, "a cancelled waiter must return at once"), context.Canceled)
 		n, err := m.HoldCount(bg)
 		require.NoError(t, err)
 		require.Zero(t, n)
@@ -444,12 +434,7 @@ func TestMutex_Lock_redisDownFailsFastAndClose(t *testing.T) {
 	go func() { got <- c.Mutex(name).Lock(bg) }()
 	parked(t, b, holder, 1)
 	require.NoError(t, c.Close())
-	select {
-	case err := <-got:
-		require.ErrorIs(t, err, rlock.ErrClosed)
-	case <-time.After(5 * time.Second):
-		t.Fatal("a waiter must return when its Client closes")
-	}
+	require.ErrorIs(t, await(t, got, 5*time.Second, "a waiter must return when its Client closes"), rlock.ErrClosed)
 
 	// With Redis down, Lock keeps trying until its context ends, then reports the failure
 	// (here the first send died with its connection: its outcome is unknown).
