@@ -17,7 +17,6 @@ type holdKey struct{ lock, owner string }
 type hold struct {
 	c     *Client
 	keys  lockKeys
-	name  string
 	owner string
 	refs  int // operations in progress; guarded by c.mu
 
@@ -41,7 +40,7 @@ type tenure struct {
 }
 
 // ref returns the hold of (keys, owner), creating it, and counts an operation on it.
-func (c *Client) ref(keys lockKeys, name, owner string) (*hold, error) {
+func (c *Client) ref(keys lockKeys, owner string) (*hold, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
@@ -50,7 +49,7 @@ func (c *Client) ref(keys lockKeys, name, owner string) (*hold, error) {
 	k := holdKey{keys.lock, owner}
 	h := c.holds[k]
 	if h == nil {
-		h = &hold{c: c, keys: keys, name: name, owner: owner}
+		h = &hold{c: c, keys: keys, owner: owner}
 		c.holds[k] = h
 	}
 	h.refs++

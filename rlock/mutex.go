@@ -132,7 +132,7 @@ func (m *Mutex) acquire(ctx context.Context, wait, lease time.Duration) (bool, e
 	if err := ctx.Err(); err != nil {
 		return false, fmt.Errorf("rlock: lock %q: %w", m.name, err)
 	}
-	h, err := m.c.ref(m.keys, m.name, owner)
+	h, err := m.c.ref(m.keys, owner)
 	if err != nil {
 		return false, err
 	}
@@ -358,7 +358,7 @@ func (m *Mutex) Unlock(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	h, err := m.c.ref(m.keys, m.name, owner)
+	h, err := m.c.ref(m.keys, owner)
 	if err != nil {
 		return err
 	}

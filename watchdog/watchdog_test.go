@@ -1385,7 +1385,7 @@ func TestClose(t *testing.T) {
 			}
 			w.Close()
 			if !time.Now().Equal(start.Add(700 * time.Millisecond)) {
-				t.Fatalf("Close waited until %v", time.Now().Sub(start))
+				t.Fatalf("Close waited until %v", time.Since(start))
 			}
 			if err, _ := ctxErr.Load().(error); !errors.Is(err, context.Canceled) {
 				t.Fatalf("Renew ctx ended with %v, want Canceled", err)

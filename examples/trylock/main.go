@@ -75,7 +75,7 @@ func run() error {
 	fmt.Printf("\n== 2. TryLock with a fixed lease of %v: it ends by itself\n", lease)
 	ok, err = a.TryLock(ctx, 0, lease)
 	if err != nil || !ok {
-		return fmt.Errorf("A: TryLock with a lease: (%v, %v)", ok, err)
+		return fmt.Errorf("holder A: TryLock with a lease: (%v, %v)", ok, err)
 	}
 	granted := time.Now()
 	ttl, err := a.TTL(ctx)
@@ -99,7 +99,7 @@ func run() error {
 	select {
 	case <-a.Done(ctx):
 	case <-time.After(time.Second):
-		return fmt.Errorf("A's Done did not close")
+		return fmt.Errorf("holder A: Done did not close")
 	}
 	fmt.Printf("A: Done closed; Err = %v\n", a.Err(ctx))
 	if _, err := a.Token(ctx); err != nil {
@@ -112,7 +112,7 @@ func run() error {
 	fmt.Printf("A: late Unlock -> %v\n", err)
 	fmt.Printf("   errors.Is(err, rlock.ErrNotHeld) = %v\n", errors.Is(err, rlock.ErrNotHeld))
 	if !errors.Is(err, rlock.ErrNotHeld) {
-		return fmt.Errorf("A's late Unlock returned %v, want ErrNotHeld", err)
+		return fmt.Errorf("holder A: late Unlock returned %v, want ErrNotHeld", err)
 	}
 	n, err := b.HoldCount(ctx)
 	if err != nil {
@@ -120,7 +120,7 @@ func run() error {
 	}
 	fmt.Printf("B: still holds the lock, HoldCount=%d\n", n)
 	if n != 1 {
-		return fmt.Errorf("B lost its lock to A's late Unlock")
+		return fmt.Errorf("holder B lost its lock to A's late Unlock")
 	}
 	if err := b.Unlock(ctx); err != nil {
 		return err

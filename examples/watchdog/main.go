@@ -92,19 +92,19 @@ func run() error {
 	case <-m.Done(ctx):
 		fmt.Println("  m.Done(ctx) is closed too; m.Err(ctx):", m.Err(ctx))
 	default:
-		return fmt.Errorf("Done is not closed after a loss")
+		return fmt.Errorf("the Done channel is not closed after a loss")
 	}
 
 	// A lost lock is never silently taken again: the owner must first Unlock every hold.
 	err = m.Lock(ctx)
 	fmt.Printf("Lock by the same owner before unlocking: %v (ErrLockLost: %v)\n", err, errors.Is(err, rlock.ErrLockLost))
 	if !errors.Is(err, rlock.ErrLockLost) {
-		return fmt.Errorf("Lock after a loss returned %v", err)
+		return fmt.Errorf("a Lock after a loss returned %v", err)
 	}
 	err = m.Unlock(ctx)
 	fmt.Printf("Unlock of the lost hold: %v (ErrNotHeld: %v)\n", err, errors.Is(err, rlock.ErrNotHeld))
 	if !errors.Is(err, rlock.ErrNotHeld) {
-		return fmt.Errorf("Unlock after a loss returned %v", err)
+		return fmt.Errorf("an Unlock after a loss returned %v", err)
 	}
 	if err := m.Lock(ctx); err != nil {
 		return err
