@@ -206,13 +206,11 @@ func (c *Client) execAcquire(ctx context.Context, keys, args []string) (vals []i
 		return vals, 0, err
 	}
 	s := lua.Acquire
-	wait := c.rc.B().Wait().Numreplicas(int64(c.opts.ackReplicas)).Timeout(c.opts.ackTimeout.Milliseconds()).Build()
 	res := c.rc.DoMulti(ctx,
-		c.rc.B().Evalsha().Sha1(s.PlainSHA1()).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build(), wait)
+		c.rc.B().Evalsha().Sha1(s.PlainSHA1()).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build(), c.waitCmd())
 	if re, ok := rueidis.IsRedisErr(res[0].Error()); ok && re.IsNoScript() {
-		wait = c.rc.B().Wait().Numreplicas(int64(c.opts.ackReplicas)).Timeout(c.opts.ackTimeout.Milliseconds()).Build()
 		res = c.rc.DoMulti(ctx,
-			c.rc.B().Eval().Script(s.PlainSource()).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build(), wait)
+			c.rc.B().Eval().Script(s.PlainSource()).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build(), c.waitCmd())
 	}
 	if vals, err = res[0].AsIntSlice(); err != nil {
 		return nil, 0, err
@@ -225,11 +223,14 @@ func (c *Client) execAcquire(ctx context.Context, keys, args []string) (vals []i
 // re-sets the lock's lease (a write, so that the WAIT behind it on the same connection
 // covers everything written before, the grant included) and returns how many replicas
 // acknowledged.
-func (c *Client) ackAfterTouch(ctx context.Context, key, leaseMs string) int64 {
-	ms, _ := strconv.ParseInt(leaseMs, 10, 64)
-	res := c.rc.DoMulti(ctx,
-		c.rc.B().Pexpire().Key(key).Milliseconds(ms).Build(),
-		c.rc.B().Wait().Numreplicas(int64(c.opts.ackReplicas)).Timeout(c.opts.ackTimeout.Milliseconds()).Build())
+func (c *Client) ackAfterTouch(ctx context.Context, key string, lease time.Duration) int64 {
+	res := c.rc.DoMulti(ctx, c.rc.B().Pexpire().Key(key).Milliseconds(lease.Milliseconds()).Build(), c.waitCmd())
 	acked, _ := res[1].AsInt64()
 	return acked
+}
+
+// waitCmd is the WAIT for the replica acknowledgements WithReplicaAck asks for (a command
+// is consumed by sending it, so each send builds its own).
+func (c *Client) waitCmd() rueidis.Completed {
+	return c.rc.B().Wait().Numreplicas(int64(c.opts.ackReplicas)).Timeout(c.opts.ackTimeout.Milliseconds()).Build()
 }

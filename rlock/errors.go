@@ -51,13 +51,15 @@ func classify(op, key string, err error) error {
 
 // definitive reports whether err proves the request had no effect on Redis: a reply from
 // Redis (an error reply means the script did not change anything: relock's scripts check
-// before they write), or a failure to connect. Anything else (a timeout, a broken connection, a cancelled context)
-// leaves the outcome unknown.
+// before they write), or a failure to connect. Anything else (a timeout, a broken
+// connection, a cancelled context) leaves the outcome unknown.
 func definitive(err error) bool {
-	if _, ok := rueidis.IsRedisErr(err); ok {
-		return true
-	}
-	// A connection that could not be made carried nothing.
+	_, ok := rueidis.IsRedisErr(err)
+	return ok || dialFailed(err)
+}
+
+// dialFailed reports whether err is a connection that could not be made: it carried nothing.
+func dialFailed(err error) bool {
 	var op *net.OpError
 	return errors.As(err, &op) && op.Op == "dial"
 }
@@ -80,6 +82,5 @@ func transient(err error) bool {
 		}
 		return false
 	}
-	var op *net.OpError
-	return errors.As(err, &op) && op.Op == "dial"
+	return dialFailed(err)
 }

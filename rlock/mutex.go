@@ -263,7 +263,7 @@ func (m *Mutex) attempt(ctx context.Context, h *hold, lease time.Duration, renew
 			vals, err = res.AsIntSlice()
 		}
 		if err == nil && len(vals) == 3 && vals[0] == 1 && vals[2] == 1 && m.c.opts.ackReplicas > 0 {
-			acked = m.c.ackAfterTouch(cctx, m.keys.lock, args[0])
+			acked = m.c.ackAfterTouch(cctx, m.keys.lock, lease)
 		}
 		cancel()
 		if err == nil && len(vals) == 3 && vals[0] == 1 && ctx.Err() != nil {
