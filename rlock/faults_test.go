@@ -3,11 +3,13 @@ package rlock_test
 import (
 	"context"
 	"fmt"
+	"net"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -487,4 +489,35 @@ func TestMutex_replicaAck(t *testing.T) {
 	require.ErrorIs(t, err, rlock.ErrInvalid)
 	_, err = rlock.New(b.rueidis(t), rlock.WithReplicaAck(-1, time.Second))
 	require.ErrorIs(t, err, rlock.ErrInvalid)
+}
+
+// refusingClient fails the first scripts it is given as a refused dial would, sending
+// nothing.
+type refusingClient struct {
+	rueidis.Client
+	refuse atomic.Int32
+}
+
+func (r *refusingClient) Do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResult {
+	if isScript(cmd) && r.refuse.Add(-1) >= 0 {
+		return rueidis.NewErrorResult(&net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED})
+	}
+	return r.Client.Do(ctx, cmd)
+}
+
+func TestMutex_TryLock_outageOverBeforeWaitEndsIsPlainContention(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		name := redistest.Name(t)
+		require.NoError(t, b.client(t).Mutex(name).Lock(bg))
+		rc := &refusingClient{Client: b.rueidis(t)}
+		c, err := rlock.New(rc)
+		require.NoError(t, err)
+		defer c.Close()
+		rc.refuse.Store(2) // Redis unreachable for the first attempts, then back
+		ok, err := c.Mutex(name).TryLock(bg, 500*time.Millisecond, 0)
+		// Once Redis answered again the wait ran out on plain contention: not an error.
+		require.False(t, ok)
+		require.NoError(t, err)
+		require.Less(t, rc.refuse.Load(), int32(0), "the refusals were used")
+	})
 }

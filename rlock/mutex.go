@@ -144,21 +144,22 @@ func (m *Mutex) acquire(ctx context.Context, wait, lease time.Duration) (bool, e
 	}
 	sub := m.c.sub
 	pttl := time.Duration(-1) // unknown until an attempt tells
-	var unacked error         // why the last attempt failed, when it failed for a passing reason
-	// try makes one attempt; done says whether acquire returns its result.
+	var passing error         // why the last attempt failed, when it failed for a passing reason
 	backoff := outageRetry
+	// try makes one attempt; done says whether acquire returns its result.
 	try := func() (ok bool, err error, done bool) {
 		ok, ttl, err := m.attempt(ctx, h, lease, renew)
 		switch {
 		case err == nil:
-			backoff = outageRetry
+			// Redis answered: an earlier passing failure is over.
+			passing, backoff = nil, outageRetry
 		case wait == 0:
 		case errors.Is(err, ErrNoReplicaAck):
-			unacked, ttl, err = err, ackRetry, nil
+			passing, ttl, err = err, ackRetry, nil
 		case transient(err):
 			// Redis is unreachable or not ready: a waiter rides the outage out within its
 			// wait, as the holder's renewals do, trying again with backoff.
-			unacked, ttl, err = err, backoff, nil
+			passing, ttl, err = err, backoff, nil
 			backoff = min(2*backoff, time.Second)
 		}
 		pttl = ttl
@@ -202,7 +203,7 @@ func (m *Mutex) acquire(ctx context.Context, wait, lease time.Duration) (bool, e
 			left := time.Until(deadline)
 			if left <= 0 {
 				w.Pass()
-				return false, unacked
+				return false, passing
 			}
 			sleepFor = min(sleepFor, left)
 		}
@@ -212,7 +213,7 @@ func (m *Mutex) acquire(ctx context.Context, wait, lease time.Duration) (bool, e
 		case <-timer.C:
 		case <-ctx.Done():
 			w.Pass()
-			return false, errors.Join(fmt.Errorf("rlock: lock %q: %w", m.name, ctx.Err()), unacked)
+			return false, errors.Join(fmt.Errorf("rlock: lock %q: %w", m.name, ctx.Err()), passing)
 		}
 		if m.c.isClosed() {
 			return false, ErrClosed
