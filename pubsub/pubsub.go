@@ -10,7 +10,11 @@
 // they were decided.
 //
 // Delivery: a message on a channel wakes one of its waiters, the one that has waited
-// longest and holds no unread wake-up; a woken waiter moves to the back of the line. The
+// longest and holds no unread wake-up; a woken waiter moves to the back of the line. Two
+// payloads ask for other deliveries: [WakeAll] ("*") wakes every waiter of the channel (a
+// release that may let several waiters in: readers, semaphore permits, a latch), and
+// [WakeTag] ("=" + tag) wakes only the waiters registered with that tag by
+// [Subscriber.WatchTag] (the head of a fair lock's queue), and nobody if none is here. The
 // rueidis hook that delivers messages never blocks: a wake-up is a non-blocking send into a
 // channel of capacity one.
 //
@@ -34,6 +38,12 @@ const DefaultLinger = 5 * time.Second
 
 // ErrClosed is returned by Watch after Close.
 var ErrClosed = errors.New("pubsub: closed")
+
+// WakeAll is the message payload that wakes every waiter of a channel.
+const WakeAll = "*"
+
+// WakeTag returns the message payload that wakes only the waiters watching with tag.
+func WakeTag(tag string) string { return "=" + tag }
 
 // Option configures a Subscriber.
 type Option interface{ apply(*Subscriber) }
@@ -94,7 +104,7 @@ func New(client rueidis.Client, opts ...Option) (*Subscriber, error) {
 	return s, nil
 }
 
-// Mark identifies a moment in a channel's history, for [Waiter.MissedSince]. Take it with
+// Mark identifies a moment in a channel's history, for [Waiter.Live]. Take it with
 // [Subscriber.Mark] before an attempt whose failure may lead to a Watch.
 type Mark struct {
 	c        *channel
@@ -127,7 +137,11 @@ func (s *Subscriber) Waiting(name string) int {
 // Watch registers a waiter on the named channel, subscribing to it if needed. It never
 // blocks on Redis: if the subscription is not yet confirmed, the waiter is woken when it is.
 // The caller must Close the waiter.
-func (s *Subscriber) Watch(name string) (*Waiter, error) {
+func (s *Subscriber) Watch(name string) (*Waiter, error) { return s.WatchTag(name, "") }
+
+// WatchTag is Watch for a waiter that a [WakeTag] message with this tag also wakes (tag ""
+// is Watch: no tagged message wakes it). Plain and wake-all messages wake it like any other.
+func (s *Subscriber) WatchTag(name, tag string) (*Waiter, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
@@ -138,7 +152,7 @@ func (s *Subscriber) Watch(name string) (*Waiter, error) {
 		c = &channel{name: name}
 		s.chans[name] = c
 	}
-	w := &Waiter{s: s, c: c, ch: make(chan struct{}, 1), ahead: len(c.waiters)}
+	w := &Waiter{s: s, c: c, ch: make(chan struct{}, 1), ahead: len(c.waiters), tag: tag}
 	c.waiters = append(c.waiters, w)
 	if !c.subscribed {
 		if !s.started {
@@ -186,6 +200,7 @@ type Waiter struct {
 	c      *channel
 	ch     chan struct{}
 	ahead  int  // waiters registered before this one, at Watch
+	tag    string
 	closed bool // guarded by s.mu
 }
 
@@ -271,6 +286,18 @@ func (c *channel) wakeAll() {
 	}
 }
 
+// wakeTag wakes every waiter registered with tag. Subscriber.mu must be held.
+func (c *channel) wakeTag(tag string) {
+	for _, w := range c.waiters {
+		if w.tag == tag {
+			select {
+			case w.ch <- struct{}{}:
+			default:
+			}
+		}
+	}
+}
+
 // onMessage runs on rueidis's reader goroutine: it must not block.
 func (s *Subscriber) onMessage(gen uint64, m rueidis.PubSubMessage) {
 	s.mu.Lock()
@@ -280,7 +307,14 @@ func (s *Subscriber) onMessage(gen uint64, m rueidis.PubSubMessage) {
 	}
 	if c := s.chans[m.Channel]; c != nil {
 		c.seq++
-		c.wakeOne(nil)
+		switch {
+		case m.Message == WakeAll:
+			c.wakeAll()
+		case len(m.Message) > 1 && m.Message[0] == '=':
+			c.wakeTag(m.Message[1:])
+		default:
+			c.wakeOne(nil)
+		}
 	}
 }
 

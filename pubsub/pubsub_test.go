@@ -341,6 +341,42 @@ func TestPublishWakesOneInTurn(t *testing.T) {
 	})
 }
 
+// A WakeAll message wakes every waiter; a WakeTag message wakes only the waiters watching
+// with that tag, and nobody when none does; a plain message still wakes one, tagged or not.
+func TestWakeAllAndTag(t *testing.T) {
+	t.Parallel()
+	forEach(t, func(t *testing.T, e *env) {
+		s := e.newSub()
+		ch := name(t)
+		plain := watchLive(t, s, ch)
+		a, err := s.WatchTag(ch, "a")
+		require.NoError(t, err)
+		t.Cleanup(a.Close)
+		b, err := s.WatchTag(ch, "b")
+		require.NoError(t, err)
+		t.Cleanup(b.Close)
+		none(t, s, "joined a live channel", plain, a, b)
+
+		e.publish(ch, WakeTag("b"))
+		recv(t, b, "tagged b")
+		none(t, s, "tagged b", plain, a)
+
+		e.publish(ch, WakeTag("nobody"))
+		e.publish(ch, WakeTag("a"))
+		recv(t, a, "tagged a")
+		none(t, s, "tagged nobody, then a", plain, b)
+
+		e.publish(ch, WakeAll)
+		recv(t, plain, "wake all")
+		recv(t, a, "wake all")
+		recv(t, b, "wake all")
+
+		e.publish(ch, "0")
+		recv(t, plain, "plain message: the longest waiting")
+		none(t, s, "plain message", a, b)
+	})
+}
+
 // A waiter that holds an unread wake-up is skipped: the next message goes to the next one.
 func TestWakeSkipsHolder(t *testing.T) {
 	t.Parallel()
