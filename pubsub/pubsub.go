@@ -199,7 +199,7 @@ type Waiter struct {
 	s      *Subscriber
 	c      *channel
 	ch     chan struct{}
-	ahead  int  // waiters registered before this one, at Watch
+	ahead  int // waiters registered before this one, at Watch
 	tag    string
 	closed bool // guarded by s.mu
 }
