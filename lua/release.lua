@@ -5,7 +5,7 @@
 --           (remembered for ARGV[4] ms, at most 256 owners, so that a replay can be answered)
 -- ARGV[1] = owner id
 -- ARGV[2] = request id (a replay with the same id is answered, not applied again)
--- ARGV[3] = release channel, published when the last hold is given back
+-- ARGV[3] = release channel, published when the last hold is given back ('' publishes nothing)
 -- ARGV[4] = how long to remember a full release, in milliseconds (> 0)
 -- returns n >= 1  holds this owner still has (the lock stays held)
 --         0       the last hold was given back: the lock is free and the channel was told
@@ -38,5 +38,7 @@ end
 redis.call('hset', released, owner, req)
 redis.call('pexpire', released, ARGV[4])
 redis.call('del', lock)
-redis.call('publish', channel, '0')
+if channel ~= '' then
+  redis.call('publish', channel, '0')
+end
 return 0

@@ -136,42 +136,67 @@ func (c *Client) cleanupCtx(ctx context.Context) (context.Context, context.Cance
 // renewer renews the Client's watchdog-mode holds.
 type renewer struct{ c *Client }
 
-// Renew sends one renew script per batch of leases: one for all of them on a single
-// server; on Cluster, one per hash slot (a script's keys must share a slot).
+// Renew sends one renew script per kind of lock (each kind has its own) in the batch: on a
+// single server one for all leases of that kind; on Cluster, one per kind and hash slot (a
+// script's keys must share a slot).
 func (r renewer) Renew(ctx context.Context, leases []*watchdog.Lease) []error {
-	if r.c.rc.Mode() != rueidis.ClientModeCluster {
-		return r.renew(ctx, leases)
+	type group struct {
+		v    *variant
+		slot uint16
 	}
-	bySlot := make(map[uint16][]int)
+	cluster := r.c.rc.Mode() == rueidis.ClientModeCluster
+	first := leases[0].Data.(*hold)
+	if !cluster {
+		same := true
+		for _, l := range leases[1:] {
+			if l.Data.(*hold).v.renew != first.v.renew {
+				same = false
+				break
+			}
+		}
+		if same {
+			return r.renew(ctx, first.v, leases)
+		}
+	}
+	groups := make(map[group][]int)
 	for i, l := range leases {
-		s := slot(l.Data.(*hold).keys.lock)
-		bySlot[s] = append(bySlot[s], i)
+		h := l.Data.(*hold)
+		g := group{v: h.v}
+		if cluster {
+			g.slot = slot(h.keys.lock)
+		}
+		groups[g] = append(groups[g], i)
 	}
 	errs := make([]error, len(leases))
-	group := make([]*watchdog.Lease, 0, len(leases))
-	for _, idx := range bySlot {
-		group = group[:0]
+	batch := make([]*watchdog.Lease, 0, len(leases))
+	for g, idx := range groups {
+		batch = batch[:0]
 		for _, i := range idx {
-			group = append(group, leases[i])
+			batch = append(batch, leases[i])
 		}
-		for j, err := range r.renew(ctx, group) {
+		for j, err := range r.renew(ctx, g.v, batch) {
 			errs[idx[j]] = err
 		}
 	}
 	return errs
 }
 
-func (r renewer) renew(ctx context.Context, leases []*watchdog.Lease) []error {
+// renew renews leases, all of variant v, with one script.
+func (r renewer) renew(ctx context.Context, v *variant, leases []*watchdog.Lease) []error {
 	errs := make([]error, len(leases))
-	keys := make([]string, len(leases))
+	keys := make([]string, 0, len(leases))
 	args := make([]string, 1, len(leases)+1)
 	args[0] = strconv.FormatInt(leases[0].TTL.Milliseconds(), 10)
-	for i, l := range leases {
+	for _, l := range leases {
 		h := l.Data.(*hold)
-		keys[i] = h.keys.lock
+		if v.renewKeys != nil {
+			keys = append(keys, v.renewKeys(h.keys)...)
+		} else {
+			keys = append(keys, h.keys.lock)
+		}
 		args = append(args, h.owner)
 	}
-	vals, err := r.c.exec(ctx, lua.Renew, keys, args).AsIntSlice()
+	vals, err := r.c.exec(ctx, v.renew, keys, args).AsIntSlice()
 	if err == nil && len(vals) != len(leases) {
 		err = errors.New("rlock: renew: malformed reply")
 	}
@@ -200,12 +225,11 @@ func sleep(ctx context.Context, d time.Duration) error {
 
 // execAcquire runs the acquire script; with replica acknowledgements on, a WAIT follows it on
 // the same connection and acked is the number of replicas that acknowledged (else 0).
-func (c *Client) execAcquire(ctx context.Context, keys, args []string) (vals []int64, acked int64, err error) {
+func (c *Client) execAcquire(ctx context.Context, s *lua.Script, keys, args []string) (vals []int64, acked int64, err error) {
 	if c.opts.ackReplicas == 0 {
-		vals, err = c.exec(ctx, lua.Acquire, keys, args).AsIntSlice()
+		vals, err = c.exec(ctx, s, keys, args).AsIntSlice()
 		return vals, 0, err
 	}
-	s := lua.Acquire
 	res := c.rc.DoMulti(ctx,
 		c.rc.B().Evalsha().Sha1(s.PlainSHA1()).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build(), c.waitCmd())
 	if re, ok := rueidis.IsRedisErr(res[0].Error()); ok && re.IsNoScript() {

@@ -17,6 +17,7 @@ type holdKey struct{ lock, owner string }
 type hold struct {
 	c     *Client
 	keys  lockKeys
+	v     *variant
 	owner string
 	refs  int // operations in progress; guarded by c.mu
 
@@ -40,16 +41,16 @@ type tenure struct {
 }
 
 // ref returns the hold of (keys, owner), creating it, and counts an operation on it.
-func (c *Client) ref(keys lockKeys, owner string) (*hold, error) {
+func (c *Client) ref(keys lockKeys, v *variant, owner string) (*hold, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
 		return nil, ErrClosed
 	}
-	k := holdKey{keys.lock, owner}
+	k := holdKey{keys.lock + v.holdSuffix, owner}
 	h := c.holds[k]
 	if h == nil {
-		h = &hold{c: c, keys: keys, owner: owner}
+		h = &hold{c: c, keys: keys, v: v, owner: owner}
 		c.holds[k] = h
 	}
 	h.refs++
@@ -57,10 +58,10 @@ func (c *Client) ref(keys lockKeys, owner string) (*hold, error) {
 }
 
 // peek returns the hold of (keys, owner) if there is one, without counting.
-func (c *Client) peek(keys lockKeys, owner string) *hold {
+func (c *Client) peek(keys lockKeys, v *variant, owner string) *hold {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.holds[holdKey{keys.lock, owner}]
+	return c.holds[holdKey{keys.lock + v.holdSuffix, owner}]
 }
 
 // unref ends an operation on h and forgets h once nothing refers to it.
@@ -75,7 +76,7 @@ func (c *Client) unref(h *hold) {
 	idle := h.count == 0 && h.cur == nil
 	h.mu.Unlock()
 	if idle {
-		delete(c.holds, holdKey{h.keys.lock, h.owner})
+		delete(c.holds, holdKey{h.keys.lock + h.v.holdSuffix, h.owner})
 	}
 }
 

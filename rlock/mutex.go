@@ -53,15 +53,21 @@ type Mutex struct {
 	name  string
 	keys  lockKeys
 	owner string
+	v     *variant
 	err   error // an invalid name: every method returns it
 }
 
 // Mutex returns a handle on the lock called name. It sends nothing to Redis. An empty name
 // makes a handle whose every method returns an error wrapping [ErrInvalid].
 func (c *Client) Mutex(name string) *Mutex {
-	m := &Mutex{c: c, name: name, keys: keysFor(c.opts.prefix, name), owner: c.newOwner()}
+	return c.newMutex(name, mutexVariant)
+}
+
+// newMutex returns a handle on the lock called name of variant v.
+func (c *Client) newMutex(name string, v *variant) *Mutex {
+	m := &Mutex{c: c, name: name, keys: keysFor(c.opts.prefix, name), owner: c.newOwner(), v: v}
 	if name == "" {
-		m.err = invalid("empty lock name")
+		m.err = invalid("empty %s name", v.kind)
 	}
 	return m
 }
@@ -132,99 +138,23 @@ func (m *Mutex) acquire(ctx context.Context, wait, lease time.Duration) (bool, e
 	if err := ctx.Err(); err != nil {
 		return false, fmt.Errorf("rlock: lock %q: %w", m.name, err)
 	}
-	h, err := m.c.ref(m.keys, owner)
+	h, err := m.c.ref(m.keys, m.v, owner)
 	if err != nil {
 		return false, err
 	}
 	defer m.c.unref(h)
 
-	var deadline time.Time
-	if wait > 0 {
-		deadline = time.Now().Add(wait)
+	spec := waitSpec{op: "lock", name: m.name, channel: m.keys.channel, queue: m.v.queue, spin: m.v.spin}
+	if m.v.tagged {
+		spec.tag = owner
 	}
-	sub := m.c.sub
-	pttl := time.Duration(-1) // unknown until an attempt tells
-	var passing error         // why the last attempt failed, when it failed for a passing reason
-	backoff := outageRetry
-	// try makes one attempt; done says whether acquire returns its result.
-	try := func() (ok bool, err error, done bool) {
-		ok, ttl, err := m.attempt(ctx, h, lease, renew)
-		switch {
-		case err == nil:
-			// Redis answered: an earlier passing failure is over.
-			passing, backoff = nil, outageRetry
-		case wait == 0:
-		case errors.Is(err, ErrNoReplicaAck):
-			passing, ttl, err = err, ackRetry, nil
-		case transient(err):
-			// Redis is unreachable or not ready: a waiter rides the outage out within its
-			// wait, as the holder's renewals do, trying again with backoff.
-			passing, ttl, err = err, backoff, nil
-			backoff = min(2*backoff, time.Second)
-		}
-		pttl = ttl
-		return ok, err, ok || err != nil
+	if m.v.leave != nil {
+		spec.leave = func() { m.v.leave(ctx, m, owner) }
 	}
-	// A Lock that finds waiters of this Client queued joins behind them rather than barging
-	// in; TryLock with wait 0 never queues.
-	queued := wait != 0 && sub.Waiting(m.keys.channel) > 0
-	mark := sub.Mark(m.keys.channel)
-	if !queued {
-		if ok, err, done := try(); done || wait == 0 {
-			return ok, err
-		}
-	}
-	w, err := sub.Watch(m.keys.channel)
-	if err != nil {
-		return false, fmt.Errorf("rlock: lock %q: %w", m.name, ErrClosed)
-	}
-	defer w.Close()
-	// Try (again) now unless a release is sure to wake some waiter of this Client: when the
-	// waiters we queued behind are gone, or when a release may have been published between
-	// the first attempt and the subscription.
-	if (queued && w.Ahead() == 0) || (!queued && !w.Live(mark)) {
-		if ok, err, done := try(); done {
-			return ok, err
-		}
-	}
-	timer := time.NewTimer(time.Hour)
-	defer timer.Stop()
-	for {
-		// Sleep until a wake-up, the holder's lease end (expiry publishes nothing), the wait
-		// bound or ctx, whichever comes first.
-		sleepFor := pttl
-		switch {
-		case pttl == 0: // under a millisecond left
-			sleepFor = time.Millisecond
-		case pttl < 0: // no expiry, or not yet asked: a lease is at most this long
-			sleepFor = m.c.opts.watchdogTimeout
-		}
-		if !deadline.IsZero() {
-			left := time.Until(deadline)
-			if left <= 0 {
-				w.Pass()
-				return false, passing
-			}
-			sleepFor = min(sleepFor, left)
-		}
-		timer.Reset(sleepFor)
-		select {
-		case <-w.C():
-		case <-timer.C:
-		case <-ctx.Done():
-			w.Pass()
-			return false, errors.Join(fmt.Errorf("rlock: lock %q: %w", m.name, ctx.Err()), passing)
-		}
-		if m.c.isClosed() {
-			return false, ErrClosed
-		}
-		if ok, err, done := try(); done {
-			if err != nil {
-				w.Pass()
-			}
-			return ok, err
-		}
-	}
+	queue := wait != 0
+	return m.c.waitLoop(ctx, wait, spec, func() (bool, time.Duration, error) {
+		return m.attempt(ctx, h, lease, renew, queue)
+	})
 }
 
 // ackRetry is the pause before another attempt after a grant was given back for want of
@@ -237,7 +167,9 @@ const (
 // attempt makes one acquire request, replaying it under the same request id until its
 // outcome is known. It returns whether the lock is now held, or else the holder's remaining
 // lease.
-func (m *Mutex) attempt(ctx context.Context, h *hold, lease time.Duration, renew bool) (bool, time.Duration, error) {
+// queue tells a variant that keeps a wait queue (the fair lock) whether a failed attempt
+// joins it.
+func (m *Mutex) attempt(ctx context.Context, h *hold, lease time.Duration, renew, queue bool) (bool, time.Duration, error) {
 	h.op.Lock()
 	defer h.op.Unlock()
 	if _, lost := h.snapshot(); lost != nil {
@@ -245,6 +177,10 @@ func (m *Mutex) attempt(ctx context.Context, h *hold, lease time.Duration, renew
 	}
 	keys := []string{m.keys.lock, m.keys.fence}
 	args := []string{strconv.FormatInt(lease.Milliseconds(), 10), h.owner, m.c.newRequest()}
+	if m.v.acquireExtra != nil {
+		k, a := m.v.acquireExtra(m, queue)
+		keys, args = append(keys, k...), append(args, a...)
+	}
 	sent := time.Now() // the lease is counted from the first send
 	actx := ctx
 	if _, ok := ctx.Deadline(); !ok && ctx.Done() != nil {
@@ -254,13 +190,13 @@ func (m *Mutex) attempt(ctx context.Context, h *hold, lease time.Duration, renew
 		actx, cancel = context.WithTimeout(ctx, m.c.opts.cleanupTimeout)
 		defer cancel()
 	}
-	vals, acked, err := m.c.execAcquire(actx, keys, args)
+	vals, acked, err := m.c.execAcquire(actx, m.v.acquire, keys, args)
 	if err != nil && !definitive(err) {
 		// The request may or may not have been applied: replay it (same request id) until
 		// Redis answers, on a context that outlives the caller's.
 		cctx, cancel := m.c.cleanupCtx(ctx)
 		var res rueidis.RedisResult
-		if res, err = m.c.replay(cctx, ctx, lua.Acquire, keys, args, err); err == nil {
+		if res, err = m.c.replay(cctx, ctx, m.v.acquire, keys, args, err); err == nil {
 			vals, err = res.AsIntSlice()
 		}
 		if err == nil && len(vals) == 3 && vals[0] == 1 && vals[2] == 1 && m.c.opts.ackReplicas > 0 {
@@ -359,7 +295,7 @@ func (m *Mutex) Unlock(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	h, err := m.c.ref(m.keys, owner)
+	h, err := m.c.ref(m.keys, m.v, owner)
 	if err != nil {
 		return err
 	}
@@ -392,12 +328,20 @@ func (m *Mutex) release(ctx context.Context, h *hold) error {
 func (m *Mutex) sendRelease(ctx context.Context, owner string) (int64, error) {
 	cctx, cancel := m.c.cleanupCtx(ctx)
 	defer cancel()
+	channel := m.keys.channel
+	if m.v.spin {
+		channel = ""
+	}
 	keys := []string{m.keys.lock, m.keys.released}
-	args := []string{owner, m.c.newRequest(), m.keys.channel, strconv.FormatInt(2*m.c.opts.cleanupTimeout.Milliseconds(), 10)}
-	n, err := m.c.exec(cctx, lua.Release, keys, args).AsInt64()
+	args := []string{owner, m.c.newRequest(), channel, strconv.FormatInt(2*m.c.opts.cleanupTimeout.Milliseconds(), 10)}
+	if m.v.releaseExtra != nil {
+		k, a := m.v.releaseExtra(m)
+		keys, args = append(keys, k...), append(args, a...)
+	}
+	n, err := m.c.exec(cctx, m.v.release, keys, args).AsInt64()
 	if err != nil && !definitive(err) {
 		var res rueidis.RedisResult
-		if res, err = m.c.replay(cctx, ctx, lua.Release, keys, args, err); err == nil {
+		if res, err = m.c.replay(cctx, ctx, m.v.release, keys, args, err); err == nil {
 			n, err = res.AsInt64()
 		}
 	}
@@ -417,7 +361,11 @@ func (m *Mutex) ForceUnlock(ctx context.Context) (bool, error) {
 	if m.c.isClosed() {
 		return false, ErrClosed
 	}
-	n, err := m.c.exec(ctx, lua.ForceRelease, []string{m.keys.lock}, []string{m.keys.channel}).AsInt64()
+	keys, args := []string{m.keys.lock}, []string{m.keys.channel, m.v.forceMessage}
+	if m.v.spin {
+		args[0] = ""
+	}
+	n, err := m.c.exec(ctx, m.v.force, keys, args).AsInt64()
 	if err != nil {
 		return false, classify("force unlock", m.name, err)
 	}
@@ -495,7 +443,7 @@ func (m *Mutex) tenure(ctx context.Context) (*tenure, error) {
 	if err != nil {
 		return nil, err
 	}
-	h := m.c.peek(m.keys, owner)
+	h := m.c.peek(m.keys, m.v, owner)
 	if h == nil {
 		return nil, ErrNotHeld
 	}

@@ -1,0 +1,43 @@
+package rlock
+
+import (
+	"context"
+
+	"github.com/relock-go/relock/lua"
+)
+
+// variant is what tells apart the kinds of reentrant lock that share Mutex's machinery
+// (holds, tenures, leases, the watchdog, the wait loop, replays): their scripts and the
+// extra keys and arguments those take, and how their waiters wait. Every acquire script
+// takes KEYS {lock, fence, extra...} and ARGV {lease_ms, owner, request, extra...} and
+// answers {1, token, holds} or {0, pttl}; every release script takes KEYS {lock, released,
+// extra...} and ARGV {owner, request, channel, remember_ms, extra...} and answers the
+// owner's remaining holds (0 freed, -1 none); every renew script takes KEYS with
+// len(renewKeys) keys per lease and ARGV {lease_ms, owner...} and answers 1 or 0 per lease;
+// every force script takes KEYS {lock} and ARGV {channel, message}.
+type variant struct {
+	kind                           string // "lock", "fair lock", ...: for messages
+	acquire, release, renew, force *lua.Script
+	forceMessage                   string // what the force script publishes
+	// acquireExtra and releaseExtra return the keys and arguments the variant's scripts take
+	// after the common ones; queue says whether a failed acquire joins a wait queue.
+	acquireExtra func(m *Mutex, queue bool) (keys, args []string)
+	releaseExtra func(m *Mutex) (keys, args []string)
+	// renewKeys returns the keys the renew script takes for one lease; nil: {lock}.
+	renewKeys func(k lockKeys) []string
+	// holdSuffix tells apart, in the Client's table of holds, two variants that share a
+	// lock key (the read and write sides of a read-write lock).
+	holdSuffix string
+	queue      bool // waiters of one Client queue FIFO (waitSpec.queue)
+	spin       bool // waiters poll with backoff; releases publish nothing
+	tagged     bool // waiters watch with their owner id as tag (woken by name)
+	// leave, when set, runs when a wait gives up after attempts that may have registered
+	// the waiter in Redis (a fair queue slot).
+	leave func(ctx context.Context, m *Mutex, owner string)
+}
+
+// mutexVariant is the plain reentrant lock.
+var mutexVariant = &variant{
+	kind: "lock", acquire: lua.Acquire, release: lua.Release, renew: lua.Renew,
+	force: lua.ForceRelease, forceMessage: "0", queue: true,
+}

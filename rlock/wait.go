@@ -1,0 +1,181 @@
+package rlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+)
+
+// waitSpec says how a blocking acquisition waits between attempts.
+type waitSpec struct {
+	op, name string // for errors: "lock", the primitive's name
+	channel  string // pub/sub channel that announces a chance (unused when spin)
+	tag      string // non-empty: also woken by a WakeTag(tag) message (a fair queue's head)
+	// queue: a caller that finds waiters of this Client on the channel joins behind them
+	// instead of trying first (local FIFO).
+	queue bool
+	// spin: wait without pub/sub, sleeping with jittered exponential backoff (bounded by
+	// the remaining lease the last attempt reported).
+	spin bool
+	// leave, when set, runs when a wait that made at least one attempt gives up without
+	// success (wait bound, ctx, error): it undoes what the attempts registered in Redis
+	// (a fair queue's slot, a writer's claim).
+	leave func()
+}
+
+// attemptFunc makes one attempt. It reports success, or else how long the obstacle lasts
+// at most (a holder's remaining lease; -1 when unknown), or an error.
+type attemptFunc func() (ok bool, ttl time.Duration, err error)
+
+// Spin backoff bounds (SpinMutex and every spin wait).
+const (
+	spinMin = 2 * time.Millisecond
+	spinMax = 128 * time.Millisecond
+)
+
+// waitLoop runs the wait protocol around attempt: try; on failure watch the channel; try
+// again unless a release is sure to wake this Client's waiters; sleep until a wake-up, the
+// obstacle's end (an expiry publishes nothing), the wait bound or ctx; try again. wait < 0
+// waits without bound; wait == 0 makes one attempt. Passing failures (Redis unreachable,
+// loading, too few replica acknowledgements) are ridden out with backoff within the wait;
+// if the wait ends that way, the last one is returned with ok false.
+func (c *Client) waitLoop(ctx context.Context, wait time.Duration, spec waitSpec, attempt attemptFunc) (ok bool, err error) {
+	var deadline time.Time
+	if wait > 0 {
+		deadline = time.Now().Add(wait)
+	}
+	attempted := false
+	defer func() {
+		if !ok && attempted && spec.leave != nil {
+			spec.leave()
+		}
+	}()
+	sub := c.sub
+	pttl := time.Duration(-1) // unknown until an attempt tells
+	var passing error         // why the last attempt failed, when it failed for a passing reason
+	backoff := outageRetry
+	// try makes one attempt; done says whether the wait ends with its result.
+	try := func() (ok bool, err error, done bool) {
+		attempted = true
+		ok, ttl, err := attempt()
+		switch {
+		case err == nil:
+			// Redis answered: an earlier passing failure is over.
+			passing, backoff = nil, outageRetry
+		case wait == 0:
+		case errors.Is(err, ErrNoReplicaAck):
+			passing, ttl, err = err, ackRetry, nil
+		case transient(err):
+			// Redis is unreachable or not ready: a waiter rides the outage out within its
+			// wait, as the holder's renewals do, trying again with backoff.
+			passing, ttl, err = err, backoff, nil
+			backoff = min(2*backoff, time.Second)
+		}
+		pttl = ttl
+		return ok, err, ok || err != nil
+	}
+	if spec.spin {
+		return c.spinLoop(ctx, deadline, wait, spec, try, &pttl, &passing)
+	}
+	// A caller that finds waiters of this Client queued joins behind them rather than
+	// barging in; a single attempt (wait 0) never queues.
+	queued := spec.queue && wait != 0 && sub.Waiting(spec.channel) > 0
+	mark := sub.Mark(spec.channel)
+	if !queued {
+		if ok, err, done := try(); done || wait == 0 {
+			return ok, err
+		}
+	}
+	w, err := sub.WatchTag(spec.channel, spec.tag)
+	if err != nil {
+		return false, fmt.Errorf("rlock: %s %q: %w", spec.op, spec.name, ErrClosed)
+	}
+	defer w.Close()
+	// Try (again) now unless a release is sure to wake some waiter of this Client: when the
+	// waiters we queued behind are gone, or when a release may have been published between
+	// the first attempt and the subscription.
+	if (queued && w.Ahead() == 0) || (!queued && !w.Live(mark)) {
+		if ok, err, done := try(); done {
+			return ok, err
+		}
+	}
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		// Sleep until a wake-up, the obstacle's end (expiry publishes nothing), the wait
+		// bound or ctx, whichever comes first.
+		sleepFor := pttl
+		switch {
+		case pttl == 0: // under a millisecond left
+			sleepFor = time.Millisecond
+		case pttl < 0: // no expiry, or not yet asked: a lease is at most this long
+			sleepFor = c.opts.watchdogTimeout
+		}
+		if !deadline.IsZero() {
+			left := time.Until(deadline)
+			if left <= 0 {
+				w.Pass()
+				return false, passing
+			}
+			sleepFor = min(sleepFor, left)
+		}
+		timer.Reset(sleepFor)
+		select {
+		case <-w.C():
+		case <-timer.C:
+		case <-ctx.Done():
+			w.Pass()
+			return false, errors.Join(fmt.Errorf("rlock: %s %q: %w", spec.op, spec.name, ctx.Err()), passing)
+		}
+		if c.isClosed() {
+			return false, ErrClosed
+		}
+		if ok, err, done := try(); done {
+			if err != nil {
+				w.Pass()
+			}
+			return ok, err
+		}
+	}
+}
+
+// spinLoop is waitLoop without pub/sub: attempts spaced by jittered exponential backoff
+// from spinMin to spinMax, never sleeping past the obstacle's reported end.
+func (c *Client) spinLoop(ctx context.Context, deadline time.Time, wait time.Duration, spec waitSpec,
+	try func() (bool, error, bool), pttl *time.Duration, passing *error) (bool, error) {
+	if ok, err, done := try(); done || wait == 0 {
+		return ok, err
+	}
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	step := spinMin
+	for {
+		// Full jitter over the upper half: contenders that failed together spread out.
+		sleepFor := step/2 + rand.N(step/2+1)
+		step = min(2*step, spinMax)
+		if *pttl >= 0 {
+			sleepFor = min(sleepFor, max(*pttl, time.Millisecond))
+		}
+		if !deadline.IsZero() {
+			left := time.Until(deadline)
+			if left <= 0 {
+				return false, *passing
+			}
+			sleepFor = min(sleepFor, left)
+		}
+		timer.Reset(sleepFor)
+		select {
+		case <-timer.C:
+		case <-ctx.Done():
+			return false, errors.Join(fmt.Errorf("rlock: %s %q: %w", spec.op, spec.name, ctx.Err()), *passing)
+		}
+		if c.isClosed() {
+			return false, ErrClosed
+		}
+		if ok, err, done := try(); done {
+			return ok, err
+		}
+	}
+}
