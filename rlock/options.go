@@ -20,6 +20,12 @@ const (
 	// the caller's context ended: an Unlock, the resolution of an acquire whose reply was
 	// lost, the undoing of an acquire that raced a cancellation.
 	DefaultCleanupTimeout = 5 * time.Second
+	// DefaultWaiterTimeout is how long a waiter's place in a queue kept in Redis (a fair
+	// lock's queue, a read-write lock's waiting writers) outlives its last sign of life. A
+	// waiter refreshes its place every third of it while it waits, so only a waiter that
+	// died (or lost Redis) loses it; its place then blocks those behind it for at most this
+	// long.
+	DefaultWaiterTimeout = 10 * time.Second
 	// DefaultSubscriptionLinger is how long a release channel stays subscribed after its
 	// last waiter left.
 	DefaultSubscriptionLinger = pubsub.DefaultLinger
@@ -38,6 +44,7 @@ type options struct {
 	prefix          string
 	cleanupTimeout  time.Duration
 	linger          time.Duration
+	waiterTimeout   time.Duration
 	ackReplicas     int           // 0: no replica acknowledgement
 	ackTimeout      time.Duration // bound of each WAIT
 }
@@ -49,6 +56,7 @@ func defaultOptions() options {
 		prefix:          DefaultKeyPrefix,
 		cleanupTimeout:  DefaultCleanupTimeout,
 		linger:          DefaultSubscriptionLinger,
+		waiterTimeout:   DefaultWaiterTimeout,
 	}
 }
 
@@ -64,6 +72,8 @@ func (o *options) validate() error {
 		return invalid("cleanup timeout %v is not positive", o.cleanupTimeout)
 	case o.linger < 0:
 		return invalid("subscription linger %v is negative", o.linger)
+	case o.waiterTimeout < 30*time.Millisecond:
+		return invalid("waiter timeout %v is below 30ms", o.waiterTimeout)
 	case o.ackReplicas < 0:
 		return invalid("replica acknowledgements %d is negative", o.ackReplicas)
 	case o.ackReplicas > 0 && o.ackTimeout < time.Millisecond:
@@ -102,6 +112,13 @@ func WithCleanupTimeout(d time.Duration) Option {
 // unsubscribes at once. Default [DefaultSubscriptionLinger].
 func WithSubscriptionLinger(d time.Duration) Option {
 	return optionFunc(func(o *options) { o.linger = d })
+}
+
+// WithWaiterTimeout sets how long a waiter's place in a queue kept in Redis outlives its
+// last refresh (see [DefaultWaiterTimeout]); waiters refresh it every third of this while
+// they wait. At least 30ms.
+func WithWaiterTimeout(d time.Duration) Option {
+	return optionFunc(func(o *options) { o.waiterTimeout = d })
 }
 
 // WithReplicaAck makes every fresh grant wait until at least replicas replicas acknowledge
