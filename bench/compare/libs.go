@@ -51,7 +51,13 @@ var libs = []lib{
 		name:    "relock",
 		config:  "rlock.New(rueidis.NewClient(defaults)) with default options (pub/sub wake-up, watchdog)",
 		renewal: "built-in watchdog: one goroutine per Client, batched renew scripts",
-		open:    openRelock,
+		open:    openRelock(false),
+	},
+	{
+		name:    "relock-tuned",
+		config:  "rlock.New on a rueidis client made for locks: DisableCache (no client-side-caching invalidation hook, so rueidis keeps a lone request on its synchronous path: no goroutine hand-over per call); relock options default",
+		renewal: "built-in watchdog: one goroutine per Client, batched renew scripts",
+		open:    openRelock(true),
 	},
 	{
 		name:    "redsync-default",
@@ -99,8 +105,14 @@ type relockInst struct {
 	c  *rlock.Client
 }
 
-func openRelock(addr string, o openOpts) (instance, error) {
-	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, DialCtxFn: rueidisDial})
+func openRelock(tuned bool) func(addr string, o openOpts) (instance, error) {
+	return func(addr string, o openOpts) (instance, error) {
+		return newRelock(addr, o, tuned)
+	}
+}
+
+func newRelock(addr string, o openOpts, tuned bool) (instance, error) {
+	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, DialCtxFn: rueidisDial, DisableCache: tuned})
 	if err != nil {
 		return nil, err
 	}

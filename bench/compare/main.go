@@ -271,16 +271,25 @@ func runRTTs(results []*result) (hot, cold time.Duration) {
 	return hot, cold
 }
 
-// writeTargets compares relock with the best peer on each target figure.
+// writeTargets compares each relock configuration with the best peer on each target figure.
 func writeTargets(out io.Writer, results []*result) {
-	if find(results, "relock", "hotkey", 16) == nil {
+	for _, mine := range []string{"relock", "relock-tuned"} {
+		writeTargetsOf(out, results, mine)
+	}
+}
+
+// ours reports whether lib is a configuration of relock.
+func ours(lib string) bool { return lib == "relock" || strings.HasPrefix(lib, "relock-") }
+
+func writeTargetsOf(out io.Writer, results []*result, mine string) {
+	if find(results, mine, "hotkey", 16) == nil {
 		return
 	}
 	best := func(scenario string, g int, better func(a, b float64) bool, f func(*result) float64) (float64, string) {
 		var v float64
 		var who string
 		for _, r := range results {
-			if r.lib == "relock" || r.scenario != scenario || r.goroutines != g {
+			if ours(r.lib) || r.scenario != scenario || r.goroutines != g {
 				continue
 			}
 			if x := f(r); who == "" || better(x, v) {
@@ -299,11 +308,11 @@ func writeTargets(out io.Writer, results []*result) {
 		}
 		return "MISSED"
 	}
-	fmt.Fprint(out, "\nTargets (relock against the best peer of this run):\n\n")
+	fmt.Fprintf(out, "\nTargets (%s against the best peer of this run):\n\n", mine)
 	fmt.Fprintln(out, "| target | relock | best peer | ratio | verdict |")
 	fmt.Fprintln(out, "|---|---|---|---|---|")
 	for _, g := range []int{1, 64} {
-		me := find(results, "relock", "uncontended", g)
+		me := find(results, mine, "uncontended", g)
 		v, who := best("uncontended", g, higher, ops)
 		if me == nil || who == "" {
 			continue
@@ -311,7 +320,7 @@ func writeTargets(out io.Writer, results []*result) {
 		ratio := me.opsPerSec() / v
 		fmt.Fprintf(out, "| uncontended, %d goroutine(s): ops/s >= 1.3x | %.0f | %.0f (%s) | %.2fx | %s |\n", g, me.opsPerSec(), v, who, ratio, verdict(ratio >= 1.3))
 	}
-	me := find(results, "relock", "hotkey", 16)
+	me := find(results, mine, "hotkey", 16)
 	if v, who := best("hotkey", 16, higher, ops); who != "" {
 		ratio := me.opsPerSec() / v
 		fmt.Fprintf(out, "| hot key x16: ops/s >= best peer | %.0f | %.0f (%s) | %.2fx | %s |\n", me.opsPerSec(), v, who, ratio, verdict(ratio >= 1))
@@ -332,7 +341,7 @@ func writeTargets(out io.Writer, results []*result) {
 	}
 	fmt.Fprintf(out, "| hot key x16: Jain >= 0.95 | %.3f | | | %s |\n", me.jain(), verdict(me.jain() >= 0.95))
 	fmt.Fprintf(out, "| hot key x16: <= 3 client-sent commands per acquisition | %.2f | | | %s |\n", me.cmdsPerOp(), verdict(me.cmdsPerOp() <= 3))
-	if h := find(results, "relock", "handoff", 0); h != nil {
+	if h := find(results, mine, "handoff", 0); h != nil {
 		hot, cold := runRTTs(results)
 		if hot > 0 {
 			rtts := float64(h.pct(0.5)) / float64(hot)
