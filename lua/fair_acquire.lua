@@ -1,0 +1,157 @@
+-- fair_acquire: take or re-enter a fair (first come, first served) reentrant lock, or keep
+-- the caller's place in its queue.
+-- KEYS[1] = lock hash   (as acquire.lua: field <owner> = hold count, <owner>:r = last request id)
+-- KEYS[2] = fence hash  (field t = last fencing token; never expires)
+-- KEYS[3] = queue zset  (member = waiting owner, score = arrival: server time in microseconds,
+--           strictly rising along the queue; a refresh keeps the place)
+-- KEYS[4] = alive zset  (member = waiting owner, score = server time in ms when its place
+--           expires unless refreshed)
+-- ARGV[1] = lease in milliseconds (> 0)
+-- ARGV[2] = owner id
+-- ARGV[3] = request id (a replay with the same id is answered, not applied again)
+-- ARGV[4] = waiter timeout in milliseconds: a place lives this long after its last refresh
+-- ARGV[5] = '1': a failed attempt joins the queue (or refreshes the owner's place);
+--           '0': a single attempt, which never queues and never passes a waiting owner
+-- ARGV[6] = heartbeat in milliseconds: the longest a queued waiter may sleep before it
+--           refreshes its place
+-- ARGV[7] = release channel: a new queue head that may take the lock now, or within a
+--           heartbeat, is told with the message '=' .. head ('' publishes nothing)
+-- returns {1, token, holds}  acquired (fresh, re-entered, or a replay of an applied request)
+--         {0, ttl}           not acquired: when queued, how long to sleep at most before the
+--                            next attempt (the holder's remaining lease if the owner heads the
+--                            queue, the dead head's remaining life if the lock is free, never
+--                            more than the heartbeat); with ARGV[5] = '0', the lock's
+--                            remaining lease (-1: no expiry) or 0 when waiters go first
+--         a WRONGTYPE error, with nothing written, when a key holds another type
+-- A dead waiter's place (alive score in the past, or no alive score) is purged first.
+local lock, fence, queue, alive = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local lease, owner, req = ARGV[1], ARGV[2], ARGV[3]
+local wt, join, hb, channel = tonumber(ARGV[4]), ARGV[5] == '1', tonumber(ARGV[6]), ARGV[7]
+local reqField = owner .. ':r'
+
+-- Check every key's type before writing anything.
+local want = {'hash', 'hash', 'zset', 'zset'}
+for i = 1, 4 do
+  local t = redis.call('type', KEYS[i]).ok
+  if t ~= 'none' and t ~= want[i] then
+    return redis.error_reply('WRONGTYPE ' .. KEYS[i] .. ' holds a ' .. t)
+  end
+end
+
+local time = redis.call('time')
+local nowUs = tonumber(time[1]) * 1000000 + tonumber(time[2])
+local now = math.floor(nowUs / 1000)
+
+local function head()
+  return redis.call('zrange', queue, 0, 0)[1]
+end
+local head0 = head()
+
+-- Purge the places of waiters that stopped refreshing them.
+local dead = redis.call('zrangebyscore', alive, '-inf', '(' .. now)
+for _, o in ipairs(dead) do
+  redis.call('zrem', queue, o)
+end
+if #dead > 0 then
+  redis.call('zremrangebyscore', alive, '-inf', '(' .. now)
+end
+-- A head without a life record (the keys diverged) is dead too.
+local h = head()
+while h and not redis.call('zscore', alive, h) do
+  redis.call('zrem', queue, h)
+  h = head()
+end
+
+-- drop removes the owner's place.
+local function drop()
+  redis.call('zrem', queue, owner)
+  redis.call('zrem', alive, owner)
+end
+
+-- wake tells a new head (other than the caller, which learns from the reply) that its turn
+-- may have come: the lock is free, or will be within a heartbeat (a waiter not at the head
+-- sleeps a heartbeat and would sleep past it).
+local function wake()
+  local h = head()
+  if channel == '' or not h or h == head0 or h == owner then
+    return
+  end
+  local pttl = redis.call('pttl', lock)
+  if pttl == -2 or (pttl >= 0 and pttl < hb) then
+    redis.call('publish', channel, '=' .. h)
+  end
+end
+
+-- queued joins the queue (keeping an earlier place) and renews the place's life.
+local function queued()
+  if not redis.call('zscore', queue, owner) then
+    local score = nowUs
+    local last = redis.call('zrange', queue, -1, -1, 'withscores')
+    if last[2] and tonumber(last[2]) >= score then
+      score = tonumber(last[2]) + 1 -- arrivals stay ordered even if the clock steps back
+    end
+    redis.call('zadd', queue, string.format('%.0f', score), owner)
+  end
+  redis.call('zadd', alive, now + wt, owner)
+  for _, k in ipairs({queue, alive}) do
+    if redis.call('pttl', k) < wt then
+      redis.call('pexpire', k, wt)
+    end
+  end
+end
+
+local holds = redis.call('hget', lock, owner)
+if holds then
+  -- Re-entry (or the replay of an applied request). While this owner holds the lock nobody
+  -- else can have been granted it, so the fence's current value is this owner's token.
+  local token = tonumber(redis.call('hget', fence, 't') or '0')
+  if redis.call('hget', lock, reqField) ~= req then
+    holds = redis.call('hincrby', lock, owner, 1)
+    redis.call('hset', lock, reqField, req)
+    -- Re-entry never shortens the lease it finds.
+    if redis.call('pttl', lock) < tonumber(lease) then
+      redis.call('pexpire', lock, lease)
+    end
+  end
+  drop()
+  wake()
+  return {1, token, tonumber(holds)}
+end
+
+if redis.call('exists', lock) == 1 then
+  -- Held by another owner.
+  local pttl = redis.call('pttl', lock)
+  if not join then
+    wake()
+    return {0, pttl}
+  end
+  queued()
+  wake()
+  if head() == owner and pttl >= 0 and pttl < hb then
+    return {0, pttl}
+  end
+  return {0, hb}
+end
+
+h = head()
+if h and h ~= owner then
+  -- Free, but another owner waits ahead: its turn first.
+  if join then
+    queued()
+  end
+  wake()
+  local left = tonumber(redis.call('zscore', alive, h)) - now
+  return {0, math.max(0, math.min(left, hb))}
+end
+
+-- Fresh grant (the queue is empty or the owner heads it). The token is the larger of the
+-- last token + 1 and the server's clock in microseconds (see acquire.lua).
+local token = math.max(tonumber(redis.call('hget', fence, 't') or '0') + 1, nowUs)
+token = string.format('%.0f', token)
+redis.call('hset', fence, 't', token)
+token = tonumber(token)
+redis.call('hset', lock, owner, 1, reqField, req)
+redis.call('pexpire', lock, lease)
+drop()
+wake()
+return {1, token, 1}
