@@ -1,0 +1,52 @@
+#!lua flags=allow-oom
+-- latch_count_down: count a count-down latch down by one; at zero, delete it and wake its
+-- waiters.
+-- KEYS[1] = latch (a string holding the count; see latch_set.lua)
+-- KEYS[2] = request record: written (for ARGV[3] ms) only by a request that changed something,
+--           it holds the reply, so that a replay with the same request id is answered,
+--           not applied again (a request that changed nothing may simply run again)
+-- ARGV[1] = channel published when the count reaches zero
+-- ARGV[2] = message to publish (the wake-every-waiter payload)
+-- ARGV[3] = how long to remember the reply, in milliseconds (> 0)
+-- returns n >= 1  the count after this count-down (the latch stays)
+--         0       the count reached zero: the latch was deleted and the channel told
+--         -1      there was no latch: nothing changed
+--         a WRONGTYPE error (nothing written) if the key holds anything but a latch's count
+-- Runs with allow-oom: counting down (like a release) must work on a full server.
+local latch, record = KEYS[1], KEYS[2]
+
+-- count returns the latch's count, nil if the key holds something else (t is its type).
+local function count(t)
+  if t ~= 'string' then
+    return nil
+  end
+  local v = redis.call('get', latch)
+  if not string.match(v, '^%-?%d+$') then
+    return nil
+  end
+  return tonumber(v)
+end
+
+local done = redis.call('get', record)
+if done then
+  return tonumber(done)
+end
+local t = redis.call('type', latch).ok
+local n = -1
+if t ~= 'none' then
+  local c = count(t)
+  if not c then
+    return redis.error_reply('WRONGTYPE the key holds a ' .. t .. ', not a count-down latch')
+  end
+  if c > 1 then
+    n = redis.call('decr', latch)
+  else
+    redis.call('del', latch)
+    redis.call('publish', ARGV[1], ARGV[2])
+    n = 0
+  end
+end
+if n >= 0 then
+  redis.call('set', record, n, 'px', ARGV[3])
+end
+return n

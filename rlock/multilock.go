@@ -1,0 +1,360 @@
+package rlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"reflect"
+	"sort"
+	"time"
+)
+
+// Locker is a lock that a [MultiLock] can hold: [Mutex], [SpinMutex] and the other
+// reentrant locks of this package satisfy it, whichever Client (and Redis deployment) they
+// belong to. TryLock must follow [Mutex.TryLock]'s contract: wait 0 makes one attempt,
+// (false, nil) means the lock is held by another, lease > 0 is a fixed lease and lease <= 0
+// watchdog mode; Unlock must work on a ctx that has ended (a MultiLock passes ctx's values
+// without its cancellation when it gives back what it took).
+type Locker interface {
+	TryLock(ctx context.Context, wait, lease time.Duration) (bool, error)
+	Unlock(ctx context.Context) error
+}
+
+var (
+	_ Locker = (*Mutex)(nil)
+	_ Locker = (*SpinMutex)(nil)
+	_ Locker = (*MultiLock)(nil)
+)
+
+// Timing of a MultiLock's rounds.
+const (
+	// multiMemberWait bounds the wait for each member but the first of a round, drawn at
+	// random from its upper half: the MultiLock holds the earlier members meanwhile, so it
+	// must not wait long (two MultiLocks that each hold what the other waits for block each
+	// other until one's wait ends), and the jitter makes one of two such waits end first.
+	multiMemberWait = 20 * time.Millisecond
+	// multiBackoffMin and multiBackoffMax bound the pause between rounds, drawn at random
+	// from the upper half of a step that doubles after every failed round.
+	multiBackoffMin = 5 * time.Millisecond
+	multiBackoffMax = 250 * time.Millisecond
+	// multiLockChunk is how long a round's first member is waited for at a time when the
+	// MultiLock's own wait has no bound (Lock): its TryLock needs a bound.
+	multiLockChunk = time.Minute
+)
+
+// MultiLock holds several locks as one: all of them or none. Its members may have different
+// names, belong to different Clients and live on different Redis servers, which is why it is
+// made with the package-level [NewMultiLock] rather than by a Client ([Client.MultiLock] is
+// the shorthand for the locks of one Client).
+//
+// # Acquisition
+//
+// Lock and TryLock take the members in rounds. A round takes its first member with all the
+// wait that is left (nothing is held meanwhile, so that wait blocks nobody), then each other
+// member with a short wait (10 to 20ms, or less if the wait ends sooner), holding what it took.
+// If a member cannot be had in time, the round gives back everything it took, last first,
+// pauses for a jittered backoff (5ms doubling up to 250ms), and starts the next round with the
+// member that stopped it (waiting for it, through pub/sub, while holding nothing), then the
+// others. So no MultiLock holds some members while waiting long for another: two MultiLocks
+// that list shared members in different orders cannot deadlock, and the jitter lets one of
+// them win. A failure (a member's error, ctx's end) gives back everything the round took
+// before it returns: a MultiLock never leaves part of itself held.
+//
+// The first round takes the members in the order of their Redis keys when every member has a
+// Key method (every lock of this package has), members of equal keys (one name on different
+// servers) in the given order; otherwise it takes them in the given order. Sorting makes
+// MultiLocks that share members agree on the order whatever order they were given in, so
+// under contention they queue on the first shared member instead of clashing (a clash costs
+// one short wait and a new round). Redisson's RedissonMultiLock takes the members in the given
+// order and restarts every round from the first.
+//
+// # Owners, leases and loss
+//
+// The members act for their own owners, as they would alone: a member handle is an owner,
+// unless ctx carries one ([WithOwner]), which then holds every member of a Client. So
+// goroutines that share a MultiLock share its holds, exactly as with a shared [Mutex]; give
+// each goroutine its own context owner ([Client.WithNewOwner]) or its own MultiLock to make
+// them exclude each other. The MultiLock is reentrant as far as its members are. With
+// TryLock's lease > 0, each member's fixed lease starts when that member is granted, so the
+// first members' leases end before the last's (Redisson instead re-sets every member's lease
+// once all are held; a Locker offers no way to do that). Loss is per member: watch each
+// member's Done (for a [Mutex]).
+//
+// Members that are one lock in Redis are a mistake the MultiLock cannot always see: it refuses
+// the same handle twice and two handles of one Client on one lock name, but two Clients on
+// the same server, each with a handle on one name, are two owners of one lock: such a
+// MultiLock can never hold both (TryLock fails when its wait ends; Lock waits until ctx ends).
+type MultiLock struct {
+	locks []Locker
+	order []int // indexes into locks: the first round's order
+	err   error // invalid members: every method returns it
+}
+
+// NewMultiLock returns a MultiLock of locks (see [MultiLock] for the order it takes them
+// in). It sends nothing to Redis. No member, a nil member, or the same lock twice (the same
+// handle, or two handles of one Client on one lock name) makes a MultiLock whose every
+// method returns an error wrapping [ErrInvalid]. Errors name a member by its index in locks.
+func NewMultiLock(locks ...Locker) *MultiLock {
+	ml := &MultiLock{locks: append([]Locker(nil), locks...)}
+	if ml.err = validateMembers(ml.locks); ml.err != nil {
+		return ml
+	}
+	ml.order = make([]int, len(locks))
+	keys := make([]string, len(locks))
+	sorted := true
+	for i, l := range ml.locks {
+		ml.order[i] = i
+		if k, ok := l.(interface{ Key() string }); ok {
+			keys[i] = k.Key()
+		} else {
+			sorted = false
+		}
+	}
+	if sorted {
+		sort.SliceStable(ml.order, func(a, b int) bool { return keys[ml.order[a]] < keys[ml.order[b]] })
+	}
+	return ml
+}
+
+// MultiLock returns a [MultiLock] of the reentrant locks ([Client.Mutex]) called names, each
+// a handle of its own (an owner of its own). It sends nothing to Redis. No
+// name, an empty name, or a name given twice makes a MultiLock whose every method returns an
+// error wrapping [ErrInvalid].
+func (c *Client) MultiLock(names ...string) *MultiLock {
+	locks := make([]Locker, len(names))
+	for i, name := range names {
+		locks[i] = c.Mutex(name)
+	}
+	return NewMultiLock(locks...)
+}
+
+// multiMember returns the identity of the lock a Mutex-based member is: its Client and key
+// (a Mutex and a SpinMutex of one name are one lock), or nil for a value not made by a
+// Client. SpinMutex and the other lock kinds that embed *Mutex have it too.
+func (m *Mutex) multiMember() any {
+	if m == nil || m.c == nil {
+		return nil // a zero value, not a handle
+	}
+	return struct {
+		c   *Client
+		key string
+	}{m.c, m.keys.lock}
+}
+
+// validateMembers checks a MultiLock's members.
+func validateMembers(locks []Locker) error {
+	if len(locks) == 0 {
+		return invalid("multi-lock with no member")
+	}
+	seen := make(map[any]int, 2*len(locks))
+	for i, l := range locks {
+		if l == nil {
+			return invalid("multi-lock member %d is nil", i)
+		}
+		if v := reflect.ValueOf(l); v.Kind() == reflect.Pointer && v.IsNil() {
+			return invalid("multi-lock member %d is a nil %T", i, l)
+		}
+		var ids []any
+		if hashable(l) {
+			ids = append(ids, l)
+		}
+		if mm, ok := l.(interface{ multiMember() any }); ok {
+			id := mm.multiMember()
+			if id == nil {
+				return invalid("multi-lock member %d is a %T not made by a Client", i, l)
+			}
+			if m, ok := l.(interface{ Name() string }); ok && m.Name() == "" {
+				return invalid("multi-lock member %d has an empty name", i)
+			}
+			ids = append(ids, id)
+		}
+		for _, id := range ids {
+			if j, dup := seen[id]; dup {
+				return invalid("multi-lock members %d and %d are the same lock", j, i)
+			}
+			seen[id] = i
+		}
+	}
+	return nil
+}
+
+// Lock blocks until every member is held (each in watchdog mode), taking them in rounds as
+// described at [MultiLock]. It returns nil when all are held. Otherwise nothing it took is
+// left held and it returns:
+//  1. ctx's error, wrapped, when ctx ends first;
+//  2. the first member error that is not contention (joined with any error from giving back
+//     what the round took), for example [ErrLockLost], [ErrWrongType], [ErrClosed] or a Redis
+//     error, each naming the member;
+//  3. [ErrInvalid] for invalid members.
+func (ml *MultiLock) Lock(ctx context.Context) error {
+	_, err := ml.acquire(ctx, -1, 0)
+	return err
+}
+
+// TryLock tries to hold every member within wait (shared by all rounds; wait 0 makes a
+// single round of single attempts). lease > 0 takes each member with that fixed lease (see
+// [MultiLock] on when each lease starts); lease <= 0 holds them in watchdog mode.
+//
+// It returns (true, nil) when all are held, (false, nil) when wait ran out first, and
+// (false, err) for the failures listed at [MultiLock.Lock] (a ctx that ends before wait does
+// is such a failure). In every case but (true, nil) nothing it took is left held. A negative
+// wait is an error wrapping [ErrInvalid].
+func (ml *MultiLock) TryLock(ctx context.Context, wait, lease time.Duration) (bool, error) {
+	if wait < 0 {
+		return false, invalid("negative wait %v", wait)
+	}
+	return ml.acquire(ctx, wait, lease)
+}
+
+// acquire implements Lock (wait < 0: no bound) and TryLock.
+func (ml *MultiLock) acquire(ctx context.Context, wait, lease time.Duration) (bool, error) {
+	if ml.err != nil {
+		return false, ml.err
+	}
+	if err := ctx.Err(); err != nil {
+		return false, fmt.Errorf("rlock: multi-lock: %w", err)
+	}
+	var deadline time.Time
+	if wait > 0 {
+		deadline = time.Now().Add(wait)
+	}
+	// left is the wait that remains: < 0 without bound, 0 when it ran out.
+	left := func() time.Duration {
+		if wait < 0 {
+			return -1
+		}
+		if wait == 0 {
+			return 0
+		}
+		return max(time.Until(deadline), 0)
+	}
+	order := append([]int(nil), ml.order...) // the members in this round's order
+	step := multiBackoffMin
+	var timer *time.Timer
+	for {
+		blocker, err := ml.round(ctx, order, left, lease)
+		if err != nil {
+			return false, err
+		}
+		if blocker < 0 {
+			return true, nil
+		}
+		rem := left()
+		if rem == 0 {
+			return false, nil
+		}
+		// Pause, jittered, so that MultiLocks that stopped each other spread out.
+		pause := step/2 + rand.N(step/2+1)
+		step = min(2*step, multiBackoffMax)
+		if rem > 0 {
+			pause = min(pause, rem)
+		}
+		if timer == nil {
+			timer = time.NewTimer(pause)
+			defer timer.Stop()
+		} else {
+			timer.Reset(pause)
+		}
+		select {
+		case <-timer.C:
+		case <-ctx.Done():
+			return false, fmt.Errorf("rlock: multi-lock: %w", ctx.Err())
+		}
+		// The next round starts with the member that stopped this one.
+		for i, m := range order {
+			if m == blocker {
+				copy(order[1:i+1], order[:i])
+				order[0] = blocker
+				break
+			}
+		}
+	}
+}
+
+// round makes one pass over the members in order: the first with all the wait left, the
+// others with a short one. It returns -1 when all are held; otherwise it has given back what
+// it took and returns the member that could not be had in time, or an error.
+func (ml *MultiLock) round(ctx context.Context, order []int, left func() time.Duration, lease time.Duration) (int, error) {
+	taken := 0
+	for k, i := range order {
+		rem := left()
+		w := rem
+		if k > 0 {
+			if short := multiMemberWait/2 + rand.N(multiMemberWait/2+1); rem < 0 || rem > short {
+				w = short
+			}
+		}
+		ok, err := ml.tryMember(ctx, i, w, lease)
+		if ok {
+			taken++
+			continue
+		}
+		if uerr := ml.giveBack(ctx, order[:taken]); uerr != nil {
+			return -1, errors.Join(err, uerr)
+		}
+		if err != nil {
+			return -1, err
+		}
+		return i, nil
+	}
+	return -1, nil
+}
+
+// tryMember takes member i within w (w < 0: no bound).
+func (ml *MultiLock) tryMember(ctx context.Context, i int, w, lease time.Duration) (bool, error) {
+	l := ml.locks[i]
+	for {
+		chunk := w
+		if w < 0 {
+			chunk = multiLockChunk
+		}
+		ok, err := l.TryLock(ctx, chunk, lease)
+		switch {
+		case err != nil:
+			return false, fmt.Errorf("rlock: multi-lock member %d: %w", i, err)
+		case ok || w >= 0:
+			return ok, nil
+		}
+	}
+}
+
+// giveBack unlocks the members in taken, last first, on ctx's values without its
+// cancellation, and joins their errors.
+func (ml *MultiLock) giveBack(ctx context.Context, taken []int) error {
+	ctx = context.WithoutCancel(ctx)
+	var errs []error
+	for k := len(taken) - 1; k >= 0; k-- {
+		if err := ml.locks[taken[k]].Unlock(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("rlock: multi-lock member %d: %w", taken[k], err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// hashable reports whether v can be a map key: its type is comparable and no interface
+// inside it holds an incomparable value (which would panic).
+func hashable(v any) (ok bool) {
+	if !reflect.TypeOf(v).Comparable() {
+		return false
+	}
+	defer func() {
+		if recover() != nil {
+			ok = false
+		}
+	}()
+	_ = map[any]bool{v: true}
+	return true
+}
+
+// Unlock gives back one hold of every member, in the reverse of the first round's order,
+// even when some fail and even when ctx has ended (members get ctx's values without its
+// cancellation). It returns nil when every member's Unlock did, or else the members' errors
+// joined, each naming its member: for example [ErrNotHeld] (errors.Is sees it) for a member
+// whose hold was lost or ran out.
+func (ml *MultiLock) Unlock(ctx context.Context) error {
+	if ml.err != nil {
+		return ml.err
+	}
+	return ml.giveBack(ctx, ml.order)
+}
