@@ -1,0 +1,42 @@
+-- psem_acquire: take one permit of a permit semaphore, with a lease.
+-- KEYS[1] = semaphore (hash: field permits = the number of permits; absent = 0)
+-- KEYS[2] = leases (zset: permit id -> when its lease ends, server ms)
+-- ARGV[1] = permit id (made by the caller, unique; a replay with the same id is answered by
+--           the live permit it finds, not granted twice)
+-- ARGV[2] = lease in milliseconds (> 0)
+-- returns {1}        granted (by this send, or by an earlier send of this permit id)
+--         {0, wait}  no permit is free; wait = milliseconds until the lease whose end makes
+--                    room ends, -1 when no lease end will (only more permits will)
+-- Expired leases are purged. Every key is read before anything is written, so a key of
+-- another type fails the script before it changes anything.
+local sem, leases = KEYS[1], KEYS[2]
+local id, lease = ARGV[1], tonumber(ARGV[2])
+
+local p = redis.call('hget', sem, 'permits')
+if not p and redis.call('exists', sem) == 1 then
+  return redis.error_reply('WRONGTYPE the key holds a hash that is not a permit semaphore')
+end
+local permits = tonumber(p or '0')
+local mine = redis.call('zscore', leases, id)
+local t = redis.call('time')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+if mine and tonumber(mine) > now then
+  return {1}
+end
+
+redis.call('zremrangebyscore', leases, '-inf', now)
+local held = redis.call('zcard', leases)
+if held < permits then
+  redis.call('zadd', leases, string.format('%.0f', now + lease), id)
+  -- The leases key outlives every lease in it, and no more.
+  if redis.call('pttl', leases) < lease then
+    redis.call('pexpire', leases, lease)
+  end
+  return {1}
+end
+if permits <= 0 then
+  return {0, -1}
+end
+-- Room comes when all but permits-1 of the held leases have ended.
+local ends = redis.call('zrange', leases, held - permits, held - permits, 'withscores')
+return {0, math.max(tonumber(ends[2]) - now, 0)}

@@ -1,0 +1,46 @@
+#!lua flags=allow-oom
+-- psem_release: give back one permit of a permit semaphore.
+-- KEYS[1] = semaphore (hash: field permits = the number of permits)
+-- KEYS[2] = leases (zset: permit id -> when its lease ends, server ms)
+-- KEYS[3] = request log (hash: request id -> answer of an applied request)
+-- KEYS[4] = request log times (zset: request id -> when the record may go, server ms)
+-- ARGV[1] = permit id
+-- ARGV[2] = request id (unique per call; a replay with the same id is answered, not applied again)
+-- ARGV[3] = how long to remember an applied request, in milliseconds (> 0)
+-- ARGV[4] = channel, told '0' (wake one waiter per subscriber) when a permit is given back
+-- returns 1  released (by this send, or by an earlier send of this request)
+--         0  no live permit has this id: unknown, released, or its lease ended
+-- Runs with allow-oom: giving a permit back must work on a full server. Every key is read
+-- before anything is written, so a key of another type fails the script before it changes
+-- anything.
+local sem, leases, log, logx = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local id, req, keep, channel = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
+
+local p = redis.call('hget', sem, 'permits')
+if not p and redis.call('exists', sem) == 1 then
+  return redis.error_reply('WRONGTYPE the key holds a hash that is not a permit semaphore')
+end
+local s = redis.call('zscore', leases, id)
+if redis.call('hget', log, req) then
+  return 1
+end
+local t = redis.call('time')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+if not s or tonumber(s) <= now then
+  return 0
+end
+
+local old = redis.call('zrangebyscore', logx, '-inf', now, 'limit', 0, 16)
+if #old > 0 then
+  redis.call('hdel', log, unpack(old))
+  redis.call('zrem', logx, unpack(old))
+end
+redis.call('hset', log, req, '1')
+redis.call('zadd', logx, string.format('%.0f', now + keep), req)
+redis.call('pexpire', log, keep)
+redis.call('pexpire', logx, keep)
+
+redis.call('zrem', leases, id)
+redis.call('zremrangebyscore', leases, '-inf', now)
+redis.call('publish', channel, '0')
+return 1

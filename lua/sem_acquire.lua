@@ -1,0 +1,40 @@
+-- sem_acquire: take n permits of a semaphore, all of them at once or none.
+-- KEYS[1] = semaphore (string: the number of available permits; may be negative; absent = 0)
+-- KEYS[2] = request log (hash: request id -> answer of an applied request)
+-- KEYS[3] = request log times (zset: request id -> when the record may go, server ms)
+-- ARGV[1] = n, the permits to take (> 0)
+-- ARGV[2] = request id (unique per call; a replay with the same id is answered, not applied again)
+-- ARGV[3] = how long to remember an applied request, in milliseconds (> 0)
+-- returns 1  the n permits were taken (by this send, or by an earlier send of this request)
+--         0  fewer than n permits are available: nothing changed
+-- Every key is read before anything is written, so a key of another type fails the script
+-- before it changes anything.
+local sem, log, logx = KEYS[1], KEYS[2], KEYS[3]
+local n, req, keep = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3])
+
+local v = redis.call('get', sem)
+local avail = tonumber(v or '0')
+if avail == nil or avail ~= math.floor(avail) then
+  return redis.error_reply('WRONGTYPE the key holds a string that is not a semaphore')
+end
+if redis.call('hget', log, req) then
+  return 1
+end
+if avail < n then
+  return 0
+end
+
+local t = redis.call('time')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local old = redis.call('zrangebyscore', logx, '-inf', now, 'limit', 0, 16)
+if #old > 0 then
+  redis.call('hdel', log, unpack(old))
+  redis.call('zrem', logx, unpack(old))
+end
+redis.call('hset', log, req, '1')
+redis.call('zadd', logx, string.format('%.0f', now + keep), req)
+redis.call('pexpire', log, keep)
+redis.call('pexpire', logx, keep)
+
+redis.call('decrby', sem, n)
+return 1

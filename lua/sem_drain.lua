@@ -1,0 +1,40 @@
+-- sem_drain: take every available permit of a semaphore (DrainPermits).
+-- KEYS[1] = semaphore (string: the number of available permits; may be negative; absent = 0)
+-- KEYS[2] = request log (hash: request id -> answer of an applied request)
+-- KEYS[3] = request log times (zset: request id -> when the record may go, server ms)
+-- ARGV[1] = request id (unique per call; a replay with the same id is answered, not applied again)
+-- ARGV[2] = how long to remember an applied request, in milliseconds (> 0)
+-- returns n >= 0  the permits taken (by this send, or by an earlier send of this request); a
+--                 count of zero or less is left as it is and 0 returned
+-- A key of another type fails the script before it changes anything.
+local sem, log, logx = KEYS[1], KEYS[2], KEYS[3]
+local req, keep = ARGV[1], tonumber(ARGV[2])
+
+local v = redis.call('get', sem)
+local avail = tonumber(v or '0')
+if avail == nil or avail ~= math.floor(avail) then
+  return redis.error_reply('WRONGTYPE the key holds a string that is not a semaphore')
+end
+local seen = redis.call('hget', log, req)
+if seen then
+  return tonumber(seen)
+end
+if avail <= 0 then
+  return 0
+end
+
+local t = redis.call('time')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local old = redis.call('zrangebyscore', logx, '-inf', now, 'limit', 0, 16)
+if #old > 0 then
+  redis.call('hdel', log, unpack(old))
+  redis.call('zrem', logx, unpack(old))
+end
+redis.call('hset', log, req, v)
+redis.call('zadd', logx, string.format('%.0f', now + keep), req)
+redis.call('pexpire', log, keep)
+redis.call('pexpire', logx, keep)
+
+-- DECRBY rather than SET: a time to live set by TrySetPermits stays.
+redis.call('decrby', sem, avail)
+return avail

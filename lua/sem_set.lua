@@ -1,0 +1,48 @@
+-- sem_set: set a semaphore's permits, only if it does not exist (TrySetPermits).
+-- KEYS[1] = semaphore (string: the number of available permits)
+-- KEYS[2] = request log (hash: request id -> answer of an applied request)
+-- KEYS[3] = request log times (zset: request id -> when the record may go, server ms)
+-- ARGV[1] = n, the permits (>= 0)
+-- ARGV[2] = request id (unique per call; a replay with the same id is answered, not applied again)
+-- ARGV[3] = how long to remember an applied request, in milliseconds (> 0)
+-- ARGV[4] = channel, told '*' (wake every waiter) when n > 0
+-- ARGV[5] = time to live of the semaphore in milliseconds; '0': none
+-- returns 1  set (by this send, or by an earlier send of this request)
+--         0  the semaphore exists: nothing changed
+-- A key of another type fails the script before it changes anything.
+local sem, log, logx = KEYS[1], KEYS[2], KEYS[3]
+local n, req, keep, channel, ttl = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3]), ARGV[4], ARGV[5]
+
+local v = redis.call('get', sem)
+local avail = tonumber(v or '0')
+if avail == nil or avail ~= math.floor(avail) then
+  return redis.error_reply('WRONGTYPE the key holds a string that is not a semaphore')
+end
+if redis.call('hget', log, req) then
+  return 1
+end
+if v then
+  return 0
+end
+
+local t = redis.call('time')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local old = redis.call('zrangebyscore', logx, '-inf', now, 'limit', 0, 16)
+if #old > 0 then
+  redis.call('hdel', log, unpack(old))
+  redis.call('zrem', logx, unpack(old))
+end
+redis.call('hset', log, req, '1')
+redis.call('zadd', logx, string.format('%.0f', now + keep), req)
+redis.call('pexpire', log, keep)
+redis.call('pexpire', logx, keep)
+
+if ttl ~= '0' then
+  redis.call('set', sem, ARGV[1], 'px', ttl)
+else
+  redis.call('set', sem, ARGV[1])
+end
+if n > 0 then
+  redis.call('publish', channel, '*')
+end
+return 1

@@ -1,0 +1,116 @@
+package lua_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/relock-go/relock/internal/redistest"
+	"github.com/relock-go/relock/lua"
+)
+
+var semScripts = []*lua.Script{
+	lua.SemSet, lua.SemAcquire, lua.SemRelease, lua.SemDrain, lua.SemDelete,
+	lua.PsemSet, lua.PsemAdd, lua.PsemAcquire, lua.PsemRelease, lua.PsemExtend, lua.PsemState, lua.PsemDelete,
+}
+
+func TestSemScripts_haveHeaders(t *testing.T) {
+	for _, s := range semScripts {
+		src := s.Source()
+		if !strings.Contains(src, "KEYS[") || !strings.Contains(src, "returns") {
+			t.Errorf("%s: the header must name KEYS, ARGV and the replies", s.Name())
+		}
+		if s.HasFlags() != strings.HasPrefix(src, "#!lua flags=") {
+			t.Errorf("%s: HasFlags disagrees with the source", s.Name())
+		}
+	}
+	for _, s := range []*lua.Script{lua.SemRelease, lua.PsemRelease} {
+		if !s.HasFlags() {
+			t.Errorf("%s must run with allow-oom: giving permits back works on a full server", s.Name())
+		}
+	}
+}
+
+// TestSemScripts_compile runs each script against a real server (with its flags) and
+// miniredis (without), on keys that exist nowhere: every form must compile and answer.
+func TestSemScripts_compile(t *testing.T) {
+	srv := redistest.Start(t)
+	_, mini := redistest.Miniredis(t)
+	for _, tc := range []struct {
+		name  string
+		c     rueidis.Client
+		flags bool
+	}{{"redis", srv.Client(t), true}, {"miniredis", mini, false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			sem := []string{"{s}", "{s}:log", "{s}:logx"}
+			runs := map[*lua.Script][2][]string{
+				lua.SemSet:      {sem, {"2", "r1", "10000", "{s}:released", "0"}},
+				lua.SemAcquire:  {sem, {"1", "r2", "10000"}},
+				lua.SemRelease:  {sem, {"1", "r3", "10000", "{s}:released", "0"}},
+				lua.SemDrain:    {sem, {"r4", "10000"}},
+				lua.SemDelete:   {{"{s}"}, nil},
+				lua.PsemSet:     {{"{p}", "{p}:log", "{p}:logx"}, {"1", "r5", "10000", "{p}:released"}},
+				lua.PsemAdd:     {{"{p}", "{p}:log", "{p}:logx"}, {"1", "r6", "10000", "{p}:released"}},
+				lua.PsemAcquire: {{"{p}", "{p}:leases"}, {"id1", "1000"}},
+				lua.PsemExtend:  {{"{p}", "{p}:leases"}, {"id1", "2000", "{p}:released"}},
+				lua.PsemState:   {{"{p}", "{p}:leases"}, {"id1"}},
+				lua.PsemRelease: {{"{p}", "{p}:leases", "{p}:log", "{p}:logx"}, {"id1", "r7", "10000", "{p}:released"}},
+				lua.PsemDelete:  {{"{p}", "{p}:leases"}, nil},
+			}
+			for _, s := range semScripts {
+				r := runs[s]
+				if err := s.Lua(tc.flags).Exec(ctx, tc.c, r[0], r[1]).Error(); err != nil {
+					t.Errorf("%s: %v", s.Name(), err)
+				}
+			}
+		})
+	}
+}
+
+// TestSemScripts_requestLog checks the request log that makes the scripts safe to resend: a
+// resent request is answered without being applied again, and records are forgotten once
+// their time is up, whatever the traffic.
+func TestSemScripts_requestLog(t *testing.T) {
+	srv := redistest.Start(t)
+	c := srv.Client(t)
+	ctx := context.Background()
+	keys := []string{"{q}", "{q}:log", "{q}:logx"}
+	release := func(req, keep string) int64 {
+		t.Helper()
+		n, err := lua.SemRelease.Lua(true).Exec(ctx, c, keys, []string{"1", req, keep, "{q}:released", "0"}).AsInt64()
+		if err != nil || n != 1 {
+			t.Fatalf("release %s: %v %v", req, n, err)
+		}
+		return n
+	}
+	count := func() string {
+		v, _ := c.Do(ctx, c.B().Get().Key("{q}").Build()).ToString()
+		return v
+	}
+	logged := func(req string) bool {
+		ok, _ := c.Do(ctx, c.B().Hexists().Key("{q}:log").Field(req).Build()).AsBool()
+		return ok
+	}
+	release("short", "20")
+	release("long", "10000")
+	release("long", "10000") // a resend
+	if got := count(); got != "2" {
+		t.Fatalf("count %s after two requests and a resend, want 2", got)
+	}
+	time.Sleep(50 * time.Millisecond)
+	release("later", "10000") // prunes the records whose time is up
+	if logged("short") {
+		t.Error("a record past its time was kept")
+	}
+	if !logged("long") || !logged("later") {
+		t.Error("a record within its time was dropped")
+	}
+	ttl, _ := c.Do(ctx, c.B().Pttl().Key("{q}:logx").Build()).AsInt64()
+	if ttl <= 0 || ttl > 10000 {
+		t.Errorf("the log must expire with its last record, PTTL %d", ttl)
+	}
+}

@@ -1,0 +1,355 @@
+package rlock
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/relock-go/relock/lua"
+	"github.com/relock-go/relock/watchdog"
+)
+
+// PermitSemaphore is a semaphore of expirable permits, like Redisson's
+// RPermitExpirableSemaphore: a number of permits, each taken one at a time under a lease
+// and given back by its id ([PermitSemaphore.Release]) or by the end of its lease. Get one
+// with [Client.PermitSemaphore]. A handle is safe for concurrent use and holds no state of its
+// own: two handles of one name are the same semaphore.
+//
+// # Leases
+//
+// Every permit has a lease (> 0; there is no unbounded permit and no watchdog): when it ends
+// the permit is free again, without anyone calling Release, so the permits of a process that
+// crashed come back within their lease. [PermitSemaphore.Extend] sets a new lease on a live
+// permit (renew it before [Permit.Expires] to keep it). The lease is measured by the Redis
+// server's clock (TIME), so a jump of that clock moves every lease end.
+//
+// A permit is identified by its id, made by the acquiring Client: anyone who knows the id
+// may release or extend it, through any Client. Releasing or extending a permit that is not
+// live (unknown, released, or whose lease ended) reports an error wrapping [ErrNotHeld]: a
+// late release of an expired permit reports it (Redisson's tryRelease returns false).
+//
+// # Waiting
+//
+// A blocked Acquire sleeps until a Release publishes on the semaphore's channel (one waiter
+// per Client is woken for each permit given back; AddPermits and TrySetPermits wake them
+// all), or until the lease whose end makes room ends: an expiry publishes nothing, but each
+// refused attempt learns from Redis when the next permit frees, and the waiter wakes then by
+// itself. There is no polling, and no fairness between waiters.
+//
+// # Replays
+//
+// An acquire carries its permit id, made before the first send: a resend of an acquire
+// whose reply was lost finds its live permit and is answered, not granted twice. Release,
+// TrySetPermits and AddPermits carry request ids that Redis remembers for twice the cleanup
+// timeout, like a [Semaphore]'s. An Acquire granted by a resend after its context ended
+// releases the permit before it returns; a permit whose acquire ends in [ErrUnknownOutcome]
+// comes back at the end of its lease.
+//
+// [WithReplicaAck] does not apply to semaphores.
+//
+// # Keys
+//
+// The number of permits is the field "permits" of a hash at [PermitSemaphore.Key]
+// ("{<prefix><name>}"); the leases are a sorted set at "...:leases" (permit id -> lease end
+// in server milliseconds; expired members are purged by every acquire and release, and the
+// key expires with its last lease); the request log and the channel are named as for a
+// [Semaphore]. All share one hash slot. A Semaphore or PermitSemaphore used on the name of
+// the other kind, or of a lock, finds its key of the wrong type ([ErrWrongType]); but a
+// [Mutex] used on a PermitSemaphore's name sees a hash and takes it for a lock held by
+// another: do not share names between kinds.
+type PermitSemaphore struct {
+	c    *Client
+	name string
+	keys semKeys
+	err  error // an invalid name: every method returns it
+}
+
+// Permit is one permit taken from a [PermitSemaphore].
+type Permit struct {
+	// ID identifies the permit, for [PermitSemaphore.Release] and [PermitSemaphore.Extend]. It
+	// is unique across Clients and time.
+	ID string
+	// Expires is when the permit's lease ends at the earliest, by the local clock: the moment
+	// the acquire was sent, plus the lease, minus a drift allowance (1% + 2ms). Past it the
+	// permit may be someone else's.
+	Expires time.Time
+}
+
+// PermitSemaphore returns a handle on the semaphore of expirable permits called name. It
+// sends nothing to Redis. An empty name makes a handle whose every method returns an error
+// wrapping [ErrInvalid].
+func (c *Client) PermitSemaphore(name string) *PermitSemaphore {
+	p := &PermitSemaphore{c: c, name: name, keys: semKeysFor(c.opts.prefix, name)}
+	if name == "" {
+		p.err = invalid("empty semaphore name")
+	}
+	return p
+}
+
+// Name is the semaphore's name as given to [Client.PermitSemaphore].
+func (p *PermitSemaphore) Name() string { return p.name }
+
+// Key is the Redis key of the hash that holds the semaphore's number of permits.
+func (p *PermitSemaphore) Key() string { return p.keys.sem }
+
+func (p *PermitSemaphore) ready(ctx context.Context, op string, detached bool) error {
+	return semReady(ctx, p.c, p.err, p.name, op, detached)
+}
+
+// logged is the keys of the scripts that keep a request log.
+func (k semKeys) logged() []string { return []string{k.sem, k.log, k.logx} }
+
+// TrySetPermits sets the number of permits to n (n >= 0), only if the semaphore does not
+// exist yet, and reports whether it did. Setting n > 0 wakes the waiters of an Acquire that
+// began before the semaphore existed. A set whose reply was lost and that took effect reports
+// true.
+//
+// Errors: [ErrInvalid] (bad name or n), [ErrWrongType] (the key holds something else, left
+// untouched), [ErrClosed], ctx's error, a Redis error, or [ErrUnknownOutcome].
+func (p *PermitSemaphore) TrySetPermits(ctx context.Context, n int) (bool, error) {
+	const op = "set permits of"
+	if err := p.ready(ctx, op, false); err != nil {
+		return false, err
+	}
+	if err := semCount(op, n, 0); err != nil {
+		return false, err
+	}
+	args := []string{strconv.Itoa(n), p.c.newRequest(), p.c.semKeep(), p.keys.channel}
+	got, _, err := p.c.semInt(ctx, op, p.name, false, lua.PsemSet, p.keys.logged(), args)
+	return got == 1, err
+}
+
+// AddPermits adds n to the number of permits, making the semaphore when it does not exist:
+// n > 0 wakes every waiter; n < 0 takes permits away, even below the number held now (those
+// stay held until released or expired, and no new one is granted until the number held is
+// below the new number). n == 0 is an error wrapping [ErrInvalid].
+func (p *PermitSemaphore) AddPermits(ctx context.Context, n int) error {
+	const op = "add permits to"
+	if err := p.ready(ctx, op, false); err != nil {
+		return err
+	}
+	if n == 0 {
+		return invalid("%s: 0 permits", op)
+	}
+	if err := semCount(op, n, -maxPermits); err != nil {
+		return err
+	}
+	args := []string{strconv.Itoa(n), p.c.newRequest(), p.c.semKeep(), p.keys.channel}
+	_, _, err := p.c.semInt(ctx, op, p.name, false, lua.PsemAdd, p.keys.logged(), args)
+	return err
+}
+
+// Acquire blocks until a permit is free and takes it for lease (at least 1ms). A semaphore
+// that does not exist has no permits: Acquire waits for some to be made.
+//
+// Acquire returns the permit, or:
+//  1. ctx's error, wrapped, when ctx ends first; no permit is left taken;
+//  2. [ErrWrongType] when the key holds another kind of value (it is left untouched);
+//  3. [ErrClosed] after [Client.Close]; [ErrInvalid] for a bad name or lease;
+//  4. a Redis or connection error, wrapped, or [ErrUnknownOutcome] (see Replays at
+//     [PermitSemaphore]).
+func (p *PermitSemaphore) Acquire(ctx context.Context, lease time.Duration) (Permit, error) {
+	permit, _, err := p.acquire(ctx, -1, lease)
+	return permit, err
+}
+
+// TryAcquire is [PermitSemaphore.Acquire] bounded by wait: wait 0 makes exactly one attempt.
+// It returns (permit, true, nil) when a permit is taken, (Permit{}, false, nil) when wait ran
+// out first, and (Permit{}, false, err) for the failures listed at Acquire. A negative wait is
+// an error wrapping [ErrInvalid].
+func (p *PermitSemaphore) TryAcquire(ctx context.Context, wait, lease time.Duration) (Permit, bool, error) {
+	if wait < 0 {
+		return Permit{}, false, invalid("negative wait %v", wait)
+	}
+	return p.acquire(ctx, wait, lease)
+}
+
+func (p *PermitSemaphore) acquire(ctx context.Context, wait, lease time.Duration) (Permit, bool, error) {
+	const op = "acquire"
+	if err := p.ready(ctx, op, false); err != nil {
+		return Permit{}, false, err
+	}
+	if lease < time.Millisecond {
+		return Permit{}, false, invalid("permit lease %v is below 1ms", lease)
+	}
+	// One id for every attempt of this call: a failed attempt leaves nothing under it.
+	permit := Permit{ID: p.c.newRequest()}
+	spec := waitSpec{op: op, name: p.name, channel: p.keys.channel}
+	ok, err := p.c.waitLoop(ctx, wait, spec, func() (bool, time.Duration, error) {
+		sent := time.Now() // the lease is counted from the first send
+		ok, ttl, err := p.attempt(ctx, permit.ID, lease)
+		if ok {
+			permit.Expires = sent.Add(lease - watchdog.Drift(lease))
+		}
+		return ok, ttl, err
+	})
+	if !ok {
+		return Permit{}, false, err
+	}
+	return permit, true, nil
+}
+
+// attempt makes one acquire request (resent until its outcome is known). It returns whether
+// the permit was granted, or else how long until a lease end makes room (-1: unknown).
+func (p *PermitSemaphore) attempt(ctx context.Context, id string, lease time.Duration) (bool, time.Duration, error) {
+	keys := []string{p.keys.sem, p.keys.leases}
+	args := []string{id, strconv.FormatInt(lease.Milliseconds(), 10)}
+	res, replayed, err := p.c.semRun(ctx, false, lua.PsemAcquire, keys, args)
+	var vals []int64
+	if err == nil {
+		vals, err = res.AsIntSlice()
+	}
+	if err != nil {
+		return false, 0, classify("acquire", p.name, err)
+	}
+	switch {
+	case len(vals) == 1 && vals[0] == 1:
+		if replayed && ctx.Err() != nil {
+			// Granted by a resend while the caller gave up: give it back.
+			_ = p.Release(ctx, id)
+			return false, 0, fmt.Errorf("rlock: acquire %q: %w", p.name, ctx.Err())
+		}
+		return true, 0, nil
+	case len(vals) == 2 && vals[0] == 0:
+		if vals[1] < 0 {
+			return false, -1, nil
+		}
+		return false, time.Duration(vals[1]) * time.Millisecond, nil
+	}
+	return false, 0, fmt.Errorf("rlock: acquire %q: malformed reply %v", p.name, vals)
+}
+
+// Release gives back the permit id and wakes a waiter. It works even when ctx has already
+// ended: it uses ctx's values with its own timeout ([WithCleanupTimeout]). A lost reply is
+// resolved by resending: the permit is given back once, and reported so.
+//
+// Release returns nil, or:
+//  1. an error wrapping [ErrNotHeld] when id is not a live permit: unknown, already released,
+//     or its lease ended (a late release of an expired permit reports it; the permit may be
+//     someone else's by now, and that one is not touched);
+//  2. [ErrInvalid] (bad name, empty id), [ErrWrongType], [ErrClosed], a Redis error, or
+//     [ErrUnknownOutcome].
+func (p *PermitSemaphore) Release(ctx context.Context, id string) error {
+	const op = "release"
+	if err := p.ready(ctx, op, true); err != nil {
+		return err
+	}
+	if id == "" {
+		return invalid("%s: empty permit id", op)
+	}
+	keys := []string{p.keys.sem, p.keys.leases, p.keys.log, p.keys.logx}
+	args := []string{id, p.c.newRequest(), p.c.semKeep(), p.keys.channel}
+	got, _, err := p.c.semInt(ctx, op, p.name, true, lua.PsemRelease, keys, args)
+	if err != nil {
+		return err
+	}
+	if got != 1 {
+		return fmt.Errorf("rlock: release permit %q of %q: %w", id, p.name, ErrNotHeld)
+	}
+	return nil
+}
+
+// Extend sets the lease of the live permit id to end lease (at least 1ms) from now, by the
+// server's clock: it may lengthen or shorten it. The permit's new local deadline is the
+// moment Extend was called plus lease, minus the drift allowance of [Permit.Expires]. A
+// resend of an Extend whose reply was lost sets the lease again from a later moment.
+//
+// Extend returns nil, or an error wrapping [ErrNotHeld] when id is not a live permit
+// (unknown, released, or its lease ended: an expired permit cannot be revived), or
+// [ErrInvalid], [ErrWrongType], [ErrClosed], ctx's error, a Redis error, or
+// [ErrUnknownOutcome].
+func (p *PermitSemaphore) Extend(ctx context.Context, id string, lease time.Duration) error {
+	const op = "extend"
+	if err := p.ready(ctx, op, false); err != nil {
+		return err
+	}
+	if id == "" {
+		return invalid("%s: empty permit id", op)
+	}
+	if lease < time.Millisecond {
+		return invalid("permit lease %v is below 1ms", lease)
+	}
+	keys := []string{p.keys.sem, p.keys.leases}
+	args := []string{id, strconv.FormatInt(lease.Milliseconds(), 10), p.keys.channel}
+	got, _, err := p.c.semInt(ctx, op, p.name, false, lua.PsemExtend, keys, args)
+	if err != nil {
+		return err
+	}
+	if got != 1 {
+		return fmt.Errorf("rlock: extend permit %q of %q: %w", id, p.name, ErrNotHeld)
+	}
+	return nil
+}
+
+// psemState is what psem_state.lua reports.
+type psemState struct {
+	permits, acquired int
+	left              time.Duration // of the permit asked about; < 0 when it is not live
+}
+
+func (p *PermitSemaphore) state(ctx context.Context, op, id string) (psemState, error) {
+	if err := p.ready(ctx, op, false); err != nil {
+		return psemState{}, err
+	}
+	vals, err := p.c.exec(ctx, lua.PsemState, []string{p.keys.sem, p.keys.leases}, []string{id}).AsIntSlice()
+	if err != nil {
+		return psemState{}, classify(op, p.name, err)
+	}
+	if len(vals) != 4 {
+		return psemState{}, fmt.Errorf("rlock: %s %q: malformed reply %v", op, p.name, vals)
+	}
+	return psemState{permits: int(vals[1]), acquired: int(vals[2]),
+		left: time.Duration(vals[3]) * time.Millisecond}, nil
+}
+
+// AvailablePermits is the number of permits free now: the number of permits less those held
+// under a live lease (expired leases count as free). It is 0 when the semaphore does not
+// exist, and may be below zero after AddPermits with a negative n. It is a snapshot.
+func (p *PermitSemaphore) AvailablePermits(ctx context.Context) (int, error) {
+	st, err := p.state(ctx, "available permits of", "")
+	return st.permits - st.acquired, err
+}
+
+// AcquiredPermits is the number of permits held now under a live lease. It is a snapshot.
+func (p *PermitSemaphore) AcquiredPermits(ctx context.Context) (int, error) {
+	st, err := p.state(ctx, "acquired permits of", "")
+	return st.acquired, err
+}
+
+// Permits is the number of permits, free or held (0 when the semaphore does not exist).
+func (p *PermitSemaphore) Permits(ctx context.Context) (int, error) {
+	st, err := p.state(ctx, "permits of", "")
+	return st.permits, err
+}
+
+// TTL is the time left of the lease of the permit id, by the server's clock, or an error
+// wrapping [ErrNotHeld] when id is not a live permit.
+func (p *PermitSemaphore) TTL(ctx context.Context, id string) (time.Duration, error) {
+	const op = "ttl of permit of"
+	if id == "" {
+		return 0, invalid("%s: empty permit id", op)
+	}
+	st, err := p.state(ctx, op, id)
+	if err != nil {
+		return 0, err
+	}
+	if st.left < 0 {
+		return 0, fmt.Errorf("rlock: ttl of permit %q of %q: %w", id, p.name, ErrNotHeld)
+	}
+	return st.left, nil
+}
+
+// Delete removes the semaphore and every permit held from it, and reports whether it existed.
+// Holders learn of it when their Release or Extend reports [ErrNotHeld]; waiters keep waiting
+// (a semaphore that does not exist has no permits). A key of another type is left untouched
+// (the error wraps [ErrWrongType]). When a lost reply was resolved by resending, Delete may
+// report false for a semaphore its first send deleted.
+func (p *PermitSemaphore) Delete(ctx context.Context) (bool, error) {
+	const op = "delete"
+	if err := p.ready(ctx, op, false); err != nil {
+		return false, err
+	}
+	got, _, err := p.c.semInt(ctx, op, p.name, false, lua.PsemDelete, []string{p.keys.sem, p.keys.leases}, nil)
+	return got == 1, err
+}

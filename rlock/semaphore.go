@@ -1,0 +1,388 @@
+package rlock
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/relock-go/relock/lua"
+)
+
+// maxPermits bounds every permit count passed to a semaphore: Redis scripts count in
+// floating point, exact up to 2^53.
+const maxPermits = 1 << 50
+
+// Semaphore is a counting semaphore named in Redis, like Redisson's RSemaphore: a number of
+// permits that callers take ([Semaphore.Acquire]) and give back ([Semaphore.Release]), from
+// any number of processes. Get one with [Client.Semaphore]. A handle is safe for concurrent
+// use and holds no state of its own: two handles of one name are the same semaphore.
+//
+// # Permits are not owned
+//
+// A permit is a count, not a hold. Any caller, through any Client, may release permits it
+// never acquired, and Release may raise the count beyond the number [Semaphore.TrySetPermits]
+// set (as in Redisson and java.util.concurrent.Semaphore). Nothing expires: the permits of a
+// process that crashes while holding them are never given back, and the semaphore stays short
+// of them until someone calls Release or AddPermits. When that matters, use a
+// [PermitSemaphore], whose permits carry a lease and come back when it ends.
+//
+// # Waiting
+//
+// Acquire(n) takes n permits at once or none: it never holds part of the count while it waits
+// for the rest. A blocked Acquire sleeps until a Release, a positive AddPermits or a
+// TrySetPermits publishes on the semaphore's channel; that wakes every waiter (of every
+// Client), each of which tries again; there is no polling. There is no fairness: waiters are
+// not served in arrival order, and a caller waiting for many permits can be overtaken, for as
+// long as that goes on, by callers taking fewer.
+//
+// # Counts
+//
+// Acquire, TryAcquire, Release and ReleaseIfExists take n >= 1: a count of zero or less is
+// an error wrapping [ErrInvalid] (Redisson treats tryAcquire(0) as a success and release(0) as
+// a no-op; here a zero count is taken for the bug it usually is). Counts are bounded by 2^50.
+//
+// # Replays
+//
+// Every request that changes the count carries a request id, and Redis remembers the ids it
+// applied for twice the cleanup timeout ([WithCleanupTimeout]). A request whose reply was lost
+// (a timeout, a broken connection) is sent again under the same id until Redis answers, and a
+// resend is answered without being applied twice: a lost reply never takes or gives back
+// permits twice. An Acquire whose permits were granted by a resend after its context ended
+// gives them back before it returns. When the outcome cannot be learned within the cleanup
+// timeout the error wraps [ErrUnknownOutcome]: the request may have been applied, and here,
+// unlike a lock's hold, permits it took do not come back by themselves.
+//
+// [WithReplicaAck] does not apply to semaphores.
+//
+// # Keys
+//
+// The count is a string at [Semaphore.Key] ("{<prefix><name>}", the key a [Mutex] of the same
+// name would use: do not give a lock and a semaphore one name); the request log is a hash at
+// "...:log" with a sorted set "...:logx" (each expires twice the cleanup timeout after the last
+// change); wake-ups go to the channel "...:released". All share one hash slot.
+type Semaphore struct {
+	c    *Client
+	name string
+	keys semKeys
+	err  error // an invalid name: every method returns it
+}
+
+// semKeys are the Redis keys and channel of one semaphore name (either kind). All share one
+// hash tag.
+type semKeys struct {
+	sem     string // the count (Semaphore) or the hash of permits (PermitSemaphore)
+	log     string // request log: request id -> answer
+	logx    string // request log: request id -> when the record may go (server ms)
+	leases  string // PermitSemaphore: permit id -> lease end (server ms)
+	channel string
+}
+
+func semKeysFor(prefix, name string) semKeys {
+	k := keysFor(prefix, name)
+	return semKeys{sem: k.lock, log: k.lock + ":log", logx: k.lock + ":logx", leases: k.lock + ":leases", channel: k.channel}
+}
+
+// Semaphore returns a handle on the counting semaphore called name. It sends nothing to
+// Redis. An empty name makes a handle whose every method returns an error wrapping
+// [ErrInvalid].
+func (c *Client) Semaphore(name string) *Semaphore {
+	s := &Semaphore{c: c, name: name, keys: semKeysFor(c.opts.prefix, name)}
+	if name == "" {
+		s.err = invalid("empty semaphore name")
+	}
+	return s
+}
+
+// Name is the semaphore's name as given to [Client.Semaphore].
+func (s *Semaphore) Name() string { return s.name }
+
+// Key is the Redis key that holds the semaphore's count of available permits.
+func (s *Semaphore) Key() string { return s.keys.sem }
+
+// semCount checks a permit count n of an operation: at least lowest, at most maxPermits in
+// size.
+func semCount(op string, n, lowest int) error {
+	switch {
+	case n < lowest:
+		return invalid("%s: %d permits (at least %d)", op, n, lowest)
+	case n > maxPermits || n < -maxPermits:
+		return invalid("%s: %d permits (at most %d)", op, n, maxPermits)
+	}
+	return nil
+}
+
+// ready checks what every operation needs: a valid handle, an open Client, and (unless
+// detached: giving permits back works after ctx ended) a live ctx.
+func (s *Semaphore) ready(ctx context.Context, op string, detached bool) error {
+	return semReady(ctx, s.c, s.err, s.name, op, detached)
+}
+
+func semReady(ctx context.Context, c *Client, herr error, name, op string, detached bool) error {
+	switch {
+	case herr != nil:
+		return herr
+	case ctx == nil:
+		return invalid("nil context")
+	case c.isClosed():
+		return ErrClosed
+	case !detached && ctx.Err() != nil:
+		return fmt.Errorf("rlock: %s %q: %w", op, name, ctx.Err())
+	}
+	return nil
+}
+
+// semKeep is how long the scripts remember an applied request: twice the cleanup timeout, since
+// a request's first send and its resends are each bounded by it (see semRun).
+func (c *Client) semKeep() string {
+	return strconv.FormatInt(2*c.opts.cleanupTimeout.Milliseconds(), 10)
+}
+
+// semRun runs a semaphore script that changes state. The first send is bounded by the cleanup
+// timeout as well as ctx; when its reply is lost, the script is sent again with the same ids
+// until Redis answers, within the cleanup timeout ([Client.replay]). The scripts remember the
+// requests they applied for twice the cleanup timeout, so every resend is answered truly.
+// detached sends even the first request on a context that ignores ctx's end (giving permits
+// back). replayed reports whether the answer came from a resend.
+func (c *Client) semRun(ctx context.Context, detached bool, s *lua.Script, keys, args []string) (res rueidis.RedisResult, replayed bool, err error) {
+	var sctx context.Context
+	var cancel context.CancelFunc
+	if detached {
+		sctx, cancel = c.cleanupCtx(ctx)
+	} else {
+		sctx, cancel = context.WithTimeout(ctx, c.opts.cleanupTimeout)
+	}
+	res = c.exec(sctx, s, keys, args)
+	cancel()
+	if err = res.Error(); err == nil || definitive(err) {
+		return res, false, err
+	}
+	cctx, cancel := c.cleanupCtx(ctx)
+	defer cancel()
+	res, err = c.replay(cctx, ctx, s, keys, args, err)
+	return res, true, err
+}
+
+// semInt runs a semaphore script (see semRun) that answers an integer.
+func (c *Client) semInt(ctx context.Context, op, name string, detached bool, s *lua.Script, keys, args []string) (n int64, replayed bool, err error) {
+	res, replayed, err := c.semRun(ctx, detached, s, keys, args)
+	if err == nil {
+		n, err = res.AsInt64()
+	}
+	if err != nil {
+		return 0, replayed, classify(op, name, err)
+	}
+	return n, replayed, nil
+}
+
+// TrySetPermits sets the number of available permits to n (n >= 0), only if the semaphore
+// does not exist yet, and reports whether it did. Setting n > 0 wakes the waiters of an
+// Acquire that began before the semaphore existed (it had no permits). A request whose reply
+// was lost is resolved by resending it: a set that took effect reports true.
+//
+// Errors: [ErrInvalid] (bad name or n), [ErrWrongType] (the key holds something else, left
+// untouched), [ErrClosed], ctx's error, a Redis error, or [ErrUnknownOutcome].
+func (s *Semaphore) TrySetPermits(ctx context.Context, n int) (bool, error) {
+	return s.trySet(ctx, n, 0)
+}
+
+// TrySetPermitsTTL is [Semaphore.TrySetPermits] for a semaphore that lives for ttl (at
+// least 1ms): then it vanishes, whatever its count, as if deleted. Acquire, Release,
+// AddPermits and DrainPermits keep the time to live; a Release after it vanished makes a new
+// semaphore without one.
+func (s *Semaphore) TrySetPermitsTTL(ctx context.Context, n int, ttl time.Duration) (bool, error) {
+	if ttl < time.Millisecond {
+		return false, invalid("semaphore time to live %v is below 1ms", ttl)
+	}
+	return s.trySet(ctx, n, ttl)
+}
+
+func (s *Semaphore) trySet(ctx context.Context, n int, ttl time.Duration) (bool, error) {
+	const op = "set permits of"
+	if err := s.ready(ctx, op, false); err != nil {
+		return false, err
+	}
+	if err := semCount(op, n, 0); err != nil {
+		return false, err
+	}
+	args := []string{strconv.Itoa(n), s.c.newRequest(), s.c.semKeep(), s.keys.channel, strconv.FormatInt(ttl.Milliseconds(), 10)}
+	got, _, err := s.c.semInt(ctx, op, s.name, false, lua.SemSet, s.keys.counted(), args)
+	return got == 1, err
+}
+
+// counted is the keys of a Semaphore's scripts: the count and the request log.
+func (k semKeys) counted() []string { return []string{k.sem, k.log, k.logx} }
+
+// Acquire blocks until n permits (n >= 1) are available and takes them, all at once. It never
+// holds part of n while it waits. A semaphore that does not exist has no permits: Acquire
+// waits for one to be made (TrySetPermits, Release, AddPermits).
+//
+// Acquire returns nil when the n permits are taken. Otherwise it returns:
+//  1. ctx's error, wrapped, when ctx ends first; no permit is left taken;
+//  2. [ErrWrongType] when the key holds another kind of value (it is left untouched);
+//  3. [ErrClosed] after [Client.Close]; [ErrInvalid] for a bad name or n;
+//  4. a Redis or connection error, wrapped, or [ErrUnknownOutcome] (see Replays at
+//     [Semaphore]).
+func (s *Semaphore) Acquire(ctx context.Context, n int) error {
+	_, err := s.acquire(ctx, n, -1)
+	return err
+}
+
+// TryAcquire is [Semaphore.Acquire] bounded by wait: wait 0 makes exactly one attempt. It
+// returns (true, nil) when the n permits are taken, (false, nil) when wait ran out first (no
+// permit is left taken), and (false, err) for the failures listed at Acquire (a ctx that ends
+// before wait does is such a failure). A negative wait is an error wrapping [ErrInvalid].
+func (s *Semaphore) TryAcquire(ctx context.Context, n int, wait time.Duration) (bool, error) {
+	if wait < 0 {
+		return false, invalid("negative wait %v", wait)
+	}
+	return s.acquire(ctx, n, wait)
+}
+
+// acquire implements Acquire (wait < 0: no bound) and TryAcquire.
+func (s *Semaphore) acquire(ctx context.Context, n int, wait time.Duration) (bool, error) {
+	const op = "acquire"
+	if err := s.ready(ctx, op, false); err != nil {
+		return false, err
+	}
+	if err := semCount(op, n, 1); err != nil {
+		return false, err
+	}
+	spec := waitSpec{op: op, name: s.name, channel: s.keys.channel}
+	return s.c.waitLoop(ctx, wait, spec, func() (bool, time.Duration, error) {
+		return s.attempt(ctx, n)
+	})
+}
+
+// attempt makes one acquire request (resent until its outcome is known). A refusal says
+// nothing of when permits come back: only a release, which publishes, brings them.
+func (s *Semaphore) attempt(ctx context.Context, n int) (bool, time.Duration, error) {
+	args := []string{strconv.Itoa(n), s.c.newRequest(), s.c.semKeep()}
+	got, replayed, err := s.c.semInt(ctx, "acquire", s.name, false, lua.SemAcquire, s.keys.counted(), args)
+	switch {
+	case err != nil:
+		return false, 0, err
+	case got == 0:
+		return false, -1, nil
+	case replayed && ctx.Err() != nil:
+		// Taken by a resend while the caller gave up: give them back.
+		_, _ = s.add(ctx, "release", n, false, true)
+		return false, 0, fmt.Errorf("rlock: acquire %q: %w", s.name, ctx.Err())
+	}
+	return true, 0, nil
+}
+
+// Release gives back n permits (n >= 1), adding them to the count, and wakes every waiter.
+// The count may rise above the number TrySetPermits set; a semaphore that does not exist is
+// made with n permits. Release works even when ctx has already ended: it uses ctx's values
+// with its own timeout ([WithCleanupTimeout]), so that permits are not lost to a cancelled
+// request. A lost reply is resolved by resending: the permits are added once.
+//
+// Errors: [ErrInvalid], [ErrWrongType] (left untouched), [ErrClosed], a Redis error, or
+// [ErrUnknownOutcome].
+func (s *Semaphore) Release(ctx context.Context, n int) error {
+	const op = "release"
+	if err := s.ready(ctx, op, true); err != nil {
+		return err
+	}
+	if err := semCount(op, n, 1); err != nil {
+		return err
+	}
+	_, err := s.add(ctx, op, n, false, true)
+	return err
+}
+
+// ReleaseIfExists is [Semaphore.Release] for a semaphore that exists: it reports false, and
+// changes nothing, when there is none (never set, deleted, or gone at the end of its time to
+// live).
+func (s *Semaphore) ReleaseIfExists(ctx context.Context, n int) (bool, error) {
+	const op = "release"
+	if err := s.ready(ctx, op, true); err != nil {
+		return false, err
+	}
+	if err := semCount(op, n, 1); err != nil {
+		return false, err
+	}
+	return s.add(ctx, op, n, true, true)
+}
+
+// AddPermits adds n to the count of available permits: n > 0 is a Release of n (and wakes
+// every waiter); n < 0 takes permits away without waiting, and may drive the count below zero
+// (then Acquire waits until releases bring it back above). n == 0 is an error wrapping
+// [ErrInvalid]. A semaphore that does not exist is made with n permits.
+func (s *Semaphore) AddPermits(ctx context.Context, n int) error {
+	const op = "add permits to"
+	if err := s.ready(ctx, op, false); err != nil {
+		return err
+	}
+	if n == 0 {
+		return invalid("%s: 0 permits", op)
+	}
+	if err := semCount(op, n, -maxPermits); err != nil {
+		return err
+	}
+	_, err := s.add(ctx, op, n, false, false)
+	return err
+}
+
+// add runs sem_release: it adds n permits (n < 0 takes them away), only to an existing
+// semaphore when ifExists; it reports whether it did.
+func (s *Semaphore) add(ctx context.Context, op string, n int, ifExists, detached bool) (bool, error) {
+	only := "0"
+	if ifExists {
+		only = "1"
+	}
+	args := []string{strconv.Itoa(n), s.c.newRequest(), s.c.semKeep(), s.keys.channel, only}
+	got, _, err := s.c.semInt(ctx, op, s.name, detached, lua.SemRelease, s.keys.counted(), args)
+	return got == 1, err
+}
+
+// DrainPermits takes every available permit and returns how many it took (0 when none are
+// available). A count below zero is left as it is and 0 returned (Redisson sets it to zero,
+// which adds permits). A lost reply is resolved by resending: the answer is the number the
+// first send took.
+func (s *Semaphore) DrainPermits(ctx context.Context) (int, error) {
+	const op = "drain"
+	if err := s.ready(ctx, op, false); err != nil {
+		return 0, err
+	}
+	got, _, err := s.c.semInt(ctx, op, s.name, false, lua.SemDrain, s.keys.counted(), []string{s.c.newRequest(), s.c.semKeep()})
+	return int(got), err
+}
+
+// AvailablePermits is the number of permits available now: 0 when the semaphore does not
+// exist, and possibly below zero after AddPermits with a negative n. It is a snapshot: by the
+// time it returns, others may have changed the count.
+func (s *Semaphore) AvailablePermits(ctx context.Context) (int, error) {
+	const op = "available permits of"
+	if err := s.ready(ctx, op, false); err != nil {
+		return 0, err
+	}
+	v, err := s.c.rc.Do(ctx, s.c.rc.B().Get().Key(s.keys.sem).Build()).ToString()
+	if rueidis.IsRedisNil(err) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, classify(op, s.name, err)
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("rlock: %s %q: %w (a string that is not a count)", op, s.name, ErrWrongType)
+	}
+	return int(n), nil
+}
+
+// Delete removes the semaphore, whatever its count, and reports whether it existed. Waiters
+// keep waiting: a semaphore that does not exist has no permits. A key of another type is left
+// untouched (the error wraps [ErrWrongType]). When a lost reply was resolved by resending,
+// Delete may report false for a semaphore its first send deleted.
+func (s *Semaphore) Delete(ctx context.Context) (bool, error) {
+	const op = "delete"
+	if err := s.ready(ctx, op, false); err != nil {
+		return false, err
+	}
+	got, _, err := s.c.semInt(ctx, op, s.name, false, lua.SemDelete, []string{s.keys.sem}, nil)
+	return got == 1, err
+}
