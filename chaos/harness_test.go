@@ -85,7 +85,7 @@ func (r *run) verify(allowExpiry bool) report {
 	rep := check(r.res, ops, lost)
 	r.t.Logf("checker: %s", rep)
 	if rep.violations() > 0 {
-		r.t.Errorf("mutual exclusion violated: %s", rep)
+		r.t.Errorf("mutual exclusion violated: %s; history in %s.json", rep, r.dump(nil, porcupine.LinearizationInfo{}, ops, lost))
 	}
 	if len(ops) > maxLinearizable {
 		r.t.Logf("linearizability not checked: %d operations, beyond the checker's budget of %d", len(ops), maxLinearizable)
@@ -93,18 +93,34 @@ func (r *run) verify(allowExpiry bool) report {
 	}
 	m := lockModel(allowExpiry)
 	res, info := porcupine.CheckOperationsVerbose(m.ToModel(), history(ops), 60*time.Second)
+	if res == porcupine.Unknown {
+		// The search ran out of time (a loaded machine): it proved nothing either way. Only an
+		// Illegal verdict is a finding; the resource checker above still checked every hold.
+		r.t.Logf("linearizability not decided: the checker's 60 s ran out on %d operations", len(ops))
+		return rep
+	}
 	if res != porcupine.Ok {
-		dump := filepath.Join(os.TempDir(), "relock-chaos-"+strings.NewReplacer("/", "_", " ", "_").Replace(r.t.Name()))
-		_ = porcupine.VisualizePath(m.ToModel(), info, dump+".html")
-		if b, err := json.Marshal(struct {
-			Ops  []worker.Op
-			Lost []worker.Lost
-		}{ops, lost}); err == nil {
-			_ = os.WriteFile(dump+".json", b, 0o644)
-		}
+		model := m.ToModel()
+		dump := r.dump(&model, info, ops, lost)
 		r.t.Errorf("history of %d operations is not linearizable against the lock model (expiry allowed: %v): %s; history and visualization in %s.{json,html}", len(ops), allowExpiry, res, dump)
 	}
 	return rep
+}
+
+// dump writes the history (and, with a model, porcupine's visualization) to the temporary
+// directory and returns the path without extension.
+func (r *run) dump(m *porcupine.Model, info porcupine.LinearizationInfo, ops []worker.Op, lost []worker.Lost) string {
+	path := filepath.Join(os.TempDir(), "relock-chaos-"+strings.NewReplacer("/", "_", " ", "_").Replace(r.t.Name()))
+	if m != nil {
+		_ = porcupine.VisualizePath(*m, info, path+".html")
+	}
+	if b, err := json.Marshal(struct {
+		Ops  []worker.Op
+		Lost []worker.Lost
+	}{ops, lost}); err == nil {
+		_ = os.WriteFile(path+".json", b, 0o644)
+	}
+	return path
 }
 
 // maxLinearizable bounds the history given to porcupine: its search grows with the number of
