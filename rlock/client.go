@@ -35,9 +35,10 @@ type Client struct {
 	reqs   atomic.Uint64 // request ids
 	flags  atomic.Bool   // the server takes "#!lua flags=" shebangs (until it refuses one)
 
-	mu     sync.Mutex
-	holds  map[holdKey]*hold
-	closed bool
+	mu       sync.Mutex
+	holds    map[holdKey]*hold
+	handoffs map[string]*handoffQueue // parked candidates per lock (handoff.go)
+	closed   bool
 }
 
 // New returns a Client that locks through client. relock borrows client and never closes
@@ -55,10 +56,11 @@ func New(client rueidis.Client, opts ...Option) (*Client, error) {
 		return nil, err
 	}
 	c := &Client{
-		rc:    client,
-		opts:  o,
-		id:    strings.ReplaceAll(uuid.NewString(), "-", ""),
-		holds: make(map[holdKey]*hold),
+		rc:       client,
+		opts:     o,
+		id:       strings.ReplaceAll(uuid.NewString(), "-", ""),
+		holds:    make(map[holdKey]*hold),
+		handoffs: make(map[string]*handoffQueue),
 	}
 	c.flags.Store(true)
 	var err error

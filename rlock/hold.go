@@ -34,10 +34,14 @@ type hold struct {
 type tenure struct {
 	ctx    context.Context // cancelled, with the cause, when the tenure ends
 	cancel context.CancelCauseFunc
-	token  int64
-	lease  *watchdog.Lease
-	renew  bool
-	end    time.Time // conservative end of the lease as last granted (fixed leases)
+
+	smu   sync.Mutex
+	subs  map[*func(error)]struct{} // HoldContext cancels, called as the tenure ends
+	ended error                     // why it ended; nil while it lasts
+	token int64
+	lease *watchdog.Lease
+	renew bool
+	end   time.Time // conservative end of the lease as last granted (fixed leases)
 }
 
 // ref returns the hold of (keys, owner), creating it, and counts an operation on it.
@@ -120,7 +124,7 @@ func (h *hold) granted(token, holds int64, sent time.Time, lease time.Duration, 
 		}
 		// The grant came back after its lease had run out on this clock (Redis stalled),
 		// or the Client is closing: it is of no use and not recorded.
-		t.cancel(ErrNotHeld)
+		t.finish(ErrNotHeld)
 		return fmt.Errorf("%w: %w", errLateGrant, err)
 	}
 	if t.lease != nil {
@@ -200,7 +204,52 @@ func (h *hold) endLocked(cause error) {
 	if h.count > 0 && errors.Is(cause, ErrLockLost) {
 		h.lost = cause
 	}
+	t.finish(cause)
+}
+
+// finish cancels the tenure's context and, before it returns, every context HoldContext
+// derived from it, all with cause: a caller that learns of the end (Unlock returned) finds
+// the cause already set, whatever it does next.
+func (t *tenure) finish(cause error) {
+	t.smu.Lock()
+	t.ended = cause
+	subs := t.subs
+	t.subs = nil
+	t.smu.Unlock()
 	t.cancel(cause)
+	for f := range subs {
+		(*f)(cause)
+	}
+}
+
+// subscribe arranges for f to be called with the cause when the tenure ends (at once if it
+// has ended) and returns a function that cancels the arrangement.
+func (t *tenure) subscribe(f func(error)) (stop func()) {
+	t.smu.Lock()
+	if t.ended != nil {
+		cause := t.ended
+		t.smu.Unlock()
+		f(cause)
+		return func() {}
+	}
+	if t.subs == nil {
+		t.subs = make(map[*func(error)]struct{})
+	}
+	key := &f
+	t.subs[key] = struct{}{}
+	t.smu.Unlock()
+	return func() {
+		t.smu.Lock()
+		delete(t.subs, key)
+		t.smu.Unlock()
+	}
+}
+
+// holds is the number of holds this Client counts for the owner.
+func (h *hold) holds() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.count
 }
 
 // snapshot returns the current tenure and the loss that blocks re-entry, if any.

@@ -148,13 +148,66 @@ func (m *Mutex) acquire(ctx context.Context, wait, lease time.Duration) (bool, e
 	if m.v.tagged {
 		spec.tag = owner
 	}
-	if m.v.leave != nil {
+	if m.v.leave != nil && wait != 0 {
+		// A single attempt (wait 0) never joins a queue: nothing to leave.
 		spec.leave = func() { m.v.leave(ctx, m, owner) }
 	}
 	queue := wait != 0
-	return m.c.waitLoop(ctx, wait, spec, func() (bool, time.Duration, error) {
+	var cand *candidate
+	if m.v.handoff && wait != 0 && m.c.opts.ackReplicas == 0 {
+		cand = &candidate{h: h, lease: lease, renew: renew, ready: make(chan struct{}, 1), poke: make(chan struct{}, 1)}
+		spec.park = func() { m.c.park(cand) }
+		spec.unpark = func() (bool, error, bool) {
+			if cand.unclaim() {
+				return false, nil, false
+			}
+			<-cand.ready
+			cand.state.Store(candIdle)
+			return m.handedOff(ctx, h, cand)
+		}
+		spec.poke = cand.poke
+	}
+	ok, err := m.c.waitLoop(ctx, wait, spec, func() (bool, time.Duration, error) {
 		return m.attempt(ctx, h, lease, renew, queue)
 	})
+	if cand != nil && m.c.drop(cand) {
+		// A release passed the lock on while this wait was ending.
+		if gok, gerr, _ := m.handedOff(ctx, h, cand); gok {
+			if ctx.Err() == nil && err == nil {
+				return true, nil // the wait bound ran out as the lock came: take it
+			}
+			h.op.Lock()
+			_ = m.release(ctx, h)
+			h.op.Unlock()
+		} else if err == nil {
+			err = gerr
+		}
+	}
+	return ok, err
+}
+
+// handedOff records the outcome of a release that passed the lock to cand: (true, nil, true)
+// when cand's owner now holds it; (false, err, true) when the outcome is unknown; (false,
+// nil, false) when the lock was not passed on, or its grant came too late to use (given
+// back): the wait goes on.
+func (m *Mutex) handedOff(ctx context.Context, h *hold, cand *candidate) (bool, error, bool) {
+	if cand.err != nil {
+		return false, fmt.Errorf("rlock: lock %q: passed on by a release whose outcome is unknown: %w", m.name, cand.err), true
+	}
+	if cand.token <= 0 {
+		return false, nil, false
+	}
+	h.op.Lock()
+	defer h.op.Unlock()
+	switch err := m.grant(ctx, h, []int64{1, cand.token, 1}, cand.sent, cand.lease, cand.renew); {
+	case errors.Is(err, watchdog.ErrClosed):
+		return false, ErrClosed, true
+	case errors.Is(err, errLateGrant):
+		return false, nil, false
+	case err != nil:
+		return false, fmt.Errorf("rlock: lock %q: %w", m.name, err), true
+	}
+	return true, nil, true
 }
 
 // ackRetry is the pause before another attempt after a grant was given back for want of
@@ -218,7 +271,7 @@ func (m *Mutex) attempt(ctx context.Context, h *hold, lease time.Duration, renew
 	case len(vals) == 3 && vals[0] == 1:
 		if vals[2] == 1 && acked < int64(m.c.opts.ackReplicas) {
 			// Too few replicas have the fresh grant: a failover now could lose it.
-			_, _ = m.sendRelease(ctx, h.owner)
+			_, _, _ = m.sendRelease(ctx, h.owner, nil)
 			return false, 0, fmt.Errorf("rlock: lock %q: %w (%d of %d acknowledged)", m.name, ErrNoReplicaAck, acked, m.c.opts.ackReplicas)
 		}
 		switch err := m.grant(ctx, h, vals, sent, lease, renew); {
@@ -246,7 +299,7 @@ func (m *Mutex) attempt(ctx context.Context, h *hold, lease time.Duration, renew
 func (m *Mutex) grant(ctx context.Context, h *hold, vals []int64, sent time.Time, lease time.Duration, renew bool) error {
 	err := h.granted(vals[1], vals[2], sent, lease, renew)
 	if errors.Is(err, ErrLockLost) || errors.Is(err, errLateGrant) {
-		_, _ = m.sendRelease(ctx, h.owner)
+		_, _, _ = m.sendRelease(ctx, h.owner, nil)
 	}
 	return err
 }
@@ -305,10 +358,27 @@ func (m *Mutex) Unlock(ctx context.Context) error {
 	return m.release(ctx, h)
 }
 
-// release gives back one hold of h and updates h. h.op must be held.
+// release gives back one hold of h and updates h. h.op must be held. When it gives back the
+// last hold and a waiter of this Client is parked on the lock, it passes the lock to that
+// waiter in the same script (handoff.go).
 func (m *Mutex) release(ctx context.Context, h *hold) error {
 	_, lost := h.snapshot()
-	n, err := m.sendRelease(ctx, h.owner)
+	var cand *candidate
+	if m.v.handoff && m.c.opts.ackReplicas == 0 && lost == nil && h.holds() == 1 {
+		cand = m.c.claim(h)
+	}
+	sent := time.Now()
+	n, token, err := m.sendRelease(ctx, h.owner, cand)
+	if cand != nil {
+		var unknown error
+		if err != nil && !definitive(err) {
+			unknown = err
+		}
+		if n != 0 {
+			token = 0
+		}
+		cand.settle(token, sent, unknown)
+	}
 	if err != nil {
 		return err
 	}
@@ -324,8 +394,9 @@ func (m *Mutex) release(ctx context.Context, h *hold) error {
 
 // sendRelease runs the release script for owner, on a context that outlives ctx, replaying
 // it until Redis answers. It returns the owner's remaining holds, 0 when the lock was freed,
-// -1 when the owner held none.
-func (m *Mutex) sendRelease(ctx context.Context, owner string) (int64, error) {
+// -1 when the owner held none; with a successor (next, may be nil), also the token of the
+// grant that passed the lock to it (0 when it did not).
+func (m *Mutex) sendRelease(ctx context.Context, owner string, next *candidate) (int64, int64, error) {
 	cctx, cancel := m.c.cleanupCtx(ctx)
 	defer cancel()
 	channel := m.keys.channel
@@ -338,17 +409,37 @@ func (m *Mutex) sendRelease(ctx context.Context, owner string) (int64, error) {
 		k, a := m.v.releaseExtra(m)
 		keys, args = append(keys, k...), append(args, a...)
 	}
-	n, err := m.c.exec(cctx, m.v.release, keys, args).AsInt64()
-	if err != nil && !definitive(err) {
-		var res rueidis.RedisResult
-		if res, err = m.c.replay(cctx, ctx, m.v.release, keys, args, err); err == nil {
-			n, err = res.AsInt64()
+	if next != nil {
+		keys = append(keys, m.keys.fence)
+		args = append(args, next.h.owner, strconv.FormatInt(next.lease.Milliseconds(), 10), m.c.newRequest())
+	}
+	parse := func(res rueidis.RedisResult) (int64, int64, error) {
+		if next == nil {
+			n, err := res.AsInt64()
+			return n, 0, err
 		}
+		vals, err := res.AsIntSlice()
+		if err == nil && len(vals) != 2 {
+			err = fmt.Errorf("malformed reply %v", vals)
+		}
+		if err != nil {
+			return 0, 0, err
+		}
+		return vals[0], vals[1], nil
+	}
+	res := m.c.exec(cctx, m.v.release, keys, args)
+	err := res.Error()
+	if err != nil && !definitive(err) {
+		res, err = m.c.replay(cctx, ctx, m.v.release, keys, args, err)
+	}
+	var n, token int64
+	if err == nil {
+		n, token, err = parse(res)
 	}
 	if err != nil {
-		return 0, classify("unlock", m.name, err)
+		return 0, 0, classify("unlock", m.name, err)
 	}
-	return n, nil
+	return n, token, nil
 }
 
 // ForceUnlock frees the lock whoever holds it and wakes a waiter. It reports whether there
@@ -501,7 +592,9 @@ func (m *Mutex) Token(ctx context.Context) (int64, error) {
 
 // HoldContext returns a copy of ctx that is also cancelled when the caller's owner's current
 // hold ends; [context.Cause] then tells why: an error wrapping [ErrLockLost], [ErrNotHeld]
-// (released by Unlock) or [ErrClosed]. Run the guarded work under it to stop as soon as
+// (released by Unlock) or [ErrClosed]. It is cancelled before the call that ended the hold
+// returns (an Unlock that found the lock gone has set the cause [ErrLockLost] by the time it
+// returns ErrNotHeld), so calling cancel right after never hides the cause. Run the guarded work under it to stop as soon as
 // the lock is lost. When the owner holds no hold, the context is already cancelled, with
 // the loss as cause if the last hold was lost and not yet unlocked, else ErrNotHeld. Call
 // cancel when done with it.
@@ -512,7 +605,7 @@ func (m *Mutex) HoldContext(ctx context.Context) (context.Context, context.Cance
 	case err != nil:
 		cancel(err)
 	default:
-		stop := context.AfterFunc(t.ctx, func() { cancel(context.Cause(t.ctx)) })
+		stop := t.subscribe(func(cause error) { cancel(cause) })
 		return hctx, func() { stop(); cancel(context.Canceled) }
 	}
 	return hctx, func() { cancel(context.Canceled) }

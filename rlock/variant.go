@@ -31,6 +31,9 @@ type variant struct {
 	queue      bool // waiters of one Client queue FIFO (waitSpec.queue)
 	spin       bool // waiters poll with backoff; releases publish nothing
 	tagged     bool // waiters watch with their owner id as tag (woken by name)
+	// handoff: a final release may pass the lock to a parked waiter of the same Client in
+	// its own script (handoff.go); the release script takes a successor (release.lua).
+	handoff bool
 	// leave, when set, runs when a wait gives up after attempts that may have registered
 	// the waiter in Redis (a fair queue slot).
 	leave func(ctx context.Context, m *Mutex, owner string)
@@ -39,5 +42,5 @@ type variant struct {
 // mutexVariant is the plain reentrant lock.
 var mutexVariant = &variant{
 	kind: "lock", acquire: lua.Acquire, release: lua.Release, renew: lua.Renew,
-	force: lua.ForceRelease, forceMessage: "0", queue: true,
+	force: lua.ForceRelease, forceMessage: "0", queue: true, handoff: true,
 }

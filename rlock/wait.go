@@ -23,6 +23,12 @@ type waitSpec struct {
 	// success (wait bound, ctx, error): it undoes what the attempts registered in Redis
 	// (a fair queue's slot, a writer's claim).
 	leave func()
+	// park, when set, runs before each sleep, and unpark after it (before the next attempt):
+	// a waiter that a release may pass the lock to directly. unpark's done reports that the
+	// wait ends with (ok, err) without an attempt. poke wakes the sleep.
+	park   func()
+	unpark func() (ok bool, err error, done bool)
+	poke   <-chan struct{}
 }
 
 // attemptFunc makes one attempt. It reports success, or else how long the obstacle lasts
@@ -122,12 +128,21 @@ func (c *Client) waitLoop(ctx context.Context, wait time.Duration, spec waitSpec
 			sleepFor = min(sleepFor, left)
 		}
 		timer.Reset(sleepFor)
+		if spec.park != nil {
+			spec.park()
+		}
 		select {
 		case <-w.C():
 		case <-timer.C:
+		case <-spec.poke:
 		case <-ctx.Done():
 			w.Pass()
 			return false, errors.Join(fmt.Errorf("rlock: %s %q: %w", spec.op, spec.name, ctx.Err()), passing)
+		}
+		if spec.unpark != nil {
+			if ok, err, done := spec.unpark(); done {
+				return ok, err
+			}
 		}
 		if c.isClosed() {
 			return false, ErrClosed

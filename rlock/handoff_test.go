@@ -1,0 +1,195 @@
+package rlock_test
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/relock-go/relock/internal/redistest"
+	"github.com/relock-go/relock/rlock"
+)
+
+// A release of a lock that a waiter of the same Client is parked on passes the lock to that
+// waiter in the release script: the waiter holds it without an acquire of its own and
+// without a publish.
+func TestMutex_handoffToParkedLocalWaiter(t *testing.T) {
+	b := realBackend(t)
+	c := b.client(t)
+	name := redistest.Name(t)
+	holder, waiter := c.Mutex(name), c.Mutex(name)
+	require.NoError(t, holder.Lock(bg))
+	tok1, err := holder.Token(bg)
+	require.NoError(t, err)
+	got := make(chan error, 1)
+	go func() { got <- waiter.Lock(bg) }()
+	parked(t, b, holder, 1)
+	redistest.WaitFor(t, 5*time.Second, "the waiter's failed attempt", func() bool {
+		return b.srv.CommandStats(t)["evalsha"] >= 2
+	})
+	b.srv.ResetStats(t)
+	require.NoError(t, holder.Unlock(bg))
+	require.NoError(t, await(t, got, 10*time.Second, "the waiter to hold the lock"))
+	stats := b.srv.CommandStats(t)
+	require.EqualValues(t, 1, stats["evalsha"], "one release script, no acquire by the waiter")
+	require.Zero(t, stats["publish"], "a hand-off publishes nothing")
+
+	tok2, err := waiter.Token(bg)
+	require.NoError(t, err)
+	require.Greater(t, tok2, tok1, "a hand-off is a fresh grant with a new token")
+	n, err := waiter.HoldCount(bg)
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	ttl, err := waiter.TTL(bg)
+	require.NoError(t, err)
+	require.Greater(t, ttl, rlock.DefaultWatchdogTimeout/2, "the waiter's own lease")
+	require.ErrorIs(t, holder.Unlock(bg), rlock.ErrNotHeld)
+	require.NoError(t, waiter.Unlock(bg))
+	locked, err := waiter.IsLocked(bg)
+	require.NoError(t, err)
+	require.False(t, locked)
+}
+
+// The hand-off keeps the waiter's fixed lease and, in watchdog mode, renews it.
+func TestMutex_handoffKeepsWaitersLease(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		c := b.client(t, rlock.WithWatchdogTimeout(300*time.Millisecond))
+		name := redistest.Name(t)
+		holder, fixed, dog := c.Mutex(name), c.Mutex(name), c.Mutex(name)
+		require.NoError(t, holder.Lock(bg))
+		gotFixed := make(chan error, 1)
+		go func() {
+			ok, err := fixed.TryLock(bg, 10*time.Second, 5*time.Second)
+			if err == nil && !ok {
+				err = context.DeadlineExceeded
+			}
+			gotFixed <- err
+		}()
+		parked(t, b, holder, 1)
+		require.NoError(t, holder.Unlock(bg))
+		require.NoError(t, await(t, gotFixed, 10*time.Second, "the fixed-lease waiter"))
+		ttl, err := fixed.TTL(bg)
+		require.NoError(t, err)
+		require.Greater(t, ttl, 2*time.Second, "the waiter's fixed lease, not the watchdog's")
+
+		gotDog := make(chan error, 1)
+		go func() { gotDog <- dog.Lock(bg) }()
+		parked(t, b, holder, 1)
+		require.NoError(t, fixed.Unlock(bg))
+		require.NoError(t, await(t, gotDog, 10*time.Second, "the watchdog waiter"))
+		// Held across several watchdog timeouts: the watchdog renews the handed-off lock.
+		timer := time.NewTimer(time.Second)
+		select {
+		case <-dog.Done(bg):
+			t.Fatalf("lost: %v", dog.Err(bg))
+		case <-timer.C:
+		}
+		require.NoError(t, dog.Unlock(bg))
+	})
+}
+
+// Hand-offs within a Client are bounded: a waiter of another Client gets the lock even while
+// two goroutines of one Client keep passing it to each other.
+func TestMutex_handoffStreakLetsOtherClientsIn(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		name := redistest.Name(t)
+		c := b.client(t)
+		ctx, cancel := context.WithCancel(bg)
+		defer cancel()
+		var rounds atomic.Int64
+		var wg sync.WaitGroup
+		errs := make(chan error, 2)
+		for i := 0; i < 2; i++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				m := c.Mutex(name)
+				for ctx.Err() == nil {
+					if err := m.Lock(ctx); err != nil {
+						if ctx.Err() == nil {
+							errs <- err
+						}
+						return
+					}
+					rounds.Add(1)
+					time.Sleep(time.Millisecond)
+					if err := m.Unlock(bg); err != nil {
+						errs <- err
+						return
+					}
+				}
+			}()
+		}
+		redistest.WaitFor(t, 10*time.Second, "the ping-pong to start", func() bool { return rounds.Load() > 20 })
+		other := b.client(t).Mutex(name)
+		ok, err := other.TryLock(bg, 20*time.Second, 0)
+		require.NoError(t, err)
+		require.True(t, ok, "a waiter of another Client got no turn")
+		require.NoError(t, other.Unlock(bg))
+		cancel()
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			require.NoError(t, err)
+		}
+	})
+}
+
+// A waiter that gives up while a release is passing the lock to it leaves nothing held.
+func TestMutex_handoffRacingCancelLeavesNothing(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		c := b.client(t)
+		name := redistest.Name(t)
+		holder := c.Mutex(name)
+		for i := 0; i < 30; i++ {
+			require.NoError(t, holder.Lock(bg))
+			waiter := c.Mutex(name)
+			ctx, cancel := context.WithCancel(bg)
+			got := make(chan error, 1)
+			go func() { got <- waiter.Lock(ctx) }()
+			parked(t, b, holder, 1)
+			go cancel()
+			require.NoError(t, holder.Unlock(bg))
+			err := await(t, got, 10*time.Second, "the waiter to return")
+			if err == nil {
+				require.NoError(t, waiter.Unlock(bg))
+			} else {
+				require.ErrorIs(t, err, context.Canceled)
+				require.ErrorIs(t, waiter.Err(bg), rlock.ErrNotHeld)
+			}
+			redistest.WaitFor(t, 5*time.Second, "the lock to be free", func() bool { return !b.exists(t, holder.Key()) })
+			cancel()
+		}
+	})
+}
+
+// HoldContext is cancelled, with its cause, before the call that ended the hold returns:
+// a caller that cancels it right after Unlock still finds why the hold ended. (The chaos
+// soak once reported a holder as never told of a loss: the cause had been set from another
+// goroutine, after the caller's own cancel.)
+func TestMutex_HoldContext_causeSetBeforeUnlockReturns(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		c := b.client(t)
+		for i := 0; i < 20; i++ {
+			m := c.Mutex(redistest.Name(t))
+			require.NoError(t, m.Lock(bg))
+			hctx, cancel := m.HoldContext(bg)
+			_, err := b.do(t, "DEL", m.Key()) // lost behind the holder's back
+			require.NoError(t, err)
+			require.ErrorIs(t, m.Unlock(bg), rlock.ErrNotHeld)
+			require.Error(t, hctx.Err(), "cancelled by the time Unlock returned")
+			cancel()
+			require.ErrorIs(t, context.Cause(hctx), rlock.ErrLockLost)
+
+			// A plain release: the cause is ErrNotHeld, also set before Unlock returns.
+			require.NoError(t, m.Lock(bg))
+			hctx, cancel = m.HoldContext(bg)
+			require.NoError(t, m.Unlock(bg))
+			cancel()
+			require.ErrorIs(t, context.Cause(hctx), rlock.ErrNotHeld)
+		}
+	})
+}
