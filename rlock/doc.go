@@ -8,6 +8,27 @@
 //	if err := m.Lock(ctx); err != nil { ... }   // blocks; the watchdog keeps it held
 //	defer m.Unlock(ctx)
 //
+// # The family
+//
+// Besides [Mutex], a Client makes the rest of Redisson's coordination primitives, each with
+// context on every call, the same owners, leases, loss notices and replay-safe scripts:
+//
+//   - [Client.FairMutex]: a reentrant lock that serves waiters of every process in their order
+//     of arrival at Redis; a release wakes only the head of the queue.
+//   - [Client.RWMutex]: many readers or one writer, each side reentrant, with per-reader
+//     leases and a write preference that keeps writers from starving.
+//   - [Client.SpinMutex]: the reentrant lock with waiters that poll (jittered backoff) instead
+//     of using pub/sub.
+//   - [Client.Semaphore]: counted permits, not owned; [Client.PermitSemaphore]: permits with
+//     ids and leases, which come back by themselves when a holder dies.
+//   - [Client.CountDownLatch]: wait until a count reaches zero.
+//   - [NewMultiLock] and [Client.MultiLock]: several locks, even on several Redis servers,
+//     taken all or nothing.
+//
+// One name is one primitive: the kinds share key names, so a Semaphore and a Mutex called
+// "x" collide (a lock of another kind at the key is reported as [ErrWrongType] where the
+// types differ).
+//
 // # Guarantees
 //
 //  1. Exclusion: at most one owner holds a name, as seen by one Redis primary that keeps its
@@ -53,6 +74,14 @@
 // "...:released", all in one hash slot. A name that carries its own hash tag ("{user42}:cart") keeps that slot. The
 // fencing counter is never deleted: it is what keeps tokens rising, and costs a few dozen
 // bytes per name ever locked.
+//
+// # Direct hand-off
+//
+// Within a Client, a [Mutex] whose last hold is given back while another owner of the same
+// Client waits for it passes it to that waiter in the release script itself (a fresh grant,
+// with its own token and lease): the waiter holds the lock when Unlock returns, without an
+// acquire of its own. A lock passes on this way at most 8 times in a row; the next release
+// frees it and wakes the waiters of other Clients.
 //
 // # Goroutines
 //
