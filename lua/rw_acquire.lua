@@ -1,0 +1,182 @@
+-- rw_acquire: take or re-enter a read hold or the write hold of a read-write lock.
+-- KEYS[1] = lock hash: mode = 'write' while a write hold exists, else 'read' (its presence
+--           marks the hash as a read-write lock); writer = the write holder's owner id;
+--           <owner> = write hold count, <owner>:r = last write request applied;
+--           r:<owner> = read hold count, r:<owner>:r = last read request applied
+-- KEYS[2] = fence hash (field t = last fencing token; never expires)
+-- KEYS[3] = leases zset: member = a hold's field (<owner> for the write hold, r:<owner> for a
+--           reader), score = the end of that hold's lease in server milliseconds
+-- KEYS[4] = writers zset: waiting writers' claims, member = owner, score = end of the claim
+--           (server ms). While another owner's claim is live, owners that hold nothing are
+--           refused read holds (writers are preferred).
+-- ARGV[1] = lease in milliseconds (> 0)
+-- ARGV[2] = owner id
+-- ARGV[3] = request id (a replay with the same id is answered, not applied again)
+-- ARGV[4] = 'w' for the write hold, 'r' for a read hold
+-- ARGV[5] = waiter timeout in milliseconds (> 0): how long a claim lives after its last
+--           refresh, and the longest a refused reader is told to wait before trying again
+-- ARGV[6] = '1': a refused writer claims (or refreshes) its place among the waiting writers;
+--           '0': it claims nothing (a single attempt; always '0' for a read hold)
+-- returns {1, token, holds}  acquired (fresh, re-entered, or a replay of an applied request);
+--                            token is the fencing token for the write hold, 0 for a read hold;
+--                            holds is the owner's hold count of that kind
+--         {0, ttl}           refused; ttl (>= 1) is how long the obstacle lasts at most by
+--                            itself, capped at a third of the waiter timeout for a claiming
+--                            writer (so that it comes back to refresh its claim), and at the
+--                            waiter timeout for a reader kept out by a write hold (a write
+--                            release does not wake readers while a claim is live: a dead
+--                            claimant's claim ends within the waiter timeout)
+--         an UPGRADE error   the owner holds read holds but not the write hold and asked for
+--                            the write hold (it would wait for itself); nothing is written
+--         a WRONGTYPE error  the lock key holds another type, or another kind of lock (a
+--                            hash without mode); nothing is written to it
+-- Every call first drops the holds whose lease has ended (and expired claims), so that a
+-- crashed holder stops blocking others at the end of its own lease.
+local lock, fence, leases, writers = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local lease, owner, req, kind = tonumber(ARGV[1]), ARGV[2], ARGV[3], ARGV[4]
+local wt, claim = tonumber(ARGV[5]), ARGV[6] == '1'
+
+local time = redis.call('time')
+local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+local function ms(x) return string.format('%.0f', x) end
+
+-- Reads first: a key of another type fails the script before anything is written.
+local mode = redis.call('hget', lock, 'mode')
+if not mode and redis.call('exists', lock) == 1 then
+  return redis.error_reply('WRONGTYPE the key holds another kind of lock, not a read-write lock')
+end
+local dead = redis.call('zrangebyscore', leases, '-inf', ms(now))
+redis.call('zremrangebyscore', writers, '-inf', ms(now))
+
+-- Drop the holds whose lease ended (a write hold without a lease, which only a hand other
+-- than relock's can leave, counts as ended), and a lock with no hold left.
+if not mode then
+  redis.call('del', leases) -- left over, if anything, from a lock that is gone
+else
+  local writer = redis.call('hget', lock, 'writer')
+  if writer and not redis.call('zscore', leases, writer) then
+    dead[#dead + 1] = writer
+  end
+  for _, f in ipairs(dead) do
+    redis.call('hdel', lock, f, f .. ':r')
+    if f == writer then
+      redis.call('hdel', lock, 'writer')
+      redis.call('hset', lock, 'mode', 'read')
+      mode = 'read'
+    end
+  end
+  if #dead > 0 then
+    redis.call('zremrangebyscore', leases, '-inf', ms(now))
+  end
+  if redis.call('zcard', leases) == 0 then
+    redis.call('del', lock, leases)
+    mode = nil
+  end
+end
+
+-- settle makes the lock and its leases live as long as the longest lease in force.
+local function settle()
+  local top = redis.call('zrange', leases, -1, -1, 'withscores')
+  local ttl = ms(math.max(tonumber(top[2]) - now, 1))
+  redis.call('pexpire', lock, ttl)
+  redis.call('pexpire', leases, ttl)
+end
+
+-- extend never shortens the lease in force of hold field f.
+local function extend(f)
+  local s = tonumber(redis.call('zscore', leases, f) or '0')
+  if s < now + lease then
+    redis.call('zadd', leases, ms(now + lease), f)
+  end
+end
+
+-- reenter adds a hold to field f, or answers a replay.
+local function reenter(f, token)
+  local holds = redis.call('hget', lock, f)
+  if redis.call('hget', lock, f .. ':r') == req then
+    return {1, token, tonumber(holds)}
+  end
+  holds = redis.call('hincrby', lock, f, 1)
+  redis.call('hset', lock, f .. ':r', req)
+  extend(f)
+  settle()
+  return {1, token, holds}
+end
+
+-- refuse answers an obstacle lasting ttl at most; a claiming writer (re)claims its place.
+local function refuse(ttl)
+  ttl = math.max(math.floor(ttl), 1)
+  if kind == 'w' and claim then
+    redis.call('zadd', writers, ms(now + wt), owner)
+    local top = redis.call('zrange', writers, -1, -1, 'withscores')
+    redis.call('pexpire', writers, ms(math.max(tonumber(top[2]) - now, 1)))
+    ttl = math.min(ttl, math.max(math.floor(wt / 3), 1))
+  end
+  return {0, ttl}
+end
+
+local function leaseEnd(f)
+  return tonumber(redis.call('zscore', leases, f) or '0') - now
+end
+
+if kind == 'w' then
+  local writer = mode and redis.call('hget', lock, 'writer')
+  if writer == owner then
+    -- While this owner holds the write lock nobody else can have been granted it, so the
+    -- fence's current value is this owner's token.
+    return reenter(owner, tonumber(redis.call('hget', fence, 't') or '0'))
+  end
+  if writer then
+    return refuse(leaseEnd(writer))
+  end
+  if mode then
+    if redis.call('hexists', lock, 'r:' .. owner) == 1 then
+      return redis.error_reply('UPGRADE the owner holds read holds and asks for the write hold')
+    end
+    -- Readers hold it: at most until the longest read lease ends.
+    local top = redis.call('zrange', leases, -1, -1, 'withscores')
+    return refuse(tonumber(top[2]) - now)
+  end
+  -- Free: a fresh grant. The token is computed as in acquire.lua; the fence is written
+  -- first, so that a fence of another type fails the script before the lock is written.
+  local token = math.max(tonumber(redis.call('hget', fence, 't') or '0') + 1,
+    tonumber(time[1]) * 1000000 + tonumber(time[2]))
+  token = string.format('%.0f', token)
+  redis.call('hset', fence, 't', token)
+  redis.call('hset', lock, 'mode', 'write', 'writer', owner, owner, 1, owner .. ':r', req)
+  redis.call('zadd', leases, ms(now + lease), owner)
+  redis.call('zrem', writers, owner)
+  settle()
+  return {1, tonumber(token), 1}
+end
+
+-- A read hold.
+local f = 'r:' .. owner
+if mode then
+  if redis.call('hexists', lock, f) == 1 then
+    return reenter(f, 0) -- a reader re-enters even while writers wait
+  end
+  local writer = redis.call('hget', lock, 'writer')
+  if writer and writer ~= owner then
+    return refuse(math.min(leaseEnd(writer), wt))
+  end
+end
+if mode ~= 'write' then
+  -- A new reader gives way to a waiting writer: another owner's live claim. (mode 'write'
+  -- here means the owner is the writer, who may always take read holds.)
+  local top = redis.call('zrevrange', writers, 0, 1, 'withscores') -- member, score, ...
+  local i = 1
+  if top[1] == owner then
+    i = 3
+  end
+  if top[i] then
+    return refuse(tonumber(top[i + 1]) - now)
+  end
+  if not mode then
+    redis.call('hset', lock, 'mode', 'read')
+  end
+end
+redis.call('hset', lock, f, 1, f .. ':r', req)
+redis.call('zadd', leases, ms(now + lease), f)
+settle()
+return {1, 0, 1}

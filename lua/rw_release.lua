@@ -1,0 +1,108 @@
+#!lua flags=allow-oom
+-- rw_release: give back one read hold or one write hold of a read-write lock.
+-- KEYS[1] = lock hash (see rw_acquire.lua)
+-- KEYS[2] = released hash: field = the hold's field (<owner> for the write hold, r:<owner>
+--           for a reader) = the request that gave back its last hold (remembered for ARGV[4]
+--           ms, at most 256 fields, so that a replay can be answered)
+-- KEYS[3] = leases zset (see rw_acquire.lua)
+-- KEYS[4] = writers zset: waiting writers' claims (see rw_acquire.lua)
+-- ARGV[1] = owner id
+-- ARGV[2] = request id (a replay with the same id is answered, not applied again)
+-- ARGV[3] = the released side's channel (unused: ARGV[6] and ARGV[7] name both sides')
+-- ARGV[4] = how long to remember a full release, in milliseconds (> 0)
+-- ARGV[5] = 'w' for the write hold, 'r' for a read hold
+-- ARGV[6] = the waiting writers' channel ('' publishes nothing): told '0' (wake one writer
+--           per Client) when the lock becomes free
+-- ARGV[7] = the waiting readers' channel ('' publishes nothing): told '*' (wake every
+--           reader) when the write hold ends, by release or by lease, and no writer's claim
+--           is live (a claimant goes first; readers are woken when the last claim is served
+--           or withdrawn, or by their own timer when it runs out)
+-- returns n >= 1  holds of that kind the owner still has
+--         0       the owner's last hold of that kind was given back
+--         -1      the owner holds no hold of that kind (never held, released, expired, or
+--                 removed by a force unlock)
+--         a WRONGTYPE error (nothing written) when the lock key is not a read-write lock
+-- Releasing the write hold while holding read holds leaves the lock in read mode (a
+-- downgrade). Giving back a hold also drops the holds whose lease has ended, and sets the
+-- lock's expiry to the longest lease still in force. Runs with allow-oom: giving a lock back
+-- must work on a full server.
+local lock, released, leases, writers = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local owner, req, kind, wchan, rchan = ARGV[1], ARGV[2], ARGV[5], ARGV[6], ARGV[7]
+
+local time = redis.call('time')
+local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+local function ms(x) return string.format('%.0f', x) end
+
+local mode = redis.call('hget', lock, 'mode')
+if not mode and redis.call('exists', lock) == 1 then
+  return redis.error_reply('WRONGTYPE the key holds another kind of lock, not a read-write lock')
+end
+local f = owner
+if kind == 'r' then
+  f = 'r:' .. owner
+end
+local holds = mode and redis.call('hget', lock, f)
+if holds and tonumber(redis.call('zscore', leases, f) or '0') <= now then
+  holds = nil -- its lease ended: it is gone, though nobody has dropped it yet
+end
+if not holds then
+  if redis.call('hget', released, f) == req then
+    return 0
+  end
+  return -1
+end
+if redis.call('hget', lock, f .. ':r') == req then
+  return tonumber(holds)
+end
+if tonumber(holds) > 1 then
+  holds = redis.call('hincrby', lock, f, -1)
+  redis.call('hset', lock, f .. ':r', req)
+  return holds
+end
+
+-- The last hold of this kind. The record is written first so that a key of another type
+-- fails the script before the lock is touched.
+if redis.call('hlen', released) >= 256 then
+  redis.call('del', released)
+end
+redis.call('hset', released, f, req)
+redis.call('pexpire', released, ARGV[4])
+redis.call('hdel', lock, f, f .. ':r')
+redis.call('zrem', leases, f)
+
+-- Drop the holds whose lease ended too.
+local writer = redis.call('hget', lock, 'writer')
+local writerGone = kind == 'w'
+for _, d in ipairs(redis.call('zrangebyscore', leases, '-inf', ms(now))) do
+  redis.call('hdel', lock, d, d .. ':r')
+  if d == writer then
+    writerGone = true
+  end
+end
+redis.call('zremrangebyscore', leases, '-inf', ms(now))
+if writerGone then
+  redis.call('hdel', lock, 'writer')
+  redis.call('hset', lock, 'mode', 'read')
+end
+
+local top = redis.call('zrange', leases, -1, -1, 'withscores')
+local free = #top == 0
+if free then
+  redis.call('del', lock, leases)
+else
+  local ttl = ms(math.max(tonumber(top[2]) - now, 1))
+  redis.call('pexpire', lock, ttl)
+  redis.call('pexpire', leases, ttl)
+end
+-- Readers wait only while a write hold (or a writer's claim) keeps them out; writers, for
+-- the lock to be free.
+if writerGone and rchan ~= '' then
+  redis.call('zremrangebyscore', writers, '-inf', ms(now))
+  if redis.call('zcard', writers) == 0 then
+    redis.call('publish', rchan, '*')
+  end
+end
+if free and wchan ~= '' then
+  redis.call('publish', wchan, '0')
+end
+return 0

@@ -1,0 +1,36 @@
+#!lua flags=allow-oom
+-- rw_renew_write: extend the leases of many write holds in one call (all keys in one slot on
+-- Cluster).
+-- KEYS[2i-1] = lock hash i (see rw_acquire.lua)
+-- KEYS[2i]   = its leases zset (see rw_acquire.lua)
+-- ARGV[1]    = lease in milliseconds (> 0)
+-- ARGV[1+i]  = owner id for lock i
+-- returns an array with one entry per lock: 1 renewed, 0 the owner does not hold the live
+-- write hold there (gone, expired, or the key holds another type)
+-- A renewal never shortens a lease: the hold's lease ends at the later of its current end
+-- and now + ARGV[1]; the lock and its leases then live as long as the longest lease.
+-- Runs with allow-oom: a held lock must stay renewable on a full server.
+local lease = tonumber(ARGV[1])
+local time = redis.call('time')
+local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+local function ms(x) return string.format('%.0f', x) end
+local out = {}
+for i = 1, #ARGV - 1 do
+  local lock, leases, owner = KEYS[2 * i - 1], KEYS[2 * i], ARGV[i + 1]
+  out[i] = 0
+  if redis.call('type', lock).ok == 'hash' and redis.call('type', leases).ok == 'zset'
+    and redis.call('hget', lock, 'writer') == owner then
+    local s = tonumber(redis.call('zscore', leases, owner) or '0')
+    if s > now then
+      if s < now + lease then
+        redis.call('zadd', leases, ms(now + lease), owner)
+      end
+      local top = redis.call('zrange', leases, -1, -1, 'withscores')
+      local ttl = ms(tonumber(top[2]) - now)
+      redis.call('pexpire', lock, ttl)
+      redis.call('pexpire', leases, ttl)
+      out[i] = 1
+    end
+  end
+end
+return out

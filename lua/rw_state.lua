@@ -1,0 +1,35 @@
+-- rw_state: read the state of a read-write lock, counting only holds whose lease is live.
+-- KEYS[1] = lock hash (see rw_acquire.lua)
+-- KEYS[2] = leases zset (see rw_acquire.lua)
+-- ARGV[1] = owner id ('' for none)
+-- returns {write, readers, ownerWrite, ownerRead}: write is 1 while a write hold is live,
+--         readers the number of owners with a live read hold, ownerWrite and ownerRead the
+--         owner's hold counts of each kind
+--         a WRONGTYPE error if the key is not a read-write lock
+-- Reads only.
+local lock, leases, owner = KEYS[1], KEYS[2], ARGV[1]
+local mode = redis.call('hget', lock, 'mode')
+if not mode then
+  if redis.call('exists', lock) == 1 then
+    return redis.error_reply('WRONGTYPE the key holds another kind of lock, not a read-write lock')
+  end
+  return {0, 0, 0, 0}
+end
+local time = redis.call('time')
+local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+local writer = redis.call('hget', lock, 'writer')
+local write, readers, ownerWrite, ownerRead = 0, 0, 0, 0
+for _, f in ipairs(redis.call('zrangebyscore', leases, '(' .. string.format('%.0f', now), '+inf')) do
+  if f == writer then
+    write = 1
+    if f == owner then
+      ownerWrite = tonumber(redis.call('hget', lock, f) or '0')
+    end
+  else
+    readers = readers + 1
+    if f == 'r:' .. owner then
+      ownerRead = tonumber(redis.call('hget', lock, f) or '0')
+    end
+  end
+end
+return {write, readers, ownerWrite, ownerRead}
