@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	mrand "math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -470,7 +471,18 @@ func parseCommandStats(text string) (map[string]int64, error) {
 // tb.Cleanup, the client first.
 func Miniredis(tb testing.TB) (*miniredis.Miniredis, rueidis.Client) {
 	tb.Helper()
-	mr, err := miniredis.Run()
+	// On a port outside the ephemeral range, so that Restart can bind it again.
+	mr := miniredis.NewMiniRedis()
+	var err error
+	for i := 0; i < 5; i++ {
+		var port int
+		if port, err = freePort(); err != nil {
+			break
+		}
+		if err = mr.StartAddr(net.JoinHostPort("127.0.0.1", strconv.Itoa(port))); err == nil {
+			break
+		}
+	}
 	if err != nil {
 		tb.Fatalf("redistest: start miniredis: %v", err)
 	}
@@ -721,17 +733,33 @@ func (s *Server) logTail(off int64) string {
 	return tailFrom(s.logPath, off, logTailLines) + tailFrom(s.outPath, 0, logTailLines)
 }
 
-// freePort asks the kernel for a free loopback port.
+// freePort returns a free loopback port below the kernel's ephemeral range, so that a
+// server restarted on it (Restart, miniredis's Restart) cannot find it taken by the source
+// port of some outgoing connection in the meantime, as a port the kernel hands out for ":0"
+// can be on a busy machine.
 func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
+	low := 32768
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			if n, err := strconv.Atoi(f[0]); err == nil && n > 11000 {
+				low = n
+			}
+		}
 	}
-	port := l.Addr().(*net.TCPAddr).Port
-	if err := l.Close(); err != nil {
-		return 0, err
+	var last error
+	for i := 0; i < 100; i++ {
+		port := 10000 + mrand.IntN(low-10000)
+		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+		if err != nil {
+			last = err
+			continue
+		}
+		if err := l.Close(); err != nil {
+			return 0, err
+		}
+		return port, nil
 	}
-	return port, nil
+	return 0, fmt.Errorf("no free port below %d: %w", low, last)
 }
 
 // rawDo sends one command over a fresh TCP connection and returns a simple
