@@ -226,8 +226,13 @@ func TestMutex_Lock_mutualExclusion(t *testing.T) {
 // parked waits until n subscribers listen on the lock's release channel.
 func parked(t *testing.T, b *backend, m *rlock.Mutex, n int64) {
 	t.Helper()
-	channel := strings.TrimSuffix(m.Key(), "") + ":released"
-	redistest.WaitFor(t, 5*time.Second, "the waiter to subscribe", func() bool {
+	subscribed(t, b, m.Key()+":released", n)
+}
+
+// subscribed waits until at least n connections listen on channel.
+func subscribed(t *testing.T, b *backend, channel string, n int64) {
+	t.Helper()
+	redistest.WaitFor(t, 5*time.Second, "the waiters to subscribe to "+channel, func() bool {
 		if b.mr != nil {
 			return int64(b.mr.PubSubNumSub(channel)[channel]) >= n
 		}

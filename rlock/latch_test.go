@@ -15,20 +15,7 @@ import (
 // latchParked waits until n connections listen on the latch's channel.
 func latchParked(t *testing.T, b *backend, l *rlock.CountDownLatch, n int64) {
 	t.Helper()
-	channel := l.Key() + ":released"
-	redistest.WaitFor(t, 5*time.Second, "the waiters to subscribe", func() bool {
-		if b.mr != nil {
-			return int64(b.mr.PubSubNumSub(channel)[channel]) >= n
-		}
-		msg, err := b.do(t, "PUBSUB", "NUMSUB", channel)
-		require.NoError(t, err)
-		arr, _ := msg.ToArray()
-		if len(arr) != 2 {
-			return false
-		}
-		got, _ := arr[1].AsInt64()
-		return got >= n
-	})
+	subscribed(t, b, l.Key()+":released", n)
 }
 
 func latchCount(t *testing.T, l *rlock.CountDownLatch) int64 {

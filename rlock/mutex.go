@@ -44,10 +44,17 @@ import (
 //
 // # Fairness
 //
-// Waiters of one Client queue in arrival order and are woken one per release, through
-// Redis pub/sub; a Lock call that finds others of its Client already waiting queues behind
-// them rather than barging in. Between Clients there is no order: whoever's request reaches
-// Redis first wins. TryLock with wait 0 never queues: it makes one attempt.
+// Waiters of one Client queue in arrival order. When the last hold is given back while a
+// waiter of the same Client is parked, the release script passes the lock straight to it (a
+// fresh grant with its own token and lease; no publish, no acquire of its own); otherwise
+// the release wakes one waiter per Client through Redis pub/sub. A Lock call that finds
+// others of its Client already waiting queues behind them rather than barging in. A lock
+// passes on within a Client at most 8 times in a row; the next release frees it and
+// publishes, so that waiters of other Clients get a turn. Between Clients there is no order:
+// whoever's request reaches Redis first wins, so shares between busy Clients are uneven
+// (Jain 0.88-0.89 over 16 goroutines on 4 Clients in BenchmarkMutex_HotKey, against 1.000
+// on one Client). Use [Client.FairMutex] for arrival order across processes. TryLock with
+// wait 0 never queues: it makes one attempt.
 type Mutex struct {
 	c     *Client
 	name  string

@@ -110,7 +110,7 @@ func TestPermitSemaphore_expiredPermitComesBack(t *testing.T) {
 			mine, err = waiter.Acquire(bg, time.Minute)
 			got <- err
 		}()
-		semSubscribed(t, b, p.Key()+":released", 1)
+		subscribed(t, b, p.Key()+":released", 1)
 		if b.srv != nil {
 			b.srv.ResetStats(t)
 		}
@@ -174,7 +174,7 @@ func TestPermitSemaphore_Extend(t *testing.T) {
 			_, err := waiter.Acquire(bg, time.Minute)
 			got <- err
 		}()
-		semSubscribed(t, b, p.Key()+":released", 1)
+		subscribed(t, b, p.Key()+":released", 1)
 		shortened := time.Now()
 		require.NoError(t, p.Extend(bg, a.ID, 50*time.Millisecond))
 		require.NoError(t, await(t, got, 10*time.Second, "the waiter after the shortened lease"))
@@ -204,7 +204,7 @@ func TestPermitSemaphore_Acquire_wakesThroughPubSubNotPolling(t *testing.T) {
 			}
 			close(got)
 		}()
-		semSubscribed(t, b, p.Key()+":released", 1)
+		subscribed(t, b, p.Key()+":released", 1)
 		time.Sleep(100 * time.Millisecond)
 		var before int64
 		if b.srv != nil {
@@ -444,7 +444,7 @@ func TestPermitSemaphore_AddPermits_wakesEveryWaiter(t *testing.T) {
 				got <- err
 			}()
 		}
-		semSubscribed(t, b, p.Key()+":released", 1)
+		subscribed(t, b, p.Key()+":released", 1)
 		redistest.WaitFor(t, 5*time.Second, "every waiter to try", func() bool { return counter.n.Load() >= 3 })
 		time.Sleep(100 * time.Millisecond) // let them park (a release before that is caught anyway)
 		added := time.Now()
@@ -500,7 +500,7 @@ func TestSemaphores_cluster(t *testing.T) {
 		require.NoError(t, s.Acquire(bg, 1), name)
 		got := make(chan error, 1)
 		go func() { got <- c2.Semaphore(name).Acquire(bg, 1) }()
-		semSubscribed(t, b, s.Key()+":released", 1)
+		subscribed(t, b, s.Key()+":released", 1)
 		require.NoError(t, s.Release(bg, 1), name)
 		require.NoError(t, await(t, got, 10*time.Second, "semaphore waiter not woken on Cluster"), name)
 		require.NoError(t, s.AddPermits(bg, 2), name)
@@ -525,7 +525,7 @@ func TestSemaphores_cluster(t *testing.T) {
 			}
 			pgot <- err
 		}()
-		semSubscribed(t, b, p.Key()+":released", 1)
+		subscribed(t, b, p.Key()+":released", 1)
 		require.NoError(t, p.Release(bg, held.ID), name)
 		require.NoError(t, await(t, pgot, 10*time.Second, "permit waiter not woken on Cluster"), name)
 		require.NoError(t, p.AddPermits(bg, 1), name)

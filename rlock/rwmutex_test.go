@@ -182,7 +182,7 @@ func TestRWMutex_writeReleaseWakesAllReaders(t *testing.T) {
 		redistest.WaitFor(t, 10*time.Second, "the readers' attempts", func() bool {
 			return rwScripts(t, b)-base >= readers
 		})
-		rwSubscribed(t, b, w.Key()+":released:read", 2) // both Clients listen for readers
+		subscribed(t, b, w.Key()+":released:read", 2) // both Clients listen for readers
 		start := time.Now()
 		require.NoError(t, w.Unlock(bg))
 		for i := 0; i < readers; i++ {
@@ -197,24 +197,6 @@ func TestRWMutex_writeReleaseWakesAllReaders(t *testing.T) {
 	})
 }
 
-// rwSubscribed waits until channel has at least n subscribed connections.
-func rwSubscribed(t *testing.T, b *backend, channel string, n int64) {
-	t.Helper()
-	redistest.WaitFor(t, 5*time.Second, "the waiters to subscribe", func() bool {
-		if b.mr != nil {
-			return int64(b.mr.PubSubNumSub(channel)[channel]) >= n
-		}
-		msg, err := b.do(t, "PUBSUB", "NUMSUB", channel)
-		require.NoError(t, err)
-		arr, _ := msg.ToArray()
-		if len(arr) != 2 {
-			return false
-		}
-		got, _ := arr[1].AsInt64()
-		return got >= n
-	})
-}
-
 // When the write hold ends while another writer waits, that writer goes before the waiting
 // readers, and its own release then wakes them.
 func TestRWMutex_writersBeforeWaitingReaders(t *testing.T) {
@@ -225,7 +207,7 @@ func TestRWMutex_writersBeforeWaitingReaders(t *testing.T) {
 		r := b.client(t).RWMutex(name)
 		rgot := make(chan error, 1)
 		go func() { rgot <- r.RLock(bg) }()
-		rwSubscribed(t, b, w1.Key()+":released:read", 1)
+		subscribed(t, b, w1.Key()+":released:read", 1)
 		w2 := b.client(t).RWMutex(name)
 		wgot := make(chan error, 1)
 		go func() { wgot <- w2.Lock(bg) }()
@@ -771,7 +753,7 @@ func TestRWMutex_cluster(t *testing.T) {
 	r := c2.RWMutex(names[0])
 	got := make(chan error, 1)
 	go func() { got <- r.RLock(bg) }()
-	rwSubscribed(t, b, rws[0].Key()+":released:read", 1)
+	subscribed(t, b, rws[0].Key()+":released:read", 1)
 	require.NoError(t, rws[0].Unlock(bg))
 	require.NoError(t, await(t, got, 10*time.Second, "the reader on Cluster"))
 	require.NoError(t, r.RUnlock(bg))

@@ -47,24 +47,6 @@ func semCountedClient(t *testing.T, b *backend, opts ...rlock.Option) (*rlock.Cl
 	return c, sc
 }
 
-// semSubscribed waits until n subscribers listen on channel.
-func semSubscribed(t *testing.T, b *backend, channel string, n int64) {
-	t.Helper()
-	redistest.WaitFor(t, 5*time.Second, "the waiter to subscribe", func() bool {
-		if b.mr != nil {
-			return int64(b.mr.PubSubNumSub(channel)[channel]) >= n
-		}
-		msg, err := b.do(t, "PUBSUB", "NUMSUB", channel)
-		require.NoError(t, err)
-		arr, _ := msg.ToArray()
-		if len(arr) != 2 {
-			return false
-		}
-		got, _ := arr[1].AsInt64()
-		return got >= n
-	})
-}
-
 func semAvailable(t *testing.T, s interface {
 	AvailablePermits(context.Context) (int, error)
 }) int {
@@ -175,7 +157,7 @@ func TestSemaphore_Acquire_waitsForAllPermits(t *testing.T) {
 		waiter := wc.Semaphore(name)
 		got := make(chan error, 1)
 		go func() { got <- waiter.Acquire(bg, 2) }()
-		semSubscribed(t, b, waiter.Key()+":released", 1)
+		subscribed(t, b, waiter.Key()+":released", 1)
 		semParked(t, counter)
 
 		before := counter.n.Load()
@@ -207,7 +189,7 @@ func TestSemaphore_Acquire_manyAfterSeveralReleases(t *testing.T) {
 		waiter := wc.Semaphore(name)
 		got := make(chan error, 1)
 		go func() { got <- waiter.Acquire(bg, 4) }()
-		semSubscribed(t, b, waiter.Key()+":released", 1)
+		subscribed(t, b, waiter.Key()+":released", 1)
 		semParked(t, counter)
 		for i := 1; i <= 3; i++ {
 			before := counter.n.Load()
@@ -256,7 +238,7 @@ func TestSemaphore_TryAcquire_waitBound(t *testing.T) {
 			}
 			got <- err
 		}()
-		semSubscribed(t, b, s.Key()+":released", 1)
+		subscribed(t, b, s.Key()+":released", 1)
 		require.NoError(t, s.Release(bg, 1))
 		require.NoError(t, await(t, got, 10*time.Second, "TryAcquire woken by a release"))
 
@@ -288,7 +270,7 @@ func TestSemaphore_Acquire_wakesThroughPubSubNotPolling(t *testing.T) {
 			}
 			close(got)
 		}()
-		semSubscribed(t, b, waiter.Key()+":released", 1)
+		subscribed(t, b, waiter.Key()+":released", 1)
 		time.Sleep(100 * time.Millisecond) // the waiter is asleep
 		var before int64
 		if b.srv != nil {
@@ -556,7 +538,7 @@ func TestSemaphore_Release_wakesEveryWaiter(t *testing.T) {
 		for i := 0; i < 3; i++ {
 			go func() { got <- wc.Semaphore(name).Acquire(bg, 1) }()
 		}
-		semSubscribed(t, b, releaser.Key()+":released", 1)
+		subscribed(t, b, releaser.Key()+":released", 1)
 		redistest.WaitFor(t, 5*time.Second, "every waiter to try", func() bool { return counter.n.Load() >= 3 })
 		time.Sleep(100 * time.Millisecond) // let them park (a release before that is caught anyway)
 		released := time.Now()
