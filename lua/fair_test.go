@@ -291,15 +291,3 @@ func TestFairScripts_wrongTypeWritesNothing(t *testing.T) {
 		}
 	})
 }
-
-func TestFairScripts_haveHeaders(t *testing.T) {
-	for _, s := range []*lua.Script{lua.FairAcquire, lua.FairRelease, lua.FairLeave} {
-		src := s.Source()
-		if !strings.Contains(src, "KEYS[") || !strings.Contains(src, "ARGV[") || !strings.Contains(src, "returns") {
-			t.Errorf("%s: the header must name KEYS, ARGV and the replies", s.Name())
-		}
-	}
-	if !lua.FairRelease.HasFlags() || !lua.FairLeave.HasFlags() {
-		t.Error("fair release and leave must run with allow-oom")
-	}
-}

@@ -2,7 +2,6 @@ package lua_test
 
 import (
 	"context"
-	"strings"
 	"testing"
 
 	"github.com/redis/rueidis"
@@ -10,23 +9,6 @@ import (
 	"github.com/relock-go/relock/internal/redistest"
 	"github.com/relock-go/relock/lua"
 )
-
-var latchScripts = []*lua.Script{lua.LatchSet, lua.LatchCountDown, lua.LatchDelete}
-
-func TestLatchScripts_haveHeaders(t *testing.T) {
-	for _, s := range latchScripts {
-		src := s.Source()
-		if !strings.Contains(src, "KEYS[2]") || !strings.Contains(src, "ARGV[") || !strings.Contains(src, "returns") {
-			t.Errorf("%s: the header must name KEYS, ARGV and the replies", s.Name())
-		}
-	}
-	if lua.LatchSet.HasFlags() {
-		t.Error("latch_set creates data: it must not run on a full server")
-	}
-	if !lua.LatchCountDown.HasFlags() || !lua.LatchDelete.HasFlags() {
-		t.Error("count-down and delete free waiters: they must run with allow-oom")
-	}
-}
 
 // TestLatchScripts_run runs each script against a real server (with its flags) and
 // miniredis (without): set, a replayed count-down, count-down to zero, delete.

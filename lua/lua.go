@@ -29,6 +29,12 @@ type Script struct {
 	plain   *rueidis.Lua
 }
 
+// all is every script, in load order (see All).
+var all []*Script
+
+// All returns every embedded script, for checks that apply to each.
+func All() []*Script { return append([]*Script(nil), all...) }
+
 func load(name string) *Script {
 	b, err := files.ReadFile(name + ".lua")
 	if err != nil {
@@ -43,6 +49,7 @@ func load(name string) *Script {
 	s.plain = rueidis.NewLuaScript(plain)
 	sum := sha1.Sum([]byte(plain))
 	s.sha = hex.EncodeToString(sum[:])
+	all = append(all, s)
 	return s
 }
 

@@ -15,10 +15,23 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-var all = []*lua.Script{lua.Acquire, lua.Release, lua.Renew, lua.ForceRelease}
+// core are the reentrant lock's scripts (TestScripts_compile).
+var core = []*lua.Script{lua.Acquire, lua.Release, lua.Renew, lua.ForceRelease}
+
+// mustRunWhenFull are the scripts that give something back or keep a hold alive: they must
+// run on a full (noeviction) server, with allow-oom. Scripts that create data must not.
+var mustRunWhenFull = map[*lua.Script]bool{
+	lua.Release: true, lua.FairRelease: true, lua.FairLeave: true,
+	lua.RWRelease: true, lua.RWRenewRead: true, lua.RWRenewWrite: true, lua.RWLeave: true,
+	lua.SemRelease: true, lua.PsemRelease: true,
+	lua.LatchCountDown: true, lua.LatchDelete: true,
+}
 
 func TestScripts_haveHeaders(t *testing.T) {
-	for _, s := range all {
+	if len(lua.All()) < 29 {
+		t.Fatalf("only %d scripts registered", len(lua.All()))
+	}
+	for _, s := range lua.All() {
 		src := s.Source()
 		if !strings.Contains(src, "KEYS[") || !strings.Contains(src, "returns") {
 			t.Errorf("%s: the header must name KEYS, ARGV and the replies", s.Name())
@@ -29,9 +42,12 @@ func TestScripts_haveHeaders(t *testing.T) {
 		if s.Lua(false) == nil || s.Lua(true) == nil {
 			t.Errorf("%s: missing form", s.Name())
 		}
+		if mustRunWhenFull[s] && !s.HasFlags() {
+			t.Errorf("%s must run with allow-oom: it gives back or keeps alive", s.Name())
+		}
 	}
-	if !lua.Release.HasFlags() {
-		t.Error("release must run with allow-oom")
+	if lua.Acquire.HasFlags() || lua.LatchSet.HasFlags() || lua.FairAcquire.HasFlags() {
+		t.Error("a script that creates data must not run on a full server")
 	}
 }
 
@@ -53,7 +69,7 @@ func TestScripts_compile(t *testing.T) {
 				lua.Renew:        {{"{t}"}, {"1000", "o"}},
 				lua.ForceRelease: {{"{t}"}, {"{t}:released"}},
 			}
-			for _, s := range all {
+			for _, s := range core {
 				r := runs[s]
 				if err := s.Lua(tc.flags).Exec(ctx, tc.c, r[0], r[1]).Error(); err != nil {
 					t.Errorf("%s: %v", s.Name(), err)

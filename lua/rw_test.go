@@ -11,27 +11,6 @@ import (
 	"github.com/relock-go/relock/lua"
 )
 
-var rwScripts = []*lua.Script{lua.RWAcquire, lua.RWRelease, lua.RWRenewRead, lua.RWRenewWrite,
-	lua.RWLeave, lua.RWForce, lua.RWState}
-
-func TestRWScripts_haveHeaders(t *testing.T) {
-	for _, s := range rwScripts {
-		src := s.Source()
-		if !strings.Contains(src, "KEYS[") || !strings.Contains(src, "ARGV[") || !strings.Contains(src, "returns") {
-			t.Errorf("%s: the header must name KEYS, ARGV and the replies", s.Name())
-		}
-		if s.HasFlags() != strings.HasPrefix(src, "#!lua flags=") {
-			t.Errorf("%s: HasFlags disagrees with the source", s.Name())
-		}
-	}
-	// Giving back, renewing and leaving must work on a full server.
-	for _, s := range []*lua.Script{lua.RWRelease, lua.RWRenewRead, lua.RWRenewWrite, lua.RWLeave} {
-		if !s.HasFlags() {
-			t.Errorf("%s must run with allow-oom", s.Name())
-		}
-	}
-}
-
 // TestRWScripts_protocol runs the scripts through one round of the read-write protocol
 // against a real server (with flags) and miniredis (without): a reader in, a claiming
 // writer refused, a new reader refused by the claim, the reader out, the writer in, an

@@ -2,7 +2,6 @@ package lua_test
 
 import (
 	"context"
-	"strings"
 	"testing"
 	"time"
 
@@ -15,23 +14,6 @@ import (
 var semScripts = []*lua.Script{
 	lua.SemSet, lua.SemAcquire, lua.SemRelease, lua.SemDrain, lua.SemDelete,
 	lua.PsemSet, lua.PsemAdd, lua.PsemAcquire, lua.PsemRelease, lua.PsemExtend, lua.PsemState, lua.PsemDelete,
-}
-
-func TestSemScripts_haveHeaders(t *testing.T) {
-	for _, s := range semScripts {
-		src := s.Source()
-		if !strings.Contains(src, "KEYS[") || !strings.Contains(src, "returns") {
-			t.Errorf("%s: the header must name KEYS, ARGV and the replies", s.Name())
-		}
-		if s.HasFlags() != strings.HasPrefix(src, "#!lua flags=") {
-			t.Errorf("%s: HasFlags disagrees with the source", s.Name())
-		}
-	}
-	for _, s := range []*lua.Script{lua.SemRelease, lua.PsemRelease} {
-		if !s.HasFlags() {
-			t.Errorf("%s must run with allow-oom: giving permits back works on a full server", s.Name())
-		}
-	}
 }
 
 // TestSemScripts_compile runs each script against a real server (with its flags) and
