@@ -40,7 +40,7 @@ func load(name string) *Script {
 	if err != nil {
 		panic("lua: missing embedded script " + name) // a build defect, not a runtime condition
 	}
-	s := &Script{name: name, src: string(b)}
+	s := &Script{name: name, src: include(string(b))}
 	plain := s.src
 	if strings.HasPrefix(plain, "#!") {
 		s.flagged = rueidis.NewLuaScript(s.src)
@@ -51,6 +51,25 @@ func load(name string) *Script {
 	s.sha = hex.EncodeToString(sum[:])
 	all = append(all, s)
 	return s
+}
+
+// include replaces each line "--#include NAME" of src with the text of NAME.lua (a library
+// of local functions that several scripts share; Redis has no modules for scripts).
+func include(src string) string {
+	if !strings.Contains(src, "\n--#include ") {
+		return src
+	}
+	lines := strings.Split(src, "\n")
+	for i, l := range lines {
+		if name, ok := strings.CutPrefix(l, "--#include "); ok {
+			b, err := files.ReadFile(strings.TrimSpace(name) + ".lua")
+			if err != nil {
+				panic("lua: missing embedded library " + name) // a build defect
+			}
+			lines[i] = strings.TrimRight(string(b), "\n")
+		}
+	}
+	return strings.Join(lines, "\n")
 }
 
 // The scripts. Their contracts are in the headers of the .lua files.

@@ -9,6 +9,7 @@
 -- ARGV[4] = channel, told '*' (wake every waiter) when n > 0
 -- returns 1  applied (by this send, or by an earlier send of this request)
 -- A key of another type fails the script before it changes anything.
+--#include lib_reqlog
 local sem, log, logx = KEYS[1], KEYS[2], KEYS[3]
 local n, req, keep, channel = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3]), ARGV[4]
 
@@ -22,15 +23,7 @@ end
 
 local t = redis.call('time')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local old = redis.call('zrangebyscore', logx, '-inf', now, 'limit', 0, 16)
-if #old > 0 then
-  redis.call('hdel', log, unpack(old))
-  redis.call('zrem', logx, unpack(old))
-end
-redis.call('hset', log, req, '1')
-redis.call('zadd', logx, string.format('%.0f', now + keep), req)
-redis.call('pexpire', log, keep)
-redis.call('pexpire', logx, keep)
+remember(log, logx, req, '1', now, keep)
 
 redis.call('hincrby', sem, 'permits', n)
 if n > 0 then

@@ -13,6 +13,7 @@
 -- Runs with allow-oom: giving a permit back must work on a full server. Every key is read
 -- before anything is written, so a key of another type fails the script before it changes
 -- anything.
+--#include lib_reqlog
 local sem, leases, log, logx = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local id, req, keep, channel = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
 
@@ -30,15 +31,7 @@ if not s or tonumber(s) <= now then
   return 0
 end
 
-local old = redis.call('zrangebyscore', logx, '-inf', now, 'limit', 0, 16)
-if #old > 0 then
-  redis.call('hdel', log, unpack(old))
-  redis.call('zrem', logx, unpack(old))
-end
-redis.call('hset', log, req, '1')
-redis.call('zadd', logx, string.format('%.0f', now + keep), req)
-redis.call('pexpire', log, keep)
-redis.call('pexpire', logx, keep)
+remember(log, logx, req, '1', now, keep)
 
 redis.call('zrem', leases, id)
 redis.call('zremrangebyscore', leases, '-inf', now)

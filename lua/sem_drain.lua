@@ -7,6 +7,7 @@
 -- returns n >= 0  the permits taken (by this send, or by an earlier send of this request); a
 --                 count of zero or less is left as it is and 0 returned
 -- A key of another type fails the script before it changes anything.
+--#include lib_reqlog
 local sem, log, logx = KEYS[1], KEYS[2], KEYS[3]
 local req, keep = ARGV[1], tonumber(ARGV[2])
 
@@ -25,15 +26,7 @@ end
 
 local t = redis.call('time')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local old = redis.call('zrangebyscore', logx, '-inf', now, 'limit', 0, 16)
-if #old > 0 then
-  redis.call('hdel', log, unpack(old))
-  redis.call('zrem', logx, unpack(old))
-end
-redis.call('hset', log, req, v)
-redis.call('zadd', logx, string.format('%.0f', now + keep), req)
-redis.call('pexpire', log, keep)
-redis.call('pexpire', logx, keep)
+remember(log, logx, req, v, now, keep)
 
 -- DECRBY rather than SET: a time to live set by TrySetPermits stays.
 redis.call('decrby', sem, avail)
