@@ -125,56 +125,7 @@ func BenchmarkMutex_HotKey(b *testing.B) {
 				cs[i] = newClient(b, srv)
 			}
 			const contenders = 16
-			srv.ResetStats(b)
-			var next sync.Mutex
-			left := b.N
-			waits := make([][]time.Duration, contenders)
-			b.ReportAllocs()
-			b.ResetTimer()
-			var wg sync.WaitGroup
-			for g := 0; g < contenders; g++ {
-				wg.Add(1)
-				go func(g int) {
-					defer wg.Done()
-					m := cs[g%clients].Mutex("hot")
-					for {
-						next.Lock()
-						if left == 0 {
-							next.Unlock()
-							return
-						}
-						left--
-						next.Unlock()
-						start := time.Now()
-						if err := m.Lock(bg); err != nil {
-							b.Error(err)
-							return
-						}
-						waits[g] = append(waits[g], time.Since(start))
-						if err := m.Unlock(bg); err != nil {
-							b.Error(err)
-							return
-						}
-					}
-				}(g)
-			}
-			wg.Wait()
-			b.StopTimer()
-			var all []time.Duration
-			var sum, sumSq float64
-			for _, w := range waits {
-				all = append(all, w...)
-				sum += float64(len(w))
-				sumSq += float64(len(w)) * float64(len(w))
-			}
-			sort.Slice(all, func(i, j int) bool { return all[i] < all[j] })
-			b.ReportMetric(float64(scripts(b, srv))/float64(b.N), "cmds/op")
-			if len(all) > 0 {
-				b.ReportMetric(float64(all[len(all)/2].Microseconds()), "p50-wait-us")
-				b.ReportMetric(float64(all[len(all)*99/100].Microseconds()), "p99-wait-us")
-				b.ReportMetric(float64(all[len(all)-1].Microseconds()), "max-wait-us")
-				b.ReportMetric(sum*sum/(contenders*sumSq), "jain")
-			}
+			contest(b, srv, contenders, lockers(func(g int) locker { return cs[g%clients].Mutex("hot") }, contenders), nil)
 		})
 	}
 }

@@ -2,10 +2,7 @@ package bench
 
 import (
 	"fmt"
-	"sort"
-	"sync"
 	"testing"
-	"time"
 
 	"github.com/relock-go/relock/internal/redistest"
 	"github.com/relock-go/relock/rlock"
@@ -42,61 +39,17 @@ func BenchmarkFairMutex_HotKey(b *testing.B) {
 				b.Fatal(err)
 			}
 			_ = unlock()
-			srv.ResetStats(b)
-			var next sync.Mutex
-			left := b.N
-			waits := make([][]time.Duration, contenders)
-			b.ResetTimer()
-			start := time.Now()
-			var wg sync.WaitGroup
-			for g := 0; g < contenders; g++ {
-				wg.Add(1)
-				go func(g int) {
-					defer wg.Done()
-					lock, unlock := handle(g)
-					for {
-						next.Lock()
-						if left == 0 {
-							next.Unlock()
-							return
-						}
-						left--
-						next.Unlock()
-						t0 := time.Now()
-						if err := lock(); err != nil {
-							b.Error(err)
-							return
-						}
-						waits[g] = append(waits[g], time.Since(t0))
-						if err := unlock(); err != nil {
-							b.Error(err)
-							return
-						}
-					}
-				}(g)
+			locks, unlocks := make([]func() error, contenders), make([]func() error, contenders)
+			for g := range locks {
+				locks[g], unlocks[g] = handle(g)
 			}
-			wg.Wait()
-			elapsed := time.Since(start)
-			b.StopTimer()
-			var all []time.Duration
-			var sum, sumSq float64
-			for _, w := range waits {
-				all = append(all, w...)
-				sum += float64(len(w))
-				sumSq += float64(len(w)) * float64(len(w))
-			}
-			if len(all) == 0 {
-				return
-			}
-			sort.Slice(all, func(i, j int) bool { return all[i] < all[j] })
-			p50, p99, maxW := all[len(all)/2], all[len(all)*99/100], all[len(all)-1]
-			b.ReportMetric(float64(len(all))/elapsed.Seconds(), "ops/s")
-			b.ReportMetric(float64(p50.Microseconds()), "p50-wait-us")
-			b.ReportMetric(float64(p99.Microseconds()), "p99-wait-us")
-			b.ReportMetric(float64(maxW.Microseconds()), "max-wait-us")
-			b.ReportMetric(float64(maxW)/float64(max(p50, time.Microsecond)), "max/p50")
-			b.ReportMetric(sum*sum/(contenders*sumSq), "jain")
-			b.ReportMetric(float64(scripts(b, srv))/float64(b.N), "cmds/op")
+			contest(b, srv, contenders, func(g int) (func() error, error) {
+				lock, unlock := locks[g], unlocks[g]
+				if err := lock(); err != nil {
+					return nil, err
+				}
+				return unlock, nil
+			}, nil)
 		})
 	}
 }

@@ -45,7 +45,7 @@ func BenchmarkMultiLock_Contended(b *testing.B) {
 					}
 					return m
 				}
-				multiContest(b, srvs, 8, func(g int) spinBenchLocker {
+				multiContest(b, srvs, 8, func(g int) locker {
 					idx := []int{0, 1, 2}
 					if order != "same" {
 						idx = []int{g % 3, (g + 1) % 3, (g + 2) % 3}
@@ -58,11 +58,11 @@ func BenchmarkMultiLock_Contended(b *testing.B) {
 }
 
 // multiContest is hotKeyContest over several servers: the scripts sent to all are counted.
-func multiContest(b *testing.B, srvs []*redistest.Server, contenders int, newLocker func(g int) spinBenchLocker) {
+func multiContest(b *testing.B, srvs []*redistest.Server, contenders int, newLocker func(g int) locker) {
 	for _, srv := range srvs[1:] {
 		srv.ResetStats(b)
 	}
-	hotKeyContestCounted(b, srvs[0], contenders, newLocker, func() int64 {
+	contest(b, srvs[0], contenders, lockers(newLocker, contenders), func() int64 {
 		var n int64
 		for _, srv := range srvs[1:] {
 			n += scripts(b, srv)

@@ -2,8 +2,6 @@ package bench
 
 import (
 	"fmt"
-	"sort"
-	"sync"
 	"testing"
 	"time"
 
@@ -20,55 +18,7 @@ const semContenders = 16
 // release to run after it.
 func contend(b *testing.B, srv *redistest.Server, cs []*rlock.Client, cycle func(c *rlock.Client) (release func() error, err error)) {
 	b.Helper()
-	srv.ResetStats(b)
-	var next sync.Mutex
-	left := b.N
-	waits := make([][]time.Duration, semContenders)
-	b.ReportAllocs()
-	b.ResetTimer()
-	start := time.Now()
-	var wg sync.WaitGroup
-	for g := 0; g < semContenders; g++ {
-		wg.Add(1)
-		go func(g int) {
-			defer wg.Done()
-			c := cs[g%len(cs)]
-			for {
-				next.Lock()
-				if left == 0 {
-					next.Unlock()
-					return
-				}
-				left--
-				next.Unlock()
-				t := time.Now()
-				release, err := cycle(c)
-				if err != nil {
-					b.Error(err)
-					return
-				}
-				waits[g] = append(waits[g], time.Since(t))
-				if err := release(); err != nil {
-					b.Error(err)
-					return
-				}
-			}
-		}(g)
-	}
-	wg.Wait()
-	elapsed := time.Since(start)
-	b.StopTimer()
-	var all []time.Duration
-	for _, w := range waits {
-		all = append(all, w...)
-	}
-	sort.Slice(all, func(i, j int) bool { return all[i] < all[j] })
-	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "ops/s")
-	b.ReportMetric(float64(scripts(b, srv))/float64(b.N), "cmds/op")
-	if len(all) > 0 {
-		b.ReportMetric(float64(all[len(all)/2].Microseconds()), "p50-wait-us")
-		b.ReportMetric(float64(all[len(all)*99/100].Microseconds()), "p99-wait-us")
-	}
+	contest(b, srv, semContenders, func(g int) (func() error, error) { return cycle(cs[g%len(cs)]) }, nil)
 }
 
 // BenchmarkSemaphore_Contended is 16 goroutines over 4 Clients each taking one permit of a

@@ -1,21 +1,13 @@
 package bench
 
 import (
-	"context"
 	"sort"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/relock-go/relock/internal/redistest"
 	"github.com/relock-go/relock/rlock"
 )
-
-// spinBenchLocker is what the hot-key benchmarks of this file take in turn.
-type spinBenchLocker interface {
-	Lock(ctx context.Context) error
-	Unlock(ctx context.Context) error
-}
 
 // BenchmarkSpinMutex_HotKey is BenchmarkMutex_HotKey's contest (16 goroutines, each its own
 // owner, on 4 Clients, taking one lock in turn) for the SpinMutex beside the Mutex. It
@@ -29,78 +21,21 @@ func BenchmarkSpinMutex_HotKey(b *testing.B) {
 			for i := range cs {
 				cs[i] = newClient(b, srv)
 			}
-			newLocker := func(c *rlock.Client) spinBenchLocker {
+			newLocker := func(c *rlock.Client) locker {
 				if kind == "spin" {
 					return c.SpinMutex("hot")
 				}
 				return c.Mutex("hot")
 			}
-			hotKeyContest(b, srv, 16, func(g int) spinBenchLocker { return newLocker(cs[g%len(cs)]) })
+			hotKeyContest(b, srv, 16, func(g int) locker { return newLocker(cs[g%len(cs)]) })
 		})
 	}
 }
 
 // hotKeyContest runs b.N acquisitions shared among contenders goroutines, each with its
-// own locker, and reports ops/s, scripts per acquisition and wait percentiles.
-func hotKeyContest(b *testing.B, srv *redistest.Server, contenders int, newLocker func(g int) spinBenchLocker) {
-	hotKeyContestCounted(b, srv, contenders, newLocker, nil)
-}
-
-// hotKeyContestCounted is hotKeyContest where extra, if not nil, returns the scripts sent
-// to other servers (reset by the caller) to add to srv's.
-func hotKeyContestCounted(b *testing.B, srv *redistest.Server, contenders int, newLocker func(g int) spinBenchLocker, extra func() int64) {
-	srv.ResetStats(b)
-	var next sync.Mutex
-	left := b.N
-	waits := make([][]time.Duration, contenders)
-	b.ReportAllocs()
-	b.ResetTimer()
-	start := time.Now()
-	var wg sync.WaitGroup
-	for g := 0; g < contenders; g++ {
-		wg.Add(1)
-		go func(g int) {
-			defer wg.Done()
-			l := newLocker(g)
-			for {
-				next.Lock()
-				if left == 0 {
-					next.Unlock()
-					return
-				}
-				left--
-				next.Unlock()
-				t := time.Now()
-				if err := l.Lock(bg); err != nil {
-					b.Error(err)
-					return
-				}
-				waits[g] = append(waits[g], time.Since(t))
-				if err := l.Unlock(bg); err != nil {
-					b.Error(err)
-					return
-				}
-			}
-		}(g)
-	}
-	wg.Wait()
-	elapsed := time.Since(start)
-	b.StopTimer()
-	var all []time.Duration
-	for _, w := range waits {
-		all = append(all, w...)
-	}
-	sort.Slice(all, func(i, j int) bool { return all[i] < all[j] })
-	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "acq/s")
-	sent := scripts(b, srv)
-	if extra != nil {
-		sent += extra()
-	}
-	b.ReportMetric(float64(sent)/float64(b.N), "cmds/op")
-	if len(all) > 0 {
-		b.ReportMetric(float64(all[len(all)/2].Microseconds()), "p50-wait-us")
-		b.ReportMetric(float64(all[len(all)*99/100].Microseconds()), "p99-wait-us")
-	}
+// own locker (see contest).
+func hotKeyContest(b *testing.B, srv *redistest.Server, contenders int, newLocker func(g int) locker) {
+	contest(b, srv, contenders, lockers(newLocker, contenders), nil)
 }
 
 // BenchmarkSpinMutex_Handoff is the time from a holder's Unlock until a waiter of another
@@ -111,7 +46,7 @@ func BenchmarkSpinMutex_Handoff(b *testing.B) {
 		b.Run("kind="+kind, func(b *testing.B) {
 			srv := redistest.Start(b)
 			hc, wc := newClient(b, srv), newClient(b, srv)
-			var holder, waiter spinBenchLocker = hc.Mutex("handoff"), wc.Mutex("handoff")
+			var holder, waiter locker = hc.Mutex("handoff"), wc.Mutex("handoff")
 			if kind == "spin" {
 				holder, waiter = hc.SpinMutex("handoff"), wc.SpinMutex("handoff")
 			}
