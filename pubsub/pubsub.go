@@ -124,6 +124,15 @@ func (s *Subscriber) Mark(name string) Mark {
 	return Mark{c: c, gen: s.gen, seq: c.seq, live: c.live}
 }
 
+// Live reports whether the named channel's subscription is confirmed on the current
+// connection.
+func (s *Subscriber) Live(name string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c := s.chans[name]
+	return c != nil && c.live
+}
+
 // Waiting is the number of waiters registered on the named channel.
 func (s *Subscriber) Waiting(name string) int {
 	s.mu.Lock()
