@@ -52,9 +52,9 @@ import (
 // passes on within a Client at most 8 times in a row; the next release frees it and
 // publishes, so that waiters of other Clients get a turn. Between Clients there is no order:
 // whoever's request reaches Redis first wins, so shares between busy Clients are uneven
-// (Jain 0.88-0.89 over 16 goroutines on 4 Clients in BenchmarkMutex_HotKey, against 1.000
-// on one Client). Use [Client.FairMutex] for arrival order across processes. TryLock with
-// wait 0 never queues: it makes one attempt.
+// (Jain 0.87-0.95 over 16 goroutines on 4 Clients in BenchmarkMutex_HotKey, as before the
+// hand-off; 1.000 on one Client). Use [Client.FairMutex] for arrival order across
+// processes. TryLock with wait 0 never queues: it makes one attempt.
 type Mutex struct {
 	c     *Client
 	name  string
