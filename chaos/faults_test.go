@@ -274,9 +274,11 @@ func TestFault5_clientKill(t *testing.T) {
 	for _, tc := range []struct {
 		name, types string
 		filters     [][]string
+		kind        string // the lock (worker.Config.Kind)
 	}{
-		{"allConnections", "every client connection (`CLIENT KILL TYPE normal` and `TYPE pubsub`)", [][]string{{"TYPE", "normal"}, {"TYPE", "pubsub"}}},
-		{"pubsubOnly", "the pub/sub connections alone (`CLIENT KILL TYPE pubsub`)", [][]string{{"TYPE", "pubsub"}}},
+		{"allConnections", "every client connection (`CLIENT KILL TYPE normal` and `TYPE pubsub`)", [][]string{{"TYPE", "normal"}, {"TYPE", "pubsub"}}, ""},
+		{"pubsubOnly", "the pub/sub connections alone (`CLIENT KILL TYPE pubsub`)", [][]string{{"TYPE", "pubsub"}}, ""},
+		{"fairAllConnections", "FairMutex: every client connection", [][]string{{"TYPE", "normal"}, {"TYPE", "pubsub"}}, "fair"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			srv := redistest.Start(t)
@@ -284,7 +286,11 @@ func TestFault5_clientKill(t *testing.T) {
 			ns := names(t, 2)
 			result(t, row{order: "5", fault: tc.types + " killed every 40 ms during a contended run (goroutines + 1 process)",
 				expected: "no waiter hangs, no hold counted twice by a retried script, no goroutine leak, no violation"})
-			p := r.spawn(srv.Addr(), "-names", strings.Join(ns, ","), "-iters", "40", "-workers", "2", "-wait", "30s")
+			args := []string{"-names", strings.Join(ns, ","), "-iters", "40", "-workers", "2", "-wait", "30s"}
+			if tc.kind != "" {
+				args = append(args, "-kind", tc.kind)
+			}
+			p := r.spawn(srv.Addr(), args...)
 			var clients []*rlock.Client
 			for i := 0; i < 3; i++ {
 				clients = append(clients, relock(t, srv, srv.Addr()))
@@ -299,7 +305,7 @@ func TestFault5_clientKill(t *testing.T) {
 					killed.Add(k)
 				}
 			})
-			r.goroutines(clients, worker.Config{Names: ns, Iters: 40, Wait: 30 * time.Second, Work: time.Millisecond})
+			r.goroutines(clients, worker.Config{Names: ns, Iters: 40, Wait: 30 * time.Second, Work: time.Millisecond, Kind: tc.kind})
 			p.wait(2 * time.Minute)
 			kills := stop()
 			ops, lost := r.rec.snapshot()
@@ -864,14 +870,14 @@ func TestFault9_mixedSoak(t *testing.T) {
 		workers  = min(envInt("RELOCK_CHAOS_SOAK_WORKERS", 4), 8)
 		duration = time.Duration(min(envInt("RELOCK_CHAOS_SOAK_SECONDS", 60), 600)) * time.Second
 	)
-	result(t, row{order: "9", fault: fmt.Sprintf("mixed soak, %v: %d processes x %d Clients + 2 goroutine Clients on 4 names, lease 1 s; at random every ~0.5 s: SIGSTOP of a process 1.5 s (1), CLIENT KILL (5), SCRIPT FLUSH (7)", duration, procs, workers),
+	result(t, row{order: "9", fault: fmt.Sprintf("mixed soak, %v: %d processes x %d Clients (Mutex, FairMutex and SpinMutex in turn, on the same names) + 2 goroutine Clients on 4 names, lease 1 s; at random every ~0.5 s: SIGSTOP of a process 1.5 s (1), CLIENT KILL (5), SCRIPT FLUSH (7)", duration, procs, workers),
 		expected: "violations 0, tokens monotonic, counter exact, history linearizable (checked by porcupine up to 40,000 operations)"})
 	srv := redistest.Start(t)
 	r := newRun(t)
 	ns := names(t, 4)
 	var ps []*proc
 	for i := 0; i < procs; i++ {
-		ps = append(ps, r.spawn(srv.Addr(), "-names", strings.Join(ns, ","), "-iters", "100000", "-workers", fmt.Sprint(workers),
+		ps = append(ps, r.spawn(srv.Addr(), "-kind", []string{"mutex", "fair", "spin"}[i%3], "-names", strings.Join(ns, ","), "-iters", "100000", "-workers", fmt.Sprint(workers),
 			"-duration", duration.String(), "-wait", "5s", "-work", "2ms", "-watchdog", "1s"))
 	}
 	clients := []*rlock.Client{

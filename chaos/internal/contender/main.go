@@ -124,6 +124,7 @@ func main() {
 	watchdog := flag.Duration("watchdog", 30*time.Second, "watchdog timeout (lease)")
 	cleanup := flag.Duration("cleanup", 5*time.Second, "cleanup timeout")
 	workers := flag.Int("workers", 1, "goroutines, each its own Client (owner)")
+	kind := flag.String("kind", "mutex", "the lock: mutex, fair or spin")
 	flag.Parse()
 	if !strings.HasPrefix(*addr, "127.0.0.1:") || *names == "" || *workers < 1 {
 		fmt.Fprintln(os.Stderr, "contender: need -addr 127.0.0.1:port, -names and -workers >= 1")
@@ -142,6 +143,7 @@ func main() {
 		Deadline: time.Now().Add(*duration),
 		Wait:     *wait,
 		Work:     *work,
+		Kind:     *kind,
 		Between: func(name string, token int64) {
 			c.send(msg{T: "inside", Name: name, Token: token})
 		},

@@ -72,6 +72,22 @@ type Config struct {
 	// Between, when set, runs between the read and the write (before the Work sleep), e.g.
 	// to tell a test that the holder is inside its critical section.
 	Between func(name string, token int64)
+	// Kind is the lock used: "" or "mutex" (Client.Mutex), "fair" (Client.FairMutex), "spin"
+	// (Client.SpinMutex). All three are one lock in Redis, so kinds may share a name: the
+	// fair queue is then bypassed by the others, but exclusion holds.
+	Kind string
+}
+
+// handle returns the Mutex of kind for name (a FairMutex and a SpinMutex are Mutexes with
+// another way of waiting).
+func handle(c *rlock.Client, kind, name string) *rlock.Mutex {
+	switch kind {
+	case "fair":
+		return c.FairMutex(name).Mutex
+	case "spin":
+		return c.SpinMutex(name).Mutex
+	}
+	return c.Mutex(name)
 }
 
 // Run runs one contender with its own owner (one handle per name) until cfg's bounds or
@@ -79,7 +95,7 @@ type Config struct {
 func Run(ctx context.Context, c *rlock.Client, cfg Config, res Resource, sink Sink) int {
 	handles := make([]*rlock.Mutex, len(cfg.Names))
 	for i, n := range cfg.Names {
-		handles[i] = c.Mutex(n)
+		handles[i] = handle(c, cfg.Kind, n)
 	}
 	owner := c.ID()
 	sections := 0
