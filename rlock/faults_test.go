@@ -229,6 +229,32 @@ func parked(t *testing.T, b *backend, m *rlock.Mutex, n int64) {
 	subscribed(t, b, m.Key()+":released", n)
 }
 
+// wokenByReleaseNotPolling checks a waiter already subscribed to its channel: parked, it
+// sends no script for 400ms (counted on a real server), and release wakes it within 2s,
+// long before its fallback timer. got delivers when the waiter got through (closed if it
+// failed).
+func wokenByReleaseNotPolling(t *testing.T, b *backend, got <-chan time.Time, release func() error) {
+	t.Helper()
+	time.Sleep(100 * time.Millisecond) // let the waiter fall asleep on its timer
+	var before int64
+	if b.srv != nil {
+		before = b.srv.CommandStats(t)["evalsha"]
+	}
+	time.Sleep(400 * time.Millisecond)
+	if b.srv != nil {
+		require.Equal(t, before, b.srv.CommandStats(t)["evalsha"], "a parked waiter sends nothing")
+	}
+	released := time.Now()
+	require.NoError(t, release())
+	select {
+	case at, ok := <-got:
+		require.True(t, ok, "waiter failed")
+		require.Less(t, at.Sub(released), 2*time.Second, "woken by the release, not its timer")
+	case <-time.After(10 * time.Second):
+		t.Fatal("waiter not woken by the release")
+	}
+}
+
 // subscribed waits until at least n connections listen on channel.
 func subscribed(t *testing.T, b *backend, channel string, n int64) {
 	t.Helper()
@@ -261,24 +287,7 @@ func TestMutex_Lock_wakesThroughPubSubNotPolling(t *testing.T) {
 			close(got)
 		}()
 		parked(t, b, waiter, 1)
-		time.Sleep(100 * time.Millisecond) // the waiter is asleep on its 30 s timer
-		var before int64
-		if b.srv != nil {
-			before = b.srv.CommandStats(t)["evalsha"]
-		}
-		time.Sleep(400 * time.Millisecond)
-		if b.srv != nil {
-			require.Equal(t, before, b.srv.CommandStats(t)["evalsha"], "a parked waiter sends nothing")
-		}
-		released := time.Now()
-		require.NoError(t, holder.Unlock(bg))
-		select {
-		case at, ok := <-got:
-			require.True(t, ok, "waiter failed")
-			require.Less(t, at.Sub(released), 2*time.Second, "woken by the release, not its 30 s timer")
-		case <-time.After(10 * time.Second):
-			t.Fatal("waiter not woken by the release")
-		}
+		wokenByReleaseNotPolling(t, b, got, func() error { return holder.Unlock(bg) })
 		require.NoError(t, waiter.Unlock(bg))
 	})
 }
