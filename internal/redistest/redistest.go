@@ -54,6 +54,8 @@ type config struct {
 	aof       bool
 	args      []string
 	replicaOf *Server
+	sentinel  string  // non-empty: run as a Sentinel monitoring monitors under this name
+	monitors  *Server // the master a Sentinel monitors
 }
 
 // Option configures a server started by Start.
@@ -77,6 +79,14 @@ func WithArgs(args ...string) Option {
 // (--replicaof 127.0.0.1 <master port>).
 func WithReplicaOf(master *Server) Option {
 	return func(c *config) { c.replicaOf = master }
+}
+
+// WithSentinel runs the server as a Redis Sentinel (redis-server --sentinel) monitoring
+// master under the name name, with a quorum of 1, a master declared down after 1 s of
+// silence and a failover timeout of 5 s. Do, Client and Addr work on it as on any server
+// (Do sends Sentinel commands, e.g. SENTINEL FAILOVER name).
+func WithSentinel(master *Server, name string) Option {
+	return func(c *config) { c.sentinel, c.monitors = name, master }
 }
 
 // Server is a redis-server child process started by Start.
@@ -182,6 +192,9 @@ func Start(tb testing.TB, opts ...Option) *Server {
 	}
 	if cfg.replicaOf != nil && cfg.replicaOf.port == 0 {
 		tb.Fatalf("redistest: WithReplicaOf: master server is not started")
+	}
+	if cfg.sentinel != "" && (cfg.monitors == nil || cfg.monitors.port == 0) {
+		tb.Fatalf("redistest: WithSentinel: master server is not started")
 	}
 	dir, err := os.MkdirTemp("", "redistest-")
 	if err != nil {
@@ -528,6 +541,24 @@ func Name(tb testing.TB) string {
 
 // args builds the redis-server command line for the current port.
 func (s *Server) args() []string {
+	if s.cfg.sentinel != "" {
+		// A Sentinel rewrites its configuration file: it gets one of its own, written at
+		// each launch (Restart included) with the master to monitor.
+		conf := filepath.Join(s.dir, "sentinel.conf")
+		name, port := s.cfg.sentinel, strconv.Itoa(s.cfg.monitors.port)
+		text := "sentinel monitor " + name + " 127.0.0.1 " + port + " 1\n" +
+			"sentinel down-after-milliseconds " + name + " 1000\n" +
+			"sentinel failover-timeout " + name + " 5000\n"
+		_ = os.WriteFile(conf, []byte(text), 0o644)
+		return append([]string{conf, "--sentinel",
+			"--bind", "127.0.0.1",
+			"--port", strconv.Itoa(s.port),
+			"--dir", s.dir,
+			"--protected-mode", "no",
+			"--daemonize", "no",
+			"--logfile", s.logPath,
+		}, s.cfg.args...)
+	}
 	a := []string{
 		"--bind", "127.0.0.1",
 		"--port", strconv.Itoa(s.port),
@@ -632,6 +663,9 @@ func (s *Server) probe(pid int) error {
 	fields := parseInfo(info)
 	if got := fields["process_id"]; got != strconv.Itoa(pid) {
 		return fmt.Errorf("port %d is answered by process_id %q, not by our pid %d", s.port, got, pid)
+	}
+	if s.cfg.sentinel != "" {
+		return nil // a Sentinel loads no data
 	}
 	if fields["loading"] != "0" {
 		return fmt.Errorf("still loading (loading:%s)", fields["loading"])
