@@ -284,7 +284,7 @@ func TestFault5_clientKill(t *testing.T) {
 			srv := redistest.Start(t)
 			r := newRun(t)
 			ns := names(t, 2)
-			result(t, row{order: "5", fault: tc.types + " killed every 40 ms during a contended run (goroutines + 1 process)",
+			result(t, row{order: "5", fault: tc.types + " killed every 40 ms during a contended run (3 Clients x 2 owners, so that releases hand off within a Client, + 1 process)",
 				expected: "no waiter hangs, no hold counted twice by a retried script, no goroutine leak, no violation"})
 			args := []string{"-names", strings.Join(ns, ","), "-iters", "40", "-workers", "2", "-wait", "30s"}
 			if tc.kind != "" {
@@ -305,7 +305,7 @@ func TestFault5_clientKill(t *testing.T) {
 					killed.Add(k)
 				}
 			})
-			r.goroutines(clients, worker.Config{Names: ns, Iters: 40, Wait: 30 * time.Second, Work: time.Millisecond, Kind: tc.kind})
+			r.goroutinesEach(clients, 2, worker.Config{Names: ns, Iters: 20, Wait: 30 * time.Second, Work: time.Millisecond, Kind: tc.kind})
 			p.wait(2 * time.Minute)
 			kills := stop()
 			ops, lost := r.rec.snapshot()
@@ -870,7 +870,7 @@ func TestFault9_mixedSoak(t *testing.T) {
 		workers  = min(envInt("RELOCK_CHAOS_SOAK_WORKERS", 4), 8)
 		duration = time.Duration(min(envInt("RELOCK_CHAOS_SOAK_SECONDS", 60), 600)) * time.Second
 	)
-	result(t, row{order: "9", fault: fmt.Sprintf("mixed soak, %v: %d processes x %d Clients (Mutex, FairMutex and SpinMutex in turn, on the same names) + 2 goroutine Clients on 4 names, lease 1 s; at random every ~0.5 s: SIGSTOP of a process 1.5 s (1), CLIENT KILL (5), SCRIPT FLUSH (7)", duration, procs, workers),
+	result(t, row{order: "9", fault: fmt.Sprintf("mixed soak, %v: %d processes x %d Clients (Mutex, FairMutex and SpinMutex in turn, on the same names) + 2 goroutine Clients x 3 owners (direct hand-offs between them) on 4 names, lease 1 s; at random every ~0.5 s: SIGSTOP of a process 1.5 s (1), CLIENT KILL (5), SCRIPT FLUSH (7)", duration, procs, workers),
 		expected: "violations 0, tokens monotonic, counter exact, history linearizable (checked by porcupine up to 40,000 operations)"})
 	srv := redistest.Start(t)
 	r := newRun(t)
@@ -887,7 +887,7 @@ func TestFault9_mixedSoak(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		r.goroutines(clients, worker.Config{Names: ns, Iters: 100000, Deadline: time.Now().Add(duration), Wait: 5 * time.Second, Work: 2 * time.Millisecond})
+		r.goroutinesEach(clients, 3, worker.Config{Names: ns, Iters: 100000, Deadline: time.Now().Add(duration), Wait: 5 * time.Second, Work: 2 * time.Millisecond})
 	}()
 	counts := map[string]int{}
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 9))

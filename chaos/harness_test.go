@@ -53,10 +53,22 @@ func relock(t *testing.T, srv *redistest.Server, addr string, opts ...rlock.Opti
 
 // goroutines runs one worker per client concurrently and waits for all (bounded by cfg).
 func (r *run) goroutines(clients []*rlock.Client, cfg worker.Config) {
+	r.goroutinesEach(clients, 1, cfg)
+}
+
+// goroutinesEach is goroutines with perClient workers (owners) on each Client: waiters of
+// one Client, so that a release hands the lock to the next one directly.
+func (r *run) goroutinesEach(clients []*rlock.Client, perClient int, cfg worker.Config) {
 	var wg sync.WaitGroup
 	for _, c := range clients {
-		wg.Add(1)
-		go func() { defer wg.Done(); worker.Run(bg, c, cfg, r.res, r.rec) }()
+		for i := 0; i < perClient; i++ {
+			wg.Add(1)
+			cfg := cfg
+			if perClient > 1 {
+				cfg.Label = fmt.Sprint(i)
+			}
+			go func() { defer wg.Done(); worker.Run(bg, c, cfg, r.res, r.rec) }()
+		}
 	}
 	done := make(chan struct{})
 	go func() { wg.Wait(); close(done) }()

@@ -123,6 +123,7 @@ func (c *Client) claim(h *hold) *candidate {
 			return cand
 		}
 	}
+	q.streak = 0 // this release frees the lock: the next streak starts afresh
 	return nil
 }
 

@@ -76,6 +76,9 @@ type Config struct {
 	// (Client.SpinMutex). All three are one lock in Redis, so kinds may share a name: the
 	// fair queue is then bypassed by the others, but exclusion holds.
 	Kind string
+	// Label tells apart several workers on one Client (each its own owner): it is added to
+	// the owner in the history.
+	Label string
 }
 
 // handle returns the Mutex of kind for name (a FairMutex and a SpinMutex are Mutexes with
@@ -98,6 +101,9 @@ func Run(ctx context.Context, c *rlock.Client, cfg Config, res Resource, sink Si
 		handles[i] = handle(c, cfg.Kind, n)
 	}
 	owner := c.ID()
+	if cfg.Label != "" {
+		owner += "#" + cfg.Label
+	}
 	sections := 0
 	for i := 0; i < cfg.Iters && ctx.Err() == nil && (cfg.Deadline.IsZero() || time.Now().Before(cfg.Deadline)); i++ {
 		m := handles[i%len(handles)]
