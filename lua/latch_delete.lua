@@ -12,27 +12,16 @@
 --         a WRONGTYPE error (nothing deleted) if the key holds anything but a latch's count
 -- Runs with allow-oom: like a count-down, it must work on a full server.
 local latch, record = KEYS[1], KEYS[2]
+--#include lib_latch
 
--- count returns the latch's count, nil if the key holds something else (t is its type).
-local function count(t)
-  if t ~= 'string' then
-    return nil
-  end
-  local v = redis.call('get', latch)
-  if not string.match(v, '^%-?%d+$') then
-    return nil
-  end
-  return tonumber(v)
-end
-
-local done = redis.call('get', record)
+local done = replied(record)
 if done then
-  return tonumber(done)
+  return done
 end
 local t = redis.call('type', latch).ok
 local r = 0
 if t ~= 'none' then
-  if not count(t) then
+  if not latchCount(latch, t) then
     return redis.error_reply('WRONGTYPE the key holds a ' .. t .. ', not a count-down latch')
   end
   redis.call('del', latch)

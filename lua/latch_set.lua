@@ -9,29 +9,18 @@
 --         0  a latch already exists (its count is left as it is)
 --         a WRONGTYPE error (nothing written) if the key holds anything but a latch's count
 local latch, record = KEYS[1], KEYS[2]
+--#include lib_latch
 
--- count returns the latch's count, nil if the key holds something else (t is its type).
-local function count(t)
-  if t ~= 'string' then
-    return nil
-  end
-  local v = redis.call('get', latch)
-  if not string.match(v, '^%-?%d+$') then
-    return nil
-  end
-  return tonumber(v)
-end
-
-local done = redis.call('get', record)
+local done = replied(record)
 if done then
-  return tonumber(done)
+  return done
 end
 local t = redis.call('type', latch).ok
 local r = 0
 if t == 'none' then
   redis.call('set', latch, ARGV[1])
   r = 1
-elseif not count(t) then
+elseif not latchCount(latch, t) then
   return redis.error_reply('WRONGTYPE the key holds a ' .. t .. ', not a count-down latch')
 end
 if r == 1 then
