@@ -160,26 +160,17 @@ func (m *Mutex) acquire(ctx context.Context, wait, lease time.Duration) (bool, e
 		spec.leave = func() { m.v.leave(ctx, m, owner) }
 	}
 	queue := wait != 0
-	var cand *candidate
+	var hw *handoffWait
 	if m.v.handoff && wait != 0 && m.c.opts.ackReplicas == 0 {
-		cand = &candidate{h: h, lease: lease, renew: renew, ready: make(chan struct{}, 1), poke: make(chan struct{}, 1)}
-		spec.park = func() { m.c.park(cand) }
-		spec.unpark = func() (bool, error, bool) {
-			if cand.unclaim() {
-				return false, nil, false
-			}
-			<-cand.ready
-			cand.state.Store(candIdle)
-			return m.handedOff(ctx, h, cand)
-		}
-		spec.poke = cand.poke
+		hw = &handoffWait{m: m, ctx: ctx, h: h, lease: lease, renew: renew}
+		spec.parker = hw
 	}
 	ok, err := m.c.waitLoop(ctx, wait, spec, func() (bool, time.Duration, error) {
 		return m.attempt(ctx, h, lease, renew, queue)
 	})
-	if cand != nil && m.c.drop(cand) {
+	if hw != nil && hw.cand != nil && m.c.drop(hw.cand) {
 		// A release passed the lock on while this wait was ending.
-		if gok, gerr, _ := m.handedOff(ctx, h, cand); gok {
+		if gok, gerr, _ := m.handedOff(ctx, h, hw.cand); gok {
 			if ctx.Err() == nil && err == nil {
 				return true, nil // the wait bound ran out as the lock came: take it
 			}
@@ -191,6 +182,34 @@ func (m *Mutex) acquire(ctx context.Context, wait, lease time.Duration) (bool, e
 		}
 	}
 	return ok, err
+}
+
+// handoffWait is a Lock's wait seen as a hand-off candidate (the parker of its waitSpec). Its
+// candidate is made on the first park: a Lock that gets the lock at once allocates none.
+type handoffWait struct {
+	m     *Mutex
+	ctx   context.Context
+	h     *hold
+	lease time.Duration
+	renew bool
+	cand  *candidate
+}
+
+func (w *handoffWait) park() <-chan struct{} {
+	if w.cand == nil {
+		w.cand = &candidate{h: w.h, lease: w.lease, renew: w.renew, ready: make(chan struct{}, 1), poke: make(chan struct{}, 1)}
+	}
+	w.m.c.park(w.cand)
+	return w.cand.poke
+}
+
+func (w *handoffWait) unpark() (bool, error, bool) {
+	if w.cand == nil || w.cand.unclaim() {
+		return false, nil, false
+	}
+	<-w.cand.ready // a release claimed it: wait for its outcome
+	w.cand.state.Store(candIdle)
+	return w.m.handedOff(w.ctx, w.h, w.cand)
 }
 
 // handedOff records the outcome of a release that passed the lock to cand: (true, nil, true)

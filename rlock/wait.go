@@ -23,12 +23,16 @@ type waitSpec struct {
 	// success (wait bound, ctx, error): it undoes what the attempts registered in Redis
 	// (a fair queue's slot, a writer's claim).
 	leave func()
-	// park, when set, runs before each sleep, and unpark after it (before the next attempt):
-	// a waiter that a release may pass the lock to directly. unpark's done reports that the
-	// wait ends with (ok, err) without an attempt. poke wakes the sleep.
-	park   func()
-	unpark func() (ok bool, err error, done bool)
-	poke   <-chan struct{}
+	// parker, when set, is a waiter that a release may pass the lock to directly (handoff.go).
+	parker parker
+}
+
+// parker is told around each sleep of a wait: park before it (it returns a channel that
+// ends the sleep), unpark after it, before the next attempt; unpark's done reports that the
+// wait ends with (ok, err) without an attempt.
+type parker interface {
+	park() <-chan struct{}
+	unpark() (ok bool, err error, done bool)
 }
 
 // attemptFunc makes one attempt. It reports success, or else how long the obstacle lasts
@@ -128,19 +132,20 @@ func (c *Client) waitLoop(ctx context.Context, wait time.Duration, spec waitSpec
 			sleepFor = min(sleepFor, left)
 		}
 		timer.Reset(sleepFor)
-		if spec.park != nil {
-			spec.park()
+		var poke <-chan struct{}
+		if spec.parker != nil {
+			poke = spec.parker.park()
 		}
 		select {
 		case <-w.C():
 		case <-timer.C:
-		case <-spec.poke:
+		case <-poke:
 		case <-ctx.Done():
 			w.Pass()
 			return false, errors.Join(fmt.Errorf("rlock: %s %q: %w", spec.op, spec.name, ctx.Err()), passing)
 		}
-		if spec.unpark != nil {
-			if ok, err, done := spec.unpark(); done {
+		if spec.parker != nil {
+			if ok, err, done := spec.parker.unpark(); done {
 				return ok, err
 			}
 		}
