@@ -70,3 +70,51 @@ func TestMutex_cluster(t *testing.T) {
 		require.NoError(t, m.Unlock(bg))
 	}
 }
+
+// The rest of the family on Cluster, with names of every shape: every script's keys share a
+// slot (Redis refuses them otherwise), and the wake-ups (tagged for the fair lock, wake-all
+// for the latch) cross the cluster bus.
+func TestFamily_cluster(t *testing.T) {
+	b, rc := clusterBackend(t)
+	c, err := rlock.New(rc)
+	require.NoError(t, err)
+	defer c.Close()
+	c2, err := rlock.New(rc)
+	require.NoError(t, err)
+	defer c2.Close()
+	names := []string{"}x", "{user}:cart", "a{b", "{}", redistest.Name(t)}
+	for _, name := range names {
+		// FairMutex: the queue head of another Client is woken by its tagged message.
+		f := c.FairMutex("fair:" + name)
+		require.NoError(t, f.Lock(bg), name)
+		got := make(chan error, 1)
+		waiter := c2.FairMutex("fair:" + name)
+		go func() { got <- waiter.Lock(bg) }()
+		parked(t, b, f.Mutex, 1)
+		require.NoError(t, f.Unlock(bg), name)
+		require.NoError(t, await(t, got, 10*time.Second, "fair waiter on Cluster"), name)
+		require.NoError(t, waiter.Unlock(bg), name)
+
+		// SpinMutex.
+		s := c.SpinMutex("spin:" + name)
+		require.NoError(t, s.Lock(bg), name)
+		require.NoError(t, s.Unlock(bg), name)
+
+		// CountDownLatch: Await returns when the count reaches zero.
+		l := c.CountDownLatch("latch:" + name)
+		ok, err := l.TrySetCount(bg, 1)
+		require.NoError(t, err, name)
+		require.True(t, ok, name)
+		go func() { got <- c2.CountDownLatch("latch:" + name).Await(bg) }()
+		subscribed(t, b, l.Key()+":released", 1)
+		require.NoError(t, l.CountDown(bg), name)
+		require.NoError(t, await(t, got, 10*time.Second, "latch waiter on Cluster"), name)
+	}
+	// MultiLock over names in different slots: each member's scripts stay in one slot.
+	ml := c.MultiLock(names...)
+	require.NoError(t, ml.Lock(bg))
+	ok, err := c2.MultiLock(names[0]).TryLock(bg, 0, 0)
+	require.NoError(t, err)
+	require.False(t, ok, "a member is held")
+	require.NoError(t, ml.Unlock(bg))
+}
