@@ -279,13 +279,14 @@ func TestFault5_clientKill(t *testing.T) {
 		{"allConnections", "every client connection (`CLIENT KILL TYPE normal` and `TYPE pubsub`)", [][]string{{"TYPE", "normal"}, {"TYPE", "pubsub"}}, ""},
 		{"pubsubOnly", "the pub/sub connections alone (`CLIENT KILL TYPE pubsub`)", [][]string{{"TYPE", "pubsub"}}, ""},
 		{"fairAllConnections", "FairMutex: every client connection", [][]string{{"TYPE", "normal"}, {"TYPE", "pubsub"}}, "fair"},
+		{"rwAllConnections", "RWMutex (write side): every client connection", [][]string{{"TYPE", "normal"}, {"TYPE", "pubsub"}}, "rw"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			srv := redistest.Start(t)
 			r := newRun(t)
 			ns := names(t, 2)
 			owners := "3 Clients x 2 owners, so that releases hand off within a Client"
-			if tc.kind == "fair" {
+			if tc.kind != "" {
 				owners = "3 Clients x 2 owners"
 			}
 			result(t, row{order: "5", fault: tc.types + " killed every 40 ms during a contended run (" + owners + ", + 1 process)",

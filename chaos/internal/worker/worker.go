@@ -73,22 +73,37 @@ type Config struct {
 	// to tell a test that the holder is inside its critical section.
 	Between func(name string, token int64)
 	// Kind is the lock used: "" or "mutex" (Client.Mutex), "fair" (Client.FairMutex), "spin"
-	// (Client.SpinMutex). All three are one lock in Redis, so kinds may share a name: the
-	// fair queue is then bypassed by the others, but exclusion holds.
+	// (Client.SpinMutex), "rw" (Client.RWMutex's write side). The first three are one lock in
+	// Redis, so they may share a name (the fair queue is then bypassed by the others, but
+	// exclusion holds); "rw" may not.
 	Kind string
 	// Label tells apart several workers on one Client (each its own owner): it is added to
 	// the owner in the history.
 	Label string
 }
 
-// handle returns the Mutex of kind for name (a FairMutex and a SpinMutex are Mutexes with
-// another way of waiting).
-func handle(c *rlock.Client, kind, name string) *rlock.Mutex {
+// Lock is what a worker takes: a Mutex, or the write side of an RWMutex.
+type Lock interface {
+	TryLock(ctx context.Context, wait, lease time.Duration) (bool, error)
+	Unlock(ctx context.Context) error
+	Token(ctx context.Context) (int64, error)
+	HoldContext(ctx context.Context) (context.Context, context.CancelFunc)
+	Err(ctx context.Context) error
+	Name() string
+	Key() string
+}
+
+// handle returns the lock of kind for name (a FairMutex and a SpinMutex are Mutexes with
+// another way of waiting; "rw" is an RWMutex's write side, which must not share a name
+// with the other kinds).
+func handle(c *rlock.Client, kind, name string) Lock {
 	switch kind {
 	case "fair":
 		return c.FairMutex(name).Mutex
 	case "spin":
 		return c.SpinMutex(name).Mutex
+	case "rw":
+		return c.RWMutex(name)
 	}
 	return c.Mutex(name)
 }
@@ -96,7 +111,7 @@ func handle(c *rlock.Client, kind, name string) *rlock.Mutex {
 // Run runs one contender with its own owner (one handle per name) until cfg's bounds or
 // ctx. It returns the number of critical sections it entered.
 func Run(ctx context.Context, c *rlock.Client, cfg Config, res Resource, sink Sink) int {
-	handles := make([]*rlock.Mutex, len(cfg.Names))
+	handles := make([]Lock, len(cfg.Names))
 	for i, n := range cfg.Names {
 		handles[i] = handle(c, cfg.Kind, n)
 	}
