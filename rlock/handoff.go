@@ -27,12 +27,13 @@ const (
 
 // candidate is a parked Lock that a release of this Client may pass the lock to.
 type candidate struct {
-	h     *hold
-	lease time.Duration
-	renew bool
-	state atomic.Int32
-	ready chan struct{} // capacity 1: a claim's outcome is ready (consumed by the candidate)
-	poke  chan struct{} // capacity 1: wakes the candidate's wait (a hint, may be stale)
+	h      *hold
+	lease  time.Duration
+	renew  bool
+	state  atomic.Int32
+	queued bool          // in its lock's handoffQueue; guarded by Client.mu
+	ready  chan struct{} // capacity 1: a claim's outcome is ready (consumed by the candidate)
+	poke   chan struct{} // capacity 1: wakes the candidate's wait (a hint, may be stale)
 
 	// Set by the claiming release before it sends on ready.
 	token int64     // > 0: the lock was passed on with this token
@@ -53,21 +54,15 @@ func (c *Client) park(cand *candidate) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	key := cand.h.keys.lock + cand.h.v.holdSuffix
-	q := c.handoffs[key]
-	if q == nil {
-		q = &handoffQueue{}
-		c.handoffs[key] = q
-	}
-	found := false
-	for _, o := range q.cands {
-		if o == cand {
-			found = true
-			break
+	if !cand.queued {
+		key := tableKey(cand.h.keys, cand.h.v)
+		q := c.handoffs[key]
+		if q == nil {
+			q = &handoffQueue{}
+			c.handoffs[key] = q
 		}
-	}
-	if !found {
 		q.cands = append(q.cands, cand)
+		cand.queued = true
 	}
 	cand.state.Store(candParked)
 }
@@ -76,8 +71,8 @@ func (c *Client) park(cand *candidate) {
 // it: the lock may have been passed on to cand's owner.
 func (c *Client) drop(cand *candidate) (claimed bool) {
 	c.mu.Lock()
-	key := cand.h.keys.lock + cand.h.v.holdSuffix
-	if q := c.handoffs[key]; q != nil {
+	key := tableKey(cand.h.keys, cand.h.v)
+	if q := c.handoffs[key]; q != nil && cand.queued {
 		for i, o := range q.cands {
 			if o == cand {
 				q.cands = append(q.cands[:i], q.cands[i+1:]...)
@@ -88,19 +83,26 @@ func (c *Client) drop(cand *candidate) (claimed bool) {
 			delete(c.handoffs, key)
 		}
 	}
+	cand.queued = false
 	c.mu.Unlock()
-	if cand.state.CompareAndSwap(candParked, candIdle) || cand.state.Load() == candIdle {
+	if cand.unclaim() {
 		return false
 	}
-	<-cand.ready
-	cand.state.Store(candIdle)
+	cand.await()
 	return true
 }
 
 // unclaim makes a parked cand idle before it attempts; it reports false when a release
-// claimed it first (the caller then waits on cand.ready for the outcome).
+// claimed it first (the caller then awaits the outcome).
 func (cand *candidate) unclaim() bool {
 	return cand.state.CompareAndSwap(candParked, candIdle) || cand.state.Load() == candIdle
+}
+
+// await waits for the outcome of the release that claimed cand and makes cand idle again;
+// the outcome is then in cand's token, sent and err.
+func (cand *candidate) await() {
+	<-cand.ready
+	cand.state.Store(candIdle)
 }
 
 // claim picks the first parked candidate for h's lock owned by someone other than h's owner
@@ -109,7 +111,7 @@ func (cand *candidate) unclaim() bool {
 func (c *Client) claim(h *hold) *candidate {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	q := c.handoffs[h.keys.lock+h.v.holdSuffix]
+	q := c.handoffs[tableKey(h.keys, h.v)]
 	if q == nil {
 		return nil
 	}

@@ -12,6 +12,10 @@ import (
 
 type holdKey struct{ lock, owner string }
 
+// tableKey names a lock in the Client's tables (holds, hand-off candidates): its key, and the
+// variant's suffix where two variants share the key (a read-write lock's two sides).
+func tableKey(keys lockKeys, v *variant) string { return keys.lock + v.holdSuffix }
+
 // hold is this Client's view of one owner's holds on one lock. It lives in Client.holds
 // while an operation on it is running or it holds at least one hold.
 type hold struct {
@@ -51,7 +55,7 @@ func (c *Client) ref(keys lockKeys, v *variant, owner string) (*hold, error) {
 	if c.closed {
 		return nil, ErrClosed
 	}
-	k := holdKey{keys.lock + v.holdSuffix, owner}
+	k := holdKey{tableKey(keys, v), owner}
 	h := c.holds[k]
 	if h == nil {
 		h = &hold{c: c, keys: keys, v: v, owner: owner}
@@ -65,7 +69,7 @@ func (c *Client) ref(keys lockKeys, v *variant, owner string) (*hold, error) {
 func (c *Client) peek(keys lockKeys, v *variant, owner string) *hold {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.holds[holdKey{keys.lock + v.holdSuffix, owner}]
+	return c.holds[holdKey{tableKey(keys, v), owner}]
 }
 
 // unref ends an operation on h and forgets h once nothing refers to it.
@@ -80,7 +84,7 @@ func (c *Client) unref(h *hold) {
 	idle := h.count == 0 && h.cur == nil
 	h.mu.Unlock()
 	if idle {
-		delete(c.holds, holdKey{h.keys.lock + h.v.holdSuffix, h.owner})
+		delete(c.holds, holdKey{tableKey(h.keys, h.v), h.owner})
 	}
 }
 

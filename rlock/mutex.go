@@ -207,8 +207,7 @@ func (w *handoffWait) unpark() (bool, error, bool) {
 	if w.cand == nil || w.cand.unclaim() {
 		return false, nil, false
 	}
-	<-w.cand.ready // a release claimed it: wait for its outcome
-	w.cand.state.Store(candIdle)
+	w.cand.await() // a release claimed it: wait for its outcome
 	return w.m.handedOff(w.ctx, w.h, w.cand)
 }
 
