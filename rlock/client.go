@@ -38,7 +38,15 @@ type Client struct {
 	mu       sync.Mutex
 	holds    map[holdKey]*hold
 	handoffs map[string]*handoffQueue // parked candidates per lock (handoff.go)
+	stale    map[holdKey]staleRec     // holds let go of that Redis may still count (hold.go)
 	closed   bool
+
+	// life ends with Close (cause ErrClosed): work done on a caller's behalf past its ctx
+	// (cleanupCtx) ends with it. bg counts that work when it goes on after the caller
+	// returned (background), so that Close can wait for it.
+	life    context.Context
+	endLife context.CancelCauseFunc
+	bg      sync.WaitGroup
 }
 
 // New returns a Client that locks through client. relock borrows client and never closes
@@ -61,7 +69,9 @@ func New(client rueidis.Client, opts ...Option) (*Client, error) {
 		id:       strings.ReplaceAll(uuid.NewString(), "-", ""),
 		holds:    make(map[holdKey]*hold),
 		handoffs: make(map[string]*handoffQueue),
+		stale:    make(map[holdKey]staleRec),
 	}
+	c.life, c.endLife = context.WithCancelCause(context.Background())
 	c.flags.Store(true)
 	var err error
 	if c.wd, err = watchdog.New(renewer{c}, watchdog.WithRenewFraction(o.renewFraction)); err != nil {
@@ -76,8 +86,11 @@ func New(client rueidis.Client, opts ...Option) (*Client, error) {
 // Close stops every goroutine the Client started and waits for them. Locks still held are
 // not released: like a crashed process's, they expire within their lease (the watchdog
 // timeout for locks held in watchdog mode). Their holders are told: the hold's Done channel
-// closes and its contexts are cancelled with cause [ErrClosed]. Every later call on the
-// Client or its handles returns ErrClosed. Close is idempotent and always returns nil.
+// closes and its contexts are cancelled with cause [ErrClosed]. Calls in flight that are
+// waiting or replaying a request end promptly with an error wrapping ErrClosed (a request
+// whose outcome is then unknown also wraps [ErrUnknownOutcome]; a hold it may have granted
+// expires with its lease); every later call on the Client or its handles returns
+// ErrClosed. Close is idempotent and always returns nil.
 func (c *Client) Close() error {
 	c.mu.Lock()
 	if c.closed {
@@ -85,17 +98,45 @@ func (c *Client) Close() error {
 		return nil
 	}
 	c.closed = true
+	c.mu.Unlock()
+	c.endLife(ErrClosed)
+	c.bg.Wait()
+	c.wd.Close()
+	c.sub.Close()
+	c.mu.Lock()
 	holds := make([]*hold, 0, len(c.holds))
 	for _, h := range c.holds {
 		holds = append(holds, h)
 	}
 	c.mu.Unlock()
-	c.wd.Close()
-	c.sub.Close()
 	for _, h := range holds {
 		h.end(ErrClosed)
 	}
 	return nil
+}
+
+// background runs work on its own goroutine, counted for Close, unless the Client is
+// closed (then it runs work at once: its context has ended, so it ends promptly).
+func (c *Client) background(work func()) {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		work()
+		return
+	}
+	c.bg.Add(1)
+	c.mu.Unlock()
+	go func() {
+		defer c.bg.Done()
+		work()
+	}()
+}
+
+// minted reports whether owner is an id this Client made (a handle's, or WithNewOwner's):
+// no other Client uses it.
+func (c *Client) minted(owner string) bool {
+	return len(owner) > len(c.id)+3 && owner[1] == ':' && (owner[0] == 'h' || owner[0] == 'u') &&
+		owner[2:2+len(c.id)] == c.id && owner[2+len(c.id)] == ':'
 }
 
 // ID is the Client's instance id, part of every owner id it makes.
@@ -130,40 +171,59 @@ func (c *Client) exec(ctx context.Context, s *lua.Script, keys, args []string) r
 
 // cleanupCtx is a context for work done on the caller's behalf after its ctx may have
 // ended: it keeps ctx's values, drops its cancellation, and is bounded by the cleanup
-// timeout.
+// timeout and by the Client's life (Close cancels it, with cause ErrClosed).
 func (c *Client) cleanupCtx(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.WithoutCancel(ctx), c.opts.cleanupTimeout)
+	tctx, cancel := context.WithTimeout(c.life, c.opts.cleanupTimeout)
+	return callerValues{Context: tctx, values: ctx}, cancel
+}
+
+// callerValues is a context whose cancellation and deadline are its embedded context's and
+// whose values are, beyond those, the caller's (for rueidis hooks and tracing).
+type callerValues struct {
+	context.Context
+	values context.Context
+}
+
+func (v callerValues) Value(key any) any {
+	// The embedded context first: it answers the context package's own keys, so that
+	// contexts derived from this one are cancelled with it without a goroutine.
+	if x := v.Context.Value(key); x != nil {
+		return x
+	}
+	return v.values.Value(key)
 }
 
 // renewer renews the Client's watchdog-mode holds.
 type renewer struct{ c *Client }
 
-// Renew sends one renew script per kind of lock (each kind has its own) in the batch: on a
-// single server one for all leases of that kind; on Cluster, one per kind and hash slot (a
+// Renew sends one renew script per kind of lock (each kind has its own) and lease length
+// (a script sets one TTL for all its keys) in the batch: on a single server one for all
+// leases of that kind and length; on Cluster, one per kind, length and hash slot (a
 // script's keys must share a slot).
 func (r renewer) Renew(ctx context.Context, leases []*watchdog.Lease) []error {
 	type group struct {
 		v    *variant
+		ttl  time.Duration
 		slot uint16
 	}
 	cluster := r.c.rc.Mode() == rueidis.ClientModeCluster
-	first := leases[0].Data.(*hold)
+	first := leases[0]
 	if !cluster {
 		same := true
 		for _, l := range leases[1:] {
-			if l.Data.(*hold).v.renew != first.v.renew {
+			if l.Data.(*hold).v.renew != first.Data.(*hold).v.renew || l.TTL != first.TTL {
 				same = false
 				break
 			}
 		}
 		if same {
-			return r.renew(ctx, first.v, leases)
+			return r.renew(ctx, first.Data.(*hold).v, leases)
 		}
 	}
 	groups := make(map[group][]int)
 	for i, l := range leases {
 		h := l.Data.(*hold)
-		g := group{v: h.v}
+		g := group{v: h.v, ttl: l.TTL}
 		if cluster {
 			g.slot = slot(h.keys.lock)
 		}
@@ -183,7 +243,7 @@ func (r renewer) Renew(ctx context.Context, leases []*watchdog.Lease) []error {
 	return errs
 }
 
-// renew renews leases, all of variant v, with one script.
+// renew renews leases, all of variant v and of one TTL, with one script.
 func (r renewer) renew(ctx context.Context, v *variant, leases []*watchdog.Lease) []error {
 	errs := make([]error, len(leases))
 	keys := make([]string, 0, len(leases))

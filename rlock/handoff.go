@@ -107,7 +107,11 @@ func (cand *candidate) await() {
 
 // claim picks the first parked candidate for h's lock owned by someone other than h's owner
 // and marks it claimed, or returns nil (none, or the streak is spent: the release then
-// frees the lock and publishes, and the streak starts again).
+// frees the lock and publishes, and the streak starts again). The claim takes the
+// candidate's h.op, so that no other call of the candidate's owner runs a script between the
+// release that grants it the lock and the candidate's record of that grant (a re-entry by
+// another goroutine of the owner would otherwise be counted before the grant it rests on);
+// the candidate gives it back. A candidate whose owner is busy is passed over.
 func (c *Client) claim(h *hold) *candidate {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -120,10 +124,14 @@ func (c *Client) claim(h *hold) *candidate {
 		return nil
 	}
 	for _, cand := range q.cands {
-		if cand.h.owner != h.owner && cand.state.CompareAndSwap(candParked, candClaimed) {
+		if cand.h.owner == h.owner || cand.state.Load() != candParked || !cand.h.tryLockOp() {
+			continue
+		}
+		if cand.state.CompareAndSwap(candParked, candClaimed) {
 			q.streak++
 			return cand
 		}
+		cand.h.unlockOp()
 	}
 	q.streak = 0 // this release frees the lock: the next streak starts afresh
 	return nil

@@ -25,7 +25,14 @@ type hold struct {
 	owner string
 	refs  int // operations in progress; guarded by c.mu
 
-	op sync.Mutex // serializes this owner's scripts on this lock (request ids stay exact)
+	// op serializes this owner's scripts on this lock and the recording of their replies, so
+	// that the Client records them in the order Redis applied them (request ids stay exact,
+	// counts match). It is a one-slot semaphore rather than a sync.Mutex so that a wait for
+	// it ends with the caller's ctx, and so that it can be handed over: a release that passes
+	// the lock to a parked waiter takes the waiter's op and the waiter gives it back once it
+	// has recorded the grant; an acquire left to finish in the background keeps it until it
+	// has.
+	op chan struct{}
 
 	mu    sync.Mutex // guards the fields below
 	count int        // holds taken through this Client and not given back
@@ -46,7 +53,36 @@ type tenure struct {
 	lease *watchdog.Lease
 	renew bool
 	end   time.Time // conservative end of the lease as last granted (fixed leases)
+	gone  time.Time // by then Redis has surely let the lease as last granted expire (fixed leases)
 }
+
+// lockOp takes h.op, waiting at most until ctx ends.
+func (h *hold) lockOp(ctx context.Context) error {
+	select {
+	case h.op <- struct{}{}:
+		return nil
+	default:
+	}
+	select {
+	case h.op <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// tryLockOp takes h.op if it is free.
+func (h *hold) tryLockOp() bool {
+	select {
+	case h.op <- struct{}{}:
+		return true
+	default:
+		return false
+	}
+}
+
+// unlockOp gives h.op back.
+func (h *hold) unlockOp() { <-h.op }
 
 // ref returns the hold of (keys, owner), creating it, and counts an operation on it.
 func (c *Client) ref(keys lockKeys, v *variant, owner string) (*hold, error) {
@@ -58,11 +94,19 @@ func (c *Client) ref(keys lockKeys, v *variant, owner string) (*hold, error) {
 	k := holdKey{tableKey(keys, v), owner}
 	h := c.holds[k]
 	if h == nil {
-		h = &hold{c: c, keys: keys, v: v, owner: owner}
+		h = &hold{c: c, keys: keys, v: v, owner: owner, op: make(chan struct{}, 1)}
 		c.holds[k] = h
 	}
 	h.refs++
 	return h, nil
+}
+
+// reref counts one more operation on h, which the caller already counts one on (work that
+// goes on in the background after the caller returned).
+func (c *Client) reref(h *hold) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	h.refs++
 }
 
 // peek returns the hold of (keys, owner) if there is one, without counting.
@@ -77,14 +121,28 @@ func (c *Client) unref(h *hold) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	h.refs--
+	c.forgetLocked(h)
+}
+
+// forget drops h from the table if no operation refers to it and it holds nothing: a hold
+// that ended by itself (a fixed lease that ran out) leaves the table without waiting for
+// the owner's next call.
+func (c *Client) forget(h *hold) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.forgetLocked(h)
+}
+
+func (c *Client) forgetLocked(h *hold) {
 	if h.refs > 0 {
 		return
 	}
 	h.mu.Lock()
 	idle := h.count == 0 && h.cur == nil
 	h.mu.Unlock()
-	if idle {
-		delete(c.holds, holdKey{tableKey(h.keys, h.v), h.owner})
+	k := holdKey{tableKey(h.keys, h.v), h.owner}
+	if idle && c.holds[k] == h {
+		delete(c.holds, k)
 	}
 }
 
@@ -92,7 +150,15 @@ func (c *Client) unref(h *hold) {
 // holds is the owner's hold count in Redis after the grant. A fresh grant (holds 1) while
 // this Client still counts holds of the owner means the earlier tenure was lost unnoticed:
 // granted then ends it as lost and returns an error wrapping ErrLockLost, recording nothing.
-func (h *hold) granted(token, holds int64, sent time.Time, lease time.Duration, renew bool) error {
+//
+// Redis may also count more holds than this Client knows of (holds > count + 1): holds the
+// Client stopped counting while Redis still had them (a fixed lease's holds in the moment
+// between their local end, which comes early by the drift allowance, and their end in
+// Redis; holds whose give-back failed), which the grant has now joined to a live tenure, or
+// holds of the same owner id taken through another Client. granted records its own hold
+// and returns how many holds Redis counts beyond this Client's: the caller decides which of
+// them to give back.
+func (h *hold) granted(token, holds int64, sent time.Time, lease time.Duration, renew bool) (extra int64, err error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if holds == 1 && h.count > 0 {
@@ -103,8 +169,9 @@ func (h *hold) granted(token, holds int64, sent time.Time, lease time.Duration, 
 		} else if h.lost == nil {
 			h.lost = cause
 		}
-		return cause
+		return 0, cause
 	}
+	extra = max(0, holds-int64(h.count)-1)
 	t := h.cur
 	fresh := t == nil
 	if fresh {
@@ -112,9 +179,10 @@ func (h *hold) granted(token, holds int64, sent time.Time, lease time.Duration, 
 		t = &tenure{ctx: ctx, cancel: cancel, token: token}
 	}
 	end := sent.Add(lease - watchdog.Drift(lease))
+	gone := time.Now().Add(lease + watchdog.Drift(lease))
 	if !fresh && (t.renew || (!renew && !end.After(t.end))) {
 		h.count++
-		return nil // the lease in force already covers this hold
+		return extra, nil // the lease in force already covers this hold
 	}
 	// A fresh tenure, or a re-entry that extends a fixed lease or turns the watchdog on.
 	l := &watchdog.Lease{TTL: lease, Renew: renew, Data: h}
@@ -124,44 +192,89 @@ func (h *hold) granted(token, holds int64, sent time.Time, lease time.Duration, 
 			// The re-entry's own lease ran out before its reply came back: the lease in
 			// force still covers the hold.
 			h.count++
-			return nil
+			return extra, nil
 		}
 		// The grant came back after its lease had run out on this clock (Redis stalled),
 		// or the Client is closing: it is of no use and not recorded.
 		t.finish(ErrNotHeld)
-		return fmt.Errorf("%w: %w", errLateGrant, err)
+		if errors.Is(err, watchdog.ErrClosed) {
+			return 0, err
+		}
+		return 0, fmt.Errorf("%w: %w", errLateGrant, err)
 	}
 	if t.lease != nil {
 		h.c.wd.Remove(t.lease)
 	}
 	t.renew, t.end, t.lease = renew, end, l
+	if gone.After(t.gone) {
+		t.gone = gone
+	}
 	h.cur = t
 	h.count++
-	return nil
+	return extra, nil
 }
 
-// errLateGrant: a grant arrived too late to be used; the caller gives it back.
-var errLateGrant = errors.New("rlock: grant arrived after its lease")
+// errLateGrant: a grant arrived too late to be used; the caller gives it back. It wraps
+// ErrLeaseExpired: the lease asked for had run out (on this Client's conservative clock)
+// by the time the grant was known.
+var errLateGrant = fmt.Errorf("%w: the grant arrived after its lease had run out", ErrLeaseExpired)
 
 // onLost runs on a watchdog goroutine when lease l was lost.
 func (h *hold) onLost(l *watchdog.Lease, cause error) {
 	h.mu.Lock()
-	defer h.mu.Unlock()
 	if h.cur == nil || h.cur.lease != l {
+		h.mu.Unlock()
 		return
 	}
 	h.cur.lease = nil
 	if !h.cur.renew && errors.Is(cause, watchdog.ErrExpired) {
-		// A fixed lease ran its course: the holds are over, nothing was lost.
+		// A fixed lease ran its course: the holds are over, nothing was lost. Redis may keep
+		// them a little longer (the drift allowance): a re-entry in that moment finds them.
+		n, gone := h.count, h.cur.gone
 		h.count = 0
 		h.endLocked(ErrLeaseExpired)
+		h.mu.Unlock()
+		h.c.noteStale(h, n, gone)
+		h.c.forget(h)
 		return
 	}
 	h.endLocked(fmt.Errorf("%w: %w", ErrLockLost, cause))
+	h.mu.Unlock()
+}
+
+// abandon ends this Client's part in one hold whose give-back failed: Redis may still count
+// it, and nothing will give it back, so nothing may keep renewing it either. When that was
+// the owner's only hold, the tenure ends (cause ErrNotHeld: the caller that took it has
+// gone) and Redis lets the hold expire within its lease. When the owner holds others, the
+// tenure cannot go on either (its renewals would keep the orphan alive, and its count no
+// longer matches Redis's): it ends as lost, with cause, and the owner's next Lock fails
+// until it has unlocked its remaining holds.
+func (h *hold) abandon(cause error) {
+	h.mu.Lock()
+	if h.count > 0 {
+		h.count--
+	}
+	gone := time.Now().Add(h.c.opts.watchdogTimeout + watchdog.Drift(h.c.opts.watchdogTimeout))
+	if h.cur != nil {
+		if h.cur.gone.After(gone) {
+			gone = h.cur.gone
+		}
+		h.stopLease()
+		if h.count == 0 {
+			h.endLocked(ErrNotHeld)
+		} else {
+			h.endLocked(fmt.Errorf("%w: %w", ErrLockLost, cause))
+		}
+	}
+	h.mu.Unlock()
+	h.c.noteStale(h, 1, gone)
 }
 
 // released records that Redis reports remaining holds for the owner after a release (0 when
-// the lock was freed, -1 when the owner held none).
+// the lock was freed, -1 when the owner held none). When this Client's last hold is given
+// back while Redis still counts holds of the owner, those are not this Client's (another
+// Client's with the same owner id, or orphans): the tenure ends all the same, so that the
+// watchdog stops renewing them.
 func (h *hold) released(remaining int64) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -261,4 +374,72 @@ func (h *hold) snapshot() (*tenure, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.cur, h.lost
+}
+
+// staleRec is a count of holds this Client stopped counting while Redis may still have
+// them, until a moment when Redis has surely dropped them (unless a re-entry joined them to
+// a new tenure first).
+type staleRec struct {
+	n     int
+	until time.Time
+}
+
+// maxStale is how many stale records the Client keeps before it sweeps out those that are
+// over: the table stays small however many fixed leases run out.
+const maxStale = 64
+
+// noteStale records that h's owner may still have n holds in Redis until until that this
+// Client no longer counts. Only owner ids that other Clients may also use need a record: an
+// id this Client made is its alone, so every hold Redis counts beyond its own is an orphan.
+func (c *Client) noteStale(h *hold, n int, until time.Time) {
+	if n <= 0 || c.minted(h.owner) {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	now := time.Now()
+	if len(c.stale) >= maxStale {
+		for k, r := range c.stale {
+			if !now.Before(r.until) {
+				delete(c.stale, k)
+			}
+		}
+	}
+	k := holdKey{tableKey(h.keys, h.v), h.owner}
+	r := c.stale[k]
+	if !now.Before(r.until) {
+		r.n = 0
+	}
+	r.n += n
+	if until.After(r.until) {
+		r.until = until
+	}
+	c.stale[k] = r
+}
+
+// orphans returns how many of extra holds that Redis counts for h's owner beyond this
+// Client's are orphans of this Client, to be given back: all of them for an owner id this
+// Client made, else at most those it noted as stale and not yet surely gone.
+func (c *Client) orphans(h *hold, extra int64) int64 {
+	if extra <= 0 || c.minted(h.owner) {
+		return extra
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	k := holdKey{tableKey(h.keys, h.v), h.owner}
+	r, ok := c.stale[k]
+	if !ok {
+		return 0
+	}
+	if !time.Now().Before(r.until) {
+		delete(c.stale, k)
+		return 0
+	}
+	n := min(extra, int64(r.n))
+	if r.n -= int(n); r.n == 0 {
+		delete(c.stale, k)
+	} else {
+		c.stale[k] = r
+	}
+	return n
 }

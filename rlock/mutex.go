@@ -101,10 +101,18 @@ func (m *Mutex) ownerOf(ctx context.Context) (string, error) {
 }
 
 // Lock blocks until the lock is held by the caller's owner, then keeps it held (watchdog
-// mode) until Unlock. If the owner already holds it, Lock adds a hold and returns at once.
+// mode) until Unlock. If the owner already holds it through this Client, Lock adds a hold
+// at once: a re-entry never waits behind other waiters.
+//
+// Lock never outlives ctx by more than 100ms, even while Redis does not answer. Work left
+// to do when ctx ends (resolving an acquire whose reply was lost, giving back a grant that
+// reached a caller that had gone) goes on in the background, within the cleanup timeout
+// ([WithCleanupTimeout]); [Client.Close] ends it and waits for it.
 //
 // Lock returns nil when the lock is held. Otherwise it returns:
-//  1. ctx's error, wrapped, when ctx ends first; nothing is left held or queued in Redis;
+//  1. ctx's error, wrapped, when ctx ends first; nothing is left held or queued in Redis
+//     once the background work above is done (if Redis stays unreachable, a hold it may
+//     have granted is never renewed and expires with its lease);
 //  2. [ErrLockLost] when the owner's earlier hold was lost and not yet unlocked;
 //  3. [ErrWrongType] when the key holds another kind of value;
 //  4. [ErrClosed] after [Client.Close]; [ErrInvalid] for an invalid name or owner;
@@ -121,14 +129,36 @@ func (m *Mutex) Lock(ctx context.Context) error {
 //
 // TryLock returns (true, nil) when the lock is held, (false, nil) when wait ran out with the
 // lock held by another owner, and (false, err) for the failures listed at [Mutex.Lock] (a
-// ctx that ends before wait does is such a failure). A negative wait is an error wrapping
-// [ErrInvalid].
+// ctx that ends before wait does is such a failure). A negative wait, or a fixed lease
+// below 10ms (the drift allowance, 1% + 2ms, would leave nothing of it), is an error
+// wrapping [ErrInvalid]. A grant that comes back after its fixed lease ran out on the
+// holder's clock (Redis answered too slowly) is given back and tried again within wait; if
+// wait ends that way, the error wraps [ErrLeaseExpired].
 func (m *Mutex) TryLock(ctx context.Context, wait, lease time.Duration) (bool, error) {
 	if wait < 0 {
 		return false, invalid("negative wait %v", wait)
 	}
 	return m.acquire(ctx, wait, lease)
 }
+
+// minLease is the shortest fixed lease: below it the drift allowance (1% + 2ms) leaves too
+// little of the lease for a request's round trip, and every grant would come back already
+// over on the holder's clock.
+const minLease = 10 * time.Millisecond
+
+// checkLease validates a fixed lease.
+func checkLease(what string, lease time.Duration) error {
+	if lease < minLease {
+		return invalid("%s %v is below %v (the drift allowance, 1%% + 2ms, would leave nothing of it)", what, lease, minLease)
+	}
+	return nil
+}
+
+// returnGrace bounds how long Lock and TryLock outlive their ctx when work is left to do on
+// its behalf (resolving an acquire whose reply was lost, giving back a grant that came too
+// late): they wait that long for it, then return and leave it to finish in the background,
+// within the cleanup timeout ([WithCleanupTimeout]); Close waits for it.
+const returnGrace = 100 * time.Millisecond
 
 // acquire implements Lock (wait < 0: no bound) and TryLock.
 func (m *Mutex) acquire(ctx context.Context, wait, lease time.Duration) (bool, error) {
@@ -139,8 +169,8 @@ func (m *Mutex) acquire(ctx context.Context, wait, lease time.Duration) (bool, e
 	renew := lease <= 0
 	if renew {
 		lease = m.c.opts.watchdogTimeout
-	} else if lease < time.Millisecond {
-		return false, invalid("lease %v is below 1ms", lease)
+	} else if err := checkLease("lease", lease); err != nil {
+		return false, err
 	}
 	if err := ctx.Err(); err != nil {
 		return false, fmt.Errorf("rlock: lock %q: %w", m.name, err)
@@ -151,7 +181,10 @@ func (m *Mutex) acquire(ctx context.Context, wait, lease time.Duration) (bool, e
 	}
 	defer m.c.unref(h)
 
-	spec := waitSpec{op: "lock", name: m.name, channel: m.keys.channel, queue: m.v.queue, spin: m.v.spin}
+	// A re-entry never waits: an owner that holds the lock through this Client goes to Redis
+	// at once, ahead of every waiter, and never parks as a hand-off candidate.
+	reentry := h.holds() > 0
+	spec := waitSpec{op: "lock", name: m.name, channel: m.keys.channel, queue: m.v.queue && !reentry, spin: m.v.spin}
 	if m.v.tagged {
 		spec.tag = owner
 	}
@@ -161,7 +194,7 @@ func (m *Mutex) acquire(ctx context.Context, wait, lease time.Duration) (bool, e
 	}
 	queue := wait != 0
 	var hw *handoffWait
-	if m.v.handoff && wait != 0 && m.c.opts.ackReplicas == 0 {
+	if m.v.handoff && wait != 0 && m.c.opts.ackReplicas == 0 && !reentry {
 		hw = &handoffWait{m: m, ctx: ctx, h: h, lease: lease, renew: renew}
 		spec.parker = hw
 	}
@@ -169,16 +202,19 @@ func (m *Mutex) acquire(ctx context.Context, wait, lease time.Duration) (bool, e
 		return m.attempt(ctx, h, lease, renew, queue)
 	})
 	if hw != nil && hw.cand != nil && m.c.drop(hw.cand) {
-		// A release passed the lock on while this wait was ending.
-		if gok, gerr, _ := m.handedOff(ctx, h, hw.cand); gok {
-			if ctx.Err() == nil && err == nil {
-				return true, nil // the wait bound ran out as the lock came: take it
+		// A release passed the lock on while this wait was ending (it holds h.op for us).
+		gok, gerr, _ := m.handedOff(ctx, h, hw.cand)
+		switch {
+		case gok && ctx.Err() == nil && err == nil:
+			h.unlockOp()
+			return true, nil // the wait bound ran out as the lock came: take it
+		case gok:
+			m.giveBack(ctx, h) // the caller is gone
+		default:
+			h.unlockOp()
+			if err == nil {
+				err = gerr
 			}
-			h.op.Lock()
-			_ = m.release(ctx, h)
-			h.op.Unlock()
-		} else if err == nil {
-			err = gerr
 		}
 	}
 	return ok, err
@@ -208,13 +244,16 @@ func (w *handoffWait) unpark() (bool, error, bool) {
 		return false, nil, false
 	}
 	w.cand.await() // a release claimed it: wait for its outcome
+	defer w.h.unlockOp()
 	return w.m.handedOff(w.ctx, w.h, w.cand)
 }
 
 // handedOff records the outcome of a release that passed the lock to cand: (true, nil, true)
 // when cand's owner now holds it; (false, err, true) when the outcome is unknown; (false,
 // nil, false) when the lock was not passed on, or its grant came too late to use (given
-// back): the wait goes on.
+// back): the wait goes on. h.op must be held: the release that claimed cand took it, so
+// that no other script of the owner runs between the grant and its record here; the caller
+// gives it back.
 func (m *Mutex) handedOff(ctx context.Context, h *hold, cand *candidate) (bool, error, bool) {
 	if cand.err != nil {
 		return false, fmt.Errorf("rlock: lock %q: passed on by a release whose outcome is unknown: %w", m.name, cand.err), true
@@ -222,8 +261,6 @@ func (m *Mutex) handedOff(ctx context.Context, h *hold, cand *candidate) (bool, 
 	if cand.token <= 0 {
 		return false, nil, false
 	}
-	h.op.Lock()
-	defer h.op.Unlock()
 	switch err := m.grant(ctx, h, []int64{1, cand.token, 1}, cand.sent, cand.lease, cand.renew); {
 	case errors.Is(err, watchdog.ErrClosed):
 		return false, ErrClosed, true
@@ -233,6 +270,38 @@ func (m *Mutex) handedOff(ctx context.Context, h *hold, cand *candidate) (bool, 
 		return false, fmt.Errorf("rlock: lock %q: %w", m.name, err), true
 	}
 	return true, nil, true
+}
+
+// giveBack gives back, on behalf of a caller that has gone, the hold it was just granted. It
+// takes over h.op, which the caller holds. If the give-back fails, this Client stops
+// counting and renewing the hold (h.abandon): Redis lets it expire within its lease. It
+// returns when done, or after returnGrace, leaving the rest to the background.
+func (m *Mutex) giveBack(ctx context.Context, h *hold) {
+	m.later(h, func() {
+		if err := m.release(ctx, h); err != nil && !errors.Is(err, ErrNotHeld) {
+			h.abandon(err)
+		}
+	})
+}
+
+// later runs work on behalf of a caller that is returning, holding h.op (which the caller
+// holds and hands over) and a reference on h until work is done. It waits for work for at
+// most returnGrace, then leaves it to the background.
+func (m *Mutex) later(h *hold, work func()) {
+	m.c.reref(h)
+	done := make(chan struct{})
+	m.c.background(func() {
+		defer close(done)
+		defer m.c.unref(h)
+		defer h.unlockOp()
+		work()
+	})
+	t := time.NewTimer(returnGrace)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+	}
 }
 
 // ackRetry is the pause before another attempt after a grant was given back for want of
@@ -247,9 +316,20 @@ const (
 // lease.
 // queue tells a variant that keeps a wait queue (the fair lock) whether a failed attempt
 // joins it.
+//
+// attempt never outlives ctx by more than returnGrace: when ctx ends before an ambiguous
+// acquire (its reply lost) is resolved, the resolution goes on in the background, and a hold
+// it turns out to have granted is given back there.
 func (m *Mutex) attempt(ctx context.Context, h *hold, lease time.Duration, renew, queue bool) (bool, time.Duration, error) {
-	h.op.Lock()
-	defer h.op.Unlock()
+	if err := h.lockOp(ctx); err != nil {
+		return false, 0, fmt.Errorf("rlock: lock %q: %w", m.name, err)
+	}
+	held := true // h.op, until handed over to the background
+	defer func() {
+		if held {
+			h.unlockOp()
+		}
+	}()
 	if _, lost := h.snapshot(); lost != nil {
 		return false, 0, fmt.Errorf("rlock: lock %q: %w", m.name, lost)
 	}
@@ -269,25 +349,58 @@ func (m *Mutex) attempt(ctx context.Context, h *hold, lease time.Duration, renew
 		defer cancel()
 	}
 	vals, acked, err := m.c.execAcquire(actx, m.v.acquire, keys, args)
+	// undo gives back, in the background, what the request granted a caller that has gone.
+	undo := func(cctx context.Context, vals []int64) {
+		if err := m.grant(cctx, h, vals, sent, lease, renew); err == nil {
+			if err := m.release(cctx, h); err != nil && !errors.Is(err, ErrNotHeld) {
+				h.abandon(err)
+			}
+		}
+	}
 	if err != nil && !definitive(err) {
 		// The request may or may not have been applied: replay it (same request id) until
-		// Redis answers, on a context that outlives the caller's.
+		// Redis answers, within the cleanup timeout, for as long as the caller waits.
 		cctx, cancel := m.c.cleanupCtx(ctx)
+		wctx, wcancel := context.WithCancel(cctx)
+		stop := context.AfterFunc(ctx, wcancel)
+		first := err
 		var res rueidis.RedisResult
-		if res, err = m.c.replay(cctx, ctx, m.v.acquire, keys, args, err); err == nil {
+		res, err = m.c.replay(wctx, nil, m.v.acquire, keys, args, first)
+		stop()
+		wcancel()
+		if _, isReply := rueidis.IsRedisErr(err); err != nil && !isReply && ctx.Err() != nil && cctx.Err() == nil && !errors.Is(err, ErrClosed) {
+			// The caller has gone first: resolve the request in the background.
+			held = false
+			m.later(h, func() {
+				defer cancel()
+				res, err := m.c.replay(cctx, nil, m.v.acquire, keys, args, first)
+				if err != nil {
+					if !definitive(err) {
+						// Never resolved: a hold it may have granted is not renewed and
+						// expires with its lease.
+						m.c.noteStale(h, 1, time.Now().Add(lease+watchdog.Drift(lease)))
+					}
+					return
+				}
+				if vals, err := res.AsIntSlice(); err == nil && len(vals) == 3 && vals[0] == 1 {
+					undo(cctx, vals)
+				}
+			})
+			return false, 0, fmt.Errorf("rlock: lock %q: %w", m.name, ctx.Err())
+		}
+		if err == nil {
 			vals, err = res.AsIntSlice()
 		}
 		if err == nil && len(vals) == 3 && vals[0] == 1 && vals[2] == 1 && m.c.opts.ackReplicas > 0 {
 			acked = m.c.ackAfterTouch(cctx, m.keys.lock, lease)
 		}
-		cancel()
 		if err == nil && len(vals) == 3 && vals[0] == 1 && ctx.Err() != nil {
 			// Granted, but the caller is gone: give it back.
-			if err := m.grant(ctx, h, vals, sent, lease, renew); err == nil {
-				_ = m.release(ctx, h)
-			}
+			held = false
+			m.later(h, func() { defer cancel(); undo(cctx, vals) })
 			return false, 0, fmt.Errorf("rlock: lock %q: %w", m.name, ctx.Err())
 		}
+		cancel()
 	}
 	if err != nil {
 		return false, 0, classify("lock", m.name, err)
@@ -302,8 +415,6 @@ func (m *Mutex) attempt(ctx context.Context, h *hold, lease time.Duration, renew
 		switch err := m.grant(ctx, h, vals, sent, lease, renew); {
 		case errors.Is(err, watchdog.ErrClosed):
 			return false, 0, ErrClosed
-		case errors.Is(err, errLateGrant):
-			return false, 0, nil // given back: free for the next attempt
 		case err != nil:
 			return false, 0, fmt.Errorf("rlock: lock %q: %w", m.name, err)
 		}
@@ -320,41 +431,65 @@ func (m *Mutex) attempt(ctx context.Context, h *hold, lease time.Duration, renew
 // grant records the hold an acquire reply {1, token, holds} granted. When the reply shows
 // that the owner's earlier hold had been lost unnoticed (Redis granted afresh what the owner
 // believed it held), the new hold is given back at once and the loss reported: a lost lock
-// is never silently taken again. h.op must be held.
+// is never silently taken again. A grant that came back too late to use is given back too
+// (errLateGrant). When Redis counts holds of the owner that this Client had let go of
+// (orphans: see hold.granted), grant gives them back, so that Redis's count is this
+// Client's again. h.op must be held.
 func (m *Mutex) grant(ctx context.Context, h *hold, vals []int64, sent time.Time, lease time.Duration, renew bool) error {
-	err := h.granted(vals[1], vals[2], sent, lease, renew)
+	extra, err := h.granted(vals[1], vals[2], sent, lease, renew)
 	if errors.Is(err, ErrLockLost) || errors.Is(err, errLateGrant) {
 		_, _, _ = m.sendRelease(ctx, h.owner, nil)
 	}
-	return err
+	if err != nil {
+		return err
+	}
+	for n := m.c.orphans(h, extra); n > 0; n-- {
+		// Each gives back one hold and never the last (this grant's): the lock stays held.
+		// One that fails leaves the orphan to the end of this tenure, whose last Unlock stops
+		// renewing whatever Redis still counts (hold.released).
+		if _, _, err := m.sendRelease(ctx, h.owner, nil); err != nil {
+			break
+		}
+	}
+	return nil
 }
 
 // replay re-sends a script whose first send failed with first (not a Redis reply) until it
 // gets a reply from Redis or ctx ends. The scripts answer a replayed request id without
 // applying it twice. While Redis cannot even be reached, replaying stops early once the
-// caller's own context (caller) has ended: it could go on for the whole cleanup timeout for
-// nothing, and the caller is owed a prompt answer.
+// caller's own context (caller, may be nil) has ended: it could go on for the whole cleanup
+// timeout for nothing, and the caller is owed a prompt answer. ctx must come from
+// cleanupCtx: replaying then also stops when the Client is closed, and when the rueidis
+// client is; the error then wraps ErrClosed (and ErrUnknownOutcome).
 func (c *Client) replay(ctx, caller context.Context, s *lua.Script, keys, args []string, first error) (rueidis.RedisResult, error) {
+	rctx, cancel := context.WithCancelCause(ctx) // ctx is a cleanupCtx: it ends with Close
+	defer cancel(nil)
 	backoff := 5 * time.Millisecond
 	last := first
-	unknown := func(err error) (rueidis.RedisResult, error) {
-		return rueidis.RedisResult{}, fmt.Errorf("%w: %w (last error: %w)", ErrUnknownOutcome, err, last)
+	unknown := func() (rueidis.RedisResult, error) {
+		return rueidis.RedisResult{}, fmt.Errorf("%w: %w (last error: %w)", ErrUnknownOutcome, context.Cause(rctx), last)
 	}
 	for {
-		if err := sleep(ctx, backoff); err != nil {
-			return unknown(err)
+		if errors.Is(last, rueidis.ErrClosing) {
+			return rueidis.RedisResult{}, fmt.Errorf("%w: %w: the rueidis client is closed (%w)", ErrUnknownOutcome, ErrClosed, last)
+		}
+		if err := sleep(rctx, backoff); err != nil {
+			return unknown()
 		}
 		backoff = min(2*backoff, 250*time.Millisecond)
-		res := c.exec(ctx, s, keys, args)
+		res := c.exec(rctx, s, keys, args)
 		err := res.Error()
 		if _, isReply := rueidis.IsRedisErr(err); err == nil || isReply {
 			return res, err
 		}
 		// A replay that could not even be sent (a refused dial) says nothing of the first
 		// send: keep trying, unless the caller has gone.
-		last = err
-		if caller.Err() != nil && transient(err) {
-			return unknown(caller.Err())
+		if rctx.Err() == nil {
+			last = err
+		}
+		if caller != nil && caller.Err() != nil && transient(err) {
+			cancel(caller.Err())
+			return unknown()
 		}
 	}
 }
@@ -378,8 +513,17 @@ func (m *Mutex) Unlock(ctx context.Context) error {
 		return err
 	}
 	defer m.c.unref(h)
-	h.op.Lock()
-	defer h.op.Unlock()
+	if !h.tryLockOp() {
+		// Another call of this owner on this lock is running (or finishing in the
+		// background): wait for it, as long as an Unlock may take.
+		cctx, cancel := m.c.cleanupCtx(ctx)
+		err := h.lockOp(cctx)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("rlock: unlock %q: %w", m.name, err)
+		}
+	}
+	defer h.unlockOp()
 	return m.release(ctx, h)
 }
 
@@ -601,12 +745,15 @@ func (m *Mutex) Err(ctx context.Context) error {
 
 // Token is the fencing token of the caller's owner's current hold: a number that strictly
 // rises with every fresh grant of this lock name (re-entry keeps it). It is the larger of the
-// last token + 1 and the Redis server's clock in microseconds, so it keeps rising even
-// after the counter was lost (a restart without persistence, a failover to a replica that
-// lacked it), unless the server's clock ran backwards; it does not rise by exactly one. Pass it to the
-// resource you protect and have it refuse any token lower than one it has seen: that is
-// what keeps a paused or partitioned former holder from doing harm. It returns
-// [ErrNotHeld] when the owner holds no hold through this Client.
+// last token + 1 and the Redis server's clock in microseconds; it does not rise by exactly
+// one. The counter of the last token expires 24 hours after the name's last fresh grant
+// ([lua.FenceTTL]), so that a name locked once does not keep a key forever, and it can be lost
+// with a restart without persistence or a failover to a replica that lacked it: tokens keep
+// rising across all of these as long as the server's clock reads later than it did at the
+// name's last grant (it was not set back). Pass it to the resource you protect and have it
+// refuse any token lower than one it has seen: that is what keeps a paused or partitioned
+// former holder from doing harm. It returns [ErrNotHeld] when the owner holds no hold through
+// this Client.
 func (m *Mutex) Token(ctx context.Context) (int64, error) {
 	t, err := m.tenure(ctx)
 	if err != nil {

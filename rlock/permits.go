@@ -140,7 +140,7 @@ func (p *PermitSemaphore) AddPermits(ctx context.Context, n int) error {
 	return err
 }
 
-// Acquire blocks until a permit is free and takes it for lease (at least 1ms). A semaphore
+// Acquire blocks until a permit is free and takes it for lease (at least 10ms). A semaphore
 // that does not exist has no permits: Acquire waits for some to be made.
 //
 // Acquire returns the permit, or:
@@ -170,8 +170,8 @@ func (p *PermitSemaphore) acquire(ctx context.Context, wait, lease time.Duration
 	if err := p.ready(ctx, op, false); err != nil {
 		return Permit{}, false, err
 	}
-	if lease < time.Millisecond {
-		return Permit{}, false, invalid("permit lease %v is below 1ms", lease)
+	if err := checkLease("permit lease", lease); err != nil {
+		return Permit{}, false, err
 	}
 	// One id for every attempt of this call: a failed attempt leaves nothing under it.
 	permit := Permit{ID: p.c.newRequest()}
@@ -250,7 +250,7 @@ func (p *PermitSemaphore) Release(ctx context.Context, id string) error {
 	return nil
 }
 
-// Extend sets the lease of the live permit id to end lease (at least 1ms) from now, by the
+// Extend sets the lease of the live permit id to end lease (at least 10ms) from now, by the
 // server's clock: it may lengthen or shorten it. The permit's new local deadline is the
 // moment Extend was called plus lease, minus the drift allowance of [Permit.Expires]. A
 // resend of an Extend whose reply was lost sets the lease again from a later moment.
@@ -267,8 +267,8 @@ func (p *PermitSemaphore) Extend(ctx context.Context, id string, lease time.Dura
 	if id == "" {
 		return invalid("%s: empty permit id", op)
 	}
-	if lease < time.Millisecond {
-		return invalid("permit lease %v is below 1ms", lease)
+	if err := checkLease("permit lease", lease); err != nil {
+		return err
 	}
 	keys := []string{p.keys.sem, p.keys.leases}
 	args := []string{id, strconv.FormatInt(lease.Milliseconds(), 10), p.keys.channel}

@@ -77,6 +77,11 @@ func (c *Client) waitLoop(ctx context.Context, wait time.Duration, spec waitSpec
 		case wait == 0:
 		case errors.Is(err, ErrNoReplicaAck):
 			passing, ttl, err = err, ackRetry, nil
+		case errors.Is(err, errLateGrant):
+			// Redis answered too slowly for the lease asked for; the grant was given back.
+			// Try again with backoff: a slow moment may pass.
+			passing, ttl, err = err, backoff, nil
+			backoff = min(2*backoff, time.Second)
 		case transient(err):
 			// Redis is unreachable or not ready: a waiter rides the outage out within its
 			// wait, as the holder's renewals do, trying again with backoff.
@@ -136,8 +141,10 @@ func (c *Client) waitLoop(ctx context.Context, wait time.Duration, spec waitSpec
 		if spec.parker != nil {
 			poke = spec.parker.park()
 		}
+		woken := false // a wake-up was consumed: one that ends the wait unused is passed on
 		select {
 		case <-w.C():
+			woken = true
 		case <-timer.C:
 		case <-poke:
 		case <-ctx.Done():
@@ -146,6 +153,9 @@ func (c *Client) waitLoop(ctx context.Context, wait time.Duration, spec waitSpec
 		}
 		if spec.parker != nil {
 			if ok, err, done := spec.parker.unpark(); done {
+				if woken {
+					w.Pass()
+				}
 				return ok, err
 			}
 		}
