@@ -189,8 +189,21 @@ func (m *Mutex) acquire(ctx context.Context, wait, lease time.Duration) (bool, e
 		spec.tag = owner
 	}
 	if m.v.leave != nil && wait != 0 {
-		// A single attempt (wait 0) never joins a queue: nothing to leave.
-		spec.leave = func() { m.v.leave(ctx, m, owner) }
+		// A single attempt (wait 0) never joins a queue: nothing to leave. Leaving is a
+		// request made after the caller's ctx may have ended: it must not hold the caller
+		// past returnGrace. It takes h.op when it is free, so that it runs before this
+		// owner's next attempt (goroutines that share the owner share its place anyway).
+		spec.leave = func() {
+			op := h.tryLockOp()
+			m.c.reref(h)
+			m.c.soon(func() {
+				defer m.c.unref(h)
+				if op {
+					defer h.unlockOp()
+				}
+				m.v.leave(ctx, m, owner)
+			})
+		}
 	}
 	queue := wait != 0
 	var hw *handoffWait
@@ -285,15 +298,22 @@ func (m *Mutex) giveBack(ctx context.Context, h *hold) {
 }
 
 // later runs work on behalf of a caller that is returning, holding h.op (which the caller
-// holds and hands over) and a reference on h until work is done. It waits for work for at
-// most returnGrace, then leaves it to the background.
+// holds and hands over) and a reference on h until work is done (see Client.soon).
 func (m *Mutex) later(h *hold, work func()) {
 	m.c.reref(h)
-	done := make(chan struct{})
-	m.c.background(func() {
-		defer close(done)
+	m.c.soon(func() {
 		defer m.c.unref(h)
 		defer h.unlockOp()
+		work()
+	})
+}
+
+// soon runs work on behalf of a caller that is returning: it waits for work for at most
+// returnGrace, then leaves it to the background (counted for Close).
+func (c *Client) soon(work func()) {
+	done := make(chan struct{})
+	c.background(func() {
+		defer close(done)
 		work()
 	})
 	t := time.NewTimer(returnGrace)
