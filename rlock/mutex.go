@@ -369,14 +369,6 @@ func (m *Mutex) attempt(ctx context.Context, h *hold, lease time.Duration, renew
 		defer cancel()
 	}
 	vals, acked, err := m.c.execAcquire(actx, m.v.acquire, keys, args)
-	// undo gives back, in the background, what the request granted a caller that has gone.
-	undo := func(cctx context.Context, vals []int64) {
-		if err := m.grant(cctx, h, vals, sent, lease, renew); err == nil {
-			if err := m.release(cctx, h); err != nil && !errors.Is(err, ErrNotHeld) {
-				h.abandon(err)
-			}
-		}
-	}
 	if err != nil && !definitive(err) {
 		// The request may or may not have been applied: replay it (same request id) until
 		// Redis answers, within the cleanup timeout, for as long as the caller waits.
@@ -403,7 +395,7 @@ func (m *Mutex) attempt(ctx context.Context, h *hold, lease time.Duration, renew
 					return
 				}
 				if vals, err := res.AsIntSlice(); err == nil && len(vals) == 3 && vals[0] == 1 {
-					undo(cctx, vals)
+					m.undo(cctx, h, vals, sent, lease, renew)
 				}
 			})
 			return false, 0, fmt.Errorf("rlock: lock %q: %w", m.name, ctx.Err())
@@ -417,7 +409,7 @@ func (m *Mutex) attempt(ctx context.Context, h *hold, lease time.Duration, renew
 		if err == nil && len(vals) == 3 && vals[0] == 1 && ctx.Err() != nil {
 			// Granted, but the caller is gone: give it back.
 			held = false
-			m.later(h, func() { defer cancel(); undo(cctx, vals) })
+			m.later(h, func() { defer cancel(); m.undo(cctx, h, vals, sent, lease, renew) })
 			return false, 0, fmt.Errorf("rlock: lock %q: %w", m.name, ctx.Err())
 		}
 		cancel()
@@ -446,6 +438,17 @@ func (m *Mutex) attempt(ctx context.Context, h *hold, lease time.Duration, renew
 		return false, time.Duration(vals[1]) * time.Millisecond, nil
 	}
 	return false, 0, fmt.Errorf("rlock: lock %q: malformed reply %v", m.name, vals)
+}
+
+// undo gives back what an acquire reply granted a caller that has gone. If the give-back
+// fails, this Client stops counting and renewing the hold (h.abandon): Redis lets it expire
+// within its lease. h.op must be held.
+func (m *Mutex) undo(ctx context.Context, h *hold, vals []int64, sent time.Time, lease time.Duration, renew bool) {
+	if err := m.grant(ctx, h, vals, sent, lease, renew); err == nil {
+		if err := m.release(ctx, h); err != nil && !errors.Is(err, ErrNotHeld) {
+			h.abandon(err)
+		}
+	}
 }
 
 // grant records the hold an acquire reply {1, token, holds} granted. When the reply shows
