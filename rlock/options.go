@@ -66,10 +66,15 @@ func (o *options) validate() error {
 		return invalid("watchdog timeout %v is below 10ms", o.watchdogTimeout)
 	case !(o.renewFraction > 0 && o.renewFraction < 1):
 		return invalid("renew fraction %v is not in (0, 1)", o.renewFraction)
+	case renewAt(o.watchdogTimeout, o.renewFraction) > latestRenewal(o.watchdogTimeout):
+		lease := o.watchdogTimeout
+		return invalid("renew fraction %v of a %v watchdog timeout renews at %v, after %v (the lease's conservative end, %v, less a tenth of it for the round trip): use at most %.3f",
+			o.renewFraction, lease, renewAt(lease, o.renewFraction), latestRenewal(lease),
+			lease-watchdog.Drift(lease), float64(latestRenewal(lease))/float64(lease))
 	case strings.ContainsAny(o.prefix, "{}"):
 		return invalid("key prefix %q contains a brace", o.prefix)
-	case o.cleanupTimeout <= 0:
-		return invalid("cleanup timeout %v is not positive", o.cleanupTimeout)
+	case o.cleanupTimeout < time.Millisecond:
+		return invalid("cleanup timeout %v is below 1ms", o.cleanupTimeout)
 	case o.linger < 0:
 		return invalid("subscription linger %v is negative", o.linger)
 	case o.waiterTimeout < 30*time.Millisecond:
@@ -91,8 +96,31 @@ func WithWatchdogTimeout(d time.Duration) Option {
 
 // WithRenewFraction sets the share of the lease (0 < f < 1) after which the watchdog renews
 // it. Default [DefaultRenewFraction] (two thirds).
+//
+// The renewal must leave time to be confirmed before the holder's conservative end of the
+// lease (the lease less the drift allowance, 1% + 2ms; see [Mutex]): New refuses, with an
+// error wrapping [ErrInvalid], a fraction f for which
+//
+//	f * lease > lease - drift(lease) - max(lease/10, 1ms)
+//
+// where lease is the watchdog timeout: a tenth of the lease (at least 1ms) is kept for the
+// renewal's round trip. That caps f at 0.886 for a 500ms lease, about 0.89 for longer ones,
+// and 0.69 for the shortest (10ms). A later renewal could not be confirmed in time, and every
+// lock would be reported lost after one lease.
 func WithRenewFraction(f float64) Option {
 	return optionFunc(func(o *options) { o.renewFraction = f })
+}
+
+// renewAt is when the watchdog renews a lease after its grant or last renewal, as it computes
+// it.
+func renewAt(lease time.Duration, f float64) time.Duration {
+	return time.Duration(float64(lease) * f)
+}
+
+// latestRenewal is the latest renewal point that [WithRenewFraction] accepts for lease: its
+// conservative end less a tenth of it (at least 1ms) for the renewal's round trip.
+func latestRenewal(lease time.Duration) time.Duration {
+	return lease - watchdog.Drift(lease) - max(lease/10, time.Millisecond)
 }
 
 // WithKeyPrefix sets the text put before every lock name in its Redis keys. It must not
@@ -102,7 +130,8 @@ func WithKeyPrefix(p string) Option {
 }
 
 // WithCleanupTimeout bounds the requests relock makes after the caller's context ended
-// (see [DefaultCleanupTimeout]). Must be > 0.
+// (see [DefaultCleanupTimeout]). At least 1ms: the scripts are told periods derived from it in
+// whole milliseconds (they remember applied requests for twice it), which must not be 0.
 func WithCleanupTimeout(d time.Duration) Option {
 	return optionFunc(func(o *options) { o.cleanupTimeout = d })
 }
