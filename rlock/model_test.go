@@ -489,7 +489,9 @@ type mgor struct {
 	permits []*mpermit // permits taken and not given back
 }
 
-func (g *mgor) String() string { return fmt.Sprintf("g%d(o%d/c%d %s)", g.idx, g.o.idx, g.o.cl.idx, g.o.label) }
+func (g *mgor) String() string {
+	return fmt.Sprintf("g%d(o%d/c%d %s)", g.idx, g.o.idx, g.o.cl.idx, g.o.label)
+}
 
 // mentry is one hold taken by a goroutine.
 type mentry struct {
