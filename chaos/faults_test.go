@@ -785,7 +785,7 @@ func TestFault7c_pauseLongerThanReadTimeout(t *testing.T) {
 		}
 	}
 	fence := func(m *rlock.Mutex) int64 {
-		v := srv.Do(t, "HGET", m.Key()+":fence", "t")
+		v := srv.Do(t, "GET", m.Key()+":fence")
 		return mustInt(t, &v)
 	}
 	before := make([]int64, len(ms))

@@ -1,7 +1,8 @@
 -- fair_acquire: take or re-enter a fair (first come, first served) reentrant lock, or keep
 -- the caller's place in its queue.
--- KEYS[1] = lock hash   (as acquire.lua: field <owner> = hold count, <owner>:r = last request id)
--- KEYS[2] = fence hash  (field t = last fencing token; never expires)
+-- KEYS[1] = lock hash (as acquire.lua: field <owner> = hold count, q:<owner> = last request
+--           id, token = the current holder's fencing token)
+-- KEYS[2] = fence (string: the last fencing token; see acquire.lua)
 -- KEYS[3] = queue zset  (member = waiting owner, score = arrival: server time in microseconds,
 --           strictly rising along the queue; a refresh keeps the place)
 -- KEYS[4] = alive zset  (member = waiting owner, score = server time in ms when its place
@@ -22,16 +23,19 @@
 --                            queue, the dead head's remaining life if the lock is free, never
 --                            more than the heartbeat); with ARGV[5] = '0', the lock's
 --                            remaining lease (-1: no expiry) or 0 when waiters go first
---         a WRONGTYPE error, with nothing written, when a key holds another type
+--         a WRONGTYPE error, with nothing written, when a key holds another type (or the
+--           fence a string that is not a token)
 -- A dead waiter's place (alive score in the past, or no alive score) is purged first.
+--#include lib_fence
 local lock, fence, queue, alive = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local lease, owner, req = ARGV[1], ARGV[2], ARGV[3]
 local wt, join, hb, channel = tonumber(ARGV[4]), ARGV[5] == '1', tonumber(ARGV[6]), ARGV[7]
-local reqField = owner .. ':r'
+local reqField = 'q:' .. owner
 
--- Check every key's type before writing anything.
-local want = {'hash', 'hash', 'zset', 'zset'}
-for i = 1, 4 do
+-- Check every key's type before writing anything (the fence's below: its GET fails on
+-- another type).
+local want = {'hash', nil, 'zset', 'zset'}
+for _, i in ipairs({1, 3, 4}) do
   local t = redis.call('type', KEYS[i]).ok
   if t ~= 'none' and t ~= want[i] then
     return redis.error_reply('WRONGTYPE ' .. KEYS[i] .. ' holds a ' .. t)
@@ -41,6 +45,11 @@ end
 local time = redis.call('time')
 local nowUs = tonumber(time[1]) * 1000000 + tonumber(time[2])
 local now = math.floor(nowUs / 1000)
+-- The token a fresh grant would get (see acquire.lua).
+local token = nextToken(fence, nowUs)
+if not token then
+  return redis.error_reply('WRONGTYPE ' .. fence .. ' holds a string that is not a fencing token')
+end
 
 local function head()
   return redis.call('zrange', queue, 0, 0)[1]
@@ -100,12 +109,11 @@ local function queued()
   end
 end
 
-local holds = redis.call('hget', lock, owner)
+local got = redis.call('hmget', lock, owner, reqField, 'token')
+local holds = got[1]
 if holds then
-  -- Re-entry (or the replay of an applied request). While this owner holds the lock nobody
-  -- else can have been granted it, so the fence's current value is this owner's token.
-  local token = tonumber(redis.call('hget', fence, 't') or '0')
-  if redis.call('hget', lock, reqField) ~= req then
+  -- Re-entry (or the replay of an applied request): the token of this owner's grant.
+  if got[2] ~= req then
     holds = redis.call('hincrby', lock, owner, 1)
     redis.call('hset', lock, reqField, req)
     -- Re-entry never shortens the lease it finds.
@@ -115,7 +123,7 @@ if holds then
   end
   drop()
   wake()
-  return {1, token, tonumber(holds)}
+  return {1, tonumber(got[3] or '0'), tonumber(holds)}
 end
 
 if redis.call('exists', lock) == 1 then
@@ -144,14 +152,10 @@ if h and h ~= owner then
   return {0, math.max(0, math.min(left, hb))}
 end
 
--- Fresh grant (the queue is empty or the owner heads it). The token is the larger of the
--- last token + 1 and the server's clock in microseconds (see acquire.lua).
-local token = math.max(tonumber(redis.call('hget', fence, 't') or '0') + 1, nowUs)
-token = string.format('%.0f', token)
-redis.call('hset', fence, 't', token)
-token = tonumber(token)
-redis.call('hset', lock, owner, 1, reqField, req)
+-- Fresh grant (the queue is empty or the owner heads it).
+setFence(fence, token)
+redis.call('hset', lock, owner, 1, reqField, req, 'token', token)
 redis.call('pexpire', lock, lease)
 drop()
 wake()
-return {1, token, 1}
+return {1, tonumber(token), 1}

@@ -1,8 +1,8 @@
 #!lua flags=allow-oom
 -- fair_release: give back one hold of a fair lock; on the last hold, wake only the queue head.
 -- KEYS[1] = lock hash (see fair_acquire.lua)
--- KEYS[2] = released hash: field <owner> = the request that gave back that owner's last hold
---           (remembered for ARGV[4] ms, at most 256 owners, so that a replay can be answered)
+-- KEYS[2] = release record of this request (see release.lua): written when this request gives
+--           back the owner's last hold, for ARGV[4] ms, so that a replay is answered truly
 -- KEYS[3] = queue zset (see fair_acquire.lua)
 -- KEYS[4] = alive zset (see fair_acquire.lua)
 -- ARGV[1] = owner id
@@ -16,18 +16,19 @@
 --         -1      this owner holds no hold (never held, released, expired or taken)
 --         a WRONGTYPE error, with nothing written, when a key holds another type
 -- Runs with allow-oom: giving a lock back must work on a full server.
-local lock, released, queue, alive = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local lock, record, queue, alive = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local owner, req, channel = ARGV[1], ARGV[2], ARGV[3]
-local reqField = owner .. ':r'
+local reqField = 'q:' .. owner
 
-local holds = redis.call('hget', lock, owner)
+local got = redis.call('hmget', lock, owner, reqField)
+local holds = got[1]
 if not holds then
-  if redis.call('hget', released, owner) == req then
+  if redis.call('exists', record) == 1 then
     return 0
   end
   return -1
 end
-if redis.call('hget', lock, reqField) == req then
+if got[2] == req then
   return tonumber(holds)
 end
 if tonumber(holds) > 1 then
@@ -35,19 +36,15 @@ if tonumber(holds) > 1 then
   redis.call('hset', lock, reqField, req)
   return holds
 end
--- The last hold. Check the types of the keys still to be written before writing anything.
-local want = {'hash', 'zset', 'zset'}
-for i = 2, 4 do
+-- The last hold. Check the types of the keys still to be read before writing anything (the
+-- record is a string that SET replaces whatever it held).
+for i = 3, 4 do
   local t = redis.call('type', KEYS[i]).ok
-  if t ~= 'none' and t ~= want[i - 1] then
+  if t ~= 'none' and t ~= 'zset' then
     return redis.error_reply('WRONGTYPE ' .. KEYS[i] .. ' holds a ' .. t)
   end
 end
-if redis.call('hlen', released) >= 256 then
-  redis.call('del', released)
-end
-redis.call('hset', released, owner, req)
-redis.call('pexpire', released, ARGV[4])
+redis.call('set', record, '1', 'px', ARGV[4])
 redis.call('del', lock)
 
 -- Purge the places of waiters that stopped refreshing them, then wake the head alone.

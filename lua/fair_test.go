@@ -88,8 +88,9 @@ func (r *fairRig) acquire(owner string, join bool, req ...string) []int64 {
 func (r *fairRig) release(owner string) int64 {
 	r.t.Helper()
 	r.req++
-	n, err := r.run(lua.FairRelease, []string{fLock, fRel, fQueue, fAlive},
-		owner, "r"+strconv.Itoa(r.req), fChan, "10000").AsInt64()
+	req := "r" + strconv.Itoa(r.req)
+	n, err := r.run(lua.FairRelease, []string{fLock, fRel + ":" + req, fQueue, fAlive},
+		owner, req, fChan, "10000").AsInt64()
 	if err != nil {
 		r.t.Fatalf("release %s: %v", owner, err)
 	}
@@ -282,7 +283,7 @@ func TestFairScripts_wrongTypeWritesNothing(t *testing.T) {
 		r.do("DEL", fLock, fQueue, fAlive)
 		r.acquire("A", true)
 		r.do("SET", fQueue, "v")
-		err := r.run(lua.FairRelease, []string{fLock, fRel, fQueue, fAlive}, "A", "rx", fChan, "10000").Error()
+		err := r.run(lua.FairRelease, []string{fLock, fRel + ":rx", fQueue, fAlive}, "A", "rx", fChan, "10000").Error()
 		if err == nil || !strings.Contains(err.Error(), "WRONGTYPE") {
 			t.Fatalf("release gave %v", err)
 		}

@@ -13,6 +13,7 @@ import (
 	"embed"
 	"encoding/hex"
 	"strings"
+	"time"
 
 	"github.com/redis/rueidis"
 )
@@ -71,6 +72,13 @@ func include(src string) string {
 	}
 	return strings.Join(lines, "\n")
 }
+
+// FenceTTL is how long a lock name's fence (the key holding its last fencing token) lives
+// after the last fresh grant, by an acquire or a hand-off (fenceTTL in lib_fence.lua). Tokens
+// do not need it to keep rising: a fresh grant's token is the larger of the last token + 1
+// and the server's clock in microseconds, so a fence that expired after a day without a
+// grant only matters if the server's clock was set back by more than that day.
+const FenceTTL = 24 * time.Hour
 
 // The scripts. Their contracts are in the headers of the .lua files.
 var (

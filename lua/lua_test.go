@@ -3,6 +3,7 @@ package lua_test
 import (
 	"context"
 	"errors"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -90,5 +91,85 @@ func TestIsShebangError(t *testing.T) {
 	}
 	if lua.IsShebangError(nil) {
 		t.Fatal("nil is not a shebang error")
+	}
+}
+
+// TestFenceTTL_matchesTheScripts: lua.FenceTTL is what lib_fence.lua sets.
+func TestFenceTTL_matchesTheScripts(t *testing.T) {
+	want := "local fenceTTL = " + strconv.FormatInt(lua.FenceTTL.Milliseconds(), 10) + "\n"
+	for _, s := range []*lua.Script{lua.Acquire, lua.Release, lua.FairAcquire, lua.RWAcquire} {
+		if !strings.Contains(s.Source(), want) {
+			t.Errorf("%s: does not set the fence for lua.FenceTTL (%q)", s.Name(), want)
+		}
+	}
+}
+
+// TestAcquire_fence: a fresh grant sets the fence (a string: the token) to live
+// lua.FenceTTL; a re-entry answers the holder's token even when the fence is gone; tokens
+// rise across a lost fence; a fence that holds something else than a token fails the
+// acquire before anything is written.
+func TestAcquire_fence(t *testing.T) {
+	srv := redistest.Start(t)
+	_, mini := redistest.Miniredis(t)
+	for _, tc := range []struct {
+		name  string
+		c     rueidis.Client
+		flags bool
+	}{{"redis", srv.Client(t), true}, {"miniredis", mini, false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			do := func(args ...string) rueidis.RedisResult {
+				t.Helper()
+				return tc.c.Do(ctx, tc.c.B().Arbitrary(args...).Build())
+			}
+			acquire := func(owner, req string) ([]int64, error) {
+				return lua.Acquire.Lua(tc.flags).Exec(ctx, tc.c, []string{"{f}", "{f}:fence"}, []string{"10000", owner, req}).AsIntSlice()
+			}
+			release := func(owner, req string) {
+				t.Helper()
+				err := lua.Release.Lua(tc.flags).Exec(ctx, tc.c, []string{"{f}", "{f}:rel:" + req}, []string{owner, req, "", "10000"}).Error()
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
+			v, err := acquire("h:a", "1")
+			if err != nil || v[0] != 1 || v[2] != 1 {
+				t.Fatalf("fresh grant: %v %v", v, err)
+			}
+			tok := v[1]
+			if s, _ := do("GET", "{f}:fence").ToString(); s != strconv.FormatInt(tok, 10) {
+				t.Fatalf("fence %q, want the token %d", s, tok)
+			}
+			if ttl, _ := do("PTTL", "{f}:fence").AsInt64(); ttl <= 0 || ttl > lua.FenceTTL.Milliseconds() {
+				t.Fatalf("fence PTTL %d, want (0, %d]", ttl, lua.FenceTTL.Milliseconds())
+			}
+			do("DEL", "{f}:fence")
+			if v, err := acquire("h:a", "2"); err != nil || v[0] != 1 || v[1] != tok || v[2] != 2 {
+				t.Fatalf("re-entry without a fence: %v %v, want {1, %d, 2}", v, err, tok)
+			}
+			if v, err := acquire("h:a", "2"); err != nil || v[1] != tok || v[2] != 2 {
+				t.Fatalf("replayed re-entry: %v %v", v, err)
+			}
+			release("h:a", "3")
+			release("h:a", "4")
+			do("DEL", "{f}:fence")
+			v, err = acquire("h:b", "5")
+			if err != nil || v[0] != 1 || v[1] <= tok {
+				t.Fatalf("fresh grant after the fence was lost: %v %v, want a token above %d", v, err, tok)
+			}
+			release("h:b", "6")
+
+			do("SET", "{f}:fence", "user data")
+			if _, err := acquire("h:c", "7"); err == nil || !strings.Contains(err.Error(), "WRONGTYPE") {
+				t.Fatalf("a fence that is not a token: %v", err)
+			}
+			if n, _ := do("EXISTS", "{f}").AsInt64(); n != 0 {
+				t.Fatal("the failed acquire wrote the lock")
+			}
+			if s, _ := do("GET", "{f}:fence").ToString(); s != "user data" {
+				t.Fatalf("the fence was changed to %q", s)
+			}
+			do("DEL", "{f}:fence")
+		})
 	}
 }

@@ -1,9 +1,11 @@
 #!lua flags=allow-oom
 -- release: give back one hold of a reentrant lock, optionally passing it on to a successor.
 -- KEYS[1] = lock hash (see acquire.lua)
--- KEYS[2] = released hash: field <owner> = the request that gave back that owner's last hold
---           (remembered for ARGV[4] ms, at most 256 owners, so that a replay can be answered)
--- KEYS[3] = fence hash (only with a successor; see acquire.lua)
+-- KEYS[2] = release record of this request (a string key of its own, unique to the request id:
+--           the caller derives it from the lock's keys and ARGV[2], in the lock's hash slot);
+--           written when this request gives back the owner's last hold, for ARGV[4] ms, so
+--           that a replay is answered truly however many other releases came between
+-- KEYS[3] = fence (only with a successor; see acquire.lua)
 -- ARGV[1] = owner id
 -- ARGV[2] = request id (a replay with the same id is answered, not applied again)
 -- ARGV[3] = release channel, published when the last hold is given back and not passed on
@@ -18,11 +20,14 @@
 --         -1      this owner holds no hold (never held, released, expired or taken)
 --         with a successor, {n, token}: n as above, and token > 0 when the lock passed to the
 --         successor (0 when it did not: then the channel was told as usual)
+--         a WRONGTYPE error, with nothing written, when a key holds another type (or the
+--         fence a string that is not a token)
 -- Runs with allow-oom: giving a lock back must work on a full server.
-local lock, released = KEYS[1], KEYS[2]
+--#include lib_fence
+local lock, record = KEYS[1], KEYS[2]
 local owner, req, channel = ARGV[1], ARGV[2], ARGV[3]
 local next, nextLease, nextReq = ARGV[5], ARGV[6], ARGV[7]
-local reqField = owner .. ':r'
+local reqField = 'q:' .. owner
 
 local function reply(n, token)
   if next then
@@ -31,18 +36,22 @@ local function reply(n, token)
   return n
 end
 
-local holds = redis.call('hget', lock, owner)
+local got = redis.call('hmget', lock, owner, reqField)
+local holds, last = got[1], got[2]
 if not holds then
-  if redis.call('hget', released, owner) == req then
+  if redis.call('exists', record) == 1 then
     -- A replay of the final release: tell whether it passed the lock on.
-    if next and redis.call('hget', lock, next .. ':r') == nextReq then
-      return {0, tonumber(redis.call('hget', KEYS[3], 't') or '0')}
+    if next then
+      local h = redis.call('hmget', lock, 'q:' .. next, 'token')
+      if h[1] == nextReq then
+        return {0, tonumber(h[2] or '0')}
+      end
     end
     return reply(0)
   end
   return reply(-1)
 end
-if redis.call('hget', lock, reqField) == req then
+if last == req then
   return reply(tonumber(holds))
 end
 if tonumber(holds) > 1 then
@@ -50,26 +59,23 @@ if tonumber(holds) > 1 then
   redis.call('hset', lock, reqField, req)
   return reply(holds)
 end
--- The last hold. A successor's token is read first and the record written next, so that a
--- key of another type fails the script before the lock is touched.
+-- The last hold. A successor's token is read first, so that a fence of another type fails
+-- the script before anything is written.
 local token
 if next then
   -- A fresh grant to the successor: its token as acquire.lua computes it.
   local now = redis.call('time')
-  token = math.max(tonumber(redis.call('hget', KEYS[3], 't') or '0') + 1,
-    tonumber(now[1]) * 1000000 + tonumber(now[2]))
-  token = string.format('%.0f', token)
+  token = nextToken(KEYS[3], tonumber(now[1]) * 1000000 + tonumber(now[2]))
+  if not token then
+    return redis.error_reply('WRONGTYPE ' .. KEYS[3] .. ' holds a string that is not a fencing token')
+  end
 end
-if redis.call('hlen', released) >= 256 then
-  redis.call('del', released)
-end
-redis.call('hset', released, owner, req)
-redis.call('pexpire', released, ARGV[4])
+redis.call('set', record, '1', 'px', ARGV[4])
 redis.call('del', lock)
 if next then
   -- Pass the lock on, without a publish: nobody else is told it was free.
-  redis.call('hset', KEYS[3], 't', token)
-  redis.call('hset', lock, next, 1, next .. ':r', nextReq)
+  setFence(KEYS[3], token)
+  redis.call('hset', lock, next, 1, 'q:' .. next, nextReq, 'token', token)
   redis.call('pexpire', lock, nextLease)
   return {0, tonumber(token)}
 end

@@ -1,9 +1,11 @@
 -- rw_acquire: take or re-enter a read hold or the write hold of a read-write lock.
 -- KEYS[1] = lock hash: mode = 'write' while a write hold exists, else 'read' (its presence
 --           marks the hash as a read-write lock); writer = the write holder's owner id;
---           <owner> = write hold count, <owner>:r = last write request applied;
---           r:<owner> = read hold count, r:<owner>:r = last read request applied
--- KEYS[2] = fence hash (field t = last fencing token; never expires)
+--           token = the write holder's fencing token; per hold field f (<owner> for the write
+--           hold, r:<owner> for the owner's read holds): f = hold count, q:f = last request
+--           applied. Owner ids start with 'h:' or 'u:' (see rlock), so no owner id can name
+--           another field.
+-- KEYS[2] = fence (string: the last fencing token; see acquire.lua)
 -- KEYS[3] = leases zset: member = a hold's field (<owner> for the write hold, r:<owner> for a
 --           reader), score = the end of that hold's lease in server milliseconds
 -- KEYS[4] = writers zset: waiting writers' claims, member = owner, score = end of the claim
@@ -29,9 +31,11 @@
 --         an UPGRADE error   the owner holds read holds but not the write hold and asked for
 --                            the write hold (it would wait for itself); nothing is written
 --         a WRONGTYPE error  the lock key holds another type, or another kind of lock (a
---                            hash without mode); nothing is written to it
+--                            hash without mode), or (for the write hold) the fence holds
+--                            something else than a token; nothing is written
 -- Every call first drops the holds whose lease has ended (and expired claims), so that a
 -- crashed holder stops blocking others at the end of its own lease.
+--#include lib_fence
 local lock, fence, leases, writers = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local lease, owner, req, kind = tonumber(ARGV[1]), ARGV[2], ARGV[3], ARGV[4]
 local wt, claim = tonumber(ARGV[5]), ARGV[6] == '1'
@@ -44,6 +48,14 @@ local function ms(x) return string.format('%.0f', x) end
 local mode = redis.call('hget', lock, 'mode')
 if not mode and redis.call('exists', lock) == 1 then
   return redis.error_reply('WRONGTYPE the key holds another kind of lock, not a read-write lock')
+end
+-- The token a fresh write grant would get (see acquire.lua).
+local nextTok
+if kind == 'w' then
+  nextTok = nextToken(fence, tonumber(time[1]) * 1000000 + tonumber(time[2]))
+  if not nextTok then
+    return redis.error_reply('WRONGTYPE ' .. fence .. ' holds a string that is not a fencing token')
+  end
 end
 local dead = redis.call('zrangebyscore', leases, '-inf', ms(now))
 redis.call('zremrangebyscore', writers, '-inf', ms(now))
@@ -58,9 +70,9 @@ else
     dead[#dead + 1] = writer
   end
   for _, f in ipairs(dead) do
-    redis.call('hdel', lock, f, f .. ':r')
+    redis.call('hdel', lock, f, 'q:' .. f)
     if f == writer then
-      redis.call('hdel', lock, 'writer')
+      redis.call('hdel', lock, 'writer', 'token')
       redis.call('hset', lock, 'mode', 'read')
       mode = 'read'
     end
@@ -92,12 +104,12 @@ end
 
 -- reenter adds a hold to field f, or answers a replay.
 local function reenter(f, token)
-  local holds = redis.call('hget', lock, f)
-  if redis.call('hget', lock, f .. ':r') == req then
-    return {1, token, tonumber(holds)}
+  local got = redis.call('hmget', lock, f, 'q:' .. f)
+  if got[2] == req then
+    return {1, token, tonumber(got[1])}
   end
-  holds = redis.call('hincrby', lock, f, 1)
-  redis.call('hset', lock, f .. ':r', req)
+  local holds = redis.call('hincrby', lock, f, 1)
+  redis.call('hset', lock, 'q:' .. f, req)
   extend(f)
   settle()
   return {1, token, holds}
@@ -122,9 +134,7 @@ end
 if kind == 'w' then
   local writer = mode and redis.call('hget', lock, 'writer')
   if writer == owner then
-    -- While this owner holds the write lock nobody else can have been granted it, so the
-    -- fence's current value is this owner's token.
-    return reenter(owner, tonumber(redis.call('hget', fence, 't') or '0'))
+    return reenter(owner, tonumber(redis.call('hget', lock, 'token') or '0'))
   end
   if writer then
     return refuse(leaseEnd(writer))
@@ -137,17 +147,13 @@ if kind == 'w' then
     local top = redis.call('zrange', leases, -1, -1, 'withscores')
     return refuse(tonumber(top[2]) - now)
   end
-  -- Free: a fresh grant. The token is computed as in acquire.lua; the fence is written
-  -- first, so that a fence of another type fails the script before the lock is written.
-  local token = math.max(tonumber(redis.call('hget', fence, 't') or '0') + 1,
-    tonumber(time[1]) * 1000000 + tonumber(time[2]))
-  token = string.format('%.0f', token)
-  redis.call('hset', fence, 't', token)
-  redis.call('hset', lock, 'mode', 'write', 'writer', owner, owner, 1, owner .. ':r', req)
+  -- Free: a fresh grant.
+  setFence(fence, nextTok)
+  redis.call('hset', lock, 'mode', 'write', 'writer', owner, 'token', nextTok, owner, 1, 'q:' .. owner, req)
   redis.call('zadd', leases, ms(now + lease), owner)
   redis.call('zrem', writers, owner)
   settle()
-  return {1, tonumber(token), 1}
+  return {1, tonumber(nextTok), 1}
 end
 
 -- A read hold.
@@ -176,7 +182,7 @@ if mode ~= 'write' then
     redis.call('hset', lock, 'mode', 'read')
   end
 end
-redis.call('hset', lock, f, 1, f .. ':r', req)
+redis.call('hset', lock, f, 1, 'q:' .. f, req)
 redis.call('zadd', leases, ms(now + lease), f)
 settle()
 return {1, 0, 1}

@@ -1,9 +1,9 @@
 #!lua flags=allow-oom
 -- rw_release: give back one read hold or one write hold of a read-write lock.
 -- KEYS[1] = lock hash (see rw_acquire.lua)
--- KEYS[2] = released hash: field = the hold's field (<owner> for the write hold, r:<owner>
---           for a reader) = the request that gave back its last hold (remembered for ARGV[4]
---           ms, at most 256 fields, so that a replay can be answered)
+-- KEYS[2] = release record of this request (see release.lua): written when this request gives
+--           back the owner's last hold of that kind, for ARGV[4] ms, so that a replay is
+--           answered truly
 -- KEYS[3] = leases zset (see rw_acquire.lua)
 -- KEYS[4] = writers zset: waiting writers' claims (see rw_acquire.lua)
 -- ARGV[1] = owner id
@@ -26,7 +26,7 @@
 -- downgrade). Giving back a hold also drops the holds whose lease has ended, and sets the
 -- lock's expiry to the longest lease still in force. Runs with allow-oom: giving a lock back
 -- must work on a full server.
-local lock, released, leases, writers = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local lock, record, leases, writers = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local owner, req, kind, wchan, rchan = ARGV[1], ARGV[2], ARGV[5], ARGV[6], ARGV[7]
 
 local time = redis.call('time')
@@ -46,42 +46,37 @@ if holds and tonumber(redis.call('zscore', leases, f) or '0') <= now then
   holds = nil -- its lease ended: it is gone, though nobody has dropped it yet
 end
 if not holds then
-  if redis.call('hget', released, f) == req then
+  if redis.call('exists', record) == 1 then
     return 0
   end
   return -1
 end
-if redis.call('hget', lock, f .. ':r') == req then
+if redis.call('hget', lock, 'q:' .. f) == req then
   return tonumber(holds)
 end
 if tonumber(holds) > 1 then
   holds = redis.call('hincrby', lock, f, -1)
-  redis.call('hset', lock, f .. ':r', req)
+  redis.call('hset', lock, 'q:' .. f, req)
   return holds
 end
 
--- The last hold of this kind. The record is written first so that a key of another type
--- fails the script before the lock is touched.
-if redis.call('hlen', released) >= 256 then
-  redis.call('del', released)
-end
-redis.call('hset', released, f, req)
-redis.call('pexpire', released, ARGV[4])
-redis.call('hdel', lock, f, f .. ':r')
+-- The last hold of this kind.
+redis.call('set', record, '1', 'px', ARGV[4])
+redis.call('hdel', lock, f, 'q:' .. f)
 redis.call('zrem', leases, f)
 
 -- Drop the holds whose lease ended too.
 local writer = redis.call('hget', lock, 'writer')
 local writerGone = kind == 'w'
 for _, d in ipairs(redis.call('zrangebyscore', leases, '-inf', ms(now))) do
-  redis.call('hdel', lock, d, d .. ':r')
+  redis.call('hdel', lock, d, 'q:' .. d)
   if d == writer then
     writerGone = true
   end
 end
 redis.call('zremrangebyscore', leases, '-inf', ms(now))
 if writerGone then
-  redis.call('hdel', lock, 'writer')
+  redis.call('hdel', lock, 'writer', 'token')
   redis.call('hset', lock, 'mode', 'read')
 end
 

@@ -38,7 +38,9 @@ func TestRWScripts_protocol(t *testing.T) {
 				return v
 			}
 			acq := []string{"{rw}", "{rw}:fence", "{rw}:leases", "{rw}:writers"}
-			rel := []string{"{rw}", "{rw}:rel", "{rw}:leases", "{rw}:writers"}
+			rel := func(req string) []string { // the release record is the request's own key
+				return []string{"{rw}", "{rw}:rel:" + req, "{rw}:leases", "{rw}:writers"}
+			}
 			state := []string{"{rw}", "{rw}:leases"}
 			relArgs := func(owner, req, kind string) []string {
 				return []string{owner, req, "", "10000", kind, "{rw}:released", "{rw}:released:read"}
@@ -59,10 +61,10 @@ func TestRWScripts_protocol(t *testing.T) {
 			if v := ints(run(lua.RWRenewRead, state, "10000", "a")); v[0] != 1 {
 				t.Fatalf("renew reader a: %v", v)
 			}
-			if n, err := run(lua.RWRelease, rel, relArgs("a", "4", "r")...).AsInt64(); err != nil || n != 0 {
+			if n, err := run(lua.RWRelease, rel("4"), relArgs("a", "4", "r")...).AsInt64(); err != nil || n != 0 {
 				t.Fatalf("release reader a: %v %v", n, err)
 			}
-			if n, err := run(lua.RWRelease, rel, relArgs("a", "4", "r")...).AsInt64(); err != nil || n != 0 {
+			if n, err := run(lua.RWRelease, rel("4"), relArgs("a", "4", "r")...).AsInt64(); err != nil || n != 0 {
 				t.Fatalf("replayed release of reader a: %v %v", n, err)
 			}
 			v := ints(run(lua.RWAcquire, acq, "10000", "b", "5", "w", "3000", "1"))
@@ -78,7 +80,7 @@ func TestRWScripts_protocol(t *testing.T) {
 			if v := ints(run(lua.RWAcquire, acq, "10000", "b", "6", "r", "3000", "0")); v[0] != 1 {
 				t.Fatalf("the writer takes a read hold: %v", v)
 			}
-			if n, err := run(lua.RWRelease, rel, relArgs("b", "7", "w")...).AsInt64(); err != nil || n != 0 {
+			if n, err := run(lua.RWRelease, rel("7"), relArgs("b", "7", "w")...).AsInt64(); err != nil || n != 0 {
 				t.Fatalf("release writer b: %v %v", n, err)
 			}
 			err := run(lua.RWAcquire, acq, "10000", "b", "8", "w", "3000", "1").Error()
@@ -94,7 +96,7 @@ func TestRWScripts_protocol(t *testing.T) {
 			if v := ints(run(lua.RWState, state, "b")); v[0] != 0 || v[1] != 0 || v[3] != 0 {
 				t.Fatalf("state after force: %v", v)
 			}
-			if n, err := run(lua.RWRelease, rel, relArgs("b", "9", "r")...).AsInt64(); err != nil || n != -1 {
+			if n, err := run(lua.RWRelease, rel("9"), relArgs("b", "9", "r")...).AsInt64(); err != nil || n != -1 {
 				t.Fatalf("release after force: %v %v", n, err)
 			}
 		})

@@ -68,12 +68,16 @@
 //
 // # Keys
 //
-// A lock called name lives in Redis as a hash at "{<prefix><name>}" (owner id -> hold count),
-// with a fencing counter at "...:fence", a short-lived record of recent releases at
-// "...:rel" (so that a replayed Unlock is answered truly) and a release channel
-// "...:released", all in one hash slot. A name that carries its own hash tag ("{user42}:cart") keeps that slot. The
-// fencing counter is never deleted: it is what keeps tokens rising, and costs a few dozen
-// bytes per name ever locked.
+// A lock called name lives in Redis as a hash at "{<prefix><name>}" (owner id -> hold count,
+// beside the holder's fencing token and each owner's last request id), with a fencing counter
+// at "...:fence", a short-lived record per final release at "...:rel:<request id>" (so that a
+// replayed Unlock is answered truly; it lives twice the cleanup timeout) and a release channel
+// "...:released", all in one hash slot. A name that carries its own hash tag
+// ("{user42}:cart") keeps that slot. Owner ids start with "h:" (a handle's) or "u:" (a
+// context owner's, [WithOwner]) and the hash's other fields never do, so no owner id, whatever
+// its text, can be taken for another field. The fencing counter expires 24 hours after the
+// name's last fresh grant (lua.FenceTTL): tokens keep rising without it, since they follow
+// the server's clock ([Mutex.Token]).
 //
 // # Direct hand-off
 //

@@ -397,7 +397,7 @@ func TestMutex_uncontendedCycleIsTwoScripts(t *testing.T) {
 	for cmd, n := range stats {
 		switch cmd {
 		case "evalsha", "info", "config|resetstat", "hello", "client|setinfo", // client and admin
-			"exists", "hget", "hset", "hincrby", "pexpire", "pttl", "del", "publish", "hlen", "time": // inside the scripts
+			"exists", "hget", "hmget", "hset", "hincrby", "get", "set", "pexpire", "pttl", "del", "publish", "time": // inside the scripts
 		default:
 			t.Errorf("unexpected client command %s x%d", cmd, n)
 		}
@@ -484,7 +484,7 @@ func TestMutex_replicaAck(t *testing.T) {
 	require.NoError(t, m.Lock(bg))
 	msg := replica.Do(t, "HLEN", m.Key())
 	n, _ := msg.AsInt64()
-	require.EqualValues(t, 2, n, "the replica has the grant when Lock returns")
+	require.EqualValues(t, 3, n, "the replica has the grant (count, request, token) when Lock returns")
 	require.NoError(t, m.Unlock(bg))
 
 	// With the replica stalled no grant is acknowledged: it is given back, retried within
@@ -534,4 +534,57 @@ func TestMutex_TryLock_outageOverBeforeWaitEndsIsPlainContention(t *testing.T) {
 		require.NoError(t, err)
 		require.Less(t, rc.refuse.Load(), int32(0), "the refusals were used")
 	})
+}
+
+// TestLock_replayedFinalReleaseAfterManyOwners: a final release whose reply is lost is replayed
+// after more than 256 other owners gave the lock back in the meantime (a hot key with a handle
+// per request). The replay must be recognized as the release it is: Unlock returns nil, for
+// every kind that shares the release record (Mutex, FairMutex, both sides of an RWMutex).
+func TestLock_replayedFinalReleaseAfterManyOwners(t *testing.T) {
+	const others = 300
+	for _, kind := range []struct {
+		name string
+		lock func(c *rlock.Client, name string) rlock.Locker
+	}{
+		{"mutex", func(c *rlock.Client, n string) rlock.Locker { return c.Mutex(n) }},
+		{"fair", func(c *rlock.Client, n string) rlock.Locker { return c.FairMutex(n) }},
+		{"rw-write", func(c *rlock.Client, n string) rlock.Locker { return c.RWMutex(n) }},
+		{"rw-read", func(c *rlock.Client, n string) rlock.Locker { return c.RWMutex(n).RLocker() }},
+	} {
+		t.Run(kind.name, func(t *testing.T) {
+			eachBackend(t, func(t *testing.T, b *backend) {
+				lc := &lossyClient{Client: b.rueidis(t)}
+				c, err := rlock.New(lc)
+				require.NoError(t, err)
+				defer c.Close()
+				busy := b.client(t)
+				name := redistest.Name(t)
+				m := kind.lock(c, name)
+				ok, err := m.TryLock(bg, 0, 0)
+				require.NoError(t, err)
+				require.True(t, ok)
+
+				var othersErr error
+				lc.onDrop = func() {
+					// The release was applied and its reply lost; before the replay, many
+					// other owners take the lock and give it back.
+					for i := 0; i < others && othersErr == nil; i++ {
+						o := kind.lock(busy, name)
+						ok, err := o.TryLock(bg, time.Second, 0)
+						switch {
+						case err != nil:
+							othersErr = err
+						case !ok:
+							othersErr = fmt.Errorf("owner %d did not get the free lock", i)
+						default:
+							othersErr = o.Unlock(bg)
+						}
+					}
+				}
+				lc.drop.Store(1)
+				require.NoError(t, m.Unlock(bg), "the replayed final release was answered wrongly")
+				require.NoError(t, othersErr)
+			})
+		})
+	}
 }

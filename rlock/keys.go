@@ -6,8 +6,14 @@ import "strings"
 // Redis Cluster they live in one slot.
 type lockKeys struct {
 	lock, fence, channel string
-	released             string // recent full releases, to answer replays
+	released             string // prefix of the release records (releaseRecord)
 }
+
+// releaseRecord is the key of the record that a release script sent under request id req
+// leaves when it gives back an owner's last hold (KEYS[2] of release.lua and its kin), so
+// that a replay of that request is answered truly. One short-lived string key per final
+// release, in the lock's hash slot: no other release can overwrite or evict it.
+func (k lockKeys) releaseRecord(req string) string { return k.released + ":" + req }
 
 // keysFor derives a lock's keys from the prefix (brace-free) and the name.
 //

@@ -3,12 +3,14 @@ package rlock_test
 import (
 	"context"
 	"errors"
+	"strconv"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/relock-go/relock/internal/redistest"
+	"github.com/relock-go/relock/lua"
 	"github.com/relock-go/relock/rlock"
 )
 
@@ -252,7 +254,7 @@ func TestMutex_Lock_cancelledWaiterLeavesNothing(t *testing.T) {
 		msg, err := b.do(t, "HLEN", holder.Key())
 		require.NoError(t, err)
 		fields, _ := msg.AsInt64()
-		require.EqualValues(t, 2, fields, "only the holder's count and request fields")
+		require.EqualValues(t, 3, fields, "only the holder's count, request and token fields")
 
 		// Already cancelled: nothing is sent.
 		require.ErrorIs(t, m.Lock(ctx), context.Canceled)
@@ -449,4 +451,157 @@ func TestMutex_Lock_redisDownFailsFastAndClose(t *testing.T) {
 	ok, err := m.TryLock(bg, 0, 0) // one attempt: a refused dial is reported at once
 	require.False(t, ok)
 	require.Error(t, err)
+}
+
+// TestMutex_ownerIDsNeverNameAnotherField: context owner ids are user text. Owner "a:r" must
+// not be taken for owner "a"'s request record (or any other field of the lock's hash): each
+// is its own owner, with exact hold counts.
+func TestMutex_ownerIDsNeverNameAnotherField(t *testing.T) {
+	for _, kind := range []struct {
+		name  string
+		mutex func(c *rlock.Client, name string) *rlock.Mutex
+	}{
+		{"mutex", (*rlock.Client).Mutex},
+		{"fair", func(c *rlock.Client, n string) *rlock.Mutex { return c.FairMutex(n).Mutex }},
+	} {
+		t.Run(kind.name, func(t *testing.T) { testOwnerIDsNeverNameAnotherField(t, kind.mutex) })
+	}
+}
+
+func testOwnerIDsNeverNameAnotherField(t *testing.T, mutex func(c *rlock.Client, name string) *rlock.Mutex) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		c := b.client(t)
+		m := mutex(c, redistest.Name(t))
+		a, ar := rlock.WithOwner(bg, "a"), rlock.WithOwner(bg, "a:r")
+		holds := func(ctx context.Context, want int) {
+			t.Helper()
+			n, err := m.HoldCount(ctx)
+			require.NoError(t, err)
+			require.Equal(t, want, n)
+		}
+		try := func(ctx context.Context, want bool) {
+			t.Helper()
+			ok, err := m.TryLock(ctx, 0, 0)
+			require.NoError(t, err)
+			require.Equal(t, want, ok)
+		}
+
+		require.NoError(t, m.Lock(a))
+		try(ar, false) // contention, not a re-entry nor an error
+		holds(a, 1)
+		holds(ar, 0)
+		try(a, true)
+		try(ar, false)
+		holds(a, 2)
+		holds(ar, 0)
+		require.NoError(t, m.Unlock(a))
+		holds(a, 1)
+		require.ErrorIs(t, m.Unlock(ar), rlock.ErrNotHeld)
+		require.NoError(t, m.Unlock(a))
+		holds(a, 0)
+
+		// The other way round.
+		require.NoError(t, m.Lock(ar))
+		try(a, false)
+		try(ar, true)
+		holds(ar, 2)
+		holds(a, 0)
+		require.NoError(t, m.Unlock(ar))
+		require.NoError(t, m.Unlock(ar))
+		require.False(t, b.exists(t, m.Key()))
+	})
+}
+
+// TestMutex_Token_fenceExpiresYetTokensRise: the fencing counter is not kept forever (one key
+// per name ever locked would leak): every fresh grant, by an acquire or by a direct hand-off,
+// sets it to live lua.FenceTTL. Tokens keep rising when it is gone, since they follow the
+// server's clock.
+func TestMutex_Token_fenceExpiresYetTokensRise(t *testing.T) {
+	type fenced interface {
+		Lock(ctx context.Context) error
+		Unlock(ctx context.Context) error
+		Token(ctx context.Context) (int64, error)
+		Key() string
+	}
+	for _, kind := range []struct {
+		name string
+		lock func(c *rlock.Client, name string) fenced
+	}{
+		{"mutex", func(c *rlock.Client, n string) fenced { return c.Mutex(n) }},
+		{"fair", func(c *rlock.Client, n string) fenced { return c.FairMutex(n) }},
+		{"spin", func(c *rlock.Client, n string) fenced { return c.SpinMutex(n) }},
+		{"rw", func(c *rlock.Client, n string) fenced { return c.RWMutex(n) }},
+	} {
+		t.Run(kind.name, func(t *testing.T) {
+			eachBackend(t, func(t *testing.T, b *backend) {
+				c := b.client(t)
+				name := redistest.Name(t)
+				fence := kind.lock(c, name).Key() + ":fence"
+				fenceTTL := func() int64 {
+					t.Helper()
+					msg, err := b.do(t, "PTTL", fence)
+					require.NoError(t, err)
+					ttl, err := msg.AsInt64()
+					require.NoError(t, err)
+					return ttl
+				}
+				var last int64
+				for i := 0; i < 4; i++ {
+					m := kind.lock(c, name)
+					require.NoError(t, m.Lock(bg))
+					tok, err := m.Token(bg)
+					require.NoError(t, err)
+					require.Greater(t, tok, last, "grant %d", i)
+					last = tok
+					ttl := fenceTTL()
+					require.Greater(t, ttl, int64(0), "the fence must expire")
+					require.LessOrEqual(t, ttl, lua.FenceTTL.Milliseconds())
+					if i%2 == 0 {
+						_, err := b.do(t, "DEL", fence) // behind relock's back
+						require.NoError(t, err)
+					}
+					require.NoError(t, m.Lock(bg)) // a re-entry keeps the token
+					again, err := m.Token(bg)
+					require.NoError(t, err)
+					require.Equal(t, tok, again)
+					require.NoError(t, m.Unlock(bg))
+					require.NoError(t, m.Unlock(bg))
+				}
+			})
+		})
+	}
+}
+
+// TestMutex_Token_handOffSetsTheFence: a direct hand-off is a fresh grant too: it sets the
+// fence, with its TTL, to the successor's token.
+func TestMutex_Token_handOffSetsTheFence(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		c := b.client(t)
+		name := redistest.Name(t)
+		holder, waiter := c.Mutex(name), c.Mutex(name)
+		fence := holder.Key() + ":fence"
+		require.NoError(t, holder.Lock(bg))
+		tok, err := holder.Token(bg)
+		require.NoError(t, err)
+		_, err = b.do(t, "DEL", fence)
+		require.NoError(t, err)
+		got := make(chan error, 1)
+		go func() { got <- waiter.Lock(bg) }()
+		redistest.WaitFor(t, 5*time.Second, "the waiter parked", func() bool { return rlock.ParkedCandidates(c, waiter) == 1 })
+		require.NoError(t, holder.Unlock(bg))
+		require.NoError(t, await(t, got, 5*time.Second, "the hand-off"))
+		next, err := waiter.Token(bg)
+		require.NoError(t, err)
+		require.Greater(t, next, tok)
+		msg, err := b.do(t, "GET", fence)
+		require.NoError(t, err)
+		v, _ := msg.ToString()
+		require.Equal(t, strconv.FormatInt(next, 10), v, "the fence holds the successor's token")
+		msg, err = b.do(t, "PTTL", fence)
+		require.NoError(t, err)
+		ttl, _ := msg.AsInt64()
+		require.Greater(t, ttl, int64(0))
+		require.LessOrEqual(t, ttl, lua.FenceTTL.Milliseconds())
+		require.NoError(t, waiter.Unlock(bg))
+	})
 }

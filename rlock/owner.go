@@ -12,7 +12,10 @@ type ownerKey struct{}
 //
 // The id is used as given, across processes: two processes using the same id are the same
 // owner, which lets one process unlock what another locked. Make ids unique where that is
-// not wanted (see [WithNewOwner]). An empty id is invalid: operations return [ErrInvalid].
+// not wanted (see [WithNewOwner]). Any other text is a valid id: in Redis it becomes "u:"+id,
+// and no other field of a lock's hash starts with "u:" (or with "h:", a handle's own id), so
+// no id can be taken for another owner's or the lock's own bookkeeping. An empty id is
+// invalid: operations return [ErrInvalid].
 func WithOwner(ctx context.Context, id string) context.Context {
 	return context.WithValue(ctx, ownerKey{}, id)
 }

@@ -110,11 +110,11 @@ var ErrUpgrade = errors.New("rlock: cannot upgrade a read hold to the write hold
 // An RWMutex and a [Mutex] (or another kind of lock) must not share a name: the RWMutex's
 // operations on another lock's hash fail with [ErrWrongType] and leave it untouched. The
 // lock's hash (Key) holds a mode field ("write" or "read", which also marks the hash as a
-// read-write lock), the write holder's id, and per owner its write and read hold counts;
-// Key()+":leases" is a sorted set of every hold's lease end, Key()+":writers" one of the
-// waiting writers' claims. They share the hash tag of the fencing counter and of the two
-// release channels (Key()+":released" for writers, Key()+":released:read" for readers), and
-// expire by themselves.
+// read-write lock), the write holder's id and fencing token, and per owner its write and
+// read hold counts; Key()+":leases" is a sorted set of every hold's lease end,
+// Key()+":writers" one of the waiting writers' claims. They share the hash tag of the
+// fencing counter and of the two release channels (Key()+":released" for writers,
+// Key()+":released:read" for readers), and expire by themselves.
 type RWMutex struct {
 	w, r *Mutex // the write and read sides: one lock, one owner
 	rl   ReadLocker

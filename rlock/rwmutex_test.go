@@ -764,3 +764,55 @@ func TestRWMutex_cluster(t *testing.T) {
 		require.NoError(t, rw.RUnlock(bg))
 	}
 }
+
+// TestRWMutex_ownerIDsNeverNameAnotherField: as TestMutex_ownerIDsNeverNameAnotherField, for
+// both sides of a read-write lock, whose hash also holds the read counts and their records.
+func TestRWMutex_ownerIDsNeverNameAnotherField(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		c := b.client(t)
+		rw := c.RWMutex(redistest.Name(t))
+		a, ar := rlock.WithOwner(bg, "a"), rlock.WithOwner(bg, "a:r")
+		counts := func(ctx context.Context, write, read int) {
+			t.Helper()
+			n, err := rw.WriteHoldCount(ctx)
+			require.NoError(t, err)
+			require.Equal(t, write, n, "write holds")
+			n, err = rw.ReadHoldCount(ctx)
+			require.NoError(t, err)
+			require.Equal(t, read, n, "read holds")
+		}
+
+		// Two readers, each counted apart.
+		require.NoError(t, rw.RLock(a))
+		require.NoError(t, rw.RLock(ar))
+		require.NoError(t, rw.RLock(a))
+		counts(a, 0, 2)
+		counts(ar, 0, 1)
+		require.NoError(t, rw.RUnlock(a))
+		require.NoError(t, rw.RUnlock(a))
+		counts(a, 0, 0)
+		counts(ar, 0, 1) // a's last release must not take ar's hold with it
+		locked, err := rw.IsReadLocked(bg)
+		require.NoError(t, err)
+		require.True(t, locked)
+		require.NoError(t, rw.RUnlock(ar))
+		require.ErrorIs(t, rw.RUnlock(ar), rlock.ErrNotHeld)
+
+		// A writer; the other owner is contention on both sides.
+		require.NoError(t, rw.Lock(a))
+		ok, err := rw.TryLock(ar, 0, 0)
+		require.NoError(t, err)
+		require.False(t, ok)
+		ok, err = rw.TryRLock(ar, 0, 0)
+		require.NoError(t, err)
+		require.False(t, ok)
+		require.NoError(t, rw.Lock(a))
+		counts(a, 2, 0)
+		counts(ar, 0, 0)
+		require.NoError(t, rw.Unlock(a))
+		require.NoError(t, rw.Unlock(a))
+		locked, err = rw.IsLocked(bg)
+		require.NoError(t, err)
+		require.False(t, locked)
+	})
+}

@@ -10,11 +10,12 @@ import (
 // (holds, tenures, leases, the watchdog, the wait loop, replays): their scripts and the
 // extra keys and arguments those take, and how their waiters wait. Every acquire script
 // takes KEYS {lock, fence, extra...} and ARGV {lease_ms, owner, request, extra...} and
-// answers {1, token, holds} or {0, pttl}; every release script takes KEYS {lock, released,
-// extra...} and ARGV {owner, request, channel, remember_ms, extra...} and answers the
-// owner's remaining holds (0 freed, -1 none); every renew script takes KEYS with
-// len(renewKeys) keys per lease and ARGV {lease_ms, owner...} and answers 1 or 0 per lease;
-// every force script takes KEYS {lock} and ARGV {channel, message}.
+// answers {1, token, holds} or {0, pttl}; every release script takes KEYS {lock, the
+// request's release record (lockKeys.releaseRecord), extra...} and ARGV {owner, request,
+// channel, remember_ms, extra...} and answers the owner's remaining holds (0 freed, -1
+// none); every renew script takes KEYS with len(renewKeys) keys per lease and ARGV
+// {lease_ms, owner...} and answers 1 or 0 per lease; every force script takes KEYS {lock}
+// and ARGV {channel, message}.
 type variant struct {
 	kind                           string // "lock", "fair lock", ...: for messages
 	acquire, release, renew, force *lua.Script
