@@ -595,8 +595,9 @@ func (m *Mutex) sendRelease(ctx context.Context, owner string, next *candidate) 
 	if m.v.spin {
 		channel = ""
 	}
-	keys := []string{m.keys.lock, m.keys.released}
-	args := []string{owner, m.c.newRequest(), channel, strconv.FormatInt(2*m.c.opts.cleanupTimeout.Milliseconds(), 10)}
+	req := m.c.newRequest()
+	keys := []string{m.keys.lock, m.keys.releaseRecord(req)}
+	args := []string{owner, req, channel, strconv.FormatInt(2*m.c.opts.cleanupTimeout.Milliseconds(), 10)}
 	if m.v.releaseExtra != nil {
 		k, a := m.v.releaseExtra(m)
 		keys, args = append(keys, k...), append(args, a...)
