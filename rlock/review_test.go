@@ -1,0 +1,327 @@
+package rlock_test
+
+// Review of the hardened hold state machine (issue 9): each test here failed on the code it
+// was written against, and names the promise it checks.
+
+import (
+	"context"
+	"crypto/sha1"
+	"encoding/hex"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/rueidis"
+	"github.com/stretchr/testify/require"
+
+	"github.com/relock-go/relock/internal/redistest"
+	"github.com/relock-go/relock/lua"
+	"github.com/relock-go/relock/rlock"
+)
+
+// reviewStuck is what a script gets from a Redis that does not answer: nothing until the
+// request's context ends (as rueidis does against a SIGSTOPped server), then a lost reply.
+func reviewStuck(ctx context.Context) rueidis.RedisResult {
+	<-ctx.Done()
+	return hardLost()
+}
+
+// README guarantee 6 ("Lock and TryLock return within 100 ms of their context's end even
+// while Redis does not answer"), direct hand-off: a waiter parked as a hand-off candidate is
+// claimed by a release whose reply does not come (Redis stops answering). The waiter's ctx
+// ends; its Lock waits for the claiming release's outcome (handoff.go await, from
+// Client.drop in Mutex.acquire, and from handoffWait.unpark), which the release only knows
+// at the end of its cleanup timeout.
+func TestReview_ClaimedCandidateOutlivesItsCtx(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		const cleanup = 2 * time.Second
+		hc := &hardClient{Client: b.rueidis(t)}
+		c, err := rlock.New(hc, rlock.WithCleanupTimeout(cleanup))
+		require.NoError(t, err)
+		defer c.Close()
+		hardWarm(t, c)
+		name := redistest.Name(t)
+		holder, waiter := c.Mutex(name), c.Mutex(name)
+		require.NoError(t, holder.Lock(bg))
+		hardSubscribe(t, c, name)
+
+		ctx, cancel := context.WithCancel(bg)
+		defer cancel()
+		got := make(chan error, 1)
+		go func() { got <- waiter.Lock(ctx) }()
+		redistest.WaitFor(t, 5*time.Second, "the waiter to park as a hand-off candidate", func() bool { return rlock.ParkedCandidates(c, waiter) == 1 })
+
+		sent := make(chan struct{})
+		var once atomic.Bool
+		hc.set(func(ctx context.Context, kind string, call func() rueidis.RedisResult) rueidis.RedisResult {
+			if kind != "release" {
+				return call()
+			}
+			if once.CompareAndSwap(false, true) {
+				close(sent) // the release has claimed the candidate (claim runs before the send)
+			}
+			return reviewStuck(ctx)
+		})
+		unlocked := make(chan error, 1)
+		go func() { unlocked <- holder.Unlock(bg) }()
+		within(t, 5*time.Second, "the release passing the lock on to be sent", sent)
+		require.Zero(t, rlock.ParkedCandidates(c, waiter), "the release claimed the waiter")
+
+		cancel() // the waiter gives up
+		ended := time.Now()
+		err = await(t, got, 3*cleanup, "the waiter's Lock to return")
+		elapsed := time.Since(ended)
+		t.Logf("waiter's Lock returned %v after its ctx ended: %v", elapsed.Round(time.Millisecond), err)
+		require.Error(t, err)
+		require.Less(t, elapsed, 500*time.Millisecond,
+			"Lock outlived its ctx by %v (README: within 100ms of its context's end even while Redis does not answer)", elapsed.Round(time.Millisecond))
+		hc.set(nil)
+		t.Logf("holder's Unlock: %v", await(t, unlocked, 3*cleanup, "the holder's Unlock"))
+	})
+}
+
+// README guarantee 6, a grant given back in the foreground: a TryLock whose grant comes back
+// after its fixed lease ran out gives it back (Mutex.grant, errLateGrant: sendRelease on a
+// cleanup context) before it returns; when Redis then stops answering, TryLock outlives its
+// ctx by the cleanup timeout. (The same foreground give-back runs for a grant that shows an
+// unnoticed loss, for orphans in Mutex.grant, and for an unacknowledged grant with
+// WithReplicaAck.)
+func TestReview_LateGrantGiveBackOutlivesCtx(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		const cleanup = 2 * time.Second
+		hc := &hardClient{Client: b.rueidis(t)}
+		c, err := rlock.New(hc, rlock.WithCleanupTimeout(cleanup))
+		require.NoError(t, err)
+		defer c.Close()
+		hardWarm(t, c)
+		m := c.Mutex(redistest.Name(t))
+		hc.set(func(ctx context.Context, kind string, call func() rueidis.RedisResult) rueidis.RedisResult {
+			switch kind {
+			case "acquire":
+				res := call()
+				time.Sleep(60 * time.Millisecond) // Redis answers slowly: after the 20ms lease
+				return res
+			case "release":
+				return reviewStuck(ctx) // and then not at all
+			}
+			return call()
+		})
+		ctx, cancel := context.WithTimeout(bg, 200*time.Millisecond)
+		defer cancel()
+		got := make(chan error, 1)
+		go func() {
+			ok, err := m.TryLock(ctx, 0, 20*time.Millisecond)
+			if ok {
+				err = nil
+			}
+			got <- err
+		}()
+		err = await(t, got, 3*cleanup, "TryLock to return")
+		late := time.Duration(0)
+		if dl, _ := ctx.Deadline(); time.Now().After(dl) {
+			late = time.Since(dl)
+		}
+		t.Logf("TryLock returned %v after its ctx ended: %v", late.Round(time.Millisecond), err)
+		require.Less(t, late, 500*time.Millisecond,
+			"TryLock outlived its ctx by %v (README: within 100ms of its context's end even while Redis does not answer)", late.Round(time.Millisecond))
+	})
+}
+
+// README guarantee 6 ("Unlock is bounded by the cleanup timeout"): an acquire left to resolve
+// in the background keeps h.op for up to the cleanup timeout (Mutex.later); an Unlock of that
+// owner first waits up to a cleanup timeout for h.op (Mutex.Unlock: lockOp on a cleanup
+// context), then sends its release on a fresh cleanup context: twice the bound.
+func TestReview_UnlockAfterBackgroundResolutionOutlivesCleanupTimeout(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		const cleanup = time.Second
+		hc := &hardClient{Client: b.rueidis(t)}
+		c, err := rlock.New(hc, rlock.WithCleanupTimeout(cleanup))
+		require.NoError(t, err)
+		defer c.Close()
+		hardWarm(t, c)
+		m := c.Mutex(redistest.Name(t))
+		require.NoError(t, m.Lock(bg))
+
+		// Redis stops answering scripts.
+		hc.set(func(ctx context.Context, kind string, call func() rueidis.RedisResult) rueidis.RedisResult {
+			if kind == "renew" {
+				return call()
+			}
+			return reviewStuck(ctx)
+		})
+		ctx, cancel := context.WithTimeout(bg, 50*time.Millisecond)
+		defer cancel()
+		ok, err := m.TryLock(ctx, 0, 0) // a re-entry: its outcome is left to the background
+		require.False(t, ok)
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+
+		start := time.Now()
+		err = m.Unlock(bg)
+		elapsed := time.Since(start)
+		t.Logf("Unlock returned after %v: %v", elapsed.Round(time.Millisecond), err)
+		hc.set(nil)
+		require.Less(t, elapsed, cleanup+300*time.Millisecond,
+			"Unlock took %v, the cleanup timeout is %v (README: Unlock is bounded by the cleanup timeout)", elapsed.Round(time.Millisecond), cleanup)
+	})
+}
+
+// DESIGN invariant / README guarantee 8, context owners: an acquire whose outcome stays
+// unknown in the foreground (Lock returns ErrUnknownOutcome) may have granted a hold; the
+// background resolution notes such a hold as stale (Client.noteStale), the foreground path
+// does not (Mutex.attempt). The owner's next Lock joins the ghost hold: Redis counts 2, the
+// Client 1, nobody is told, the watchdog renews the ghost, and after the owner's Unlock the
+// lock stays held by nobody for a whole lease.
+func TestReview_UnknownOutcomeOfContextOwnerDriftsAtNextGrant(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		lc := &lossyClient{Client: b.rueidis(t)}
+		c, err := rlock.New(lc, rlock.WithCleanupTimeout(200*time.Millisecond))
+		require.NoError(t, err)
+		defer c.Close()
+		hardWarm(t, c) // the scripts are loaded: the acquire below is applied at its first send
+		name := redistest.Name(t)
+		m := c.Mutex(name)
+		ctx := rlock.WithOwner(bg, "review-"+name)
+
+		lc.always.Store(true) // the acquire is applied; its reply and every replay's are lost
+		err = m.Lock(ctx)
+		require.ErrorIs(t, err, rlock.ErrUnknownOutcome)
+		lc.always.Store(false)
+		require.ErrorIs(t, m.Err(ctx), rlock.ErrNotHeld)
+		n, err := m.HoldCount(ctx)
+		require.NoError(t, err)
+		require.Equal(t, 1, n, "the acquire whose outcome was unknown was applied")
+
+		require.NoError(t, m.Lock(ctx))
+		n, err = m.HoldCount(ctx)
+		require.NoError(t, err)
+		require.Equal(t, 1, n, "Redis counts %d holds for the owner, the Client 1, and the owner was told nothing", n)
+		require.NoError(t, m.Unlock(ctx))
+		require.False(t, b.exists(t, m.Key()), "the owner's only Unlock left the lock held in Redis")
+	})
+}
+
+// DESIGN invariant / README guarantee 8, context owners, the hand-off path: a release that
+// passes the lock to a parked context owner is applied but its outcome stays unknown (every
+// reply lost until the cleanup timeout). The candidate's Lock fails ("passed on by a release
+// whose outcome is unknown", Mutex.handedOff) and nothing notes the hold Redis now counts
+// for it (no Client.noteStale): its next Lock joins that hold and Redis counts one hold more
+// than the Client, untold.
+func TestReview_UnknownHandoffOfContextOwnerDriftsAtNextGrant(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		hc := &hardClient{Client: b.rueidis(t)}
+		c, err := rlock.New(hc, rlock.WithCleanupTimeout(300*time.Millisecond))
+		require.NoError(t, err)
+		defer c.Close()
+		hardWarm(t, c)
+		name := redistest.Name(t)
+		holder, m := c.Mutex(name), c.Mutex(name)
+		ctx := rlock.WithOwner(bg, "review-"+name)
+		require.NoError(t, holder.Lock(bg))
+		hardSubscribe(t, c, name)
+		got := make(chan error, 1)
+		go func() { got <- m.Lock(ctx) }()
+		redistest.WaitFor(t, 5*time.Second, "the context owner to park as a hand-off candidate", func() bool { return rlock.ParkedCandidates(c, m) == 1 })
+
+		var lose atomic.Bool
+		lose.Store(true)
+		hc.set(func(_ context.Context, kind string, call func() rueidis.RedisResult) rueidis.RedisResult {
+			res := call()
+			if kind == "release" && lose.Load() {
+				return hardLost() // applied; the reply and every replay's lost
+			}
+			return res
+		})
+		uerr := holder.Unlock(bg)
+		t.Logf("holder's Unlock: %v", uerr)
+		require.ErrorIs(t, uerr, rlock.ErrUnknownOutcome)
+		err = await(t, got, 10*time.Second, "the candidate's Lock")
+		t.Logf("candidate's Lock: %v", err)
+		require.Error(t, err, "the hand-off's outcome is unknown")
+		lose.Store(false)
+		n, err := m.HoldCount(ctx)
+		require.NoError(t, err)
+		require.Equal(t, 1, n, "the release passed the lock on in Redis")
+
+		require.NoError(t, m.Lock(ctx))
+		n, err = m.HoldCount(ctx)
+		require.NoError(t, err)
+		require.Equal(t, 1, n, "Redis counts %d holds for the owner, the Client 1, and the owner was told nothing", n)
+		require.NoError(t, m.Unlock(ctx))
+		require.False(t, b.exists(t, m.Key()), "the owner's only Unlock left the lock held in Redis")
+	})
+}
+
+// reviewSlowClient delays the scripts it is told of by their name (Redis answers them
+// slowly); everything else goes straight on.
+type reviewSlowClient struct {
+	rueidis.Client
+	delay   time.Duration
+	scripts map[string]bool // SHA1s and texts of the delayed scripts
+}
+
+func newReviewSlowClient(rc rueidis.Client, delay time.Duration, scripts ...*lua.Script) *reviewSlowClient {
+	s := &reviewSlowClient{Client: rc, delay: delay, scripts: map[string]bool{}}
+	for _, sc := range scripts {
+		flagged := sha1.Sum([]byte(sc.Source()))
+		s.scripts[sc.PlainSHA1()] = true
+		s.scripts[hex.EncodeToString(flagged[:])] = true
+		s.scripts[sc.Source()] = true
+		s.scripts[sc.PlainSource()] = true
+	}
+	return s
+}
+
+func (s *reviewSlowClient) Do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResult {
+	args := cmd.Commands()
+	if len(args) >= 2 && (strings.EqualFold(args[0], "EVALSHA") || strings.EqualFold(args[0], "EVAL")) && s.scripts[args[1]] {
+		time.Sleep(s.delay)
+	}
+	return s.Client.Do(ctx, cmd)
+}
+
+// Godoc of FairMutex ("A waiter that gives up ... removes its place at once, before Lock or
+// TryLock returns") and of RWMutex ("A writer that gives up ... withdraws its claim before
+// returning"; RWMutex.Lock: "nothing is left held or claimed"): since the leave runs in the
+// background after returnGrace (Mutex.acquire, spec.leave), a Redis that answers the leave in
+// more than 100ms sees the call return with the place (the claim) still in Redis.
+func TestReview_WaiterThatGivesUpLeavesBeforeReturning(t *testing.T) {
+	for _, kind := range []string{"fair", "rw-write"} {
+		t.Run(kind, func(t *testing.T) {
+			b := realBackend(t)
+			name := redistest.Name(t)
+			holderC := b.client(t)
+			sc := newReviewSlowClient(b.rueidis(t), 400*time.Millisecond, lua.FairLeave, lua.RWLeave)
+			c, err := rlock.New(sc)
+			require.NoError(t, err)
+			defer c.Close()
+			var try func(ctx context.Context) (bool, error)
+			var key string
+			switch kind {
+			case "fair":
+				require.NoError(t, holderC.FairMutex(name).Lock(bg))
+				w := c.FairMutex(name)
+				try = func(ctx context.Context) (bool, error) { return w.TryLock(ctx, 300*time.Millisecond, 0) }
+				key = w.Key() + ":queue"
+			case "rw-write":
+				require.NoError(t, holderC.RWMutex(name).RLock(bg))
+				w := c.RWMutex(name)
+				try = func(ctx context.Context) (bool, error) { return w.TryLock(ctx, 300*time.Millisecond, 0) }
+				key = w.Key() + ":writers"
+			}
+			ok, err := try(bg)
+			require.NoError(t, err)
+			require.False(t, ok, "the lock is held by another")
+			msg, err := b.do(t, "ZCARD", key)
+			require.NoError(t, err)
+			n, _ := msg.AsInt64()
+			redistest.WaitFor(t, 5*time.Second, "the leave to run in the background", func() bool {
+				msg, err := b.do(t, "ZCARD", key)
+				require.NoError(t, err)
+				left, _ := msg.AsInt64()
+				return left == 0
+			})
+			require.Zero(t, n, "TryLock returned with its place (claim) still in %s; the leave ran after it returned", key)
+		})
+	}
+}
