@@ -325,3 +325,67 @@ func TestReview_WaiterThatGivesUpLeavesBeforeReturning(t *testing.T) {
 		})
 	}
 }
+
+// reviewStuckClient stops answering the scripts it is told of while stuck is set (see
+// reviewStuck); everything else goes straight on.
+type reviewStuckClient struct {
+	rueidis.Client
+	stuck   atomic.Bool
+	scripts map[string]bool
+}
+
+func newReviewStuckClient(rc rueidis.Client, scripts ...*lua.Script) *reviewStuckClient {
+	s := &reviewStuckClient{Client: rc, scripts: newReviewSlowClient(nil, 0, scripts...).scripts}
+	return s
+}
+
+func (s *reviewStuckClient) Do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResult {
+	args := cmd.Commands()
+	if s.stuck.Load() && len(args) >= 2 && (strings.EqualFold(args[0], "EVALSHA") || strings.EqualFold(args[0], "EVAL")) && s.scripts[args[1]] {
+		return reviewStuck(ctx)
+	}
+	return s.Client.Do(ctx, cmd)
+}
+
+// README guarantee 6 ("Lock and TryLock return within 100 ms of their context's end even
+// while Redis does not answer"), the family with a leave (FairMutex, RWMutex write side): an
+// attempt whose reply is lost when ctx ends waits returnGrace for its background resolution
+// (Mutex.later via Client.soon), then the wait's leave waits returnGrace again (spec.leave via
+// Client.soon): the two grace periods add up.
+func TestReview_FamilyLockOutlivesCtxByTwoGracePeriods(t *testing.T) {
+	for _, kind := range []string{"fair", "rw-write"} {
+		t.Run(kind, func(t *testing.T) {
+			eachBackend(t, func(t *testing.T, b *backend) {
+				sc := newReviewStuckClient(b.rueidis(t), lua.FairAcquire, lua.FairLeave, lua.RWAcquire, lua.RWLeave)
+				c, err := rlock.New(sc)
+				require.NoError(t, err)
+				defer c.Close()
+				name := redistest.Name(t)
+				var lock func(ctx context.Context) error
+				switch kind {
+				case "fair":
+					w := c.FairMutex(name)
+					require.NoError(t, w.Lock(bg)) // scripts loaded
+					require.NoError(t, w.Unlock(bg))
+					lock = w.Lock
+				case "rw-write":
+					w := c.RWMutex(name)
+					require.NoError(t, w.Lock(bg))
+					require.NoError(t, w.Unlock(bg))
+					lock = w.Lock
+				}
+				sc.stuck.Store(true) // Redis stops answering
+				ctx, cancel := context.WithTimeout(bg, 150*time.Millisecond)
+				defer cancel()
+				err = lock(ctx)
+				dl, _ := ctx.Deadline()
+				late := time.Since(dl)
+				sc.stuck.Store(false)
+				t.Logf("Lock returned %v after its ctx ended: %v", late.Round(time.Millisecond), err)
+				require.ErrorIs(t, err, context.DeadlineExceeded)
+				require.Less(t, late, 170*time.Millisecond,
+					"Lock outlived its ctx by %v (README: within 100ms of its context's end even while Redis does not answer)", late.Round(time.Millisecond))
+			})
+		})
+	}
+}
