@@ -2311,3 +2311,53 @@ func (ps *permitSubject) finish(s *mseq) {
 		}
 	}
 }
+
+// ---- regressions found by the model test ----
+
+// TestModelRegression_refusedReleaseEndsParkedWaiter: found by the model test (Mutex, seed
+// 8470908088395394514: "Lock ... passed on by a release whose outcome is unknown: ... LOADING").
+// A final Unlock whose release script Redis refuses with an error reply (LOADING, BUSY, an
+// ERR: the script wrote nothing) while a waiter of the same Client is parked as a hand-off
+// candidate passed nothing on: the waiter must go on waiting, and get the lock from the next
+// Unlock. release (mutex.go) judges sendRelease's error with definitive(), but sendRelease has
+// wrapped it (classify) and rueidis.IsRedisErr does not unwrap: the refusal is taken for an
+// unknown outcome, handed to the candidate, and the waiter's Lock fails with it.
+func TestModelRegression_refusedReleaseEndsParkedWaiter(t *testing.T) {
+	b := realBackend(t)
+	fc := &faultClient{Client: b.rueidis(t)}
+	c, err := rlock.New(fc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	name := redistest.Name(t)
+	holder, waiter := c.Mutex(name), c.Mutex(name)
+	if err := holder.Lock(bg); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(bg, 20*time.Second)
+	defer cancel()
+	got := make(chan error, 1)
+	go func() { got <- waiter.Lock(ctx) }()
+	for _, kind := range []faultKind{fBusy, fRedisErr} {
+		redistest.WaitFor(t, 5*time.Second, "the waiter to park", func() bool { return rlock.ParkedCandidates(c, holder) == 1 })
+		err := holder.Unlock(withFault(bg, &opFault{kind: kind, n: 1}))
+		if !injected(err) {
+			t.Fatalf("Unlock with a refused release script: %v, want the injected error", err)
+		}
+		select {
+		case err := <-got:
+			t.Fatalf("after a release that Redis refused (%s: nothing was passed on) the waiter's Lock returned %v; it must go on waiting", faultNames[kind], err)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	if err := holder.Unlock(bg); err != nil {
+		t.Fatal(err)
+	}
+	if err := await(t, got, 5*time.Second, "the waiter to get the lock"); err != nil {
+		t.Fatalf("the waiter's Lock: %v", err)
+	}
+	if err := waiter.Unlock(bg); err != nil {
+		t.Fatal(err)
+	}
+}
