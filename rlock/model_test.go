@@ -601,10 +601,10 @@ type lossObs struct {
 // faults into single operations (none of which can explain a loss), so that every check
 // applies in full.
 type faultProfile struct {
-	name                             string
-	op                               float64 // share of operations with a fault
-	pause, renewals, del, quietDel   float64 // per round
-	force                            float64 // per operation
+	name                           string
+	op                             float64 // share of operations with a fault
+	pause, renewals, del, quietDel float64 // per round
+	force                          float64 // per operation
 }
 
 var faultProfiles = []struct {
