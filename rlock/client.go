@@ -171,8 +171,12 @@ func (c *Client) exec(ctx context.Context, s *lua.Script, keys, args []string) r
 
 // cleanupCtx is a context for work done on the caller's behalf after its ctx may have
 // ended: it keeps ctx's values, drops its cancellation, and is bounded by the cleanup
-// timeout and by the Client's life (Close cancels it, with cause ErrClosed).
+// timeout and by the Client's life (Close cancels it, with cause ErrClosed). Work already
+// under a cleanup context stays under it: nested steps share one cleanup timeout.
 func (c *Client) cleanupCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	if cv, ok := ctx.(callerValues); ok {
+		return cv, func() {}
+	}
 	tctx, cancel := context.WithTimeout(c.life, c.opts.cleanupTimeout)
 	return callerValues{Context: tctx, values: ctx}, cancel
 }

@@ -37,7 +37,9 @@ import (
 //
 // A waiter that gives up (its ctx ends, its wait runs out, or an error ends its wait)
 // removes its place at once, before Lock or TryLock returns, and wakes the next waiter if
-// that one may take the lock now. A waiter that cannot remove its place (its process died,
+// that one may take the lock now. (When its ctx has ended and Redis does not answer within
+// 100ms, Lock returns and the place is removed in the background, within the cleanup
+// timeout; failing that, it runs out as below.) A waiter that cannot remove its place (its process died,
 // or lost Redis) does not block the queue for long: every place lives for the waiter
 // timeout ([WithWaiterTimeout], default [DefaultWaiterTimeout], 10s) after it was last
 // refreshed, and waiters refresh theirs every third of it while they wait, so only a dead

@@ -67,8 +67,9 @@ func (c *Client) park(cand *candidate) {
 	cand.state.Store(candParked)
 }
 
-// drop unregisters cand. If a release has claimed it, drop waits for the outcome and reports
-// it: the lock may have been passed on to cand's owner.
+// drop unregisters cand. It reports whether a release has claimed it: the lock may have
+// been passed on to cand's owner, and the claim's outcome is still to be read from
+// cand.ready (it holds cand's h.op meanwhile).
 func (c *Client) drop(cand *candidate) (claimed bool) {
 	c.mu.Lock()
 	key := tableKey(cand.h.keys, cand.h.v)
@@ -85,24 +86,13 @@ func (c *Client) drop(cand *candidate) (claimed bool) {
 	}
 	cand.queued = false
 	c.mu.Unlock()
-	if cand.unclaim() {
-		return false
-	}
-	cand.await()
-	return true
+	return !cand.unclaim()
 }
 
 // unclaim makes a parked cand idle before it attempts; it reports false when a release
 // claimed it first (the caller then awaits the outcome).
 func (cand *candidate) unclaim() bool {
 	return cand.state.CompareAndSwap(candParked, candIdle) || cand.state.Load() == candIdle
-}
-
-// await waits for the outcome of the release that claimed cand and makes cand idle again;
-// the outcome is then in cand's token, sent and err.
-func (cand *candidate) await() {
-	<-cand.ready
-	cand.state.Store(candIdle)
 }
 
 // claim picks the first parked candidate for h's lock owned by someone other than h's owner

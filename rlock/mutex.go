@@ -180,6 +180,7 @@ func (m *Mutex) acquire(ctx context.Context, wait, lease time.Duration) (bool, e
 		return false, err
 	}
 	defer m.c.unref(h)
+	var g grace // shared by every step of this call that waits past ctx's end
 
 	// A re-entry never waits: an owner that holds the lock through this Client goes to Redis
 	// at once, ahead of every waiter, and never parks as a hand-off candidate.
@@ -189,46 +190,58 @@ func (m *Mutex) acquire(ctx context.Context, wait, lease time.Duration) (bool, e
 		spec.tag = owner
 	}
 	if m.v.leave != nil && wait != 0 {
-		// A single attempt (wait 0) never joins a queue: nothing to leave. Leaving is a
-		// request made after the caller's ctx may have ended: it must not hold the caller
-		// past returnGrace. It takes h.op when it is free, so that it runs before this
-		// owner's next attempt (goroutines that share the owner share its place anyway).
-		spec.leave = func() {
-			op := h.tryLockOp()
-			m.c.reref(h)
-			m.c.soon(func() {
-				defer m.c.unref(h)
-				if op {
-					defer h.unlockOp()
-				}
-				m.v.leave(ctx, m, owner)
-			})
-		}
+		// A single attempt (wait 0) never joins a queue: nothing to leave.
+		spec.leave = func() { m.leave(ctx, h, owner, &g) }
 	}
 	queue := wait != 0
 	var hw *handoffWait
 	if m.v.handoff && wait != 0 && m.c.opts.ackReplicas == 0 && !reentry {
-		hw = &handoffWait{m: m, ctx: ctx, h: h, lease: lease, renew: renew}
+		hw = &handoffWait{m: m, ctx: ctx, h: h, lease: lease, renew: renew, g: &g}
 		spec.parker = hw
 	}
 	ok, err := m.c.waitLoop(ctx, wait, spec, func() (bool, time.Duration, error) {
-		return m.attempt(ctx, h, lease, renew, queue)
+		return m.attempt(ctx, h, lease, renew, queue, &g)
 	})
 	if hw != nil && hw.cand != nil && m.c.drop(hw.cand) {
-		// A release passed the lock on while this wait was ending (it holds h.op for us).
-		gok, gerr, _ := m.handedOff(ctx, h, hw.cand)
-		switch {
-		case gok && ctx.Err() == nil && err == nil:
-			h.unlockOp()
-			return true, nil // the wait bound ran out as the lock came: take it
-		case gok:
-			m.giveBack(ctx, h) // the caller is gone
-		default:
-			h.unlockOp()
-			if err == nil {
-				err = gerr
+		// A release claimed this waiter as the wait was ending: it may have passed the lock on.
+		return m.claimedAtEnd(ctx, h, hw.cand, &g, ok, err)
+	}
+	return ok, err
+}
+
+// claimedAtEnd settles a wait that ended (with ok, err) while a release had claimed its
+// candidate cand (and taken h.op for it). While ctx lives it waits for the release's
+// outcome: a grant that came as the wait bound ran out is taken. Once ctx has ended, the
+// outcome is waited for, and a grant given back, in the background.
+func (m *Mutex) claimedAtEnd(ctx context.Context, h *hold, cand *candidate, g *grace, ok bool, err error) (bool, error) {
+	o := &opHold{h: h, held: true} // the claim took h.op for this call
+	defer o.unlock()
+	select {
+	case <-cand.ready:
+	case <-ctx.Done():
+		m.later(ctx, o, g, func() {
+			<-cand.ready
+			cand.state.Store(candIdle)
+			cctx, cancel := m.c.cleanupCtx(ctx)
+			defer cancel()
+			if gok, _, _ := m.handedOff(cctx, h, cand, nil, nil); gok {
+				m.release1(cctx, h)
 			}
+		})
+		if err == nil {
+			err = fmt.Errorf("rlock: lock %q: %w", m.name, ctx.Err())
 		}
+		return false, err
+	}
+	cand.state.Store(candIdle)
+	gok, gerr, _ := m.handedOff(ctx, h, cand, o, g)
+	switch {
+	case gok && ctx.Err() == nil && err == nil:
+		return true, nil // the wait bound ran out as the lock came: take it
+	case gok:
+		m.later(ctx, o, g, func() { m.release1(ctx, h) }) // the caller is gone: give it back
+	case err == nil:
+		err = gerr
 	}
 	return ok, err
 }
@@ -241,6 +254,7 @@ type handoffWait struct {
 	h     *hold
 	lease time.Duration
 	renew bool
+	g     *grace
 	cand  *candidate
 }
 
@@ -256,25 +270,35 @@ func (w *handoffWait) unpark() (bool, error, bool) {
 	if w.cand == nil || w.cand.unclaim() {
 		return false, nil, false
 	}
-	w.cand.await() // a release claimed it: wait for its outcome
-	defer w.h.unlockOp()
-	return w.m.handedOff(w.ctx, w.h, w.cand)
+	// A release claimed it: wait for its outcome while ctx lives. If ctx ends first, the
+	// wait ends and acquire settles the claim (claimedAtEnd).
+	select {
+	case <-w.cand.ready:
+	case <-w.ctx.Done():
+		return false, fmt.Errorf("rlock: lock %q: %w", w.m.name, w.ctx.Err()), true
+	}
+	w.cand.state.Store(candIdle)
+	o := &opHold{h: w.h, held: true} // the claim took h.op for this wait
+	defer o.unlock()
+	return w.m.handedOff(w.ctx, w.h, w.cand, o, w.g)
 }
 
 // handedOff records the outcome of a release that passed the lock to cand: (true, nil, true)
 // when cand's owner now holds it; (false, err, true) when the outcome is unknown; (false,
 // nil, false) when the lock was not passed on, or its grant came too late to use (given
 // back): the wait goes on. h.op must be held: the release that claimed cand took it, so
-// that no other script of the owner runs between the grant and its record here; the caller
-// gives it back.
-func (m *Mutex) handedOff(ctx context.Context, h *hold, cand *candidate) (bool, error, bool) {
+// that no other script of the owner runs between the grant and its record here. o is the
+// caller's hold of it (nil: work already in the background), g its grace (see grant).
+func (m *Mutex) handedOff(ctx context.Context, h *hold, cand *candidate, o *opHold, g *grace) (bool, error, bool) {
 	if cand.err != nil {
+		// The lock may have passed to this owner, unrecorded: if so, it expires.
+		m.c.noteStale(h, 1, time.Now().Add(cand.lease+watchdog.Drift(cand.lease)))
 		return false, fmt.Errorf("rlock: lock %q: passed on by a release whose outcome is unknown: %w", m.name, cand.err), true
 	}
 	if cand.token <= 0 {
 		return false, nil, false
 	}
-	switch err := m.grant(ctx, h, []int64{1, cand.token, 1}, cand.sent, cand.lease, cand.renew); {
+	switch err := m.grant(ctx, h, []int64{1, cand.token, 1}, cand.sent, cand.lease, cand.renew, o, g); {
 	case errors.Is(err, watchdog.ErrClosed):
 		return false, ErrClosed, true
 	case errors.Is(err, errLateGrant):
@@ -285,43 +309,93 @@ func (m *Mutex) handedOff(ctx context.Context, h *hold, cand *candidate) (bool, 
 	return true, nil, true
 }
 
-// giveBack gives back, on behalf of a caller that has gone, the hold it was just granted. It
-// takes over h.op, which the caller holds. If the give-back fails, this Client stops
-// counting and renewing the hold (h.abandon): Redis lets it expire within its lease. It
-// returns when done, or after returnGrace, leaving the rest to the background.
-func (m *Mutex) giveBack(ctx context.Context, h *hold) {
-	m.later(h, func() {
-		if err := m.release(ctx, h); err != nil && !errors.Is(err, ErrNotHeld) {
-			h.abandon(err)
-		}
-	})
+// release1 gives back one hold of h on behalf of a caller that has gone. If the give-back
+// fails, this Client stops counting and renewing the hold (h.abandon): Redis lets it expire
+// within its lease. h.op must be held.
+func (m *Mutex) release1(ctx context.Context, h *hold) {
+	if err := m.release(ctx, h); err != nil && !errors.Is(err, ErrNotHeld) {
+		h.abandon(err)
+	}
 }
 
-// later runs work on behalf of a caller that is returning, holding h.op (which the caller
-// holds and hands over) and a reference on h until work is done (see Client.soon).
-func (m *Mutex) later(h *hold, work func()) {
-	m.c.reref(h)
-	m.c.soon(func() {
-		defer m.c.unref(h)
-		defer h.unlockOp()
-		work()
-	})
+// leave runs the variant's leave (withdrawing what a wait that gave up registered in
+// Redis) for a wait that ends: after this owner's operation in flight on the lock (the
+// wait's own background work, say), and before its next one when it can (goroutines that
+// share the owner share its place anyway). It holds the caller while ctx lives, and for
+// what is left of the call's grace after.
+func (m *Mutex) leave(ctx context.Context, h *hold, owner string, g *grace) {
+	m.later(ctx, &opHold{h: h, held: h.tryLockOp()}, g, func() { m.v.leave(ctx, m, owner) })
 }
 
-// soon runs work on behalf of a caller that is returning: it waits for work for at most
-// returnGrace, then leaves it to the background (counted for Close).
-func (c *Client) soon(work func()) {
-	done := make(chan struct{})
-	c.background(func() {
-		defer close(done)
-		work()
-	})
-	t := time.NewTimer(returnGrace)
+// opHold is a call's possession of h.op, which it may hand over to work that goes on after
+// the call (later).
+type opHold struct {
+	h    *hold
+	held bool
+}
+
+// unlock gives h.op back unless it was handed over.
+func (o *opHold) unlock() {
+	if o.held {
+		o.held = false
+		o.h.unlockOp()
+	}
+}
+
+// grace is how long, in all, a call may still wait after its ctx ended for work done on its
+// behalf: returnGrace from the first such wait, however many steps wait.
+type grace struct{ end time.Time }
+
+// wait waits for done while ctx lives, then for what is left of the grace.
+func (g *grace) wait(ctx context.Context, done <-chan struct{}) {
+	select {
+	case <-done:
+		return
+	case <-ctx.Done():
+	}
+	if g.end.IsZero() {
+		g.end = time.Now().Add(returnGrace)
+	}
+	d := time.Until(g.end)
+	if d <= 0 {
+		return
+	}
+	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-done:
 	case <-t.C:
 	}
+}
+
+// later runs work on behalf of a call, holding h.op and a reference on h until work is
+// done. When the call holds h.op (through o), it hands it over (o no longer holds it);
+// otherwise work takes it first, after whatever holds it now (work the call handed over
+// before, say), or goes on without it if it cannot within the cleanup timeout. The call
+// waits for work while its ctx lives and for its grace after (g; nil: a grace of its own),
+// then leaves it to the background (counted for Close).
+func (m *Mutex) later(ctx context.Context, o *opHold, g *grace, work func()) {
+	h, held := o.h, o.held
+	o.held = false
+	m.c.reref(h)
+	done := make(chan struct{})
+	m.c.background(func() {
+		defer close(done)
+		defer m.c.unref(h)
+		if !held {
+			cctx, cancel := m.c.cleanupCtx(ctx)
+			held = h.lockOp(cctx) == nil
+			cancel()
+		}
+		if held {
+			defer h.unlockOp()
+		}
+		work()
+	})
+	if g == nil {
+		g = new(grace)
+	}
+	g.wait(ctx, done)
 }
 
 // ackRetry is the pause before another attempt after a grant was given back for want of
@@ -340,16 +414,12 @@ const (
 // attempt never outlives ctx by more than returnGrace: when ctx ends before an ambiguous
 // acquire (its reply lost) is resolved, the resolution goes on in the background, and a hold
 // it turns out to have granted is given back there.
-func (m *Mutex) attempt(ctx context.Context, h *hold, lease time.Duration, renew, queue bool) (bool, time.Duration, error) {
+func (m *Mutex) attempt(ctx context.Context, h *hold, lease time.Duration, renew, queue bool, g *grace) (bool, time.Duration, error) {
 	if err := h.lockOp(ctx); err != nil {
 		return false, 0, fmt.Errorf("rlock: lock %q: %w", m.name, err)
 	}
-	held := true // h.op, until handed over to the background
-	defer func() {
-		if held {
-			h.unlockOp()
-		}
-	}()
+	o := &opHold{h: h, held: true}
+	defer o.unlock()
 	if _, lost := h.snapshot(); lost != nil {
 		return false, 0, fmt.Errorf("rlock: lock %q: %w", m.name, lost)
 	}
@@ -382,15 +452,12 @@ func (m *Mutex) attempt(ctx context.Context, h *hold, lease time.Duration, renew
 		wcancel()
 		if _, isReply := rueidis.IsRedisErr(err); err != nil && !isReply && ctx.Err() != nil && cctx.Err() == nil && !errors.Is(err, ErrClosed) {
 			// The caller has gone first: resolve the request in the background.
-			held = false
-			m.later(h, func() {
+			m.later(ctx, o, g, func() {
 				defer cancel()
 				res, err := m.c.replay(cctx, nil, m.v.acquire, keys, args, first)
 				if err != nil {
 					if !definitive(err) {
-						// Never resolved: a hold it may have granted is not renewed and
-						// expires with its lease.
-						m.c.noteStale(h, 1, time.Now().Add(lease+watchdog.Drift(lease)))
+						m.unresolved(h, lease)
 					}
 					return
 				}
@@ -402,14 +469,15 @@ func (m *Mutex) attempt(ctx context.Context, h *hold, lease time.Duration, renew
 		}
 		if err == nil {
 			vals, err = res.AsIntSlice()
+		} else if !definitive(err) {
+			m.unresolved(h, lease)
 		}
 		if err == nil && len(vals) == 3 && vals[0] == 1 && vals[2] == 1 && m.c.opts.ackReplicas > 0 {
 			acked = m.c.ackAfterTouch(cctx, m.keys.lock, lease)
 		}
 		if err == nil && len(vals) == 3 && vals[0] == 1 && ctx.Err() != nil {
 			// Granted, but the caller is gone: give it back.
-			held = false
-			m.later(h, func() { defer cancel(); m.undo(cctx, h, vals, sent, lease, renew) })
+			m.later(ctx, o, g, func() { defer cancel(); m.undo(cctx, h, vals, sent, lease, renew) })
 			return false, 0, fmt.Errorf("rlock: lock %q: %w", m.name, ctx.Err())
 		}
 		cancel()
@@ -421,10 +489,10 @@ func (m *Mutex) attempt(ctx context.Context, h *hold, lease time.Duration, renew
 	case len(vals) == 3 && vals[0] == 1:
 		if vals[2] == 1 && acked < int64(m.c.opts.ackReplicas) {
 			// Too few replicas have the fresh grant: a failover now could lose it.
-			_, _, _ = m.sendRelease(ctx, h.owner, nil)
+			m.later(ctx, o, g, func() { _, _, _ = m.sendRelease(ctx, h.owner, nil) })
 			return false, 0, fmt.Errorf("rlock: lock %q: %w (%d of %d acknowledged)", m.name, ErrNoReplicaAck, acked, m.c.opts.ackReplicas)
 		}
-		switch err := m.grant(ctx, h, vals, sent, lease, renew); {
+		switch err := m.grant(ctx, h, vals, sent, lease, renew, o, g); {
 		case errors.Is(err, watchdog.ErrClosed):
 			return false, 0, ErrClosed
 		case err != nil:
@@ -440,14 +508,19 @@ func (m *Mutex) attempt(ctx context.Context, h *hold, lease time.Duration, renew
 	return false, 0, fmt.Errorf("rlock: lock %q: malformed reply %v", m.name, vals)
 }
 
+// unresolved notes that an acquire for h's owner may have been applied unrecorded: a hold it
+// granted is never renewed by this Client and expires with its lease, and a grant joining it
+// before then finds it an orphan (Client.orphans).
+func (m *Mutex) unresolved(h *hold, lease time.Duration) {
+	m.c.noteStale(h, 1, time.Now().Add(lease+watchdog.Drift(lease)))
+}
+
 // undo gives back what an acquire reply granted a caller that has gone. If the give-back
 // fails, this Client stops counting and renewing the hold (h.abandon): Redis lets it expire
-// within its lease. h.op must be held.
+// within its lease. h.op must be held; undo runs in the background.
 func (m *Mutex) undo(ctx context.Context, h *hold, vals []int64, sent time.Time, lease time.Duration, renew bool) {
-	if err := m.grant(ctx, h, vals, sent, lease, renew); err == nil {
-		if err := m.release(ctx, h); err != nil && !errors.Is(err, ErrNotHeld) {
-			h.abandon(err)
-		}
+	if err := m.grant(ctx, h, vals, sent, lease, renew, nil, nil); err == nil {
+		m.release1(ctx, h)
 	}
 }
 
@@ -457,24 +530,39 @@ func (m *Mutex) undo(ctx context.Context, h *hold, vals []int64, sent time.Time,
 // is never silently taken again. A grant that came back too late to use is given back too
 // (errLateGrant). When Redis counts holds of the owner that this Client had let go of
 // (orphans: see hold.granted), grant gives them back, so that Redis's count is this
-// Client's again. h.op must be held.
-func (m *Mutex) grant(ctx context.Context, h *hold, vals []int64, sent time.Time, lease time.Duration, renew bool) error {
+// Client's again. h.op must be held; through o (nil when grant already runs in the
+// background), the give-backs take it over and run in the background after the call's
+// grace g (see later).
+func (m *Mutex) grant(ctx context.Context, h *hold, vals []int64, sent time.Time, lease time.Duration, renew bool, o *opHold, g *grace) error {
 	extra, err := h.granted(vals[1], vals[2], sent, lease, renew)
 	if errors.Is(err, ErrLockLost) || errors.Is(err, errLateGrant) {
-		_, _, _ = m.sendRelease(ctx, h.owner, nil)
+		extra = 1 // the grant itself
+	} else if err != nil {
+		return err
+	} else {
+		extra = m.c.orphans(h, extra)
 	}
-	if err != nil {
+	if extra <= 0 {
 		return err
 	}
-	for n := m.c.orphans(h, extra); n > 0; n-- {
-		// Each gives back one hold and never the last (this grant's): the lock stays held.
-		// One that fails leaves the orphan to the end of this tenure, whose last Unlock stops
-		// renewing whatever Redis still counts (hold.released).
-		if _, _, err := m.sendRelease(ctx, h.owner, nil); err != nil {
-			break
+	giveBack := func() {
+		cctx, cancel := m.c.cleanupCtx(ctx)
+		defer cancel()
+		for ; extra > 0; extra-- {
+			// Orphans: each gives back one hold and never the last (this grant's), so the
+			// lock stays held. One that fails leaves the orphan to the end of this tenure,
+			// whose last Unlock stops renewing whatever Redis still counts (hold.released).
+			if _, _, err := m.sendRelease(cctx, h.owner, nil); err != nil {
+				return
+			}
 		}
 	}
-	return nil
+	if o == nil {
+		giveBack()
+	} else {
+		m.later(ctx, o, g, giveBack)
+	}
+	return err
 }
 
 // replay re-sends a script whose first send failed with first (not a Redis reply) until it
@@ -538,13 +626,13 @@ func (m *Mutex) Unlock(ctx context.Context) error {
 	defer m.c.unref(h)
 	if !h.tryLockOp() {
 		// Another call of this owner on this lock is running (or finishing in the
-		// background): wait for it, as long as an Unlock may take.
+		// background): wait for it, within the one cleanup timeout the whole Unlock has.
 		cctx, cancel := m.c.cleanupCtx(ctx)
-		err := h.lockOp(cctx)
-		cancel()
-		if err != nil {
-			return fmt.Errorf("rlock: unlock %q: %w", m.name, err)
+		defer cancel()
+		if err := h.lockOp(cctx); err != nil {
+			return fmt.Errorf("rlock: unlock %q: %w", m.name, context.Cause(cctx))
 		}
+		ctx = cctx
 	}
 	defer h.unlockOp()
 	return m.release(ctx, h)

@@ -70,7 +70,9 @@ var ErrUpgrade = errors.New("rlock: cannot upgrade a read hold to the write hold
 // [DefaultWaiterTimeout]) after its last refresh, and a waiting writer refreshes it every
 // third of that, so a writer that died while waiting holds readers back for at most the
 // waiter timeout. A writer that gives up (ctx, wait bound, error) withdraws its claim before
-// returning, and wakes the readers it held back. A single attempt (TryLock with wait 0)
+// returning, and wakes the readers it held back (when its ctx has ended and Redis does not
+// answer within 100ms, it returns and the claim is withdrawn in the background, or runs
+// out with the waiter timeout). A single attempt (TryLock with wait 0)
 // never claims. The cost is one script per waiting writer every third of the waiter timeout
 // while readers keep it out.
 //
@@ -222,7 +224,8 @@ func (rw *RWMutex) Key() string { return rw.w.keys.lock }
 //
 // Lock returns nil when the write hold is held. Otherwise it returns:
 //  1. [ErrUpgrade] at once when the owner holds read holds and not the write hold;
-//  2. ctx's error, wrapped, when ctx ends first; nothing is left held or claimed;
+//  2. ctx's error, wrapped, when ctx ends first; nothing is left held or claimed (once
+//     the work left to the background, as at [Mutex.Lock], is done);
 //  3. the other errors listed at [Mutex.Lock] ([ErrLockLost], [ErrWrongType], [ErrClosed],
 //     [ErrInvalid], a Redis or connection error, [ErrUnknownOutcome]).
 func (rw *RWMutex) Lock(ctx context.Context) error {
