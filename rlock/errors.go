@@ -54,8 +54,21 @@ func classify(op, key string, err error) error {
 // before they write), or a failure to connect. Anything else (a timeout, a broken
 // connection, a cancelled context) leaves the outcome unknown.
 func definitive(err error) bool {
-	_, ok := rueidis.IsRedisErr(err)
-	return ok || dialFailed(err)
+	if errors.Is(err, ErrUnknownOutcome) {
+		return false
+	}
+	var re *rueidis.RedisError
+	return errors.As(err, &re) && re != nil || dialFailed(err)
+}
+
+// answers reports whether re, an error reply to a replayed script, is the script's own
+// answer about the state it found (a key of another type, an upgrade refused), which a
+// replay may return as the outcome. Any other error reply (BUSY, LOADING, READONLY, OOM, a
+// refused command) is Redis declining to run the replay: it wrote nothing and says nothing
+// of whether the first send was applied.
+func answers(re *rueidis.RedisError) bool {
+	msg := re.Error()
+	return strings.HasPrefix(msg, "WRONGTYPE") || strings.HasPrefix(msg, "UPGRADE")
 }
 
 // dialFailed reports whether err is a connection that could not be made: it carried nothing.

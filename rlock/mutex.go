@@ -566,8 +566,10 @@ func (m *Mutex) grant(ctx context.Context, h *hold, vals []int64, sent time.Time
 }
 
 // replay re-sends a script whose first send failed with first (not a Redis reply) until it
-// gets a reply from Redis or ctx ends. The scripts answer a replayed request id without
-// applying it twice. While Redis cannot even be reached, replaying stops early once the
+// gets the script's answer from Redis or ctx ends. The scripts answer a replayed request id
+// without applying it twice. An error reply in which Redis declines to run the replay (BUSY,
+// LOADING, READONLY, ...) is no answer: the first send may have been applied all the same,
+// so replaying goes on. While Redis cannot even be reached, replaying stops early once the
 // caller's own context (caller, may be nil) has ended: it could go on for the whole cleanup
 // timeout for nothing, and the caller is owed a prompt answer. ctx must come from
 // cleanupCtx: replaying then also stops when the Client is closed, and when the rueidis
@@ -590,7 +592,7 @@ func (c *Client) replay(ctx, caller context.Context, s *lua.Script, keys, args [
 		backoff = min(2*backoff, 250*time.Millisecond)
 		res := c.exec(rctx, s, keys, args)
 		err := res.Error()
-		if _, isReply := rueidis.IsRedisErr(err); err == nil || isReply {
+		if re, isReply := rueidis.IsRedisErr(err); err == nil || isReply && answers(re) {
 			return res, err
 		}
 		// A replay that could not even be sent (a refused dial) says nothing of the first
