@@ -44,9 +44,10 @@ import (
 // Environment:
 //
 //	RELOCK_MODEL_SEED=<n>     replay one sequence (its seed is printed when it fails)
-//	RELOCK_MODEL_SECONDS=<s>  total budget over the four kinds (default 50, 6 with -short; the
+//	RELOCK_MODEL_SECONDS=<s>  total budget over the four kinds (default 46, 6 with -short; the
 //	                          sequences running when it ends finish: the test takes ~60s)
-//	RELOCK_MODEL_WORKERS=<n>  sequences run in parallel, each worker on its own server (2)
+//	RELOCK_MODEL_WORKERS=<n>  sequences run in parallel, each worker on its own server (4:
+//	                          the sequences mostly wait, a worker costs little CPU)
 //	RELOCK_MODEL_KNOWN=off    report, without failing, the checks that only the defects known
 //	                          from issue 9 trip (knownDefectChecks)
 //	RELOCK_MODEL_SKIP=a,b     report, without failing, the violations of the checks named
@@ -109,7 +110,7 @@ type modelConfig struct {
 }
 
 func loadModelConfig(t *testing.T) modelConfig {
-	c := modelConfig{total: 50 * time.Second, workers: 2, known: true}
+	c := modelConfig{total: 46 * time.Second, workers: 4, known: true}
 	if testing.Short() {
 		c.total = 6 * time.Second
 	}
@@ -2022,10 +2023,19 @@ func (ls *lockSubject) quiescent(s *mseq, final bool) {
 	for _, l := range spurious {
 		if !seen[l.what] {
 			seen[l.what] = true
-			s.violate("loss-spurious", "at %s: %s (no DEL, ForceUnlock, pause, refused renewal or unknown outcome could explain it)", fmtDur(l.at), l.what)
+			check := "loss-spurious"
+			if strings.Contains(l.what, "lock lost: rlock: unlock") {
+				// A give-back that failed ended the owner's tenure as lost
+				// (TestModelRegression_failedGiveBackOfReentryReportsLoss).
+				check = "loss-abandon"
+			}
+			s.violate(check, "at %s: %s (no DEL, ForceUnlock, pause, refused renewal or unknown outcome could explain it)", fmtDur(l.at), l.what)
 		}
 	}
 	for _, l := range atExpiry {
+		if strings.Contains(l.what, "lock lost: rlock: unlock") {
+			continue // reported as loss-abandon
+		}
 		s.violate("loss-at-expiry", "at %s: %s (an Unlock racing its fixed lease's end is told a loss, not ErrLeaseExpired)", fmtDur(l.at), l.what)
 	}
 }
@@ -2746,4 +2756,55 @@ func TestModelRegression_refusedReplayTakenAsOutcome(t *testing.T) {
 		err := m.Unlock(lostThenRefused())
 		agree(t, m, "an Unlock whose reply was lost and whose replay Redis refused", err)
 	})
+}
+
+// TestModelRegression_failedGiveBackOfReentryReportsLoss: found by the model test (Mutex, seed
+// 1623644580262538866: a shared handle's "TryLock(... ctx=timeout(115ms) fault=delay@0(138ms)+
+// refuse@2x3) -> context deadline exceeded", then the other goroutine's holds "lock lost: ...
+// dial tcp: connection refused"). An owner holds the lock; a re-entry's reply comes after its
+// ctx ended; the re-entry is resolved in the background as granted and given back, and that
+// give-back fails (here a refused dial: nothing was even sent). hold.abandon (hold.go) then
+// ends the owner's whole tenure as lost: Done closes and HoldContext is cancelled with
+// ErrLockLost, though Redis still holds the lock for the owner and nobody else can have it.
+// A loss notice must mean the lock was lost (DESIGN.md: no spurious loss); the Client knows
+// the orphan it could not give back (this owner id is its own) and can give it back with the
+// owner's last Unlock, or retry, instead of declaring the owner's holds lost.
+func TestModelRegression_failedGiveBackOfReentryReportsLoss(t *testing.T) {
+	b := realBackend(t)
+	c, err := rlock.New(&faultClient{Client: b.rueidis(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	m := c.Mutex(redistest.Name(t))
+	if err := m.Lock(bg); err != nil { // loads the scripts too
+		t.Fatal(err)
+	}
+	if err := m.Unlock(bg); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Lock(bg); err != nil {
+		t.Fatal(err)
+	}
+	hctx, cancelHold := m.HoldContext(bg)
+	defer cancelHold()
+	// The re-entry is applied, its reply comes too late for its ctx; the background resolves
+	// it (call 1) and gives it back (call 2, refused, and so are the next ones).
+	f := &opFault{stages: []faultStage{{kind: fDelay, n: 1, delay: 150 * time.Millisecond}, {kind: fRefuse, from: 2, n: 5}}}
+	ctx, cancel := context.WithTimeout(withFault(bg, f), 50*time.Millisecond)
+	defer cancel()
+	if ok, err := m.TryLock(ctx, 0, 0); ok || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("the re-entry whose reply came after its ctx: %v %v, want ctx's error", ok, err)
+	}
+	deadline := time.Now().Add(time.Second)
+	for time.Now().Before(deadline) && context.Cause(hctx) == nil {
+		time.Sleep(10 * time.Millisecond)
+	}
+	n, err := m.HoldCount(bg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cause := context.Cause(hctx); cause != nil {
+		t.Fatalf("the owner's hold was reported lost (%v, Err %v) while Redis still counts %d holds of it and nobody else holds the lock (fault hits: %d)", cause, m.Err(bg), n, f.hits.Load())
+	}
 }
