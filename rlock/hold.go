@@ -38,6 +38,10 @@ type hold struct {
 	count int        // holds taken through this Client and not given back
 	lost  error      // non-nil: the tenure was lost while count > 0; Lock refuses until count is 0
 	cur   *tenure    // the current tenure, nil when not held
+	// orphans are holds that Redis counts for the owner within the current tenure and that
+	// are nobody's: re-entries granted to callers that had gone, whose give-back failed.
+	// They ride with the tenure and are given back with its last hold (Mutex.release).
+	orphans int
 }
 
 // tenure is one continuous possession of a lock, from a fresh grant to the release of the
@@ -243,14 +247,19 @@ func (h *hold) onLost(l *watchdog.Lease, cause error) {
 }
 
 // abandon ends this Client's part in one hold whose give-back failed: Redis may still count
-// it, and nothing will give it back, so nothing may keep renewing it either. When that was
-// the owner's only hold, the tenure ends (cause ErrNotHeld: the caller that took it has
-// gone) and Redis lets the hold expire within its lease. When the owner holds others, the
-// tenure cannot go on either (its renewals would keep the orphan alive, and its count no
-// longer matches Redis's): it ends as lost, with cause, and the owner's next Lock fails
-// until it has unlocked its remaining holds.
+// it, and nothing will give it back now. When the owner holds others through a live tenure,
+// the hold becomes an orphan of that tenure: it is renewed with it and given back with its
+// last hold, and the owner is told nothing (its lock is not lost). Otherwise the tenure, if
+// any, ends (cause ErrNotHeld: the caller that took the hold has gone), nothing renews the
+// hold any more, and Redis lets it expire within its lease.
 func (h *hold) abandon(cause error) {
 	h.mu.Lock()
+	if h.cur != nil && h.count > 1 {
+		h.count--
+		h.orphans++
+		h.mu.Unlock()
+		return
+	}
 	if h.count > 0 {
 		h.count--
 	}
@@ -260,11 +269,7 @@ func (h *hold) abandon(cause error) {
 			gone = h.cur.gone
 		}
 		h.stopLease()
-		if h.count == 0 {
-			h.endLocked(ErrNotHeld)
-		} else {
-			h.endLocked(fmt.Errorf("%w: %w", ErrLockLost, cause))
-		}
+		h.endLocked(ErrNotHeld)
 	}
 	h.mu.Unlock()
 	h.c.noteStale(h, 1, gone)
@@ -272,10 +277,11 @@ func (h *hold) abandon(cause error) {
 
 // released records that Redis reports remaining holds for the owner after a release (0 when
 // the lock was freed, -1 when the owner held none). When this Client's last hold is given
-// back while Redis still counts holds of the owner, those are not this Client's (another
-// Client's with the same owner id, or orphans): the tenure ends all the same, so that the
-// watchdog stops renewing them.
-func (h *hold) released(remaining int64) {
+// back while Redis still counts holds of the owner, the tenure ends all the same, so that
+// the watchdog stops renewing them, and released returns how many Redis still counts
+// (extra) and how many of them this Client knows to be its tenure's orphans (known): the
+// caller gives back those that are surely not another Client's.
+func (h *hold) released(remaining int64) (extra int64, known int) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.count > 0 {
@@ -291,10 +297,14 @@ func (h *hold) released(remaining int64) {
 			if remaining < 0 {
 				cause = fmt.Errorf("%w: Redis no longer had it at unlock", ErrLockLost)
 			}
+			if remaining > 0 {
+				extra, known = remaining, h.orphans
+			}
 			h.stopLease()
 			h.endLocked(cause)
 		}
 	}
+	return extra, known
 }
 
 // end ends the current tenure, if any, with cause.
@@ -318,6 +328,7 @@ func (h *hold) stopLease() {
 func (h *hold) endLocked(cause error) {
 	t := h.cur
 	h.cur = nil
+	h.orphans = 0
 	if h.count > 0 && errors.Is(cause, ErrLockLost) {
 		h.lost = cause
 	}
@@ -419,27 +430,38 @@ func (c *Client) noteStale(h *hold, n int, until time.Time) {
 
 // orphans returns how many of extra holds that Redis counts for h's owner beyond this
 // Client's are orphans of this Client, to be given back: all of them for an owner id this
-// Client made, else at most those it noted as stale and not yet surely gone.
+// Client made, else at most those it knows of (its tenure's orphans, and holds it noted as
+// stale and not yet surely gone).
 func (c *Client) orphans(h *hold, extra int64) int64 {
-	if extra <= 0 || c.minted(h.owner) {
+	if extra <= 0 {
+		return 0
+	}
+	h.mu.Lock()
+	known := min(extra, int64(h.orphans))
+	h.orphans -= int(known)
+	h.mu.Unlock()
+	if c.minted(h.owner) {
 		return extra
+	}
+	if extra == known {
+		return known
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	k := holdKey{tableKey(h.keys, h.v), h.owner}
 	r, ok := c.stale[k]
 	if !ok {
-		return 0
+		return known
 	}
 	if !time.Now().Before(r.until) {
 		delete(c.stale, k)
-		return 0
+		return known
 	}
-	n := min(extra, int64(r.n))
+	n := min(extra-known, int64(r.n))
 	if r.n -= int(n); r.n == 0 {
 		delete(c.stale, k)
 	} else {
 		c.stale[k] = r
 	}
-	return n
+	return known + n
 }
