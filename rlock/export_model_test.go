@@ -15,6 +15,7 @@ type ModelHold struct {
 	Count   int       // holds taken through this Client and not given back
 	Held    bool      // a tenure is current
 	Lost    error     // the loss that blocks re-entry until every hold is unlocked
+	Orphans int       // holds Redis may count within the tenure that are nobody's (hold.orphans)
 	Renew   bool      // the current tenure is in watchdog mode
 	End     time.Time // the current tenure's conservative end (fixed leases)
 	Token   int64     // the current tenure's fencing token
@@ -59,7 +60,7 @@ func modelHold(m *Mutex, ctx context.Context) ModelHold {
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	mh := ModelHold{Present: true, Count: h.count, Lost: h.lost, Held: h.cur != nil}
+	mh := ModelHold{Present: true, Count: h.count, Lost: h.lost, Held: h.cur != nil, Orphans: h.orphans}
 	if t := h.cur; t != nil {
 		mh.Renew, mh.End, mh.Token, mh.Tenure = t.renew, t.end, t.token, ModelTenure{t}
 	}
