@@ -681,6 +681,8 @@ type mseq struct {
 	bounds       []boundCheck
 	pauses       [][2]time.Time
 	stalls       [][2]time.Time // this process did not run (a loaded machine)
+	rstalls      [][2]time.Time // Redis did not answer promptly (a loaded machine): as a pause
+	pausing      bool           // an injected pause is under way
 	roundStart   time.Time
 	roundDestroy bool
 	roundDisturb bool
@@ -942,7 +944,14 @@ func (s *mseq) close() {
 func (s *mseq) pauseOverlap(start, end time.Time) time.Duration {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return overlap(s.pauses, start, end)
+	return overlap(s.pauses, start, end) + overlap(s.rstalls, start, end)
+}
+
+// paused reports whether an injected pause is under way or covered t.
+func (s *mseq) paused(t time.Time) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.pausing || overlap(s.pauses, t, t.Add(time.Millisecond)) > 0
 }
 
 func (s *mseq) stallOverlap(start, end time.Time) time.Duration {
@@ -990,6 +999,9 @@ func (s *mseq) runRound(r int) {
 		go func() {
 			defer fw.Done()
 			time.Sleep(off)
+			s.mu.Lock()
+			s.pausing = true
+			s.mu.Unlock()
 			s.srv.Pause(s.t)
 			start := time.Now()
 			s.logf("FAULT redis paused for %v", dur)
@@ -997,6 +1009,7 @@ func (s *mseq) runRound(r int) {
 			s.srv.Resume(s.t)
 			s.mu.Lock()
 			s.pauses = append(s.pauses, [2]time.Time{start, time.Now()})
+			s.pausing = false
 			s.mu.Unlock()
 			s.logf("FAULT redis resumed")
 		}()
@@ -1059,6 +1072,33 @@ func (s *mseq) runRound(r int) {
 					s.mu.Unlock()
 				}
 				last = now
+			}
+		}
+	}()
+	// So does a Redis server that a loaded machine does not run: its replies (renewals
+	// included) come late. It is measured with a PING every 20ms.
+	fw.Add(1)
+	go func() {
+		defer fw.Done()
+		tk := time.NewTicker(20 * time.Millisecond)
+		defer tk.Stop()
+		for {
+			select {
+			case <-stallDone:
+				return
+			case <-tk.C:
+			}
+			sent := time.Now()
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			err := s.admin.Do(ctx, s.admin.B().Ping().Build()).Error()
+			cancel()
+			if rtt := time.Since(sent); rtt > stallThreshold && !s.paused(sent) {
+				s.fault("redis-stall")
+				s.logf("STALL: Redis answered a PING after %v (%v)", rtt.Round(time.Millisecond), err)
+				s.mu.Lock()
+				s.roundDisturb = true
+				s.rstalls = append(s.rstalls, [2]time.Time{sent, time.Now()})
+				s.mu.Unlock()
 			}
 		}
 	}()
