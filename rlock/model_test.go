@@ -729,7 +729,7 @@ func (s *mseq) fault(kind string) {
 
 func (s *mseq) report() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "model %s: sequence with seed %d failed (replay: %s=%d go test -race -count=1 -run 'TestModel/%s$' ./rlock/)\n",
+	fmt.Fprintf(&b, "model %s: sequence with seed %d failed (replay: %s=%d go test -race -count=1 -run 'TestModel/^%s$' ./rlock/)\n",
 		s.subj.kind(), s.seed, envModelSeed, s.seed, s.subj.kind())
 	for _, v := range s.viols {
 		k := ""
