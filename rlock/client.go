@@ -132,11 +132,12 @@ func (c *Client) background(work func()) {
 	}()
 }
 
-// minted reports whether owner is an id this Client made (a handle's, or WithNewOwner's):
-// no other Client uses it.
+// minted reports whether owner is a handle owner of this Client: no other Client acts for
+// it (a handle's owner id is used only through its own Client, and WithOwner ids are
+// prefixed "u:", so they cannot take that form). Context owners, even those WithNewOwner
+// made here, may be carried to handles of other Clients.
 func (c *Client) minted(owner string) bool {
-	return len(owner) > len(c.id)+3 && owner[1] == ':' && (owner[0] == 'h' || owner[0] == 'u') &&
-		owner[2:2+len(c.id)] == c.id && owner[2+len(c.id)] == ':'
+	return len(owner) > len(c.id)+3 && owner[:2] == "h:" && owner[2:2+len(c.id)] == c.id && owner[2+len(c.id)] == ':'
 }
 
 // ID is the Client's instance id, part of every owner id it makes.

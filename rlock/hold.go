@@ -401,7 +401,7 @@ const maxStale = 64
 
 // noteStale records that h's owner may still have n holds in Redis until until that this
 // Client no longer counts. Only owner ids that other Clients may also use need a record: an
-// id this Client made is its alone, so every hold Redis counts beyond its own is an orphan.
+// id of one of this Client's handles is its alone, so every hold Redis counts beyond its own is an orphan.
 func (c *Client) noteStale(h *hold, n int, until time.Time) {
 	if n <= 0 || c.minted(h.owner) {
 		return
@@ -430,7 +430,7 @@ func (c *Client) noteStale(h *hold, n int, until time.Time) {
 
 // orphans returns how many of extra holds that Redis counts for h's owner beyond this
 // Client's are orphans of this Client, to be given back: all of them for an owner id this
-// Client made, else at most those it knows of (its tenure's orphans, and holds it noted as
+// Client's handle, else at most those it knows of (its tenure's orphans, and holds it noted as
 // stale and not yet surely gone).
 func (c *Client) orphans(h *hold, extra int64) int64 {
 	if extra <= 0 {
