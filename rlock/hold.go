@@ -400,8 +400,9 @@ type staleRec struct {
 const maxStale = 64
 
 // noteStale records that h's owner may still have n holds in Redis until until that this
-// Client no longer counts. Only owner ids that other Clients may also use need a record: an
-// id of one of this Client's handles is its alone, so every hold Redis counts beyond its own is an orphan.
+// Client no longer counts. Only owner ids that other Clients may also use need a record: the
+// id of one of this Client's handles is its alone, so every hold Redis counts beyond its
+// own is an orphan.
 func (c *Client) noteStale(h *hold, n int, until time.Time) {
 	if n <= 0 || c.minted(h.owner) {
 		return
@@ -429,9 +430,9 @@ func (c *Client) noteStale(h *hold, n int, until time.Time) {
 }
 
 // orphans returns how many of extra holds that Redis counts for h's owner beyond this
-// Client's are orphans of this Client, to be given back: all of them for an owner id this
-// Client's handle, else at most those it knows of (its tenure's orphans, and holds it noted as
-// stale and not yet surely gone).
+// Client's are orphans of this Client, to be given back: all of them for the owner id of one
+// of this Client's handles, else at most those it knows of (its tenure's orphans, and holds
+// it noted as stale and not yet surely gone).
 func (c *Client) orphans(h *hold, extra int64) int64 {
 	if extra <= 0 {
 		return 0
