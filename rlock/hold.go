@@ -432,8 +432,9 @@ func (c *Client) noteStale(h *hold, n int, until time.Time) {
 // orphans returns how many of extra holds that Redis counts for h's owner beyond this
 // Client's are orphans of this Client, to be given back: all of them for the owner id of one
 // of this Client's handles, else at most those it knows of (its tenure's orphans, and holds
-// it noted as stale and not yet surely gone).
-func (c *Client) orphans(h *hold, extra int64) int64 {
+// it noted as stale and not yet surely gone when the request that found them was sent:
+// sent, since Redis applied it at some moment between its send and its reply).
+func (c *Client) orphans(h *hold, extra int64, sent time.Time) int64 {
 	if extra <= 0 {
 		return 0
 	}
@@ -454,8 +455,10 @@ func (c *Client) orphans(h *hold, extra int64) int64 {
 	if !ok {
 		return known
 	}
-	if !time.Now().Before(r.until) {
-		delete(c.stale, k)
+	if !sent.Before(r.until) {
+		if !time.Now().Before(r.until) {
+			delete(c.stale, k)
+		}
 		return known
 	}
 	n := min(extra-known, int64(r.n))

@@ -540,7 +540,7 @@ func (m *Mutex) grant(ctx context.Context, h *hold, vals []int64, sent time.Time
 	} else if err != nil {
 		return err
 	} else {
-		extra = m.c.orphans(h, extra)
+		extra = m.c.orphans(h, extra, sent)
 	}
 	if extra <= 0 {
 		return err
