@@ -1428,13 +1428,21 @@ func (ls *lockSubject) destroy(s *mseq) []string {
 
 // destroyQuiescent deletes the lock between rounds: every owner that counts holds is then
 // owed a loss notice (watchdog mode: by its next renewal).
-func (s *mseq) destroyQuiescentMark() {
+func (ls *lockSubject) destroyQuiescent(s *mseq) {
+	// Who holds now is owed a loss notice (watchdog mode: by its next renewal); who holds
+	// nothing is not concerned.
+	held := map[*mside]bool{}
+	for _, ms := range s.sides {
+		g := ms.o.gors[0]
+		held[ms] = ls.api.hold(g.h, g.ctx, ms.side).Count > 0
+	}
+	s.del("quiescent")
 	now := time.Now()
 	s.mu.Lock()
 	s.destroyedAny = true
 	for _, ms := range s.sides {
 		ms.destroyed = true
-		if ms.destroyedAt.IsZero() {
+		if held[ms] && ms.destroyedAt.IsZero() {
 			ms.destroyedAt = now
 		}
 	}
@@ -1444,11 +1452,6 @@ func (s *mseq) destroyQuiescentMark() {
 		}
 	}
 	s.mu.Unlock()
-}
-
-func (ls *lockSubject) destroyQuiescent(s *mseq) {
-	s.del("quiescent")
-	s.destroyQuiescentMark()
 }
 
 func (ls *lockSubject) afterClose(s *mseq, cl *mclient) error {
@@ -1610,20 +1613,33 @@ func (ls *lockSubject) acquireOp(s *mseq, g *mgor, side int, d []float64, f *opF
 	// Expectations from what g itself holds: a re-entry succeeds at once; a read-write
 	// lock's owner that holds read holds and not the write hold is refused the write hold.
 	now := time.Now()
-	reentry, upgrade := false, false
+	var reentryBy, upgradeBy []*mentry // the holds the expectations rest on
 	for _, e := range g.stack {
 		if (e.side == side || (side == 1 && e.side == 0)) && s.sure(g.side(e.side), e, now) {
-			reentry = true
+			reentryBy = append(reentryBy, e)
 		}
 	}
 	if ls.api.sides == 2 && side == 0 && (lease <= 0 || lease >= 10*time.Millisecond) && len(g.o.gors) == 1 && len(g.o.entries(0)) == 0 {
 		for _, e := range g.o.entries(1) {
-			upgrade = upgrade || s.sure(g.side(1), e, now)
+			if s.sure(g.side(1), e, now) {
+				upgradeBy = append(upgradeBy, e)
+			}
 		}
 	}
 	start := time.Now()
 	ok, err := ls.api.acquire(g.h, ctx, side, wait, lease, blocking)
 	ret := time.Now()
+	// An expectation holds only if a hold it rests on lasted through the call: a fixed
+	// lease may run out while the call waits for a paused or slow Redis.
+	lasted := func(es []*mentry) bool {
+		for _, e := range es {
+			if (!e.fixed || e.end.After(ret.Add(expirySlack))) && e.ten.Cause() == nil {
+				return true
+			}
+		}
+		return false
+	}
+	reentry, upgrade := lasted(reentryBy), lasted(upgradeBy)
 	s.boundCtx(g, desc, start, ret, limit, strict, f)
 	if !ok && (blocking || wait > 0) && f.hit() {
 		// Its leave (a fair queue's place, a writer's claim), sent as it returned, may
