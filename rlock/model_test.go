@@ -25,21 +25,82 @@ import (
 
 // The model-based, randomized state-machine test (issue 9).
 //
-// A seeded driver runs many short operation sequences against real redis-servers, each on a
-// fresh lock name, across 2-3 Clients (each on its own rueidis client wrapped in a
-// faultClient) and several owners per Client: handle owners, handles shared by two
-// goroutines, and context owners (WithOwner, one or two goroutines each with a handle of its
-// own). A sequence is a few rounds: in a round every goroutine runs 1-4 operations (Lock,
-// TryLock with wait 0 / short / long and lease watchdog / fixed / tiny, nested re-entry,
-// Unlock, ForceUnlock, pauses that let fixed leases run out), with contexts that time out or
-// are cancelled at random points, and faults injected per operation (a dropped reply of an
-// applied script, a late reply, a refused dial, a definitive or a transient Redis error) and
-// per round (Redis paused 50-200ms, renewals refused, a DEL of the lock behind the holders'
-// backs). When every operation has returned (a quiescent point) the driver checks the
-// invariants of DESIGN.md against a reference model (the holds each goroutine took and did
-// not give back), the Client's own tables (export_model_test.go) and Redis itself; at the
-// end of a sequence every goroutine gives back what it holds and the driver checks the keys
-// left, the tables, mutual exclusion and fencing tokens over the whole sequence.
+// A seeded driver runs many short operation sequences against real redis-servers (one per
+// worker), each on a fresh lock name, across 2-3 Clients (watchdog timeout 300-600ms,
+// cleanup timeout 300-500ms, each on its own rueidis client wrapped in a faultClient) and
+// 1-3 owners per Client: handle owners, handles shared by two goroutines, and context owners
+// (WithOwner, one or two goroutines each with a handle of its own). A sequence is 3-7
+// rounds: in a round every goroutine runs 1-4 operations concurrently (Lock with a ctx that
+// times out or is cancelled at a random point; TryLock with wait 0 / 10-100ms / 200-800ms and
+// lease watchdog / fixed 30-300ms / tiny; nested re-entry; a re-lock timed at the end of a
+// fixed lease, where the Client's and Redis's ends drift apart; Unlock, also with a
+// cancelled ctx, and stray Unlocks; ForceUnlock; sleeps that let fixed leases run out; Err).
+// The read-write lock takes both sides (read holds of several owners, write holds,
+// downgrades, refused upgrades); the permit semaphore Acquire, TryAcquire, Release and
+// Extend. The same driver runs every kind; a subject (lockSubject, permitSubject) says how
+// to act on it and what to check.
+//
+// Faults: a quarter of the operations (two fifths in stormy sequences) carry a fault in their
+// context, which the faultClient applies to their script calls: the reply of an applied
+// script lost (as a timeout loses it), a late reply (20-150ms), refused dials (nothing sent),
+// a definitive error reply (ERR) or a transient one (LOADING), at the first call or a later
+// one (the replay, the give-back of a grant that came after the caller left, a queue's
+// leave), and for a quarter of those a second stage that fails a later call. Per round,
+// depending on the sequence's profile (calm: none, so that every check applies in full;
+// normal; stormy): Redis SIGSTOPped for 50-200ms, renewals refused for 100-400ms, a DEL of
+// the lock behind the holders' backs, ForceUnlock calls; between rounds a DEL at a quiescent
+// point (after which every holder is owed a loss notice by its next renewal) or an idle
+// spell. Stalls of this process (a 5ms ticker) and of Redis (a PING every 20ms) are measured
+// and count as pauses. A third of the sequences end by closing a Client while Redis is
+// paused and calls are in flight.
+//
+// At every quiescent point (all operations returned) the driver checks, for every owner and
+// side, the model (the holds its goroutines took and did not give back), the Client's hold
+// table (export_model_test.go) and Redis (HGET, or the live holds of a read-write lock),
+// retrying for settleMax while timers may still settle a mismatch; at the end of a sequence
+// every goroutine gives back what it holds and the driver checks the keys left, the tables,
+// and mutual exclusion and fencing tokens over the whole sequence. The checks, by name:
+//
+//	phantom, dropped      the Client counts more holds than the callers have, or loses
+//	                      count of holds that surely last, without a loss notice
+//	redis-ghost           Redis counts holds the Client does not (beyond its known orphans
+//	                      and operations of unknown outcome); after the last Unlock, the lock
+//	                      is still held
+//	redis-missing         Redis lost holds the Client still counts, with nothing injected
+//	                      that could explain it
+//	loss-spurious         a loss notice (ErrLockLost from a call or from Err, a tenure ended
+//	                      lost) that no DEL, ForceUnlock, pause, stall, refused renewal or
+//	                      unknown outcome explains; loss-abandon: one from a failed give-back;
+//	                      loss-at-expiry: an Unlock racing its fixed lease's end told a loss
+//	loss-unnoticed        a holder in watchdog mode not told of a DEL within its lease
+//	reentry, upgrade      a re-entry that waited or failed; a refused upgrade not refused
+//	acquire-not-held,     a successful acquire the Client does not record; an Unlock of a
+//	unlock-notheld        hold that surely lasted answered ErrNotHeld
+//	hold-state, err-view  the Client's count, tenure and Err disagree
+//	table-idle,           the hold table keeps idle entries, or anything after the last
+//	table-leftover,       Unlock; hand-off queues while nobody waits
+//	table-handoff
+//	ctx-bound             Lock and TryLock outlive their ctx by more than returnGrace plus
+//	                      schedSlack (less this process's stalls); ctx-bound-pause: so, while
+//	                      Redis was paused; wait-bound: other calls outlive their bound (a
+//	                      TryLock's wait, an Unlock's cleanup timeout) by more than ctxSlack
+//	                      plus their injected delays and the pauses
+//	end-keys, claim-left  keys other than the fence and release records left once every
+//	                      owner gave back and the longest lease passed; a fair queue's place
+//	                      or a writer's claim left by a waiter that gave up unhindered
+//	exclusion, fence      accepted critical sections of different owners overlap (or more
+//	                      permits are held than exist) without a loss, or fencing tokens do not
+//	                      rise along them
+//	refused-replay,       a reply lost and its replay refused taken for the outcome; a
+//	handoff-refused       refused release ending a parked waiter's Lock
+//	closed-prompt, close  calls in flight at Close not ended promptly with ErrClosed
+//	permit-*              a permit the model holds missing from Redis, one kept past its
+//	                      lease, live permits nobody holds, Expires out of the lease
+//	unexpected-error      an error no injected fault explains
+//	hang                  a round that does not end (a call that outlives every bound)
+//
+// No goroutine may be left once the sequences' Clients are closed (checked per kind, and by
+// goleak in TestMain).
 //
 // Environment:
 //
