@@ -419,6 +419,12 @@ func (f *opFault) noteLost(req string) {
 	f.lost[req] = true
 }
 
+func (f *opFault) noteAnswered(req string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.lost, req)
+}
+
 func (f *opFault) noteRefused(req string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -535,7 +541,12 @@ func (fc *faultClient) Do(ctx context.Context, cmd rueidis.Completed) rueidis.Re
 	i := f.calls.Add(1) - 1
 	st, ok := f.stage(i)
 	if !ok {
-		return fc.Client.Do(ctx, cmd)
+		req := requestOf(cmd) // before the send: rueidis recycles a sent command
+		res := fc.Client.Do(ctx, cmd)
+		if _, isReply := rueidis.IsRedisErr(res.Error()); res.Error() == nil || isReply {
+			f.noteAnswered(req) // a replay answered: the lost reply's request is resolved
+		}
+		return res
 	}
 	defer func() { f.kinds.Or(1 << st.kind) }()
 	if i > 0 {
