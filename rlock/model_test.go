@@ -477,7 +477,6 @@ func (f *opFault) extra() time.Duration {
 
 func (f *opFault) hit() bool { return f != nil && f.hits.Load() > 0 }
 
-
 // refusedReplay reports whether the call returned an injected error reply that answered the
 // replay of a request applied with its reply lost: it says nothing of the first send
 // (TestModelRegression_refusedReplayTakenAsOutcome).
