@@ -105,7 +105,7 @@ import (
 // Environment:
 //
 //	RELOCK_MODEL_SEED=<n>     replay one sequence (its seed is printed when it fails)
-//	RELOCK_MODEL_SECONDS=<s>  total budget over the four kinds (default 46, 6 with -short; the
+//	RELOCK_MODEL_SECONDS=<s>  total budget over the four kinds (default 46, 4 with -short; the
 //	                          sequences running when it ends finish: the test takes ~60s)
 //	RELOCK_MODEL_WORKERS=<n>  sequences run in parallel, each worker on its own server (4:
 //	                          the sequences mostly wait, a worker costs little CPU)
@@ -165,6 +165,7 @@ type modelConfig struct {
 	seed    uint64
 	replay  bool
 	workers int
+	short   bool // -short: sequences cut short
 	known   bool // the checks in knownDefectChecks fail the test
 	skip    map[string]bool
 	all     bool
@@ -173,7 +174,9 @@ type modelConfig struct {
 func loadModelConfig(t *testing.T) modelConfig {
 	c := modelConfig{total: 46 * time.Second, workers: 4, known: true}
 	if testing.Short() {
-		c.total = 6 * time.Second
+		// A smoke run: shorter sequences (the same draws, cut after two rounds and without
+		// the close phase: replay a seed without -short).
+		c.total, c.short = 4*time.Second, true
 	}
 	if v := os.Getenv(envModelSeconds); v != "" {
 		f, err := strconv.ParseFloat(v, 64)
@@ -972,6 +975,9 @@ func runSequence(t *testing.T, cfg modelConfig, subj subject, srv *redistest.Ser
 	defer s.close()
 	subj.setup(s)
 	s.nround = 3 + s.rng.IntN(5)
+	if cfg.short {
+		s.nround = 2
+	}
 	s.logf("sequence %d: %s %q, %d clients, %d owners, %d goroutines, %d rounds, %s faults", seed, subj.kind(), s.name, len(s.clients), len(s.owners), len(s.gors), s.nround, s.prof.name)
 	for r := 0; r < s.nround; r++ {
 		s.runRound(r)
@@ -999,7 +1005,7 @@ func runSequence(t *testing.T, cfg modelConfig, subj subject, srv *redistest.Ser
 // wire ends with its call's ctx at the latest (README guarantee 6).
 func (s *mseq) closePhase() {
 	d := draws(s.rng, 2)
-	if d[0] >= 0.3 || len(s.clients) == 0 {
+	if d[0] >= 0.3 || len(s.clients) == 0 || s.cfg.short {
 		return
 	}
 	cl := s.clients[int(d[1]*float64(len(s.clients)))]
