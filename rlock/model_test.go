@@ -2463,12 +2463,13 @@ func (ls *lockSubject) finish(s *mseq) {
 // ---- PermitSemaphore ----
 
 type mpermit struct {
-	id     string
-	lease  time.Duration
-	start  time.Time
-	ret    time.Time
-	lo, hi time.Time // the lease ends in Redis between lo and hi
-	sec    *msection
+	maybeGone bool // a Release of unknown outcome was sent for it
+	id        string
+	lease     time.Duration
+	start     time.Time
+	ret       time.Time
+	lo, hi    time.Time // the lease ends in Redis between lo and hi
+	sec       *msection
 }
 
 type permitSubject struct {
@@ -2658,7 +2659,7 @@ func (ps *permitSubject) releaseOp(s *mseq, g *mgor, i int, cancelled bool, f *o
 		destroyed := s.destroyedAny
 		s.mu.Unlock()
 		// Redis ran the release by ret at the latest (a pause may have held it).
-		if err != nil && !destroyed && ret.Before(permitEnd(mp).Add(-expirySlack)) {
+		if err != nil && !destroyed && !mp.maybeGone && ret.Before(permitEnd(mp).Add(-expirySlack)) {
 			s.violate("unlock-notheld", "%s %s: a permit whose lease surely lasted was not held: %v", g, desc, err)
 		}
 		if err == nil && start.After(mp.hi.Add(expirySlack)) {
@@ -2666,6 +2667,7 @@ func (ps *permitSubject) releaseOp(s *mseq, g *mgor, i int, cancelled bool, f *o
 		}
 	case errors.Is(err, rlock.ErrUnknownOutcome):
 		s.fault("unknown-outcome")
+		mp.maybeGone = true // kept, to be released again: Redis may or may not still have it
 	case refusedReplay(f, err):
 		s.violate("refused-replay", "%s %s: a release whose reply was lost reports the error reply to its replay as its outcome: %v", g, desc, err)
 		g.permits = append(g.permits[:i:i], g.permits[i+1:]...)
@@ -2708,7 +2710,7 @@ func (ps *permitSubject) extendOp(s *mseq, g *mgor, i int, lease time.Duration, 
 		s.mu.Lock()
 		destroyed := s.destroyedAny
 		s.mu.Unlock()
-		if !destroyed && ret.Before(permitEnd(mp).Add(-expirySlack)) {
+		if !destroyed && !mp.maybeGone && ret.Before(permitEnd(mp).Add(-expirySlack)) {
 			s.violate("unlock-notheld", "%s %s: a permit whose lease surely lasted was not held: %v", g, desc, err)
 		}
 	case errors.Is(err, rlock.ErrUnknownOutcome):
