@@ -2787,7 +2787,7 @@ func (ps *permitSubject) checkState(s *mseq) []violation {
 			switch {
 			case live[mp.id] && now.After(mp.hi.Add(expirySlack)):
 				vs = append(vs, violation{check: "permit-overdue", msg: fmt.Sprintf("%s's permit %s (lease %v to %s) is still live", g, mp.id, mp.lease, fmtDur(mp.hi.Sub(s.t0)))})
-			case !live[mp.id] && !destroyed && now.Before(mp.lo.Add(-expirySlack)):
+			case !live[mp.id] && !destroyed && !mp.maybeGone && now.Before(mp.lo.Add(-expirySlack)):
 				vs = append(vs, violation{check: "permit-missing", msg: fmt.Sprintf("%s's permit %s (lease %v to %s) is gone from Redis", g, mp.id, mp.lease, fmtDur(mp.lo.Sub(s.t0)))})
 			}
 		}
