@@ -1354,6 +1354,9 @@ func (s *mseq) boundCtx(g *mgor, what string, start, ret, limit time.Time, stric
 	s.mu.Lock()
 	if f != nil && len(f.stages) > 0 {
 		s.faulted = append(s.faulted, faultedOp{g: g, f: f})
+		for _, st := range f.stages {
+			s.faults["op-"+faultNames[st.kind]]++
+		}
 	}
 	s.bounds = append(s.bounds, boundCheck{g: g, what: what, start: start, ret: ret, limit: limit, strict: strict, extra: f.extra()})
 	s.ops++
