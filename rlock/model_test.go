@@ -105,7 +105,7 @@ import (
 // Environment:
 //
 //	RELOCK_MODEL_SEED=<n>     replay one sequence (its seed is printed when it fails)
-//	RELOCK_MODEL_SECONDS=<s>  total budget over the four kinds (default 46, 4 with -short; the
+//	RELOCK_MODEL_SECONDS=<s>  total budget over the four kinds (default 42, 4 with -short; the
 //	                          sequences running when it ends finish: the test takes ~60s)
 //	RELOCK_MODEL_WORKERS=<n>  sequences run in parallel, each worker on its own server (4:
 //	                          the sequences mostly wait, a worker costs little CPU)
@@ -172,7 +172,7 @@ type modelConfig struct {
 }
 
 func loadModelConfig(t *testing.T) modelConfig {
-	c := modelConfig{total: 46 * time.Second, workers: 4, known: true}
+	c := modelConfig{total: 42 * time.Second, workers: 4, known: true}
 	if testing.Short() {
 		// A smoke run: shorter sequences (the same draws, cut after two rounds and without
 		// the close phase: replay a seed without -short).
