@@ -88,6 +88,13 @@ func (h *hold) tryLockOp() bool {
 // unlockOp gives h.op back.
 func (h *hold) unlockOp() { <-h.op }
 
+// key is h's key in the Client's tables (holds, stale records).
+func (h *hold) key() holdKey { return holdKey{tableKey(h.keys, h.v), h.owner} }
+
+// goneBy is the latest moment by which Redis surely lets a lease granted (or renewed) now
+// expire, allowing for the drift between the clocks.
+func goneBy(lease time.Duration) time.Time { return time.Now().Add(lease + watchdog.Drift(lease)) }
+
 // ref returns the hold of (keys, owner), creating it, and counts an operation on it.
 func (c *Client) ref(keys lockKeys, v *variant, owner string) (*hold, error) {
 	c.mu.Lock()
@@ -144,7 +151,7 @@ func (c *Client) forgetLocked(h *hold) {
 	h.mu.Lock()
 	idle := h.count == 0 && h.cur == nil
 	h.mu.Unlock()
-	k := holdKey{tableKey(h.keys, h.v), h.owner}
+	k := h.key()
 	if idle && c.holds[k] == h {
 		delete(c.holds, k)
 	}
@@ -183,7 +190,7 @@ func (h *hold) granted(token, holds int64, sent time.Time, lease time.Duration, 
 		t = &tenure{ctx: ctx, cancel: cancel, token: token}
 	}
 	end := sent.Add(lease - watchdog.Drift(lease))
-	gone := time.Now().Add(lease + watchdog.Drift(lease))
+	gone := goneBy(lease)
 	if !fresh && (t.renew || (!renew && !end.After(t.end))) {
 		h.count++
 		return extra, nil // the lease in force already covers this hold
@@ -263,7 +270,7 @@ func (h *hold) abandon(cause error) {
 	if h.count > 0 {
 		h.count--
 	}
-	gone := time.Now().Add(h.c.opts.watchdogTimeout + watchdog.Drift(h.c.opts.watchdogTimeout))
+	gone := goneBy(h.c.opts.watchdogTimeout)
 	if h.cur != nil {
 		if h.cur.gone.After(gone) {
 			gone = h.cur.gone
@@ -417,7 +424,7 @@ func (c *Client) noteStale(h *hold, n int, until time.Time) {
 			}
 		}
 	}
-	k := holdKey{tableKey(h.keys, h.v), h.owner}
+	k := h.key()
 	r := c.stale[k]
 	if !now.Before(r.until) {
 		r.n = 0
@@ -450,7 +457,7 @@ func (c *Client) orphans(h *hold, extra int64, sent time.Time) int64 {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	k := holdKey{tableKey(h.keys, h.v), h.owner}
+	k := h.key()
 	r, ok := c.stale[k]
 	if !ok {
 		return known

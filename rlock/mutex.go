@@ -292,7 +292,7 @@ func (w *handoffWait) unpark() (bool, error, bool) {
 func (m *Mutex) handedOff(ctx context.Context, h *hold, cand *candidate, o *opHold, g *grace) (bool, error, bool) {
 	if cand.err != nil {
 		// The lock may have passed to this owner, unrecorded: if so, it expires.
-		m.c.noteStale(h, 1, time.Now().Add(cand.lease+watchdog.Drift(cand.lease)))
+		m.unresolved(h, cand.lease)
 		return false, fmt.Errorf("rlock: lock %q: passed on by a release whose outcome is unknown: %w", m.name, cand.err), true
 	}
 	if cand.token <= 0 {
@@ -372,7 +372,7 @@ func (g *grace) wait(ctx context.Context, done <-chan struct{}) {
 // done. When the call holds h.op (through o), it hands it over (o no longer holds it);
 // otherwise work takes it first, after whatever holds it now (work the call handed over
 // before, say), or goes on without it if it cannot within the cleanup timeout. The call
-// waits for work while its ctx lives and for its grace after (g; nil: a grace of its own),
+// waits for work while its ctx lives and for its grace after (g, shared by the call's steps),
 // then leaves it to the background (counted for Close).
 func (m *Mutex) later(ctx context.Context, o *opHold, g *grace, work func()) {
 	h, held := o.h, o.held
@@ -392,9 +392,6 @@ func (m *Mutex) later(ctx context.Context, o *opHold, g *grace, work func()) {
 		}
 		work()
 	})
-	if g == nil {
-		g = new(grace)
-	}
 	g.wait(ctx, done)
 }
 
@@ -512,7 +509,7 @@ func (m *Mutex) attempt(ctx context.Context, h *hold, lease time.Duration, renew
 // granted is never renewed by this Client and expires with its lease, and a grant joining it
 // before then finds it an orphan (Client.orphans).
 func (m *Mutex) unresolved(h *hold, lease time.Duration) {
-	m.c.noteStale(h, 1, time.Now().Add(lease+watchdog.Drift(lease)))
+	m.c.noteStale(h, 1, goneBy(lease))
 }
 
 // undo gives back what an acquire reply granted a caller that has gone. If the give-back
@@ -546,16 +543,10 @@ func (m *Mutex) grant(ctx context.Context, h *hold, vals []int64, sent time.Time
 		return err
 	}
 	giveBack := func() {
-		cctx, cancel := m.c.cleanupCtx(ctx)
-		defer cancel()
-		for ; extra > 0; extra-- {
-			// Orphans: each gives back one hold and never the last (this grant's), so the
-			// lock stays held. One that fails leaves the orphan to the end of this tenure,
-			// whose last Unlock stops renewing whatever Redis still counts (hold.released).
-			if _, _, err := m.sendRelease(cctx, h.owner, nil); err != nil {
-				return
-			}
-		}
+		// Orphans: each gives back one hold and never the last (this grant's), so the lock
+		// stays held. One that fails leaves the orphan to the end of this tenure, whose last
+		// Unlock stops renewing whatever Redis still counts (hold.released).
+		m.releaseN(ctx, h.owner, extra)
 	}
 	if o == nil {
 		giveBack()
@@ -563,6 +554,18 @@ func (m *Mutex) grant(ctx context.Context, h *hold, vals []int64, sent time.Time
 		m.later(ctx, o, g, giveBack)
 	}
 	return err
+}
+
+// releaseN gives back n holds of owner, one release each, within one cleanup timeout; it
+// stops at the first that fails.
+func (m *Mutex) releaseN(ctx context.Context, owner string, n int64) {
+	cctx, cancel := m.c.cleanupCtx(ctx)
+	defer cancel()
+	for ; n > 0; n-- {
+		if _, _, err := m.sendRelease(cctx, owner, nil); err != nil {
+			return
+		}
+	}
 }
 
 // replay re-sends a script whose first send failed with first (not a Redis reply) until it
@@ -671,11 +674,7 @@ func (m *Mutex) release(ctx context.Context, h *hold) error {
 		if !m.c.minted(h.owner) {
 			extra = min(extra, int64(known))
 		}
-		for ; extra > 0; extra-- {
-			if _, _, err := m.sendRelease(ctx, h.owner, nil); err != nil {
-				break
-			}
-		}
+		m.releaseN(ctx, h.owner, extra)
 	}
 	switch {
 	case lost != nil:

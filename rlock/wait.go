@@ -77,14 +77,10 @@ func (c *Client) waitLoop(ctx context.Context, wait time.Duration, spec waitSpec
 		case wait == 0:
 		case errors.Is(err, ErrNoReplicaAck):
 			passing, ttl, err = err, ackRetry, nil
-		case errors.Is(err, errLateGrant):
-			// Redis answered too slowly for the lease asked for; the grant was given back.
-			// Try again with backoff: a slow moment may pass.
-			passing, ttl, err = err, backoff, nil
-			backoff = min(2*backoff, time.Second)
-		case transient(err):
-			// Redis is unreachable or not ready: a waiter rides the outage out within its
-			// wait, as the holder's renewals do, trying again with backoff.
+		case transient(err), errors.Is(err, errLateGrant):
+			// Redis is unreachable or not ready, or answered too slowly for the lease asked
+			// for (the grant was given back): a waiter rides it out within its wait, as the
+			// holder's renewals do, trying again with backoff.
 			passing, ttl, err = err, backoff, nil
 			backoff = min(2*backoff, time.Second)
 		}
