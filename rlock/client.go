@@ -3,6 +3,7 @@ package rlock
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"sync"
@@ -24,8 +25,9 @@ import (
 // A Client is safe for concurrent use. Make one per process and Redis deployment, and
 // share it.
 type Client struct {
-	rc   rueidis.Client
-	opts options
+	rc    rueidis.Client
+	owned bool // made by Dial: Close closes rc
+	opts  options
 	id   string // instance id: uuid without dashes
 
 	wd  *watchdog.Watchdog
@@ -83,6 +85,40 @@ func New(client rueidis.Client, opts ...Option) (*Client, error) {
 	return c, nil
 }
 
+// Dial makes a rueidis client from opt, configured for locks, and a Client that locks
+// through it and owns it: [Client.Close] closes it too. It is the fastest way to run relock
+// and the one the README shows; use [New] to lock through a rueidis client you already have.
+//
+// Configured for locks means client-side caching off (opt.DisableCache is set): relock
+// never reads through the cache, and a client with caching on keeps every connection in
+// rueidis's background mode, where each request crosses two goroutines; without it a lone
+// request is written and read on the caller's goroutine (bench/compare measures both). It also spares the lock user the
+// CLIENT TRACKING right. Every other field of opt is used as given.
+//
+// Dial returns an error wrapping [ErrInvalid] for an invalid option (nothing is dialled),
+// or rueidis's error when it cannot connect (as [rueidis.NewClient] does, it dials at once).
+func Dial(opt rueidis.ClientOption, opts ...Option) (*Client, error) {
+	o := defaultOptions()
+	for _, op := range opts {
+		op.apply(&o)
+	}
+	if err := o.validate(); err != nil {
+		return nil, err
+	}
+	opt.DisableCache = true
+	rc, err := rueidis.NewClient(opt)
+	if err != nil {
+		return nil, fmt.Errorf("rlock: dial: %w", err)
+	}
+	c, err := New(rc, opts...)
+	if err != nil {
+		rc.Close()
+		return nil, err
+	}
+	c.owned = true
+	return c, nil
+}
+
 // Close stops every goroutine the Client started and waits for them. Locks still held are
 // not released: like a crashed process's, they expire within their lease (the watchdog
 // timeout for locks held in watchdog mode). Their holders are told: the hold's Done channel
@@ -90,7 +126,8 @@ func New(client rueidis.Client, opts ...Option) (*Client, error) {
 // waiting or replaying a request end promptly with an error wrapping ErrClosed (a request
 // whose outcome is then unknown also wraps [ErrUnknownOutcome]; a hold it may have granted
 // expires with its lease); every later call on the Client or its handles returns
-// ErrClosed. Close is idempotent and always returns nil.
+// ErrClosed. A Client made by [Dial] then closes its rueidis client; one made by [New]
+// leaves the caller's open. Close is idempotent and always returns nil.
 func (c *Client) Close() error {
 	c.mu.Lock()
 	if c.closed {
@@ -111,6 +148,9 @@ func (c *Client) Close() error {
 	c.mu.Unlock()
 	for _, h := range holds {
 		h.end(ErrClosed)
+	}
+	if c.owned {
+		c.rc.Close()
 	}
 	return nil
 }
