@@ -28,7 +28,7 @@ type Client struct {
 	rc    rueidis.Client
 	owned bool // made by Dial: Close closes rc
 	opts  options
-	id   string // instance id: uuid without dashes
+	id    string // instance id: uuid without dashes
 
 	wd  *watchdog.Watchdog
 	sub *pubsub.Subscriber
