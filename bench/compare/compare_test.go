@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -19,7 +20,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // tiny bounds a smoke run to a few seconds.
 var tiny = settings{warm: 20 * time.Millisecond, window: 150 * time.Millisecond, handoffDur: 300 * time.Millisecond,
-	handoffMax: 5, heldLocks: 100, heldLease: 300 * time.Millisecond, rounds: 1}
+	handoffMax: 5, heldLocks: 100, heldLease: 300 * time.Millisecond, rounds: 1, pingPairs: 100}
 
 // TestSmoke runs every scenario for every library briefly and checks the outputs' shape and
 // that no library broke mutual exclusion.
@@ -44,7 +45,8 @@ func TestSmoke(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Equal(recs[0], []string{"lib", "scenario", "goroutines", "ops_per_sec", "p50_us", "p99_us", "max_us", "jain", "cmds_per_op", "violations", "errors"}) {
+	if !slices.Equal(recs[0], []string{"lib", "scenario", "goroutines", "ops_per_sec", "p50_us", "p99_us", "max_us", "jain", "cmds_per_op", "violations", "errors",
+		"server_calls_per_op", "redis_usec_per_op"}) {
 		t.Fatalf("CSV header %v", recs[0])
 	}
 	if want := 1 + len(libs)*7; len(recs) != want {
@@ -57,14 +59,20 @@ func TestSmoke(t *testing.T) {
 		if r[3] == "0" && r[0] != "redsync-default" && r[0] != "redislock-default" {
 			t.Errorf("%s %s %s: no acquisition", r[0], r[1], r[2])
 		}
+		// A cycle is at least a lock and a release at the server; held rows leave it empty.
+		if calls, err := strconv.ParseFloat(r[11], 64); r[1] == "uncontended" && (err != nil || calls < 2) {
+			t.Errorf("%s %s %s: server_calls_per_op %q", r[0], r[1], r[2], r[11])
+		}
 	}
 	for _, png := range []string{"throughput.png", "hotkey-waits.png"} {
 		if st, err := os.Stat(filepath.Join(dir, png)); err != nil || st.Size() == 0 {
 			t.Errorf("%s: %v", png, err)
 		}
 	}
-	if !strings.Contains(md.String(), "| relock | hotkey | 16 |") {
-		t.Errorf("Markdown table lacks relock's hot-key row:\n%s", md.String())
+	for _, want := range []string{"| relock | hotkey | 16 |", "Uncontended cycle, 1 goroutine", "| relock-new | "} {
+		if !strings.Contains(md.String(), want) {
+			t.Errorf("Markdown output lacks %q:\n%s", want, md.String())
+		}
 	}
 }
 

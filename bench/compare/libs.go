@@ -49,15 +49,15 @@ type handle interface {
 var libs = []lib{
 	{
 		name:    "relock",
-		config:  "rlock.New(rueidis.NewClient(defaults)) with default options (pub/sub wake-up, watchdog)",
+		config:  "rlock.Dial(rueidis.ClientOption{InitAddress}), as the README shows: relock makes its rueidis client with DisableCache (no client-side-caching invalidation hook, so rueidis keeps a lone request on its synchronous path: no goroutine hand-over per call) and closes it on Close; relock options default (pub/sub wake-up, watchdog)",
 		renewal: "built-in watchdog: one goroutine per Client, batched renew scripts",
-		open:    openRelock(false),
+		open:    openRelockDial,
 	},
 	{
-		name:    "relock-tuned",
-		config:  "rlock.New on a rueidis client made for locks: DisableCache (no client-side-caching invalidation hook, so rueidis keeps a lone request on its synchronous path: no goroutine hand-over per call); relock options default",
+		name:    "relock-new",
+		config:  "rlock.New(rueidis.NewClient(rueidis.ClientOption{InitAddress})): a user's rueidis client with every default, client-side caching on (which keeps every connection in rueidis's background mode: each request crosses a writer and a reader goroutine); relock options default",
 		renewal: "built-in watchdog: one goroutine per Client, batched renew scripts",
-		open:    openRelock(true),
+		open:    openRelockNew,
 	},
 	{
 		name:    "redsync-default",
@@ -101,26 +101,35 @@ var libs = []lib{
 // relock
 
 type relockInst struct {
-	rc rueidis.Client
+	rc rueidis.Client // the caller's client (rlock.New), nil when the Client owns it (rlock.Dial)
 	c  *rlock.Client
 }
 
-func openRelock(tuned bool) func(addr string, o openOpts) (instance, error) {
-	return func(addr string, o openOpts) (instance, error) {
-		return newRelock(addr, o, tuned)
-	}
-}
-
-func newRelock(addr string, o openOpts, tuned bool) (instance, error) {
-	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, DialCtxFn: rueidisDial, DisableCache: tuned})
-	if err != nil {
-		return nil, err
-	}
+func relockOpts(o openOpts) []rlock.Option {
 	var opts []rlock.Option
 	if o.lease > 0 {
 		opts = append(opts, rlock.WithWatchdogTimeout(o.lease))
 	}
-	c, err := rlock.New(rc, opts...)
+	return opts
+}
+
+// openRelockDial is the README's way: rlock.Dial makes the rueidis client (DisableCache
+// set) and its Close closes it. DialCtxFn only wraps the connection to count commands.
+func openRelockDial(addr string, o openOpts) (instance, error) {
+	c, err := rlock.Dial(rueidis.ClientOption{InitAddress: []string{addr}, DialCtxFn: rueidisDial}, relockOpts(o)...)
+	if err != nil {
+		return nil, err
+	}
+	return &relockInst{c: c}, nil
+}
+
+// openRelockNew is a user who hands rlock.New a rueidis client made with every default.
+func openRelockNew(addr string, o openOpts) (instance, error) {
+	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, DialCtxFn: rueidisDial})
+	if err != nil {
+		return nil, err
+	}
+	c, err := rlock.New(rc, relockOpts(o)...)
 	if err != nil {
 		rc.Close()
 		return nil, err
@@ -132,7 +141,12 @@ func (i *relockInst) handle(key string) handle { return relockHandle{i.c.Mutex(k
 func (i *relockInst) renewPeriod(lease time.Duration) time.Duration {
 	return time.Duration(float64(lease) * rlock.DefaultRenewFraction)
 }
-func (i *relockInst) close() { _ = i.c.Close(); i.rc.Close() }
+func (i *relockInst) close() {
+	_ = i.c.Close() // closes the rueidis client too when rlock.Dial made it
+	if i.rc != nil {
+		i.rc.Close()
+	}
+}
 
 type relockHandle struct{ m *rlock.Mutex }
 

@@ -66,8 +66,12 @@ func run(ctx context.Context, out io.Writer, sel []lib, s settings, csvPath, png
 				if err != nil {
 					return fmt.Errorf("%s: %w", l.name, err)
 				}
-				fmt.Fprintf(os.Stderr, "%-20s %-12s g=%-3d round %d: %10.0f ops/s p50=%v max=%v cmds/op=%.2f viol=%d err=%d\n",
-					r.lib, r.scenario, r.goroutines, round+1, r.opsPerSec(), r.pct(0.5), r.max(), r.cmdsPerOp(), r.violations, r.errors)
+				fmt.Fprintf(os.Stderr, "%-20s %-12s g=%-3d round %d: %10.0f ops/s p50=%v max=%v cmds/op=%.2f srv/op=%.2f viol=%d err=%d",
+					r.lib, r.scenario, r.goroutines, round+1, r.opsPerSec(), r.pct(0.5), r.max(), r.cmdsPerOp(), r.serverCallsPerOp(), r.violations, r.errors)
+				if len(r.pingPairs) > 0 {
+					fmt.Fprintf(os.Stderr, " cycle p50=%v two-PING p50=%v", quantile(r.cycles, 0.5), quantile(r.pingPairs, 0.5))
+				}
+				fmt.Fprintln(os.Stderr)
 				if prev := byLib[l.name]; prev != nil {
 					prev.merge(r)
 				} else {
@@ -114,12 +118,32 @@ func scenarios(s settings) []scenario {
 			if err := srv.reset(ctx); err != nil {
 				return nil, err
 			}
+			// The bar of the uncontended 1-goroutine cycle: two back-to-back PINGs, half of
+			// the samples right before the round and half right after it (the library's
+			// client closed), so that a drift of the machine during the round is shared.
+			ping := name == "uncontended" && g == 1 && s.pingPairs > 0
+			var before []time.Duration
+			if ping {
+				var err error
+				if before, err = twoPings(ctx, srv.addr, s.pingPairs/2); err != nil {
+					return nil, fmt.Errorf("two PINGs: %w", err)
+				}
+			}
 			inst, err := l.open(srv.addr, openOpts{})
 			if err != nil {
 				return nil, err
 			}
-			defer inst.close()
-			return runCycles(ctx, srv, inst, l.name, name, g, keyOf, s), nil
+			r := runCycles(ctx, srv, inst, l.name, name, g, keyOf, s)
+			inst.close()
+			if ping {
+				after, err := twoPings(ctx, srv.addr, s.pingPairs-s.pingPairs/2)
+				if err != nil {
+					return nil, fmt.Errorf("two PINGs: %w", err)
+				}
+				r.pingPairs = append(before, after...)
+				slices.Sort(r.pingPairs)
+			}
+			return r, nil
 		}}
 	}
 	for _, g := range []int{1, 8, 64} {
@@ -153,11 +177,17 @@ func scenarios(s settings) []scenario {
 	return out
 }
 
-var csvHeader = []string{"lib", "scenario", "goroutines", "ops_per_sec", "p50_us", "p99_us", "max_us", "jain", "cmds_per_op", "violations", "errors"}
+var csvHeader = []string{"lib", "scenario", "goroutines", "ops_per_sec", "p50_us", "p99_us", "max_us", "jain", "cmds_per_op", "violations", "errors",
+	"server_calls_per_op", "redis_usec_per_op"}
 
 func us(d time.Duration) string { return strconv.FormatFloat(float64(d)/1e3, 'f', 1, 64) }
 
 func row(r *result) []string {
+	calls, usec := "", ""
+	if r.hasServerStats() {
+		calls = strconv.FormatFloat(r.serverCallsPerOp(), 'f', 2, 64)
+		usec = strconv.FormatFloat(r.redisUsecPerOp(), 'f', 1, 64)
+	}
 	return []string{
 		r.lib, r.scenario, strconv.Itoa(r.goroutines),
 		strconv.FormatFloat(r.opsPerSec(), 'f', 0, 64),
@@ -165,6 +195,7 @@ func row(r *result) []string {
 		strconv.FormatFloat(r.jain(), 'f', 3, 64),
 		strconv.FormatFloat(r.cmdsPerOp(), 'f', 3, 64),
 		strconv.FormatInt(r.violations, 10), strconv.FormatInt(r.errors, 10),
+		calls, usec,
 	}
 }
 
@@ -202,6 +233,8 @@ func writeMarkdown(out io.Writer, results []*result, sel []lib, version string, 
 	for _, r := range results {
 		fmt.Fprintln(out, "| "+strings.Join(row(r), " | ")+" |")
 	}
+
+	writeCycleTable(out, results)
 
 	fmt.Fprint(out, "\nHand-off (release -> parked waiter of another client holds it), in PING round trips measured in the same run:\n\n")
 	hot, cold := runRTTs(results)
@@ -250,6 +283,76 @@ func writeMarkdown(out io.Writer, results []*result, sel []lib, version string, 
 	writeTargets(out, results)
 }
 
+// twoPingP50 is the median of every two-PING sample of the run.
+func twoPingP50(results []*result) time.Duration {
+	var all []time.Duration
+	for _, r := range results {
+		all = append(all, r.pingPairs...)
+	}
+	slices.Sort(all)
+	return quantile(all, 0.5)
+}
+
+// writeCycleTable is the uncontended 1-goroutine cycle against two back-to-back PINGs, and
+// what a cycle costs the server.
+func writeCycleTable(out io.Writer, results []*result) {
+	var rows []*result
+	for _, r := range results {
+		if r.scenario == "uncontended" && r.goroutines == 1 {
+			rows = append(rows, r)
+		}
+	}
+	if len(rows) == 0 {
+		return
+	}
+	run := twoPingP50(results)
+	fmt.Fprint(out, "\nUncontended cycle, 1 goroutine: Lock call to Unlock return (the empty critical section included), "+
+		"against two back-to-back PINGs (one sample = the pair) on a fresh connection of a rueidis client with DisableCache "+
+		"(the client rlock.Dial makes), context.Background(), half of the samples right before and half right after each "+
+		"of the library's rounds. Server figures from INFO commandstats over the measured window: server calls = every "+
+		"command Redis ran (a script's inner commands included), Redis usec = server time of the commands the client sent.\n\n")
+	fmt.Fprintf(out, "Two back-to-back PINGs, median of every pair of the run: %s us.\n\n", us(run))
+	fmt.Fprintln(out, "| lib | cycle p50 us | cycle p99 us | two-PING p50 us (this lib's rounds) | cycle p50 / two-PING | cycle p50 / two-PING of the run | server calls per cycle | Redis usec per cycle |")
+	fmt.Fprintln(out, "|---|---|---|---|---|---|---|---|")
+	ratio := func(a, b time.Duration) string {
+		if b <= 0 {
+			return ""
+		}
+		return fmt.Sprintf("%.2fx", float64(a)/float64(b))
+	}
+	for _, r := range rows {
+		calls, usec := "", ""
+		if r.hasServerStats() {
+			calls = fmt.Sprintf("%.2f", r.serverCallsPerOp())
+			usec = fmt.Sprintf("%.1f", r.redisUsecPerOp())
+		}
+		c := quantile(r.cycles, 0.5)
+		p := quantile(r.pingPairs, 0.5)
+		fmt.Fprintf(out, "| %s | %s | %s | %s | %s | %s | %s | %s |\n", r.lib, us(c), us(quantile(r.cycles, 0.99)),
+			us(p), ratio(c, p), ratio(c, run), calls, usec)
+	}
+
+	fmt.Fprint(out, "\nWhat an uncontended cycle (1 goroutine) runs, per cycle: commands the client sent (counted on the sockets) "+
+		"and every command Redis ran (INFO commandstats; a script's inner commands included, the harness's left out):\n\n")
+	fmt.Fprintln(out, "| lib | client-sent | server calls |")
+	fmt.Fprintln(out, "|---|---|---|")
+	perOp := func(m map[string]int64, ops int64) string {
+		var names []string
+		for k := range m {
+			names = append(names, k)
+		}
+		slices.Sort(names)
+		var parts []string
+		for _, k := range names {
+			parts = append(parts, fmt.Sprintf("%s %.2f", k, float64(m[k])/float64(max(ops, 1))))
+		}
+		return strings.Join(parts, ", ")
+	}
+	for _, r := range rows {
+		fmt.Fprintf(out, "| %s | %s | %s |\n", r.lib, perOp(r.byName, r.ops), perOp(r.statCalls, r.ops))
+	}
+}
+
 // runRTTs are the run's PING round trips, back to back and cold: medians over the hand-off
 // rounds of every library.
 func runRTTs(results []*result) (hot, cold time.Duration) {
@@ -273,7 +376,7 @@ func runRTTs(results []*result) (hot, cold time.Duration) {
 
 // writeTargets compares each relock configuration with the best peer on each target figure.
 func writeTargets(out io.Writer, results []*result) {
-	for _, mine := range []string{"relock", "relock-tuned"} {
+	for _, mine := range []string{"relock", "relock-new"} {
 		writeTargetsOf(out, results, mine)
 	}
 }
@@ -319,6 +422,14 @@ func writeTargetsOf(out io.Writer, results []*result, mine string) {
 		}
 		ratio := me.opsPerSec() / v
 		fmt.Fprintf(out, "| uncontended, %d goroutine(s): ops/s >= 1.3x | %.0f | %.0f (%s) | %.2fx | %s |\n", g, me.opsPerSec(), v, who, ratio, verdict(ratio >= 1.3))
+	}
+	if me := find(results, mine, "uncontended", 1); me != nil {
+		if p := quantile(me.pingPairs, 0.5); p > 0 {
+			c := quantile(me.cycles, 0.5)
+			ratio := float64(c) / float64(p)
+			fmt.Fprintf(out, "| uncontended, 1 goroutine: cycle p50 <= 1.2x two back-to-back PINGs (taken around its rounds) | %s us | two PINGs %s us (run: %s us) | %.2fx | %s |\n",
+				us(c), us(p), us(twoPingP50(results)), ratio, verdict(ratio <= 1.2))
+		}
 	}
 	me := find(results, mine, "hotkey", 16)
 	if v, who := best("hotkey", 16, higher, ops); who != "" {

@@ -13,10 +13,10 @@ import (
 	"gonum.org/v1/plot/vg/vgimg"
 )
 
-// palette gives each library configuration a colour; tuned ones are lighter.
+// palette gives each library configuration a colour; tuned ones (and relock-new) are lighter.
 var palette = map[string]color.RGBA{
 	"relock":              {R: 0xd6, G: 0x27, B: 0x28, A: 0xff},
-	"relock-tuned":        {R: 0xff, G: 0x98, B: 0x96, A: 0xff},
+	"relock-new":          {R: 0xff, G: 0x98, B: 0x96, A: 0xff},
 	"redsync-default":     {R: 0x1f, G: 0x77, B: 0xb4, A: 0xff},
 	"redsync-tuned":       {R: 0x9e, G: 0xc5, B: 0xe8, A: 0xff},
 	"redislock-default":   {R: 0x2c, G: 0xa0, B: 0x2c, A: 0xff},

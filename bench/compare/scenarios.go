@@ -6,9 +6,12 @@ import (
 	"math/rand/v2"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/redis/rueidis"
 )
 
 // settings bound each scenario in time.
@@ -20,11 +23,12 @@ type settings struct {
 	heldLocks  int           // locks of the held scenario
 	heldLease  time.Duration // their lease (renewed while held)
 	rounds     int           // turns of every library at each scenario but the held one
+	pingPairs  int           // two-PING samples taken around each uncontended 1-goroutine round
 }
 
 var (
-	fullRun  = settings{warm: 200 * time.Millisecond, window: time.Second, handoffDur: 1500 * time.Millisecond, handoffMax: 100, heldLocks: 10000, heldLease: 3 * time.Second, rounds: 3}
-	quickRun = settings{warm: 100 * time.Millisecond, window: 500 * time.Millisecond, handoffDur: 800 * time.Millisecond, handoffMax: 40, heldLocks: 1000, heldLease: time.Second, rounds: 1}
+	fullRun  = settings{warm: 200 * time.Millisecond, window: time.Second, handoffDur: 1500 * time.Millisecond, handoffMax: 100, heldLocks: 10000, heldLease: 3 * time.Second, rounds: 3, pingPairs: 500}
+	quickRun = settings{warm: 100 * time.Millisecond, window: 500 * time.Millisecond, handoffDur: 800 * time.Millisecond, handoffMax: 40, heldLocks: 1000, heldLease: time.Second, rounds: 1, pingPairs: 500}
 )
 
 // result is one library's figures in one scenario.
@@ -48,6 +52,17 @@ type result struct {
 	handoffSum    time.Duration   // hand-off: total of the hand-off times
 	serverCPU     time.Duration   // redis-server CPU time spent in the window
 	coldRTTs      []time.Duration // hand-off: PING round trips after the same idle park as a hand-off
+
+	// cycles are the completed Lock+Unlock cycles of the window (cycle scenarios), sorted:
+	// from the Lock call to the Unlock call's return, the empty critical section included.
+	cycles []time.Duration
+	// pingPairs are samples of two back-to-back PINGs on a fresh connection, half taken
+	// right before and half right after each round (uncontended, 1 goroutine), sorted.
+	pingPairs []time.Duration
+	// From INFO commandstats over the window (nil for the held scenario's figures):
+	statCalls   map[string]int64 // server calls by command, harness commands left out
+	serverCalls int64            // their sum: every command Redis ran, scripts' inner ones included
+	redisUsec   int64            // server time of the commands the client sent (top level)
 }
 
 type heldStats struct {
@@ -88,6 +103,28 @@ func (r *result) merge(o *result) {
 	r.serverCPU += o.serverCPU
 	r.coldRTTs = append(r.coldRTTs, o.coldRTTs...)
 	slices.Sort(r.coldRTTs)
+	r.cycles = append(r.cycles, o.cycles...)
+	slices.Sort(r.cycles)
+	r.pingPairs = append(r.pingPairs, o.pingPairs...)
+	slices.Sort(r.pingPairs)
+	if o.statCalls != nil {
+		if r.statCalls == nil {
+			r.statCalls = map[string]int64{}
+		}
+		for k, v := range o.statCalls {
+			r.statCalls[k] += v
+		}
+	}
+	r.serverCalls += o.serverCalls
+	r.redisUsec += o.redisUsec
+}
+
+// quantile is the q-quantile of sorted durations, 0 when there are none.
+func quantile(sorted []time.Duration, q float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	return sorted[min(int(q*float64(len(sorted))), len(sorted)-1)]
 }
 
 func (r *result) opsPerSec() float64 {
@@ -100,16 +137,18 @@ func (r *result) opsPerSec() float64 {
 	return float64(r.ops) / r.elapsed.Seconds()
 }
 
-func (r *result) pct(q float64) time.Duration {
-	if len(r.waits) == 0 {
-		return 0
-	}
-	i := int(q * float64(len(r.waits)))
-	if i >= len(r.waits) {
-		i = len(r.waits) - 1
-	}
-	return r.waits[i]
-}
+func (r *result) pct(q float64) time.Duration { return quantile(r.waits, q) }
+
+// hasServerStats reports whether the server figures per operation apply: INFO
+// commandstats was read over the window the operations were counted in (not so for the
+// held scenario, whose cmds_per_op is about the hold, not the acquisitions).
+func (r *result) hasServerStats() bool { return r.statCalls != nil && r.held == nil && r.ops > 0 }
+
+// serverCallsPerOp is every command Redis ran per operation (scripts' inner ones included).
+func (r *result) serverCallsPerOp() float64 { return float64(r.serverCalls) / float64(max(r.ops, 1)) }
+
+// redisUsecPerOp is Redis's time in the client-sent commands per operation.
+func (r *result) redisUsecPerOp() float64 { return float64(r.redisUsec) / float64(max(r.ops, 1)) }
 
 func (r *result) max() time.Duration {
 	if len(r.waits) == 0 {
@@ -145,7 +184,7 @@ func (r *result) cmdsPerOp() float64 {
 type window struct {
 	total  int64
 	byName map[string]int64
-	stats  map[string]int64
+	stats  map[string]cmdStat
 	cpu    float64 // redis-server CPU seconds (user + sys)
 }
 
@@ -164,8 +203,42 @@ func (r *result) fill(a, b window) {
 		}
 	}
 	r.sentScripts = r.byName["evalsha"] + r.byName["eval"]
-	r.statScripts = b.stats["evalsha"] + b.stats["eval"] - a.stats["evalsha"] - a.stats["eval"]
+	r.statScripts = b.stats["evalsha"].calls + b.stats["eval"].calls - a.stats["evalsha"].calls - a.stats["eval"].calls
 	r.serverCPU = time.Duration((b.cpu - a.cpu) * 1e9)
+
+	// Server calls: every command Redis ran in the window, but the harness's own.
+	if a.stats == nil || b.stats == nil {
+		return // INFO failed: no server figures
+	}
+	r.statCalls = map[string]int64{}
+	type top struct{ calls, usec int64 }
+	tops := map[string]top{} // by the name the client sends ("client" for "client|setinfo")
+	for name, st := range b.stats {
+		d := cmdStat{st.calls - a.stats[name].calls, st.usec - a.stats[name].usec}
+		if d.calls <= 0 {
+			continue
+		}
+		if !harnessCommand(name) {
+			r.statCalls[name] = d.calls
+			r.serverCalls += d.calls
+		}
+		t, _, _ := strings.Cut(name, "|")
+		tt := tops[t]
+		tt.calls += d.calls
+		tt.usec += d.usec
+		tops[t] = tt
+	}
+	// Redis time: the usec of the commands the client sent. A script's usec already
+	// includes the commands it ran, so those are not added again. When the client sends a
+	// command that its scripts also run (say SET), commandstats has one line for both:
+	// the client's share of it is taken, sent / calls of the usec (the calls costing alike).
+	for t, n := range r.byName {
+		tt := tops[t]
+		if tt.calls <= 0 {
+			continue
+		}
+		r.redisUsec += int64(float64(tt.usec) * min(1, float64(n)/float64(tt.calls)))
+	}
 }
 
 // runCycles runs Lock+Unlock cycles from g goroutines, each with its own handle on
@@ -181,6 +254,7 @@ func runCycles(ctx context.Context, srv *server, inst instance, lib, scenario st
 		}
 	}
 	waits := make([][]time.Duration, g)
+	cycles := make([][]time.Duration, g)
 	pending := make([]atomic.Int64, g) // start (UnixNano) of a Lock call in progress, 0 when none
 	var measuring atomic.Bool
 	var violations, errs atomic.Int64
@@ -213,11 +287,13 @@ func runCycles(ctx context.Context, srv *server, inst instance, lib, scenario st
 				runtime.Gosched() // widen the critical section a little
 				cs.Add(-1)
 				err = h.unlock(context.Background())
+				c := time.Since(start)
 				if err != nil && runCtx.Err() == nil && measuring.Load() {
 					errs.Add(1)
 				}
 				if measuring.Load() {
 					waits[i] = append(waits[i], w)
+					cycles[i] = append(cycles[i], c)
 					r.counts[i]++
 				}
 			}
@@ -244,10 +320,12 @@ func runCycles(ctx context.Context, srv *server, inst instance, lib, scenario st
 	r.fill(a, b)
 	for i := range waits {
 		r.waits = append(r.waits, waits[i]...)
+		r.cycles = append(r.cycles, cycles[i]...)
 		r.ops += r.counts[i]
 	}
 	r.waits = append(r.waits, r.censored...)
 	slices.Sort(r.waits)
+	slices.Sort(r.cycles)
 	r.violations, r.errors = violations.Load(), errs.Load()
 	return r
 }
@@ -264,6 +342,35 @@ func pingRTT(ctx context.Context, srv *server) time.Duration {
 	}
 	slices.Sort(rtts)
 	return rtts[len(rtts)/2]
+}
+
+// twoPings times n pairs of back-to-back PINGs (one pair, one sample) on a fresh rueidis
+// client made as rlock.Dial makes relock's (DisableCache: a lone request is written and
+// read on the caller's goroutine), dialled through the same counting wrapper as the
+// libraries (so the same write path; it runs outside every measured window, so its PINGs
+// are in no figure), with context.Background(). The bar of the issue: a lock cycle is two
+// round trips, so the floor is two PINGs. The samples come back sorted.
+func twoPings(ctx context.Context, addr string, n int) ([]time.Duration, error) {
+	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, DialCtxFn: rueidisDial, DisableCache: true})
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	out := make([]time.Duration, 0, n)
+	for i := range n + 50 { // the first 50 pairs warm the connection up
+		start := time.Now()
+		if err := c.Do(ctx, c.B().Ping().Build()).Error(); err != nil {
+			return nil, err
+		}
+		if err := c.Do(ctx, c.B().Ping().Build()).Error(); err != nil {
+			return nil, err
+		}
+		if d := time.Since(start); i >= 50 {
+			out = append(out, d)
+		}
+	}
+	slices.Sort(out)
+	return out, nil
 }
 
 // coldPingRTTs are PING round trips each taken after an idle park like the hand-off's: on
