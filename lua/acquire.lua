@@ -1,42 +1,56 @@
 -- acquire: take or re-enter a reentrant lock.
 -- KEYS[1] = lock hash: field <owner> = hold count, q:<owner> = last request id applied for that
---           owner, token = the fencing token of the current holder's grant. Owner ids start
+--           owner, token = the fencing token of the current holder's grant, w = present once
+--           a waiter was refused during this tenure (its release publishes). Owner ids start
 --           with 'h:' or 'u:' (see rlock), so no owner id can name another field.
 -- KEYS[2] = fence (string: the name's last fencing token, a decimal integer); it lives 24
 --           hours after the last fresh grant (see lib_fence.lua and lua.FenceTTL)
 -- ARGV[1] = lease in milliseconds (> 0)
 -- ARGV[2] = owner id
 -- ARGV[3] = request id (unique per call; a replay with the same id is answered, not applied again)
+-- ARGV[4] = (optional) '1' when the caller, if refused, waits on the release channel: the
+--           refusal then marks the lock (field w) so that its release publishes (release.lua);
+--           '2' when the caller has been waiting already: a grant marks the lock too (other
+--           waiters may still wait: the release must tell them). Without a mark, a release
+--           publishes nothing: nobody waits.
 -- returns {1, token, holds}  acquired (fresh, re-entered, or a replay of an applied request)
 --         {0, pttl}          held by another owner; pttl is the lock's remaining lease (-1: no expiry)
 --         a WRONGTYPE error, with nothing written, when the lock or the fence holds another type
---         (or the fence a string that is not a token)
+--         (or the fence a string that is not a token: it is put back, without its expiry)
 -- A fresh grant's token is the larger of the fence's last token + 1 and the server's clock in
 -- microseconds, so tokens keep rising when the fence expired or was lost (a restart without
 -- persistence, a failover to a replica that lacked it), unless the server's clock was set
 -- back by more than the time since the fence was last written.
+-- An uncontended grant costs six server calls, this script's included (EVALSHA, EXISTS, TIME,
+-- SET, HSET, PEXPIRE); the release after it three (release.lua).
 --#include lib_fence
 local lock, fence = KEYS[1], KEYS[2]
 local lease, owner, req = ARGV[1], ARGV[2], ARGV[3]
 local reqField = 'q:' .. owner
 
 if redis.call('exists', lock) == 0 then
-  -- Fresh grant. The fence is read and written first: if it holds a value of another type
-  -- the script fails there, before the lock key is touched.
-  local now = redis.call('time')
-  local token = nextToken(fence, tonumber(now[1]) * 1000000 + tonumber(now[2]))
+  -- Fresh grant. The fence is written first: if it holds a value of another type the
+  -- script fails there, before the lock key is touched.
+  local token = grantToken(fence)
   if not token then
     return redis.error_reply('WRONGTYPE ' .. fence .. ' holds a string that is not a fencing token')
   end
-  setFence(fence, token)
-  redis.call('hset', lock, owner, 1, reqField, req, 'token', token)
+  if ARGV[4] == '2' then
+    redis.call('hset', lock, owner, 1, reqField, req, 'token', token, 'w', 1)
+  else
+    redis.call('hset', lock, owner, 1, reqField, req, 'token', token)
+  end
   redis.call('pexpire', lock, lease)
   return {1, tonumber(token), 1}
 end
 
-local got = redis.call('hmget', lock, owner, reqField, 'token')
+local got = redis.call('hmget', lock, owner, reqField, 'token', 'w')
 local holds, last, token = got[1], got[2], tonumber(got[3] or '0')
 if not holds then
+  if (ARGV[4] == '1' or ARGV[4] == '2') and not got[4] then
+    -- A waiter: the release of this tenure must publish.
+    redis.call('hset', lock, 'w', 1)
+  end
   return {0, redis.call('pttl', lock)}
 end
 if last == req then

@@ -1,16 +1,54 @@
 -- force_release: free a lock whoever holds it and wake its waiters.
 -- KEYS[1] = lock hash
+-- KEYS[2] = (optional) the lock's forced record (hash: owner id -> fencing token of the tenure
+--           taken from it), read by a replayed release (release.lua) to tell a hold given back
+--           from one forced away before the release arrived
 -- ARGV[1] = release channel ('' publishes nothing)
 -- ARGV[2] = message to publish (optional, default '0': wake one waiter per Client)
+-- ARGV[3] = with KEYS[2]: how long the record outlives the lease it ends, in milliseconds
+--           (the longest a holder may still replay a release of it)
 -- returns 1 if a lock was removed, 0 if there was none;
 --         a WRONGTYPE error (and nothing deleted) if the key is not a hash
--- DEL and PUBLISH are accepted by a full (noeviction) server.
+-- DEL and PUBLISH are accepted by a full (noeviction) server; the record is not written there.
 local t = redis.call('type', KEYS[1]).ok
 if t == 'none' then
   return 0
 end
 if t ~= 'hash' then
   return redis.error_reply('WRONGTYPE the key holds a ' .. t .. ', not a lock')
+end
+local rt = KEYS[2] and redis.call('type', KEYS[2]).ok
+if rt == 'hash' or rt == 'none' then
+  local fields = redis.call('hgetall', KEYS[1])
+  local token, owners = '0', {}
+  for i = 1, #fields, 2 do
+    local f = fields[i]
+    local p = string.sub(f, 1, 2)
+    if f == 'token' then
+      token = fields[i + 1]
+    elseif p == 'h:' or p == 'u:' then
+      owners[#owners + 1] = f
+    end
+  end
+  if #owners > 0 then
+    local args = {}
+    for _, o in ipairs(owners) do
+      args[#args + 1] = o
+      args[#args + 1] = token
+    end
+    local keep = redis.call('pttl', KEYS[1])
+    if keep < 0 then
+      keep = 0
+    end
+    keep = keep + tonumber(ARGV[3])
+    -- On a full server the record cannot be written: the force goes on without it.
+    local r = redis.pcall('hset', KEYS[2], unpack(args))
+    if type(r) ~= 'table' or not r.err then
+      if redis.call('pttl', KEYS[2]) < keep then
+        redis.call('pexpire', KEYS[2], keep)
+      end
+    end
+  end
 end
 redis.call('del', KEYS[1])
 if ARGV[1] ~= '' then

@@ -25,3 +25,30 @@ end
 local function setFence(fence, token)
   redis.call('set', fence, token, 'px', fenceTTL)
 end
+
+-- grantToken(fence) is nextToken and setFence in two calls instead of three (TIME, then a
+-- SET ... GET that writes the server's clock and reads the last token in one call): it
+-- sets the fence to the token of a fresh grant now and returns that token, a decimal string.
+-- A third call rewrites the fence only when its last token was not below the clock (a clock
+-- set back, or two grants within a microsecond). When the fence held a string that is not
+-- a token, grantToken puts that string back (without the expiry it may have had) and
+-- returns nil; a fence of another type fails the script in the SET, which then writes
+-- nothing.
+local function grantToken(fence)
+  local now = redis.call('time')
+  local nowUs = tonumber(now[1]) * 1000000 + tonumber(now[2])
+  local token = string.format('%.0f', nowUs)
+  local last = redis.call('set', fence, token, 'px', fenceTTL, 'get')
+  if last then
+    if not string.match(last, '^%d+$') then
+      redis.call('set', fence, last)
+      return nil
+    end
+    local n = tonumber(last)
+    if n >= nowUs then
+      token = string.format('%.0f', n + 1)
+      redis.call('set', fence, token, 'px', fenceTTL)
+    end
+  end
+  return token
+end

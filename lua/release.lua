@@ -1,16 +1,15 @@
 #!lua flags=allow-oom
 -- release: give back one hold of a reentrant lock, optionally passing it on to a successor.
 -- KEYS[1] = lock hash (see acquire.lua)
--- KEYS[2] = release record of this request (a string key of its own, unique to the request id:
---           the caller derives it from the lock's keys and ARGV[2], in the lock's hash slot);
---           written when this request gives back the owner's last hold, for ARGV[4] ms, so
---           that a replay is answered truly however many other releases came between
+-- KEYS[2] = the lock's forced record (hash: owner id -> fencing token of the tenure that
+--           force_release.lua took from that owner; it lives a while after the force)
 -- KEYS[3] = fence (only with a successor; see acquire.lua)
 -- ARGV[1] = owner id
 -- ARGV[2] = request id (a replay with the same id is answered, not applied again)
 -- ARGV[3] = release channel, published when the last hold is given back and not passed on
---           ('' publishes nothing)
--- ARGV[4] = how long to remember a full release, in milliseconds (> 0)
+--           while a waiter marked the lock (field w, see acquire.lua) ('' publishes nothing)
+-- ARGV[4] = '' on the request's first send; on a replay, the fencing token of the tenure
+--           whose hold it gives back ('0' when the caller does not know it)
 -- ARGV[5], ARGV[6], ARGV[7] (optional) = a successor: owner id, lease in milliseconds and
 --           request id of a waiter that the last hold passes to directly (a fresh grant, with
 --           a new fencing token, and no publish)
@@ -18,14 +17,22 @@
 --         n >= 1  holds this owner still has (the lock stays held)
 --         0       the last hold was given back: the lock is free and the channel was told
 --         -1      this owner holds no hold (never held, released, expired or taken)
+--         -2      (replays only) this owner holds no hold, and no force took the tenure of
+--                 ARGV[4] from it: the first send gave back the last hold, or the lease ran
+--                 out first. The caller tells which by its own clock: a replay sent before
+--                 the hold's conservative end finds it gone only if the first send freed it
+--                 (the lease cannot have run out before that end; any other removal is a
+--                 force, which leaves the forced record, or is outside relock).
 --         with a successor, {n, token}: n as above, and token > 0 when the lock passed to the
 --         successor (0 when it did not: then the channel was told as usual)
 --         a WRONGTYPE error, with nothing written, when a key holds another type (or the
 --         fence a string that is not a token)
+-- No release record is written: an uncontended release costs three server calls, this
+-- script's included (EVALSHA, HMGET, DEL), and a fourth (PUBLISH) only when a waiter is told.
 -- Runs with allow-oom: giving a lock back must work on a full server.
 --#include lib_fence
-local lock, record = KEYS[1], KEYS[2]
-local owner, req, channel = ARGV[1], ARGV[2], ARGV[3]
+local lock, forced = KEYS[1], KEYS[2]
+local owner, req, channel, tenure = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local next, nextLease, nextReq = ARGV[5], ARGV[6], ARGV[7]
 local reqField = 'q:' .. owner
 
@@ -36,20 +43,23 @@ local function reply(n, token)
   return n
 end
 
-local got = redis.call('hmget', lock, owner, reqField)
-local holds, last = got[1], got[2]
+local got = redis.call('hmget', lock, owner, reqField, 'w')
+local holds, last, waiters = got[1], got[2], got[3]
 if not holds then
-  if redis.call('exists', record) == 1 then
-    -- A replay of the final release: tell whether it passed the lock on.
-    if next then
-      local h = redis.call('hmget', lock, 'q:' .. next, 'token')
-      if h[1] == nextReq then
-        return {0, tonumber(h[2] or '0')}
-      end
-    end
-    return reply(0)
+  if tenure == '' then
+    return reply(-1) -- a first send: this request gave nothing back before
   end
-  return reply(-1)
+  if next then
+    -- A replay of a final release that may have passed the lock on.
+    local h = redis.call('hmget', lock, 'q:' .. next, 'token')
+    if h[1] == nextReq then
+      return {0, tonumber(h[2] or '0')}
+    end
+  end
+  if redis.call('type', forced).ok == 'hash' and redis.call('hget', forced, owner) == tenure then
+    return reply(-1) -- forced away before this request arrived
+  end
+  return reply(-2)
 end
 if last == req then
   return reply(tonumber(holds))
@@ -59,27 +69,25 @@ if tonumber(holds) > 1 then
   redis.call('hset', lock, reqField, req)
   return reply(holds)
 end
--- The last hold. A successor's token is read first, so that a fence of another type fails
--- the script before anything is written.
-local token
+-- The last hold.
 if next then
-  -- A fresh grant to the successor: its token as acquire.lua computes it.
-  local now = redis.call('time')
-  token = nextToken(KEYS[3], tonumber(now[1]) * 1000000 + tonumber(now[2]))
+  -- A fresh grant to the successor, its token as acquire.lua computes it. The fence is
+  -- written first, so that a fence of another type fails the script before the lock is
+  -- touched.
+  local token = grantToken(KEYS[3])
   if not token then
     return redis.error_reply('WRONGTYPE ' .. KEYS[3] .. ' holds a string that is not a fencing token')
   end
-end
-redis.call('set', record, '1', 'px', ARGV[4])
-redis.call('del', lock)
-if next then
-  -- Pass the lock on, without a publish: nobody else is told it was free.
-  setFence(KEYS[3], token)
-  redis.call('hset', lock, next, 1, 'q:' .. next, nextReq, 'token', token)
+  redis.call('del', lock)
+  -- Pass the lock on, without a publish: nobody else is told it was free. The successor was
+  -- a waiter, and others may still wait: the lock is marked (see acquire.lua), so that the
+  -- release that frees it publishes.
+  redis.call('hset', lock, next, 1, 'q:' .. next, nextReq, 'token', token, 'w', 1)
   redis.call('pexpire', lock, nextLease)
   return {0, tonumber(token)}
 end
-if channel ~= '' then
+redis.call('del', lock)
+if waiters and channel ~= '' then
   redis.call('publish', channel, '0')
 end
 return 0

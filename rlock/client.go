@@ -29,6 +29,10 @@ type Client struct {
 	owned bool // made by Dial: Close closes rc
 	opts  options
 	id    string // instance id: uuid without dashes
+	// deadlines are the shared deadline channels of first sends (sendCtx).
+	deadlines deadlines
+	// wdLease is the watchdog timeout in milliseconds, as the scripts take it (leaseArg).
+	wdLease string
 
 	wd  *watchdog.Watchdog
 	sub *pubsub.Subscriber
@@ -73,6 +77,7 @@ func New(client rueidis.Client, opts ...Option) (*Client, error) {
 		handoffs: make(map[string]*handoffQueue),
 		stale:    make(map[holdKey]staleRec),
 	}
+	c.wdLease = strconv.FormatInt(o.watchdogTimeout.Milliseconds(), 10)
 	c.life, c.endLife = context.WithCancelCause(context.Background())
 	c.flags.Store(true)
 	var err error
@@ -137,6 +142,7 @@ func (c *Client) Close() error {
 	c.closed = true
 	c.mu.Unlock()
 	c.endLife(ErrClosed)
+	c.deadlines.close() // first sends in flight end too
 	c.bg.Wait()
 	c.wd.Close()
 	c.sub.Close()
@@ -196,7 +202,20 @@ func (c *Client) newOwner() string {
 
 // newRequest returns a request id unique across processes and time; it holds no ':'.
 func (c *Client) newRequest() string {
-	return c.id + "." + strconv.FormatUint(c.reqs.Add(1), 10)
+	var buf [64]byte // the id is 32 bytes, the counter at most 20: one allocation, the string
+	b := append(buf[:0], c.id...)
+	b = append(b, '.')
+	b = strconv.AppendUint(b, c.reqs.Add(1), 10)
+	return string(b)
+}
+
+// leaseArg is lease in milliseconds, as the scripts take it; the watchdog timeout's is made
+// once.
+func (c *Client) leaseArg(lease time.Duration) string {
+	if lease == c.opts.watchdogTimeout {
+		return c.wdLease
+	}
+	return strconv.FormatInt(lease.Milliseconds(), 10)
 }
 
 // exec runs a script, with its shebang flags while the server takes them.
@@ -215,11 +234,114 @@ func (c *Client) exec(ctx context.Context, s *lua.Script, keys, args []string) r
 // timeout and by the Client's life (Close cancels it, with cause ErrClosed). Work already
 // under a cleanup context stays under it: nested steps share one cleanup timeout.
 func (c *Client) cleanupCtx(ctx context.Context) (context.Context, context.CancelFunc) {
-	if cv, ok := ctx.(callerValues); ok {
+	return c.cleanupCtxUntil(ctx, time.Now().Add(c.opts.cleanupTimeout))
+}
+
+// cleanupCtxUntil is cleanupCtx ending at dl (a sendCtx's deadline: the steps that follow a
+// first send share its cleanup timeout).
+func (c *Client) cleanupCtxUntil(ctx context.Context, dl time.Time) (context.Context, context.CancelFunc) {
+	switch cv := ctx.(type) {
+	case callerValues:
 		return cv, func() {}
+	case *sendCtx:
+		ctx = cv.values
 	}
-	tctx, cancel := context.WithTimeout(c.life, c.opts.cleanupTimeout)
+	tctx, cancel := context.WithDeadline(c.life, dl)
 	return callerValues{Context: tctx, values: ctx}, cancel
+}
+
+// sendCtx is the context of a first send made on the caller's behalf (a release): the
+// caller's values, and a deadline (the cleanup timeout, which bounds the send and keeps
+// rueidis on its synchronous path for a lone request) that no caller's cancellation, nor
+// Close, brings forward. Its Done channel is shared with every send whose deadline falls in
+// the same few milliseconds (deadlines), so that the common send, answered at once, makes
+// no timer of its own. A send that fails ambiguously goes on to replays under
+// cleanupCtxUntil, within the same deadline, which Close does end.
+type sendCtx struct {
+	values context.Context
+	dl     time.Time
+	done   <-chan struct{}
+}
+
+// firstSendCtx returns the context for a first send on ctx's behalf: ctx itself when it is
+// already a cleanup context, else a sendCtx ending within the cleanup timeout.
+func (c *Client) firstSendCtx(ctx context.Context) context.Context {
+	switch ctx.(type) {
+	case callerValues, *sendCtx:
+		return ctx
+	}
+	dl, done := c.deadlines.at(time.Now().Add(c.opts.cleanupTimeout))
+	return &sendCtx{values: ctx, dl: dl, done: done}
+}
+
+func (s *sendCtx) Deadline() (time.Time, bool) { return s.dl, true }
+func (s *sendCtx) Done() <-chan struct{}       { return s.done }
+func (s *sendCtx) Value(key any) any           { return s.values.Value(key) }
+func (s *sendCtx) Err() error {
+	select {
+	case <-s.done:
+		return context.DeadlineExceeded
+	default:
+		return nil
+	}
+}
+
+// deadlineStep is the width of deadlines' buckets: a deadline is brought forward by less.
+const deadlineStep = 8 * time.Millisecond
+
+// deadlines hands out channels closed at coarse deadlines: every deadline in one bucket of
+// deadlineStep shares one channel and one timer, closed at the bucket's start (never after
+// the deadline asked for).
+type deadlines struct {
+	mu     sync.Mutex
+	m      map[int64]*deadlineBucket
+	closed bool
+}
+
+type deadlineBucket struct {
+	ch    chan struct{}
+	timer *time.Timer
+}
+
+// at returns the deadline of t's bucket (at most t) and the channel closed then.
+func (d *deadlines) at(t time.Time) (time.Time, <-chan struct{}) {
+	k := t.UnixNano() / int64(deadlineStep)
+	dl := time.Unix(0, k*int64(deadlineStep))
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return dl, closedCh
+	}
+	if b := d.m[k]; b != nil {
+		return dl, b.ch
+	}
+	if d.m == nil {
+		d.m = make(map[int64]*deadlineBucket)
+	}
+	b := &deadlineBucket{ch: make(chan struct{})}
+	b.timer = time.AfterFunc(time.Until(dl), func() {
+		d.mu.Lock()
+		if d.m[k] == b {
+			delete(d.m, k)
+		}
+		d.mu.Unlock()
+		close(b.ch)
+	})
+	d.m[k] = b
+	return dl, b.ch
+}
+
+// close closes every channel handed out (their sends end) and stops their timers.
+func (d *deadlines) close() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.closed = true
+	for k, b := range d.m {
+		if b.timer.Stop() {
+			close(b.ch)
+		}
+		delete(d.m, k)
+	}
 }
 
 // callerValues is a context whose cancellation and deadline are its embedded context's and
@@ -331,10 +453,11 @@ func sleep(ctx context.Context, d time.Duration) error {
 }
 
 // execAcquire runs the acquire script; with replica acknowledgements on, a WAIT follows it on
-// the same connection and acked is the number of replicas that acknowledged (else 0).
-func (c *Client) execAcquire(ctx context.Context, s *lua.Script, keys, args []string) (vals []int64, acked int64, err error) {
+// the same connection and acked is the number of replicas that acknowledged (else 0). The
+// reply is parsed into buf's memory when it fits.
+func (c *Client) execAcquire(ctx context.Context, s *lua.Script, keys, args []string, buf []int64) (vals []int64, acked int64, err error) {
 	if c.opts.ackReplicas == 0 {
-		vals, err = c.exec(ctx, s, keys, args).AsIntSlice()
+		vals, err = intsInto(c.exec(ctx, s, keys, args), buf)
 		return vals, 0, err
 	}
 	res := c.rc.DoMulti(ctx,
@@ -348,6 +471,23 @@ func (c *Client) execAcquire(ctx context.Context, s *lua.Script, keys, args []st
 	}
 	acked, _ = res[1].AsInt64()
 	return vals, acked, nil
+}
+
+// intsInto is res.AsIntSlice, appended to buf (whose memory it reuses when it fits).
+func intsInto(res rueidis.RedisResult, buf []int64) ([]int64, error) {
+	arr, err := res.ToArray()
+	if err != nil {
+		return nil, err
+	}
+	vals := buf[:0]
+	for i := range arr {
+		n, err := arr[i].AsInt64()
+		if err != nil {
+			return nil, err
+		}
+		vals = append(vals, n)
+	}
+	return vals, nil
 }
 
 // ackAfterTouch waits for replica acknowledgements of a grant whose own reply was lost: it

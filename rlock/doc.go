@@ -69,10 +69,17 @@
 // # Keys
 //
 // A lock called name lives in Redis as a hash at "{<prefix><name>}" (owner id -> hold count,
-// beside the holder's fencing token and each owner's last request id), with a fencing counter
-// at "...:fence", a short-lived record per final release at "...:rel:<request id>" (so that a
-// replayed Unlock is answered truly; it lives twice the cleanup timeout) and a release channel
-// "...:released", all in one hash slot. A name that carries its own hash tag
+// beside the holder's fencing token, each owner's last request id, and a mark "w" once a
+// waiter was refused during the tenure), with a fencing counter at "...:fence" and a release
+// channel "...:released", all in one hash slot. A release publishes only when the lock is
+// marked: an uncontended Lock+Unlock costs Redis nine calls, two of them the scripts. A
+// ForceUnlock leaves a short-lived record at "...:forced" (the owners it took the lock from,
+// with the fencing token of their tenure) so that an Unlock whose reply was lost, and which is
+// replayed, tells a hold it gave back from one the force took: a replay that finds the hold
+// gone and no force counts as given back only if it was sent before the hold's lease ran out
+// on the holder's conservative clock (the lease cannot have run out in Redis before), and as
+// not held ([ErrNotHeld]) after. The fair lock and the read-write lock keep a short-lived
+// record per final release instead ("...:rel:<request id>", twice the cleanup timeout). A name that carries its own hash tag
 // ("{user42}:cart") keeps that slot. Owner ids start with "h:" (a handle's) or "u:" (a
 // context owner's, [WithOwner]) and the hash's other fields never do, so no owner id, whatever
 // its text, can be taken for another field. The fencing counter expires 24 hours after the

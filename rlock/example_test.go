@@ -168,3 +168,29 @@ func exampleClient(opts ...rlock.Option) (*rlock.Client, func()) {
 	}
 	return client, func() { _ = client.Close(); rc.Close(); mr.Close() }
 }
+
+// Dial makes the rueidis client itself, configured for locks, and closes it with the Client.
+func ExampleDial() {
+	mr, err := miniredis.Run()
+	if err != nil {
+		panic(err)
+	}
+	defer mr.Close()
+	// On a real server: rueidis.ClientOption{InitAddress: []string{"127.0.0.1:6379"}}.
+	client, err := rlock.Dial(rueidis.ClientOption{InitAddress: []string{mr.Addr()},
+		AlwaysRESP2: true, ForceSingleClient: true}) // (miniredis only)
+	if err != nil {
+		panic(err)
+	}
+	defer client.Close() // closes the rueidis client too
+
+	ctx := context.Background()
+	m := client.Mutex("report")
+	if err := m.Lock(ctx); err != nil {
+		panic(err)
+	}
+	fmt.Println("locked")
+	_ = m.Unlock(ctx)
+	// Output:
+	// locked
+}

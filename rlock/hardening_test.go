@@ -35,7 +35,13 @@ type hardClient struct {
 	hook atomic.Pointer[hardHook]
 }
 
-func (h *hardClient) set(f hardHook) { h.hook.Store(&f) }
+func (h *hardClient) set(f hardHook) {
+	if f == nil {
+		h.hook.Store(nil) // no hook: calls go straight on
+		return
+	}
+	h.hook.Store(&f)
+}
 
 func (h *hardClient) Do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResult {
 	kind := hardKind(cmd) // read before the command is sent (rueidis may recycle it)

@@ -47,14 +47,13 @@ type hold struct {
 // tenure is one continuous possession of a lock, from a fresh grant to the release of the
 // last hold, a loss, or Close.
 type tenure struct {
-	ctx    context.Context // cancelled, with the cause, when the tenure ends
-	cancel context.CancelCauseFunc
-
 	smu   sync.Mutex
+	done  chan struct{}             // made on first need (doneCh), closed when the tenure ends
 	subs  map[*func(error)]struct{} // HoldContext cancels, called as the tenure ends
 	ended error                     // why it ended; nil while it lasts
 	token int64
 	lease *watchdog.Lease
+	first watchdog.Lease // the fresh grant's lease: lease points here until a re-entry extends it
 	renew bool
 	end   time.Time // conservative end of the lease as last granted (fixed leases)
 	gone  time.Time // by then Redis has surely let the lease as last granted expire (fixed leases)
@@ -95,19 +94,27 @@ func (h *hold) key() holdKey { return holdKey{tableKey(h.keys, h.v), h.owner} }
 // expire, allowing for the drift between the clocks.
 func goneBy(lease time.Duration) time.Time { return time.Now().Add(lease + watchdog.Drift(lease)) }
 
-// ref returns the hold of (keys, owner), creating it, and counts an operation on it.
-func (c *Client) ref(keys lockKeys, v *variant, owner string) (*hold, error) {
+// ref returns the hold of m's lock for owner, creating it, and counts an operation on it.
+// A hold that m used before and that left the table while idle is put back rather than
+// made anew (Mutex.spare): an idle hold that left the table is in the state of one that
+// stayed, so whatever still points at it (a late watchdog callback) sees the same thing.
+func (c *Client) ref(m *Mutex, owner string) (*hold, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
 		return nil, ErrClosed
 	}
-	k := holdKey{tableKey(keys, v), owner}
+	k := holdKey{tableKey(m.keys, m.v), owner}
 	h := c.holds[k]
 	if h == nil {
-		h = &hold{c: c, keys: keys, v: v, owner: owner, op: make(chan struct{}, 1)}
+		if sp := m.spare; sp != nil && sp.owner == owner && sp.refs == 0 {
+			h = sp
+		} else {
+			h = &hold{c: c, keys: m.keys, v: m.v, owner: owner, op: make(chan struct{}, 1)}
+		}
 		c.holds[k] = h
 	}
+	m.spare = h
 	h.refs++
 	return h, nil
 }
@@ -186,8 +193,7 @@ func (h *hold) granted(token, holds int64, sent time.Time, lease time.Duration, 
 	t := h.cur
 	fresh := t == nil
 	if fresh {
-		ctx, cancel := context.WithCancelCause(context.Background())
-		t = &tenure{ctx: ctx, cancel: cancel, token: token}
+		t = &tenure{token: token}
 	}
 	end := sent.Add(lease - watchdog.Drift(lease))
 	gone := goneBy(lease)
@@ -196,7 +202,13 @@ func (h *hold) granted(token, holds int64, sent time.Time, lease time.Duration, 
 		return extra, nil // the lease in force already covers this hold
 	}
 	// A fresh tenure, or a re-entry that extends a fixed lease or turns the watchdog on.
-	l := &watchdog.Lease{TTL: lease, Renew: renew, Data: h}
+	var l *watchdog.Lease
+	if fresh {
+		l = &t.first // one allocation for the tenure and its first lease
+		*l = watchdog.Lease{TTL: lease, Renew: renew, Data: h}
+	} else {
+		l = &watchdog.Lease{TTL: lease, Renew: renew, Data: h}
+	}
 	l.OnLost = func(cause error) { h.onLost(l, cause) }
 	if err := h.c.wd.Add(l, sent); err != nil {
 		if !fresh {
@@ -342,19 +354,39 @@ func (h *hold) endLocked(cause error) {
 	t.finish(cause)
 }
 
-// finish cancels the tenure's context and, before it returns, every context HoldContext
-// derived from it, all with cause: a caller that learns of the end (Unlock returned) finds
-// the cause already set, whatever it does next.
+// finish closes the tenure's done channel and, before it returns, cancels every context
+// HoldContext derived from it, with cause: a caller that learns of the end (Unlock returned)
+// finds the cause already set, whatever it does next.
 func (t *tenure) finish(cause error) {
 	t.smu.Lock()
+	if t.ended != nil {
+		t.smu.Unlock()
+		return // already ended: the first cause stands
+	}
 	t.ended = cause
 	subs := t.subs
 	t.subs = nil
+	if t.done != nil {
+		close(t.done)
+	}
 	t.smu.Unlock()
-	t.cancel(cause)
 	for f := range subs {
 		(*f)(cause)
 	}
+}
+
+// doneCh returns a channel closed when the tenure ends (already closed if it has). It is
+// made on first need: a tenure nobody watches costs no channel.
+func (t *tenure) doneCh() <-chan struct{} {
+	t.smu.Lock()
+	defer t.smu.Unlock()
+	if t.ended != nil {
+		return closedCh
+	}
+	if t.done == nil {
+		t.done = make(chan struct{})
+	}
+	return t.done
 }
 
 // subscribe arranges for f to be called with the cause when the tenure ends (at once if it
@@ -378,6 +410,20 @@ func (t *tenure) subscribe(f func(error)) (stop func()) {
 		delete(t.subs, key)
 		t.smu.Unlock()
 	}
+}
+
+// validAt reports whether tenure t of h was still surely held in Redis at at: its lease, as
+// last granted or renewed, had not run out by then on this Client's conservative clock, and
+// had not been lost before.
+func (h *hold) validAt(t *tenure, at time.Time) bool {
+	h.mu.Lock()
+	l := t.lease
+	h.mu.Unlock()
+	if l == nil {
+		return false
+	}
+	d, _ := h.c.wd.Deadline(l)
+	return at.Before(d)
 }
 
 // holds is the number of holds this Client counts for the owner.

@@ -7,6 +7,7 @@ import "strings"
 type lockKeys struct {
 	lock, fence, channel string
 	released             string // prefix of the release records (releaseRecord)
+	forced               string // the forced record (force_release.lua, release.lua)
 }
 
 // releaseRecord is the key of the record that a release script sent under request id req
@@ -31,7 +32,7 @@ func keysFor(prefix, name string) lockKeys {
 	} else {
 		base = "{" + prefix + escapeBraces(name) + "}"
 	}
-	return lockKeys{lock: base, fence: base + ":fence", channel: base + ":released", released: base + ":rel"}
+	return lockKeys{lock: base, fence: base + ":fence", channel: base + ":released", released: base + ":rel", forced: base + ":forced"}
 }
 
 // hasHashTag reports whether Redis would hash s by a tag: a '{' followed later by a '}'

@@ -226,11 +226,11 @@ func (l *CountDownLatch) await(ctx context.Context, wait time.Duration) (bool, e
 		return false, err
 	}
 	spec := waitSpec{op: "await latch", name: l.name, channel: l.keys.channel}
-	return l.c.waitLoop(ctx, wait, spec, func() (bool, time.Duration, error) {
+	return l.c.waitLoop(ctx, wait, spec, attemptFunc(func(bool) (bool, time.Duration, error) {
 		n, ttl, err := l.read(ctx)
 		if err != nil {
 			return false, 0, err
 		}
 		return n == 0, ttl, nil
-	})
+	}))
 }

@@ -2342,6 +2342,8 @@ func (ls *lockSubject) endKeys(s *mseq) {
 	s.mu.Unlock()
 	limits := map[string]time.Duration{
 		ls.key + ":rel": 2*maxCleanup + 50*time.Millisecond,
+		// The forced record outlives the lease a ForceUnlock ended by a minute at least.
+		ls.key + ":forced": maxLease + max(time.Minute, 2*maxCleanup) + 50*time.Millisecond,
 	}
 	for _, suf := range []string{"", ":leases"} {
 		limits[ls.key+suf] = maxLease + 50*time.Millisecond
@@ -2375,7 +2377,7 @@ func (ls *lockSubject) endKeys(s *mseq) {
 				s.violate("end-keys", "key %s left without an expiry", k)
 			case ttl > lim:
 				s.violate("end-keys", "key %s left for %v, more than %v", k, ttl, lim)
-			case strings.HasPrefix(k, ls.key+":rel"):
+			case strings.HasPrefix(k, ls.key+":rel"), k == ls.key+":forced":
 			case k == ls.key || k == ls.key+":leases":
 				held = append(held, fmt.Sprintf("%s(%v)", k, ttl))
 				wait = max(wait, ttl)

@@ -62,6 +62,7 @@ type Mutex struct {
 	owner string
 	v     *variant
 	err   error // an invalid name: every method returns it
+	spare *hold // the hold this handle used last (Client.ref); guarded by c.mu
 }
 
 // Mutex returns a handle on the lock called name. It sends nothing to Redis. An empty name
@@ -175,12 +176,14 @@ func (m *Mutex) acquire(ctx context.Context, wait, lease time.Duration) (bool, e
 	if err := ctx.Err(); err != nil {
 		return false, fmt.Errorf("rlock: lock %q: %w", m.name, err)
 	}
-	h, err := m.c.ref(m.keys, m.v, owner)
+	h, err := m.c.ref(m, owner)
 	if err != nil {
 		return false, err
 	}
 	defer m.c.unref(h)
-	var g grace // shared by every step of this call that waits past ctx's end
+	// One allocation for what the call's attempts, its wait and its hand-off share.
+	a := &acquisition{m: m, ctx: ctx, h: h, lease: lease, renew: renew, queue: wait != 0}
+	g := &a.g // shared by every step of this call that waits past ctx's end
 
 	// A re-entry never waits: an owner that holds the lock through this Client goes to Redis
 	// at once, ahead of every waiter, and never parks as a hand-off candidate.
@@ -191,22 +194,46 @@ func (m *Mutex) acquire(ctx context.Context, wait, lease time.Duration) (bool, e
 	}
 	if m.v.leave != nil && wait != 0 {
 		// A single attempt (wait 0) never joins a queue: nothing to leave.
-		spec.leave = func() { m.leave(ctx, h, owner, &g) }
+		spec.leave = func() { m.leave(ctx, h, owner, g) }
 	}
-	queue := wait != 0
 	var hw *handoffWait
 	if m.v.handoff && wait != 0 && m.c.opts.ackReplicas == 0 && !reentry {
-		hw = &handoffWait{m: m, ctx: ctx, h: h, lease: lease, renew: renew, g: &g}
+		hw = &a.hw
+		*hw = handoffWait{m: m, ctx: ctx, h: h, lease: lease, renew: renew, g: g}
 		spec.parker = hw
 	}
-	ok, err := m.c.waitLoop(ctx, wait, spec, func() (bool, time.Duration, error) {
-		return m.attempt(ctx, h, lease, renew, queue, &g)
-	})
+	ok, err := m.c.waitLoop(ctx, wait, spec, a)
 	if hw != nil && hw.cand != nil && m.c.drop(hw.cand) {
 		// A release claimed this waiter as the wait was ending: it may have passed the lock on.
-		return m.claimedAtEnd(ctx, h, hw.cand, &g, ok, err)
+		return m.claimedAtEnd(ctx, h, hw.cand, g, ok, err)
 	}
 	return ok, err
+}
+
+// acquisition is one Lock or TryLock call: what its attempts (it is the wait's attempter),
+// its wait and its hand-off share.
+type acquisition struct {
+	m            *Mutex
+	ctx          context.Context
+	h            *hold
+	lease        time.Duration
+	renew, queue bool
+	g            grace
+	hw           handoffWait
+	buf          attemptBuf
+}
+
+func (a *acquisition) attempt(waiting bool) (bool, time.Duration, error) {
+	return a.m.attempt(a.ctx, a.h, a.lease, a.renew, a.queue, waiting, &a.g, &a.buf)
+}
+
+// attemptBuf is the memory one attempt needs for its request and reply, reused by the
+// attempts of one call (they run one after another). An attempt that leaves work to the
+// background (a replay, a give-back) ends the call's wait, so no later attempt overwrites
+// what that work still reads.
+type attemptBuf struct {
+	kv   [6]string // KEYS then ARGV
+	vals [3]int64
 }
 
 // claimedAtEnd settles a wait that ended (with ok, err) while a release had claimed its
@@ -406,12 +433,14 @@ const (
 // outcome is known. It returns whether the lock is now held, or else the holder's remaining
 // lease.
 // queue tells a variant that keeps a wait queue (the fair lock) whether a failed attempt
-// joins it.
+// joins it; for the plain lock (variant.marks) it says that the caller waits on the release
+// channel if refused: the attempt then marks the lock when refused, and also when granted
+// if the caller was waiting already (others may still be), so that the release publishes.
 //
 // attempt never outlives ctx by more than returnGrace: when ctx ends before an ambiguous
 // acquire (its reply lost) is resolved, the resolution goes on in the background, and a hold
 // it turns out to have granted is given back there.
-func (m *Mutex) attempt(ctx context.Context, h *hold, lease time.Duration, renew, queue bool, g *grace) (bool, time.Duration, error) {
+func (m *Mutex) attempt(ctx context.Context, h *hold, lease time.Duration, renew, queue, waiting bool, g *grace, b *attemptBuf) (bool, time.Duration, error) {
 	if err := h.lockOp(ctx); err != nil {
 		return false, 0, fmt.Errorf("rlock: lock %q: %w", m.name, err)
 	}
@@ -420,8 +449,14 @@ func (m *Mutex) attempt(ctx context.Context, h *hold, lease time.Duration, renew
 	if _, lost := h.snapshot(); lost != nil {
 		return false, 0, fmt.Errorf("rlock: lock %q: %w", m.name, lost)
 	}
-	keys := []string{m.keys.lock, m.keys.fence}
-	args := []string{strconv.FormatInt(lease.Milliseconds(), 10), h.owner, m.c.newRequest()}
+	b.kv = [6]string{m.keys.lock, m.keys.fence, m.c.leaseArg(lease), h.owner, m.c.newRequest()}
+	keys, args := b.kv[0:2:2], b.kv[2:5:6]
+	switch {
+	case m.v.marks && queue && waiting:
+		args = append(args, "2")
+	case m.v.marks && queue:
+		args = append(args, "1")
+	}
 	if m.v.acquireExtra != nil {
 		k, a := m.v.acquireExtra(m, queue)
 		keys, args = append(keys, k...), append(args, a...)
@@ -432,10 +467,10 @@ func (m *Mutex) attempt(ctx context.Context, h *hold, lease time.Duration, renew
 		// Bound the attempt. (A cancellable context without a deadline also keeps rueidis
 		// off its synchronous path for a lone request, which costs a goroutine hand-over.)
 		var cancel context.CancelFunc
-		actx, cancel = context.WithTimeout(ctx, m.c.opts.cleanupTimeout)
+		actx, cancel = context.WithDeadline(ctx, sent.Add(m.c.opts.cleanupTimeout))
 		defer cancel()
 	}
-	vals, acked, err := m.c.execAcquire(actx, m.v.acquire, keys, args)
+	vals, acked, err := m.c.execAcquire(actx, m.v.acquire, keys, args, b.vals[:0])
 	if err != nil && !definitive(err) {
 		// The request may or may not have been applied: replay it (same request id) until
 		// Redis answers, within the cleanup timeout, for as long as the caller waits.
@@ -486,7 +521,7 @@ func (m *Mutex) attempt(ctx context.Context, h *hold, lease time.Duration, renew
 	case len(vals) == 3 && vals[0] == 1:
 		if vals[2] == 1 && acked < int64(m.c.opts.ackReplicas) {
 			// Too few replicas have the fresh grant: a failover now could lose it.
-			m.later(ctx, o, g, func() { _, _, _ = m.sendRelease(ctx, h.owner, nil) })
+			m.later(ctx, o, g, func() { _, _, _ = m.sendRelease(ctx, h.owner, nil, nil, nil) })
 			return false, 0, fmt.Errorf("rlock: lock %q: %w (%d of %d acknowledged)", m.name, ErrNoReplicaAck, acked, m.c.opts.ackReplicas)
 		}
 		switch err := m.grant(ctx, h, vals, sent, lease, renew, o, g); {
@@ -562,7 +597,7 @@ func (m *Mutex) releaseN(ctx context.Context, owner string, n int64) {
 	cctx, cancel := m.c.cleanupCtx(ctx)
 	defer cancel()
 	for ; n > 0; n-- {
-		if _, _, err := m.sendRelease(cctx, owner, nil); err != nil {
+		if _, _, err := m.sendRelease(cctx, owner, nil, nil, nil); err != nil {
 			return
 		}
 	}
@@ -578,25 +613,32 @@ func (m *Mutex) releaseN(ctx context.Context, owner string, n int64) {
 // cleanupCtx: replaying then also stops when the Client is closed, and when the rueidis
 // client is; the error then wraps ErrClosed (and ErrUnknownOutcome).
 func (c *Client) replay(ctx, caller context.Context, s *lua.Script, keys, args []string, first error) (rueidis.RedisResult, error) {
+	res, _, err := c.replayAt(ctx, caller, s, keys, args, first)
+	return res, err
+}
+
+// replayAt is replay that also returns when the send that was answered left.
+func (c *Client) replayAt(ctx, caller context.Context, s *lua.Script, keys, args []string, first error) (rueidis.RedisResult, time.Time, error) {
 	rctx, cancel := context.WithCancelCause(ctx) // ctx is a cleanupCtx: it ends with Close
 	defer cancel(nil)
 	backoff := 5 * time.Millisecond
 	last := first
-	unknown := func() (rueidis.RedisResult, error) {
-		return rueidis.RedisResult{}, fmt.Errorf("%w: %w (last error: %w)", ErrUnknownOutcome, context.Cause(rctx), last)
+	unknown := func() (rueidis.RedisResult, time.Time, error) {
+		return rueidis.RedisResult{}, time.Time{}, fmt.Errorf("%w: %w (last error: %w)", ErrUnknownOutcome, context.Cause(rctx), last)
 	}
 	for {
 		if errors.Is(last, rueidis.ErrClosing) {
-			return rueidis.RedisResult{}, fmt.Errorf("%w: %w: the rueidis client is closed (%w)", ErrUnknownOutcome, ErrClosed, last)
+			return rueidis.RedisResult{}, time.Time{}, fmt.Errorf("%w: %w: the rueidis client is closed (%w)", ErrUnknownOutcome, ErrClosed, last)
 		}
 		if err := sleep(rctx, backoff); err != nil {
 			return unknown()
 		}
 		backoff = min(2*backoff, 250*time.Millisecond)
+		sent := time.Now()
 		res := c.exec(rctx, s, keys, args)
 		err := res.Error()
 		if re, isReply := rueidis.IsRedisErr(err); err == nil || isReply && answers(re) {
-			return res, err
+			return res, sent, err
 		}
 		// A replay that could not even be sent (a refused dial) says nothing of the first
 		// send: keep trying, unless the caller has gone.
@@ -624,7 +666,7 @@ func (m *Mutex) Unlock(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	h, err := m.c.ref(m.keys, m.v, owner)
+	h, err := m.c.ref(m, owner)
 	if err != nil {
 		return err
 	}
@@ -647,13 +689,17 @@ func (m *Mutex) Unlock(ctx context.Context) error {
 // last hold and a waiter of this Client is parked on the lock, it passes the lock to that
 // waiter in the same script (handoff.go).
 func (m *Mutex) release(ctx context.Context, h *hold) error {
-	_, lost := h.snapshot()
+	t, lost := h.snapshot()
+	last := lost == nil && t != nil && h.holds() == 1
 	var cand *candidate
-	if m.v.handoff && m.c.opts.ackReplicas == 0 && lost == nil && h.holds() == 1 {
+	if m.v.handoff && m.c.opts.ackReplicas == 0 && last {
 		cand = m.c.claim(h)
 	}
+	if !last {
+		t = nil
+	}
 	sent := time.Now()
-	n, token, err := m.sendRelease(ctx, h.owner, cand)
+	n, token, err := m.sendRelease(ctx, h.owner, cand, h, t)
 	if cand != nil {
 		var unknown error
 		if err != nil && !definitive(err) {
@@ -689,16 +735,27 @@ func (m *Mutex) release(ctx context.Context, h *hold) error {
 // it until Redis answers. It returns the owner's remaining holds, 0 when the lock was freed,
 // -1 when the owner held none; with a successor (next, may be nil), also the token of the
 // grant that passed the lock to it (0 when it did not).
-func (m *Mutex) sendRelease(ctx context.Context, owner string, next *candidate) (int64, int64, error) {
-	cctx, cancel := m.c.cleanupCtx(ctx)
-	defer cancel()
+//
+// t is the tenure of h whose last hold (as this Client counts) the release gives back, or
+// nil. A replay that finds the owner's holds gone, and no force that took them (release.lua
+// answers -2), counts as the first send having freed the lock only when t is given and the
+// replay was sent before t's lease ran out on this Client's conservative clock: until then
+// the lease cannot have run out in Redis. Otherwise the owner held none (-1).
+func (m *Mutex) sendRelease(ctx context.Context, owner string, next *candidate, h *hold, t *tenure) (int64, int64, error) {
+	fctx := m.c.firstSendCtx(ctx)
 	channel := m.keys.channel
 	if m.v.spin {
 		channel = ""
 	}
 	req := m.c.newRequest()
-	keys := []string{m.keys.lock, m.keys.releaseRecord(req)}
-	args := []string{owner, req, channel, strconv.FormatInt(2*m.c.opts.cleanupTimeout.Milliseconds(), 10)}
+	var keys, args []string
+	if m.v.forced {
+		keys = []string{m.keys.lock, m.keys.forced}
+		args = []string{owner, req, channel, ""}
+	} else {
+		keys = []string{m.keys.lock, m.keys.releaseRecord(req)}
+		args = []string{owner, req, channel, strconv.FormatInt(2*m.c.opts.cleanupTimeout.Milliseconds(), 10)}
+	}
 	if m.v.releaseExtra != nil {
 		k, a := m.v.releaseExtra(m)
 		keys, args = append(keys, k...), append(args, a...)
@@ -721,10 +778,22 @@ func (m *Mutex) sendRelease(ctx context.Context, owner string, next *candidate) 
 		}
 		return vals[0], vals[1], nil
 	}
-	res := m.c.exec(cctx, m.v.release, keys, args)
+	res := m.c.exec(fctx, m.v.release, keys, args)
 	err := res.Error()
+	var sent time.Time
 	if err != nil && !definitive(err) {
-		res, err = m.c.replay(cctx, ctx, m.v.release, keys, args, err)
+		dl, _ := fctx.Deadline()
+		cctx, cancel := m.c.cleanupCtxUntil(fctx, dl)
+		defer cancel()
+		if m.v.forced {
+			// A replay names the tenure it gives a hold of back, so that the script can
+			// tell a hold forced away from one this request freed.
+			args[3] = "0"
+			if t != nil {
+				args[3] = strconv.FormatInt(t.token, 10)
+			}
+		}
+		res, sent, err = m.c.replayAt(cctx, ctx, m.v.release, keys, args, err)
 	}
 	var n, token int64
 	if err == nil {
@@ -732,6 +801,12 @@ func (m *Mutex) sendRelease(ctx context.Context, owner string, next *candidate) 
 	}
 	if err != nil {
 		return 0, 0, classify("unlock", m.name, err)
+	}
+	if n == -2 {
+		n = -1
+		if t != nil && h.validAt(t, sent) {
+			n = 0
+		}
 	}
 	return n, token, nil
 }
@@ -750,12 +825,23 @@ func (m *Mutex) ForceUnlock(ctx context.Context) (bool, error) {
 	if m.v.spin {
 		args[0] = ""
 	}
+	if m.v.forced {
+		// A holder replaying a release of what this takes asks the record, for as long as
+		// it may: until its lease would have run out, and its cleanup timeout after.
+		keep := max(forcedKeep, 2*m.c.opts.cleanupTimeout)
+		keys = append(keys, m.keys.forced)
+		args = append(args, strconv.FormatInt(keep.Milliseconds(), 10))
+	}
 	n, err := m.c.exec(ctx, m.v.force, keys, args).AsInt64()
 	if err != nil {
 		return false, classify("force unlock", m.name, err)
 	}
 	return n == 1, nil
 }
+
+// forcedKeep is the least time a forced record outlives the lease it ended (force_release.lua):
+// more than any holder's cleanup timeout that is not set far above the default.
+const forcedKeep = time.Minute
 
 // IsLocked reports whether any owner holds the lock.
 func (m *Mutex) IsLocked(ctx context.Context) (bool, error) {
@@ -851,7 +937,7 @@ func (m *Mutex) Done(ctx context.Context) <-chan struct{} {
 	if t == nil {
 		return closedCh
 	}
-	return t.ctx.Done()
+	return t.doneCh()
 }
 
 // Err is nil while the caller's owner holds the lock through this Client; otherwise it says

@@ -254,7 +254,7 @@ func TestMutex_Lock_cancelledWaiterLeavesNothing(t *testing.T) {
 		msg, err := b.do(t, "HLEN", holder.Key())
 		require.NoError(t, err)
 		fields, _ := msg.AsInt64()
-		require.EqualValues(t, 3, fields, "only the holder's count, request and token fields")
+		require.EqualValues(t, 4, fields, "only the holder's count, request and token fields, and the waiter's mark")
 
 		// Already cancelled: nothing is sent.
 		require.ErrorIs(t, m.Lock(ctx), context.Canceled)

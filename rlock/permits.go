@@ -176,14 +176,14 @@ func (p *PermitSemaphore) acquire(ctx context.Context, wait, lease time.Duration
 	// One id for every attempt of this call: a failed attempt leaves nothing under it.
 	permit := Permit{ID: p.c.newRequest()}
 	spec := waitSpec{op: op, name: p.name, channel: p.keys.channel}
-	ok, err := p.c.waitLoop(ctx, wait, spec, func() (bool, time.Duration, error) {
+	ok, err := p.c.waitLoop(ctx, wait, spec, attemptFunc(func(bool) (bool, time.Duration, error) {
 		sent := time.Now() // the lease is counted from the first send
 		ok, ttl, err := p.attempt(ctx, permit.ID, lease)
 		if ok {
 			permit.Expires = sent.Add(lease - watchdog.Drift(lease))
 		}
 		return ok, ttl, err
-	})
+	}))
 	if !ok {
 		return Permit{}, false, err
 	}

@@ -24,11 +24,12 @@ func TestRenewer_batchOfMixedTTLsRenewsEachToItsOwn(t *testing.T) {
 	var leases []*watchdog.Lease
 	ttls := []time.Duration{time.Second, 20 * time.Second, time.Second, 40 * time.Second}
 	for i, ttl := range ttls {
-		keys := keysFor(c.opts.prefix, name+string(rune('a'+i)))
+		m := c.Mutex(name + string(rune('a'+i)))
+		keys := m.keys
 		owner := c.newOwner()
 		srv.Do(t, "HSET", keys.lock, owner, "1")
 		srv.Do(t, "PEXPIRE", keys.lock, "100")
-		h, err := c.ref(keys, mutexVariant, owner)
+		h, err := c.ref(m, owner)
 		require.NoError(t, err)
 		defer c.unref(h)
 		leases = append(leases, &watchdog.Lease{TTL: ttl, Renew: true, Data: h})

@@ -251,9 +251,9 @@ func (s *Semaphore) acquire(ctx context.Context, n int, wait time.Duration) (boo
 		return false, err
 	}
 	spec := waitSpec{op: op, name: s.name, channel: s.keys.channel}
-	return s.c.waitLoop(ctx, wait, spec, func() (bool, time.Duration, error) {
+	return s.c.waitLoop(ctx, wait, spec, attemptFunc(func(bool) (bool, time.Duration, error) {
 		return s.attempt(ctx, n)
-	})
+	}))
 }
 
 // attempt makes one acquire request (resent until its outcome is known). A refusal says

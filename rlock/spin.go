@@ -23,7 +23,7 @@ type SpinMutex struct {
 // spinVariant is the Mutex with polling waiters.
 var spinVariant = &variant{
 	kind: "spin lock", acquire: lua.Acquire, release: lua.Release, renew: lua.Renew,
-	force: lua.ForceRelease, spin: true,
+	force: lua.ForceRelease, spin: true, forced: true,
 }
 
 // SpinMutex returns a handle on the spin lock called name. It sends nothing to Redis. An

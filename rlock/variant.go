@@ -13,9 +13,12 @@ import (
 // answers {1, token, holds} or {0, pttl}; every release script takes KEYS {lock, the
 // request's release record (lockKeys.releaseRecord), extra...} and ARGV {owner, request,
 // channel, remember_ms, extra...} and answers the owner's remaining holds (0 freed, -1
-// none); every renew script takes KEYS with len(renewKeys) keys per lease and ARGV
-// {lease_ms, owner...} and answers 1 or 0 per lease; every force script takes KEYS {lock}
-// and ARGV {channel, message}.
+// none), except that with forced set it takes KEYS {lock, the lock's forced record, ...}
+// and ARGV {owner, request, channel, ” or (on a replay) the tenure's token, ...} and may
+// answer -2 on a replay (release.lua); every renew script takes KEYS with len(renewKeys)
+// keys per lease and ARGV {lease_ms, owner...} and answers 1 or 0 per lease; every force
+// script takes KEYS {lock} and ARGV {channel, message}, or with forced KEYS {lock, forced
+// record} and ARGV {channel, message, keep_ms}.
 type variant struct {
 	kind                           string // "lock", "fair lock", ...: for messages
 	acquire, release, renew, force *lua.Script
@@ -35,6 +38,12 @@ type variant struct {
 	// handoff: a final release may pass the lock to a parked waiter of the same Client in
 	// its own script (handoff.go); the release script takes a successor (release.lua).
 	handoff bool
+	// marks: the acquire script takes ARGV[4], by which the attempts of a wait mark the lock
+	// so that its release publishes (acquire.lua); releases publish only then.
+	marks bool
+	// forced: the release script keeps no record per request; a replay asks the lock's
+	// forced record instead, which the force script writes (release.lua).
+	forced bool
 	// leave, when set, runs when a wait gives up after attempts that may have registered
 	// the waiter in Redis (a fair queue slot).
 	leave func(ctx context.Context, m *Mutex, owner string)
@@ -43,5 +52,6 @@ type variant struct {
 // mutexVariant is the plain reentrant lock.
 var mutexVariant = &variant{
 	kind: "lock", acquire: lua.Acquire, release: lua.Release, renew: lua.Renew,
-	force: lua.ForceRelease, forceMessage: "0", queue: true, handoff: true,
+	force: lua.ForceRelease, forceMessage: "0", queue: true, handoff: true, forced: true,
+	marks: true,
 }

@@ -36,8 +36,18 @@ type parker interface {
 }
 
 // attemptFunc makes one attempt. It reports success, or else how long the obstacle lasts
-// at most (a holder's remaining lease; -1 when unknown), or an error.
-type attemptFunc func() (ok bool, ttl time.Duration, err error)
+// at most (a holder's remaining lease; -1 when unknown), or an error. waiting says that the
+// caller already watches the channel: the attempt follows a wait (or a queue of this
+// Client's waiters behind which the caller joined), so that others may still be waiting
+// when it succeeds.
+type attemptFunc func(waiting bool) (ok bool, ttl time.Duration, err error)
+
+func (f attemptFunc) attempt(waiting bool) (bool, time.Duration, error) { return f(waiting) }
+
+// attempter makes the attempts of a wait (see attemptFunc).
+type attempter interface {
+	attempt(waiting bool) (ok bool, ttl time.Duration, err error)
+}
 
 // Spin backoff bounds (SpinMutex and every spin wait).
 const (
@@ -51,7 +61,7 @@ const (
 // waits without bound; wait == 0 makes one attempt. Passing failures (Redis unreachable,
 // loading, too few replica acknowledgements) are ridden out with backoff within the wait;
 // if the wait ends that way, the last one is returned with ok false.
-func (c *Client) waitLoop(ctx context.Context, wait time.Duration, spec waitSpec, attempt attemptFunc) (ok bool, err error) {
+func (c *Client) waitLoop(ctx context.Context, wait time.Duration, spec waitSpec, att attempter) (ok bool, err error) {
 	var deadline time.Time
 	if wait > 0 {
 		deadline = time.Now().Add(wait)
@@ -67,9 +77,9 @@ func (c *Client) waitLoop(ctx context.Context, wait time.Duration, spec waitSpec
 	var passing error         // why the last attempt failed, when it failed for a passing reason
 	backoff := outageRetry
 	// try makes one attempt; done says whether the wait ends with its result.
-	try := func() (ok bool, err error, done bool) {
+	try := func(waiting bool) (ok bool, err error, done bool) {
 		attempted = true
-		ok, ttl, err := attempt()
+		ok, ttl, err := att.attempt(waiting)
 		switch {
 		case err == nil:
 			// Redis answered: an earlier passing failure is over.
@@ -95,7 +105,7 @@ func (c *Client) waitLoop(ctx context.Context, wait time.Duration, spec waitSpec
 	queued := spec.queue && wait != 0 && sub.Waiting(spec.channel) > 0
 	mark := sub.Mark(spec.channel)
 	if !queued {
-		if ok, err, done := try(); done || wait == 0 {
+		if ok, err, done := try(false); done || wait == 0 {
 			return ok, err
 		}
 	}
@@ -108,7 +118,7 @@ func (c *Client) waitLoop(ctx context.Context, wait time.Duration, spec waitSpec
 	// waiters we queued behind are gone, or when a release may have been published between
 	// the first attempt and the subscription.
 	if (queued && w.Ahead() == 0) || (!queued && !w.Live(mark)) {
-		if ok, err, done := try(); done {
+		if ok, err, done := try(true); done {
 			return ok, err
 		}
 	}
@@ -158,7 +168,7 @@ func (c *Client) waitLoop(ctx context.Context, wait time.Duration, spec waitSpec
 		if c.isClosed() {
 			return false, ErrClosed
 		}
-		if ok, err, done := try(); done {
+		if ok, err, done := try(true); done {
 			if err != nil {
 				w.Pass()
 			}
@@ -170,8 +180,8 @@ func (c *Client) waitLoop(ctx context.Context, wait time.Duration, spec waitSpec
 // spinLoop is waitLoop without pub/sub: attempts spaced by jittered exponential backoff
 // from spinMin to spinMax, never sleeping past the obstacle's reported end.
 func (c *Client) spinLoop(ctx context.Context, deadline time.Time, wait time.Duration, spec waitSpec,
-	try func() (bool, error, bool), pttl *time.Duration, passing *error) (bool, error) {
-	if ok, err, done := try(); done || wait == 0 {
+	try func(bool) (bool, error, bool), pttl *time.Duration, passing *error) (bool, error) {
+	if ok, err, done := try(false); done || wait == 0 {
 		return ok, err
 	}
 	timer := time.NewTimer(time.Hour)
@@ -200,7 +210,7 @@ func (c *Client) spinLoop(ctx context.Context, deadline time.Time, wait time.Dur
 		if c.isClosed() {
 			return false, ErrClosed
 		}
-		if ok, err, done := try(); done {
+		if ok, err, done := try(false); done {
 			return ok, err
 		}
 	}
