@@ -36,9 +36,9 @@ if redis.call('exists', lock) == 0 then
     return redis.error_reply('WRONGTYPE ' .. fence .. ' holds a string that is not a fencing token')
   end
   if ARGV[4] == '2' then
-    redis.call('hset', lock, owner, 1, reqField, req, 'token', token, 'w', 1)
+    redis.call('hset', lock, owner, '1', reqField, req, 'token', token, 'w', '1')
   else
-    redis.call('hset', lock, owner, 1, reqField, req, 'token', token)
+    redis.call('hset', lock, owner, '1', reqField, req, 'token', token)
   end
   redis.call('pexpire', lock, lease)
   return {1, tonumber(token), 1}
@@ -49,14 +49,14 @@ local holds, last, token = got[1], got[2], tonumber(got[3] or '0')
 if not holds then
   if (ARGV[4] == '1' or ARGV[4] == '2') and not got[4] then
     -- A waiter: the release of this tenure must publish.
-    redis.call('hset', lock, 'w', 1)
+    redis.call('hset', lock, 'w', '1')
   end
   return {0, redis.call('pttl', lock)}
 end
 if last == req then
   return {1, token, tonumber(holds)}
 end
-holds = redis.call('hincrby', lock, owner, 1)
+holds = redis.call('hincrby', lock, owner, '1')
 redis.call('hset', lock, reqField, req)
 -- Re-entry never shortens the lease it finds.
 if redis.call('pttl', lock) < tonumber(lease) then

@@ -65,7 +65,7 @@ if last == req then
   return reply(tonumber(holds))
 end
 if tonumber(holds) > 1 then
-  holds = redis.call('hincrby', lock, owner, -1)
+  holds = redis.call('hincrby', lock, owner, '-1')
   redis.call('hset', lock, reqField, req)
   return reply(holds)
 end
@@ -82,7 +82,7 @@ if next then
   -- Pass the lock on, without a publish: nobody else is told it was free. The successor was
   -- a waiter, and others may still wait: the lock is marked (see acquire.lua), so that the
   -- release that frees it publishes.
-  redis.call('hset', lock, next, 1, 'q:' .. next, nextReq, 'token', token, 'w', 1)
+  redis.call('hset', lock, next, '1', 'q:' .. next, nextReq, 'token', token, 'w', '1')
   redis.call('pexpire', lock, nextLease)
   return {0, tonumber(token)}
 end

@@ -41,7 +41,8 @@ const clockTick = 2 * time.Millisecond
 // everything Connect started ([Describe] says which server it is, for printing).
 func Connect() (rueidis.Client, func(), error) {
 	if addr := os.Getenv(EnvAddr); addr != "" {
-		rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}})
+		// Configured as rlock.Dial configures its own: client-side caching off.
+		rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, DisableCache: true})
 		if err != nil {
 			return nil, nil, fmt.Errorf("connect to Redis at %s: %w", addr, err)
 		}
