@@ -12,7 +12,8 @@
 --           refusal then marks the lock (field w) so that its release publishes (release.lua);
 --           '2' when the caller has been waiting already: a grant marks the lock too (other
 --           waiters may still wait: the release must tell them). Without a mark, a release
---           publishes nothing: nobody waits.
+--           publishes nothing: nobody waits. On a full server (noeviction), where the mark
+--           cannot be written, a refusal answers a pttl of at most 50 ms: the waiter polls.
 -- returns {1, token, holds}  acquired (fresh, re-entered, or a replay of an applied request)
 --         {0, pttl}          held by another owner; pttl is the lock's remaining lease (-1: no expiry)
 --         a WRONGTYPE error, with nothing written, when the lock or the fence holds another type
@@ -27,6 +28,7 @@
 local lock, fence = KEYS[1], KEYS[2]
 local lease, owner, req = ARGV[1], ARGV[2], ARGV[3]
 local reqField = 'q:' .. owner
+local markRetry = 50 -- ms: how soon a waiter whose mark could not be written tries again
 
 if redis.call('exists', lock) == 0 then
   -- Fresh grant. The fence is written first: if it holds a value of another type the
@@ -47,11 +49,18 @@ end
 local got = redis.call('hmget', lock, owner, reqField, 'token', 'w')
 local holds, last, token = got[1], got[2], tonumber(got[3] or '0')
 if not holds then
+  local pttl = redis.call('pttl', lock)
   if (ARGV[4] == '1' or ARGV[4] == '2') and not got[4] then
-    -- A waiter: the release of this tenure must publish.
-    redis.call('hset', lock, 'w', '1')
+    -- A waiter: the release of this tenure must publish. On a full server the mark cannot
+    -- be written: no release will tell this waiter, so it is told to try again soon.
+    local r = redis.pcall('hset', lock, 'w', '1')
+    if type(r) == 'table' and r.err then
+      if pttl < 0 or pttl > markRetry then
+        pttl = markRetry
+      end
+    end
   end
-  return {0, redis.call('pttl', lock)}
+  return {0, pttl}
 end
 if last == req then
   return {1, token, tonumber(holds)}

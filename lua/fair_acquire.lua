@@ -133,6 +133,8 @@ if redis.call('exists', lock) == 1 then
     wake()
     return {0, pttl}
   end
+  -- A waiter: a plain lock's release (release.lua) publishes only when the lock is marked.
+  redis.call('hset', lock, 'w', '1')
   queued()
   wake()
   if head() == owner and pttl >= 0 and pttl < hb then

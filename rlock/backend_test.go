@@ -2,6 +2,7 @@ package rlock_test
 
 import (
 	"context"
+	"os/exec"
 	"sync"
 	"testing"
 	"time"
@@ -25,6 +26,9 @@ type backend struct {
 func eachBackend(t *testing.T, fn func(t *testing.T, b *backend)) {
 	t.Helper()
 	t.Run("miniredis", func(t *testing.T) {
+		if testing.Short() && redisServerInstalled() {
+			t.Skip("short: run on the real redis-server only (run without -short for miniredis too)")
+		}
 		mr := miniredis.RunT(t)
 		b := &backend{name: "miniredis", mr: mr}
 		b.syncClock(t)
@@ -33,6 +37,13 @@ func eachBackend(t *testing.T, fn func(t *testing.T, b *backend)) {
 	t.Run("redis", func(t *testing.T) {
 		fn(t, realBackend(t))
 	})
+}
+
+// redisServerInstalled reports whether the real backend can run (redistest finds
+// redis-server on PATH): with -short, eachBackend then skips the miniredis one.
+func redisServerInstalled() bool {
+	_, err := exec.LookPath("redis-server")
+	return err == nil
 }
 
 // realBackend starts a real redis-server for t.

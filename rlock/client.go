@@ -263,15 +263,20 @@ type sendCtx struct {
 	done   <-chan struct{}
 }
 
-// firstSendCtx returns the context for a first send on ctx's behalf: ctx itself when it is
-// already a cleanup context, else a sendCtx ending within the cleanup timeout.
-func (c *Client) firstSendCtx(ctx context.Context) context.Context {
+// firstSendCtx returns the context for a first send on ctx's behalf, and its cancel: ctx
+// itself when it is already a cleanup context, else a sendCtx ending within the cleanup
+// timeout (a cleanup context of its own when that timeout is too short for shared
+// deadlines, which come up to deadlineStep early).
+func (c *Client) firstSendCtx(ctx context.Context) (context.Context, context.CancelFunc) {
 	switch ctx.(type) {
 	case callerValues, *sendCtx:
-		return ctx
+		return ctx, func() {}
+	}
+	if c.opts.cleanupTimeout < 4*deadlineStep {
+		return c.cleanupCtx(ctx)
 	}
 	dl, done := c.deadlines.at(time.Now().Add(c.opts.cleanupTimeout))
-	return &sendCtx{values: ctx, dl: dl, done: done}
+	return &sendCtx{values: ctx, dl: dl, done: done}, func() {}
 }
 
 func (s *sendCtx) Deadline() (time.Time, bool) { return s.dl, true }

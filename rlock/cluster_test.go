@@ -35,6 +35,9 @@ func clusterBackend(t *testing.T) (*backend, rueidis.Client) {
 }
 
 func TestMutex_cluster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("long: Redis Cluster topology (run without -short)")
+	}
 	b, rc := clusterBackend(t)
 	c, err := rlock.New(rc, rlock.WithWatchdogTimeout(600*time.Millisecond))
 	require.NoError(t, err)
@@ -75,6 +78,9 @@ func TestMutex_cluster(t *testing.T) {
 // slot (Redis refuses them otherwise), and the wake-ups (tagged for the fair lock, wake-all
 // for the latch) cross the cluster bus.
 func TestFamily_cluster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("long: Redis Cluster topology (run without -short)")
+	}
 	b, rc := clusterBackend(t)
 	c, err := rlock.New(rc)
 	require.NoError(t, err)

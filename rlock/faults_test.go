@@ -421,6 +421,9 @@ func TestMutex_uncontendedCycleIsTwoScripts(t *testing.T) {
 }
 
 func TestClient_manyHeldLocksNoGoroutinePerLock(t *testing.T) {
+	if testing.Short() {
+		t.Skip("long: holds 10,000 locks across renewal periods (run without -short)")
+	}
 	eachBackend(t, func(t *testing.T, b *backend) {
 		c := b.client(t, rlock.WithWatchdogTimeout(time.Second))
 		n := 10000
@@ -487,6 +490,9 @@ func TestMutex_lossNoticeFiresWhileRedisIsUnreachable(t *testing.T) {
 }
 
 func TestMutex_replicaAck(t *testing.T) {
+	if testing.Short() {
+		t.Skip("long: multi-node topology: a master and a replica (run without -short)")
+	}
 	master := redistest.Start(t)
 	replica := redistest.Start(t, redistest.WithReplicaOf(master))
 	b := &backend{name: "redis", srv: master}

@@ -416,14 +416,20 @@ func (t *tenure) subscribe(f func(error)) (stop func()) {
 // last granted or renewed, had not run out by then on this Client's conservative clock, and
 // had not been lost before.
 func (h *hold) validAt(t *tenure, at time.Time) bool {
+	return at.Before(h.deadline(t))
+}
+
+// deadline is the conservative end of tenure t's lease as last confirmed (zero once the
+// lease was lost or ended). While the hold is valid it only moves later.
+func (h *hold) deadline(t *tenure) time.Time {
 	h.mu.Lock()
 	l := t.lease
 	h.mu.Unlock()
 	if l == nil {
-		return false
+		return time.Time{}
 	}
 	d, _ := h.c.wd.Deadline(l)
-	return at.Before(d)
+	return d
 }
 
 // holds is the number of holds this Client counts for the owner.

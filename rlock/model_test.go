@@ -214,6 +214,9 @@ func loadModelConfig(t *testing.T) modelConfig {
 
 // TestModel runs the model-based test on each kind with its share of the budget.
 func TestModel(t *testing.T) {
+	if testing.Short() && os.Getenv(envModelSeconds) == "" {
+		t.Skip("long: the model-based test, 42 s (run without -short, or with RELOCK_MODEL_SECONDS=4 for a smoke run)")
+	}
 	cfg := loadModelConfig(t)
 	kinds := []struct {
 		share float64

@@ -264,6 +264,9 @@ func oppositeOrders(t *testing.T, b *backend, keyed bool) {
 // on each server, in rotated orders, contend with each other and with plain holders of
 // single members. No member is ever held by two at once.
 func TestMultiLock_independentServers(t *testing.T) {
+	if testing.Short() {
+		t.Skip("long: multi-node topology: three redis-servers (run without -short)")
+	}
 	servers := []*backend{realBackend(t), realBackend(t), realBackend(t)}
 	name := redistest.Name(t)
 	// procs[p][s] is process p's Client on server s.

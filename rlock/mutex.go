@@ -740,9 +740,13 @@ func (m *Mutex) release(ctx context.Context, h *hold) error {
 // nil. A replay that finds the owner's holds gone, and no force that took them (release.lua
 // answers -2), counts as the first send having freed the lock only when t is given and the
 // replay was sent before t's lease ran out on this Client's conservative clock: until then
-// the lease cannot have run out in Redis. Otherwise the owner held none (-1).
+// the lease cannot have run out in Redis. Otherwise the owner held none (-1). The deadline is
+// the later of the one known before the first send and the one known at the replay: a
+// renewal that finds the lock already freed by the first send ends the lease (it was not
+// lost: it was given back).
 func (m *Mutex) sendRelease(ctx context.Context, owner string, next *candidate, h *hold, t *tenure) (int64, int64, error) {
-	fctx := m.c.firstSendCtx(ctx)
+	fctx, fcancel := m.c.firstSendCtx(ctx)
+	defer fcancel()
 	channel := m.keys.channel
 	if m.v.spin {
 		channel = ""
@@ -778,6 +782,10 @@ func (m *Mutex) sendRelease(ctx context.Context, owner string, next *candidate, 
 		}
 		return vals[0], vals[1], nil
 	}
+	var before time.Time // t's deadline before the first send
+	if t != nil {
+		before = h.deadline(t)
+	}
 	res := m.c.exec(fctx, m.v.release, keys, args)
 	err := res.Error()
 	var sent time.Time
@@ -804,7 +812,7 @@ func (m *Mutex) sendRelease(ctx context.Context, owner string, next *candidate, 
 	}
 	if n == -2 {
 		n = -1
-		if t != nil && h.validAt(t, sent) {
+		if t != nil && (sent.Before(before) || h.validAt(t, sent)) {
 			n = 0
 		}
 	}
@@ -825,9 +833,11 @@ func (m *Mutex) ForceUnlock(ctx context.Context) (bool, error) {
 	if m.v.spin {
 		args[0] = ""
 	}
-	if m.v.forced {
+	if m.v.force == lua.ForceRelease {
 		// A holder replaying a release of what this takes asks the record, for as long as
-		// it may: until its lease would have run out, and its cleanup timeout after.
+		// it may: until its lease would have run out, and its cleanup timeout after. (Any
+		// kind that frees with this script may take a plain lock's holds: the fair lock
+		// shares its hash.)
 		keep := max(forcedKeep, 2*m.c.opts.cleanupTimeout)
 		keys = append(keys, m.keys.forced)
 		args = append(args, strconv.FormatInt(keep.Milliseconds(), 10))

@@ -172,6 +172,9 @@ func TestMutex_TryLock_fixedLeaseExpiresWithoutPublish(t *testing.T) {
 }
 
 func TestMutex_Lock_watchdogKeepsLockPastTimeout(t *testing.T) {
+	if testing.Short() {
+		t.Skip("long: holds a lock across several watchdog leases (run without -short)")
+	}
 	eachBackend(t, func(t *testing.T, b *backend) {
 		c := b.client(t, rlock.WithWatchdogTimeout(time.Second))
 		name := redistest.Name(t)
@@ -425,6 +428,9 @@ func TestMutex_Lock_reentryAfterUnnoticedLossIsRefused(t *testing.T) {
 }
 
 func TestMutex_Lock_redisDownFailsFastAndClose(t *testing.T) {
+	if testing.Short() {
+		t.Skip("long: waits out a stopped redis-server (5 s) (run without -short)")
+	}
 	b := realBackend(t)
 	c := b.client(t)
 	name := redistest.Name(t)

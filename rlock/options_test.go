@@ -47,6 +47,9 @@ func TestNew_renewFractionMustLeaveTimeToRenew(t *testing.T) {
 // a lock held across several leases. (0.8 of 1s leaves 188ms for each renewal; the latest
 // fraction accepted, 0.888, leaves 100ms, which timers on a loaded test machine can overrun.)
 func TestMutex_Lock_lateRenewFractionStillKeepsTheLock(t *testing.T) {
+	if testing.Short() {
+		t.Skip("long: holds a lock across several watchdog leases (run without -short)")
+	}
 	eachBackend(t, func(t *testing.T, b *backend) {
 		const lease = time.Second
 		c := b.client(t, rlock.WithWatchdogTimeout(lease), rlock.WithRenewFraction(0.8))

@@ -438,6 +438,9 @@ func TestPermitSemaphore_onePermitExcludes(t *testing.T) {
 // On Redis Cluster every script of both semaphores runs (its keys share one slot, whatever
 // the name's shape), and a waiter is woken by a release.
 func TestSemaphores_cluster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("long: Redis Cluster topology (run without -short)")
+	}
 	b, rc := clusterBackend(t)
 	c, err := rlock.New(rc)
 	require.NoError(t, err)

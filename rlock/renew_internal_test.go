@@ -45,3 +45,28 @@ func TestRenewer_batchOfMixedTTLsRenewsEachToItsOwn(t *testing.T) {
 		require.LessOrEqual(t, pttl, ttls[i].Milliseconds())
 	}
 }
+
+// A first send's shared deadline comes at most deadlineStep early, and never before the
+// send could be made: with a cleanup timeout too short to share deadlines, each send has
+// its own (issue 10 review: a 3 ms timeout gave deadlines already past).
+func TestFirstSendCtx_deadline(t *testing.T) {
+	_, rc := redistest.Miniredis(t)
+	for _, timeout := range []time.Duration{time.Millisecond, 3 * time.Millisecond, 20 * time.Millisecond, 5 * time.Second} {
+		c, err := New(rc, WithCleanupTimeout(timeout))
+		require.NoError(t, err)
+		for i := 0; i < 200; i++ {
+			start := time.Now()
+			ctx, cancel := c.firstSendCtx(context.Background())
+			dl, ok := ctx.Deadline()
+			cancel()
+			require.True(t, ok)
+			require.False(t, dl.After(start.Add(timeout).Add(time.Millisecond)), "timeout %v: deadline after the cleanup timeout", timeout)
+			lead := timeout - deadlineStep
+			if timeout < 4*deadlineStep {
+				lead = timeout - time.Millisecond
+			}
+			require.True(t, dl.After(start.Add(lead)), "timeout %v: deadline %v before now+%v", timeout, dl.Sub(start), lead)
+		}
+		require.NoError(t, c.Close())
+	}
+}

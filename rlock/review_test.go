@@ -34,6 +34,9 @@ func reviewStuck(ctx context.Context) rueidis.RedisResult {
 // Client.drop in Mutex.acquire, and from handoffWait.unpark), which the release only knows
 // at the end of its cleanup timeout.
 func TestReview_ClaimedCandidateOutlivesItsCtx(t *testing.T) {
+	if testing.Short() {
+		t.Skip("long: waits out a 2 s cleanup timeout (run without -short)")
+	}
 	eachBackend(t, func(t *testing.T, b *backend) {
 		const cleanup = 2 * time.Second
 		hc := &hardClient{Client: b.rueidis(t)}
@@ -286,6 +289,9 @@ func (s *reviewSlowClient) Do(ctx context.Context, cmd rueidis.Completed) rueidi
 // background after returnGrace (Mutex.acquire, spec.leave), a Redis that answers the leave in
 // more than 100ms sees the call return with the place (the claim) still in Redis.
 func TestReview_WaiterThatGivesUpLeavesBeforeReturning(t *testing.T) {
+	if testing.Short() {
+		t.Skip("long: waits out slow replies (2 s) (run without -short)")
+	}
 	for _, kind := range []string{"fair", "rw-write"} {
 		t.Run(kind, func(t *testing.T) {
 			b := realBackend(t)

@@ -505,6 +505,9 @@ func TestRWMutex_reentrancyAndHoldCounts(t *testing.T) {
 
 // The watchdog renews both kinds well past the watchdog timeout.
 func TestRWMutex_watchdogRenewsBothKinds(t *testing.T) {
+	if testing.Short() {
+		t.Skip("long: holds both kinds across several watchdog leases (run without -short)")
+	}
 	eachBackend(t, func(t *testing.T, b *backend) {
 		name, name2 := redistest.Name(t), redistest.Name(t)
 		c := b.client(t, rlock.WithWatchdogTimeout(300*time.Millisecond))
@@ -721,6 +724,9 @@ func TestRWMutex_wrongType(t *testing.T) {
 // On Cluster: every script's keys share a slot, and the watchdog renews both kinds, grouped
 // by kind and slot.
 func TestRWMutex_cluster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("long: Redis Cluster topology (run without -short)")
+	}
 	b, rc := clusterBackend(t)
 	c, err := rlock.New(rc, rlock.WithWatchdogTimeout(600*time.Millisecond))
 	require.NoError(t, err)

@@ -150,6 +150,9 @@ func TestRelease_replayAfterDeadlineIsNotHeld(t *testing.T) {
 // bound here. With replica acknowledgements on, waiters of one Client are not handed the
 // lock (every wake-up goes through Redis). Seeded and replayable (RELOCK_WAKE_SEED).
 func TestRelease_wakesEveryWaiter(t *testing.T) {
+	if testing.Short() {
+		t.Skip("long: randomized rounds of waiters on one lock (run without -short)")
+	}
 	seed := uint64(time.Now().UnixNano())
 	if v := os.Getenv("RELOCK_WAKE_SEED"); v != "" {
 		var err error
@@ -256,4 +259,98 @@ func TestDial(t *testing.T) {
 	require.NoError(t, c.Close())
 	redistest.WaitFor(t, 5*time.Second, "Dial's connections to close", func() bool { return clients() <= before })
 	require.ErrorIs(t, m.Lock(bg), rlock.ErrClosed)
+}
+
+// A final release applied while its reply is lost, and a renewal that finds the lock gone
+// before the replay (ending the lease): the replay was sent before the deadline known at the
+// first send, so the Unlock succeeded (issue 10 review).
+func TestRelease_renewalBetweenFirstSendAndReplay(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		const wd = 300 * time.Millisecond
+		hc := &hardClient{Client: b.rueidis(t)}
+		c, err := rlock.New(hc, rlock.WithWatchdogTimeout(wd))
+		require.NoError(t, err)
+		defer c.Close()
+		hardWarm(t, c)
+		m := c.Mutex(redistest.Name(t))
+		require.NoError(t, m.Lock(bg))
+		var renewals, sends atomic.Int32
+		hc.set(func(_ context.Context, kind string, call func() rueidis.RedisResult) rueidis.RedisResult {
+			switch kind {
+			case "renew":
+				res := call()
+				renewals.Add(1)
+				return res
+			case "release":
+				if sends.Add(1) == 1 {
+					require.NoError(t, call().Error()) // applied...
+					redistest.WaitFor(t, 5*wd, "a renewal to find the lock gone", func() bool { return renewals.Load() > 0 })
+					return hardLost() // ...and its reply lost
+				}
+			}
+			return call()
+		})
+		require.NoError(t, m.Unlock(bg), "the Unlock freed the lock while its hold was valid")
+		require.False(t, b.exists(t, m.Key()))
+	})
+}
+
+// A waiter on a full server (maxmemory, noeviction) cannot mark the lock: it keeps waiting
+// (polling) instead of failing with OOM, and takes the lock once it is free (issue 10
+// review).
+func TestMutex_waiterOnFullServerKeepsWaiting(t *testing.T) {
+	b := realBackend(t)
+	name := redistest.Name(t)
+	holder := b.client(t).Mutex(name)
+	require.NoError(t, holder.Lock(bg))
+	b.srv.Do(t, "CONFIG", "SET", "maxmemory-policy", "noeviction")
+	b.srv.Do(t, "CONFIG", "SET", "maxmemory", "1")
+	defer b.srv.Do(t, "CONFIG", "SET", "maxmemory", "0")
+	waiter := b.client(t).Mutex(name)
+	got := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(bg, 10*time.Second)
+		defer cancel()
+		got <- waiter.Lock(ctx)
+	}()
+	select {
+	case err := <-got:
+		t.Fatalf("the waiter returned while the lock was held: %v", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	b.srv.Do(t, "CONFIG", "SET", "maxmemory", "0")
+	require.NoError(t, holder.Unlock(bg))
+	require.NoError(t, await(t, got, 5*time.Second, "the waiter to take the lock"))
+	require.NoError(t, waiter.Unlock(bg))
+}
+
+// A FairMutex waiter is woken by the release of a plain Mutex holding the same name (fair.go,
+// mixing kinds): its refusal marks the lock, so the release publishes (issue 10 review).
+func TestFairMutex_wokenByMutexRelease(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		name := redistest.Name(t)
+		m := b.client(t).Mutex(name)
+		require.NoError(t, m.Lock(bg))
+		f := b.client(t).FairMutex(name)
+		got := make(chan time.Time, 1)
+		go func() {
+			if f.Lock(bg) == nil {
+				got <- time.Now()
+				_ = f.Unlock(bg)
+			}
+		}()
+		redistest.WaitFor(t, 5*time.Second, "the fair waiter to mark the lock", func() bool {
+			msg, err := b.do(t, "HEXISTS", m.Key(), "w")
+			n, _ := msg.AsInt64()
+			return err == nil && n == 1
+		})
+		released := time.Now()
+		require.NoError(t, m.Unlock(bg))
+		select {
+		case at := <-got:
+			require.Less(t, at.Sub(released), time.Second, "the fair waiter slept past the release")
+		case <-time.After(5 * time.Second):
+			t.Fatal("the fair waiter never took the lock")
+		}
+	})
 }

@@ -14,7 +14,7 @@ import (
 // request's release record (lockKeys.releaseRecord), extra...} and ARGV {owner, request,
 // channel, remember_ms, extra...} and answers the owner's remaining holds (0 freed, -1
 // none), except that with forced set it takes KEYS {lock, the lock's forced record, ...}
-// and ARGV {owner, request, channel, ” or (on a replay) the tenure's token, ...} and may
+// and ARGV {owner, request, channel, "" or (on a replay) the tenure's token, ...} and may
 // answer -2 on a replay (release.lua); every renew script takes KEYS with len(renewKeys)
 // keys per lease and ARGV {lease_ms, owner...} and answers 1 or 0 per lease; every force
 // script takes KEYS {lock} and ARGV {channel, message}, or with forced KEYS {lock, forced
