@@ -377,6 +377,9 @@ func pauseRedis(t *testing.T, srv *redistest.Server, how string, d time.Duration
 }
 
 func TestFault2_redisPaused(t *testing.T) {
+	if testing.Short() {
+		t.Skip("long: pauses Redis four times past or within the lease, ~10 s (run without -short)")
+	}
 	for _, how := range []string{"SIGSTOP", "CLIENT PAUSE"} {
 		t.Run(strings.ReplaceAll(how, " ", "_")+"/shorterThanLease", func(t *testing.T) {
 			result(t, row{order: "2", fault: "Redis paused (" + how + ") 0.5 s, lease 1.5 s, a holder and a waiter",
@@ -509,6 +512,9 @@ func TestFault2_redisPaused(t *testing.T) {
 }
 
 func TestFault6_latency(t *testing.T) {
+	if testing.Short() {
+		t.Skip("long: a contended run through a proxy adding 100-400 ms round trips, ~10 s (run without -short)")
+	}
 	result(t, row{order: "6", fault: "latency 50-200 ms each way through the proxy (RTT 100-400 ms), lease 1.5 s; 3 goroutine Clients + 1 process via the proxy, 1 direct",
 		expected: "lease math stays safe (validity counted from send time): no violation"})
 	srv := redistest.Start(t)
@@ -661,6 +667,9 @@ func TestFault3_restartWithoutPersistence(t *testing.T) {
 }
 
 func TestFault4_restartWithAOFAlways(t *testing.T) {
+	if testing.Short() {
+		t.Skip("long: kills and restarts Redis with AOF under 2 s leases (run without -short)")
+	}
 	result(t, row{order: "4", fault: "Redis killed (SIGKILL) and restarted with `appendfsync always` while a lock is held and a waiter waits (lease 2 s)",
 		expected: "the held lock survives, renewals continue, the waiter still wakes at the release, tokens keep rising"})
 	srv := redistest.Start(t, redistest.WithAOF())
@@ -764,6 +773,9 @@ func renewInterval(lease time.Duration) time.Duration {
 }
 
 func TestFault7c_pauseLongerThanReadTimeout(t *testing.T) {
+	if testing.Short() {
+		t.Skip("long: four 1.5 s pauses of Redis (run without -short)")
+	}
 	result(t, row{order: "7c", fault: "Redis paused 1.5 s, longer than the client's read timeout (300 ms), with warm connections, while 4 owners acquire, re-enter and release",
 		expected: "no script takes effect twice: hold counts and tokens prove it"})
 	srv := redistest.Start(t)
@@ -870,6 +882,9 @@ func envInt(name string, def int) int {
 // rising tokens and an exact counter. Scale it with RELOCK_CHAOS_SOAK_SECONDS, _PROCS and
 // _WORKERS (e.g. 20, 4, 2 for a quick run that porcupine also checks; bounded at 600 s).
 func TestFault9_mixedSoak(t *testing.T) {
+	if testing.Short() {
+		t.Skip("long: the mixed soak, 60 s of 8 processes under random faults (run without -short)")
+	}
 	var (
 		procs    = min(envInt("RELOCK_CHAOS_SOAK_PROCS", 8), 16)
 		workers  = min(envInt("RELOCK_CHAOS_SOAK_WORKERS", 4), 8)
@@ -969,6 +984,9 @@ func promote(t *testing.T, master, replica *redistest.Server) {
 }
 
 func TestFault8_replicaPromotion(t *testing.T) {
+	if testing.Short() {
+		t.Skip("long: multi-node topology: a master and a replica, promoted (run without -short)")
+	}
 	t.Run("async", func(t *testing.T) {
 		result(t, row{order: "8", fault: "master killed right after a grant its replica has not received (replication stream blackholed); replica promoted (`REPLICAOF NO ONE`)",
 			expected: "shows the loss async replication allows (documented, not promised)"})

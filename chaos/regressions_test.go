@@ -88,6 +88,9 @@ func TestRegression_lateGrant(t *testing.T) {
 // refused dial counts as a definitive failure (commit "a failed dial is a definitive
 // outcome"), so TryLock returns that error long before its wait ran out.
 func TestRegression_waiterEndsOnOutage(t *testing.T) {
+	if testing.Short() {
+		t.Skip("long: restarts Redis with AOF under a 3 s lease (run without -short)")
+	}
 	result(t, row{order: "4", fault: "regression: a waiter in TryLock(wait 10 s) while Redis is down 300 ms and restarts with AOF",
 		expected: "the waiter keeps waiting and gets the lock at the release"})
 	srv := redistest.Start(t, redistest.WithAOF())

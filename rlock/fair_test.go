@@ -269,6 +269,9 @@ func TestFairMutex_Lock_manyWaitersAllAcquire(t *testing.T) {
 // A waiter that gives up (its wait bound, its ctx) removes its place before it returns, and
 // the waiter behind a head that gave up is told at once that its turn is near.
 func TestFairMutex_givingUpLeavesTheQueue(t *testing.T) {
+	if testing.Short() {
+		t.Skip("long: waits out bounds and a 900 ms lease, ~1 s (run without -short)")
+	}
 	eachBackend(t, func(t *testing.T, b *backend) {
 		name := redistest.Name(t)
 		holder := b.client(t).FairMutex(name)

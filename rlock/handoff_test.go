@@ -58,6 +58,9 @@ func TestMutex_handoffToParkedLocalWaiter(t *testing.T) {
 
 // The hand-off keeps the waiter's fixed lease and, in watchdog mode, renews it.
 func TestMutex_handoffKeepsWaitersLease(t *testing.T) {
+	if testing.Short() {
+		t.Skip("long: holds across watchdog leases, ~1 s (run without -short)")
+	}
 	eachBackend(t, func(t *testing.T, b *backend) {
 		c := b.client(t, rlock.WithWatchdogTimeout(300*time.Millisecond))
 		name := redistest.Name(t)

@@ -16,6 +16,9 @@ import (
 // cleanup timeout: the family's Lock returns within its ctx + 100ms like the Mutex's (issue
 // 9, defect 9; the leave ran synchronously under the 5 s cleanup timeout).
 func TestHardening_queuedWaiterLeavesWithoutOutlivingCtx(t *testing.T) {
+	if testing.Short() {
+		t.Skip("long: pauses Redis, ~1 s (run without -short)")
+	}
 	for _, kind := range []string{"fair", "rw"} {
 		t.Run(kind, func(t *testing.T) {
 			b := realBackend(t)

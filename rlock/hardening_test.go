@@ -231,6 +231,9 @@ func TestHardening_FailedGiveBackIsNotRenewed(t *testing.T) {
 // widened by holding the first acquire 200 ms on its way to Redis (a slow network path,
 // which the conservative deadline allows for), so that the re-lock lands in it every time.
 func TestHardening_RelockInDriftWindowLeavesNoGhostHold(t *testing.T) {
+	if testing.Short() {
+		t.Skip("long: waits out a 1 s fixed lease (run without -short)")
+	}
 	eachBackend(t, func(t *testing.T, b *backend) {
 		hc := &hardClient{Client: b.rueidis(t)}
 		c, err := rlock.New(hc)
@@ -299,6 +302,9 @@ func TestHardening_ExpiredFixedLeasesLeaveTheTable(t *testing.T) {
 // hand-off as a fresh grant while m already counts a hold, takes it for an unnoticed loss,
 // gives one hold back and returns ErrLockLost. Both calls hold the lock: m holds it twice.
 func TestHardening_HandoffRacingReentryOnSharedHandle(t *testing.T) {
+	if testing.Short() {
+		t.Skip("long: waits out a stalled release, ~1 s (run without -short)")
+	}
 	eachBackend(t, func(t *testing.T, b *backend) {
 		hc := &hardClient{Client: b.rueidis(t)}
 		c, err := rlock.New(hc)
@@ -414,6 +420,9 @@ func TestHardening_LockEndsWithCtxWhileRedisIsUnresponsive(t *testing.T) {
 // parked behind it, slept on until its fallback timer (the holder's 30 s lease) although the
 // lock was free.
 func TestHardening_WakeupConsumedByFailedHandoffIsPassedOn(t *testing.T) {
+	if testing.Short() {
+		t.Skip("long: waits out a 1 s cleanup timeout (run without -short)")
+	}
 	eachBackend(t, func(t *testing.T, b *backend) {
 		hc := &hardClient{Client: b.rueidis(t)}
 		c, err := rlock.New(hc, rlock.WithCleanupTimeout(time.Second))

@@ -105,8 +105,10 @@ import (
 // Environment:
 //
 //	RELOCK_MODEL_SEED=<n>     replay one sequence (its seed is printed when it fails)
-//	RELOCK_MODEL_SECONDS=<s>  total budget over the four kinds (default 42, 4 with -short; the
-//	                          sequences running when it ends finish: the test takes ~60s)
+//	RELOCK_MODEL_SECONDS=<s>  total budget over the four kinds (default 42; the sequences
+//	                          running when it ends finish: the test takes ~60s). -short skips
+//	                          the test unless this is set (RELOCK_MODEL_SECONDS=4 -short: a
+//	                          smoke run of shorter sequences)
 //	RELOCK_MODEL_WORKERS=<n>  sequences run in parallel, each worker on its own server (4:
 //	                          the sequences mostly wait, a worker costs little CPU)
 //	RELOCK_MODEL_KNOWN=off    report, without failing, the checks that only the defects known
@@ -3053,6 +3055,9 @@ func TestModelRegression_refusedReplayTakenAsOutcome(t *testing.T) {
 // the orphan it could not give back (this owner id is its own) and can give it back with the
 // owner's last Unlock, or retry, instead of declaring the owner's holds lost.
 func TestModelRegression_failedGiveBackOfReentryReportsLoss(t *testing.T) {
+	if testing.Short() {
+		t.Skip("long: waits out a lease, ~1 s (run without -short)")
+	}
 	b := realBackend(t)
 	c, err := rlock.New(&faultClient{Client: b.rueidis(t)})
 	if err != nil {

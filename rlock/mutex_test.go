@@ -205,6 +205,9 @@ func TestMutex_Lock_watchdogKeepsLockPastTimeout(t *testing.T) {
 }
 
 func TestMutex_Lock_crashedHolderFreesWithinWatchdogTimeout(t *testing.T) {
+	if testing.Short() {
+		t.Skip("long: waits out a 1 s watchdog lease (run without -short)")
+	}
 	eachBackend(t, func(t *testing.T, b *backend) {
 		name := redistest.Name(t)
 		c, err := rlock.New(b.rueidis(t), rlock.WithWatchdogTimeout(time.Second))

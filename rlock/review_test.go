@@ -136,6 +136,9 @@ func TestReview_LateGrantGiveBackOutlivesCtx(t *testing.T) {
 // owner first waits up to a cleanup timeout for h.op (Mutex.Unlock: lockOp on a cleanup
 // context), then sends its release on a fresh cleanup context: twice the bound.
 func TestReview_UnlockAfterBackgroundResolutionOutlivesCleanupTimeout(t *testing.T) {
+	if testing.Short() {
+		t.Skip("long: waits out a 1 s cleanup timeout (run without -short)")
+	}
 	eachBackend(t, func(t *testing.T, b *backend) {
 		const cleanup = time.Second
 		hc := &hardClient{Client: b.rueidis(t)}

@@ -236,6 +236,9 @@ func TestRWMutex_writersBeforeWaitingReaders(t *testing.T) {
 // reader's goes on blocking them; giving back a hold shrinks the key's expiry to the
 // longest lease left.
 func TestRWMutex_crashedReader(t *testing.T) {
+	if testing.Short() {
+		t.Skip("long: waits out crashed readers' leases, ~1 s (run without -short)")
+	}
 	eachBackend(t, func(t *testing.T, b *backend) {
 		t.Run("fixed lease", func(t *testing.T) {
 			name := redistest.Name(t)
