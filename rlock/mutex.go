@@ -51,9 +51,10 @@ import (
 // others of its Client already waiting queues behind them rather than barging in. A lock
 // passes on within a Client at most 8 times in a row; the next release frees it and
 // publishes, so that waiters of other Clients get a turn. Between Clients there is no order:
-// whoever's request reaches Redis first wins, so shares between busy Clients are uneven
-// (Jain 0.87-0.95 over 16 goroutines on 4 Clients in BenchmarkMutex_HotKey, as before the
-// hand-off; 1.000 on one Client). Use [Client.FairMutex] for arrival order across
+// whoever's request reaches Redis first wins, so shares between busy Clients are uneven,
+// the more so the faster each Client cycles (Jain 0.42-0.65 and a longest wait of 0.12-0.73 s
+// over 16 goroutines on 4 Clients in BenchmarkMutex_HotKey on a 2-core machine, at 15,000-
+// 20,000 acquisitions/s; 1.000 on one Client). Use [Client.FairMutex] for arrival order across
 // processes. TryLock with wait 0 never queues: it makes one attempt.
 type Mutex struct {
 	c     *Client
