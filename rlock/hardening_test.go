@@ -102,6 +102,18 @@ func hardRefused() rueidis.RedisResult {
 // hardLost is what a lost reply gives: the outcome is unknown.
 func hardLost() rueidis.RedisResult { return rueidis.NewErrorResult(context.DeadlineExceeded) }
 
+// hardSetup returns a Client of b whose Mutex scripts go through a hook (set it on the
+// returned hardClient), warmed (hardWarm) and closed when the test ends.
+func hardSetup(t *testing.T, b *backend, opts ...rlock.Option) (*hardClient, *rlock.Client) {
+	t.Helper()
+	hc := &hardClient{Client: b.rueidis(t)}
+	c, err := rlock.New(hc, opts...)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+	hardWarm(t, c)
+	return hc, c
+}
+
 // hardWarm runs one Lock/Unlock cycle on a lock of its own through c, so that the scripts are
 // loaded on the server and c knows whether the server takes shebang flags: the next script
 // call of each kind is then the one that does the work (no NOSCRIPT or refused shebang first).

@@ -29,11 +29,7 @@ import (
 // holder is told it released (not lost), and nothing is left in Redis but the fence.
 func TestRelease_replayOfAppliedFinalRelease(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
-		hc := &hardClient{Client: b.rueidis(t)}
-		c, err := rlock.New(hc)
-		require.NoError(t, err)
-		defer c.Close()
-		hardWarm(t, c)
+		hc, c := hardSetup(t, b)
 		m := c.Mutex(redistest.Name(t))
 		require.NoError(t, m.Lock(bg))
 		done := m.Done(bg)
@@ -65,11 +61,7 @@ func TestRelease_replayAfterForceUnlock(t *testing.T) {
 	for _, applied := range []bool{false, true} {
 		t.Run(fmt.Sprintf("applied=%v", applied), func(t *testing.T) {
 			eachBackend(t, func(t *testing.T, b *backend) {
-				hc := &hardClient{Client: b.rueidis(t)}
-				c, err := rlock.New(hc)
-				require.NoError(t, err)
-				defer c.Close()
-				hardWarm(t, c)
+				hc, c := hardSetup(t, b)
 				admin := b.client(t)
 				name := redistest.Name(t)
 				m := c.Mutex(name)
@@ -95,7 +87,7 @@ func TestRelease_replayAfterForceUnlock(t *testing.T) {
 					}
 					return hardLost()
 				})
-				err = m.Unlock(bg)
+				err := m.Unlock(bg)
 				require.GreaterOrEqual(t, sends.Load(), int32(2), "the release was replayed")
 				if applied {
 					require.NoError(t, err)
@@ -118,11 +110,7 @@ func TestRelease_replayAfterForceUnlock(t *testing.T) {
 // as not held.
 func TestRelease_replayAfterDeadlineIsNotHeld(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
-		hc := &hardClient{Client: b.rueidis(t)}
-		c, err := rlock.New(hc, rlock.WithCleanupTimeout(2*time.Second))
-		require.NoError(t, err)
-		defer c.Close()
-		hardWarm(t, c)
+		hc, c := hardSetup(t, b, rlock.WithCleanupTimeout(2*time.Second))
 		m := c.Mutex(redistest.Name(t))
 		const lease = 150 * time.Millisecond
 		ok, err := m.TryLock(bg, 0, lease)
@@ -267,11 +255,7 @@ func TestDial(t *testing.T) {
 func TestRelease_renewalBetweenFirstSendAndReplay(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
 		const wd = 300 * time.Millisecond
-		hc := &hardClient{Client: b.rueidis(t)}
-		c, err := rlock.New(hc, rlock.WithWatchdogTimeout(wd))
-		require.NoError(t, err)
-		defer c.Close()
-		hardWarm(t, c)
+		hc, c := hardSetup(t, b, rlock.WithWatchdogTimeout(wd))
 		m := c.Mutex(redistest.Name(t))
 		require.NoError(t, m.Lock(bg))
 		var renewals, sends atomic.Int32
