@@ -5,9 +5,9 @@ package rlock_test
 
 import (
 	"context"
-	"errors"
 	"crypto/sha1"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"net"
 	"strings"
