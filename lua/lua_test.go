@@ -127,7 +127,7 @@ func TestAcquire_fence(t *testing.T) {
 			}
 			release := func(owner, req string) {
 				t.Helper()
-				err := lua.Release.Lua(tc.flags).Exec(ctx, tc.c, []string{"{f}", "{f}:rel:" + req}, []string{owner, req, "", "10000"}).Error()
+				err := lua.Release.Lua(tc.flags).Exec(ctx, tc.c, []string{"{f}", "{f}:forced"}, []string{owner, req, "", ""}).Error()
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -170,6 +170,91 @@ func TestAcquire_fence(t *testing.T) {
 				t.Fatalf("the fence was changed to %q", s)
 			}
 			do("DEL", "{f}:fence")
+		})
+	}
+}
+
+// TestRelease_replayAnswers: release.lua keeps no record per request. A first send ('' as
+// ARGV[4]) that finds no hold answers -1; a replay (the tenure's token as ARGV[4]) answers -2
+// (the caller decides by its clock) unless the forced record, which force_release.lua writes
+// for every owner it takes the lock from, names that very tenure (-1). A refused waiting
+// attempt marks the lock ('w'), a plain one does not.
+func TestRelease_replayAnswers(t *testing.T) {
+	srv := redistest.Start(t)
+	_, mini := redistest.Miniredis(t)
+	for _, tc := range []struct {
+		name  string
+		c     rueidis.Client
+		flags bool
+	}{{"redis", srv.Client(t), true}, {"miniredis", mini, false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			keys := []string{"{r}", "{r}:forced"}
+			acquire := func(owner, req, wait string) []int64 {
+				t.Helper()
+				v, err := lua.Acquire.Lua(tc.flags).Exec(ctx, tc.c, []string{"{r}", "{r}:fence"}, []string{"10000", owner, req, wait}).AsIntSlice()
+				if err != nil {
+					t.Fatal(err)
+				}
+				return v
+			}
+			release := func(owner, req, tenure string) int64 {
+				t.Helper()
+				n, err := lua.Release.Lua(tc.flags).Exec(ctx, tc.c, keys, []string{owner, req, "{r}:released", tenure}).AsInt64()
+				if err != nil {
+					t.Fatal(err)
+				}
+				return n
+			}
+			hasMark := func() bool {
+				n, _ := tc.c.Do(ctx, tc.c.B().Hexists().Key("{r}").Field("w").Build()).AsInt64()
+				return n == 1
+			}
+			v := acquire("h:a", "a1", "")
+			tok := strconv.FormatInt(v[1], 10)
+			acquire("h:b", "b1", "") // a single attempt: no mark
+			if hasMark() {
+				t.Fatal("a single refused attempt marked the lock")
+			}
+			acquire("h:b", "b2", "1") // a waiter's refusal marks it
+			if !hasMark() {
+				t.Fatal("a waiter's refusal did not mark the lock")
+			}
+			if n := release("h:a", "a2", ""); n != 0 {
+				t.Fatalf("final release: %d, want 0", n)
+			}
+			if n := release("h:a", "a2", tok); n != -2 {
+				t.Fatalf("replay of the final release: %d, want -2", n)
+			}
+			if n := release("h:a", "a3", ""); n != -1 {
+				t.Fatalf("a first send without a hold: %d, want -1", n)
+			}
+
+			// A force takes the lock from h:a: the replay of a release that never arrived
+			// learns it from the forced record.
+			v = acquire("h:a", "a4", "")
+			tok = strconv.FormatInt(v[1], 10)
+			freed, err := lua.ForceRelease.Lua(tc.flags).Exec(ctx, tc.c, keys, []string{"", "0", "60000"}).AsInt64()
+			if err != nil || freed != 1 {
+				t.Fatalf("force: %d %v", freed, err)
+			}
+			if got, _ := tc.c.Do(ctx, tc.c.B().Hget().Key("{r}:forced").Field("h:a").Build()).ToString(); got != tok {
+				t.Fatalf("forced record of h:a: %q, want the tenure's token %s", got, tok)
+			}
+			if ttl, _ := tc.c.Do(ctx, tc.c.B().Pttl().Key("{r}:forced").Build()).AsInt64(); ttl <= 0 || ttl > 70000 {
+				t.Fatalf("forced record pttl %d, want (0, 70000]", ttl)
+			}
+			if n := release("h:a", "a5", tok); n != -1 {
+				t.Fatalf("replay after a force took the tenure: %d, want -1", n)
+			}
+			// A later tenure of the same owner is not the forced one.
+			v = acquire("h:a", "a6", "")
+			if n := release("h:a", "a7", ""); n != 0 {
+				t.Fatalf("final release: %d, want 0", n)
+			}
+			if n := release("h:a", "a7", strconv.FormatInt(v[1], 10)); n != -2 {
+				t.Fatalf("replay of a later tenure's release: %d, want -2", n)
+			}
 		})
 	}
 }
