@@ -174,7 +174,7 @@ func TestAcquire_fence(t *testing.T) {
 	}
 }
 
-// TestRelease_replayAnswers: release.lua keeps no record per request. A first send ('' as
+// TestRelease_replayAnswers: release.lua keeps no record per request. A first send (” as
 // ARGV[4]) that finds no hold answers -1; a replay (the tenure's token as ARGV[4]) answers -2
 // (the caller decides by its clock) unless the forced record, which force_release.lua writes
 // for every owner it takes the lock from, names that very tenure (-1). A refused waiting
