@@ -12,6 +12,12 @@
 //	go run ./examples/multilock    # MultiLock: several locks, all or nothing
 //	go run ./examples/spinlock     # SpinMutex: the lock without pub/sub
 //
-// Each runs on an embedded miniredis, or on the Redis at $REDIS_ADDR when it is set. The
-// package's test runs every example and checks that it exits cleanly.
+// Each runs on an embedded miniredis, or on a real Redis named by $REDIS_URL
+// (redis://user:pass@host:port/db, rediss:// for TLS; it wins when both are set) or
+// $REDIS_ADDR (host:port). Each main.go makes its relock Clients with rlock.Dial, as a
+// program of yours would with one line:
+//
+//	c, err := rlock.Dial(rueidis.ClientOption{InitAddress: []string{"127.0.0.1:6379"}})
+//
+// The package's test runs every example and checks that it exits cleanly.
 package examples

@@ -39,7 +39,7 @@ func TestExamples(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
 			run := exec.CommandContext(ctx, exe)
-			run.Env = append(os.Environ(), "REDIS_ADDR=") // the embedded server
+			run.Env = append(os.Environ(), "REDIS_URL=", "REDIS_ADDR=") // the embedded server
 			out, err := run.CombinedOutput()
 			if err != nil {
 				t.Fatalf("examples/%s: %v\n%s", name, err, out)

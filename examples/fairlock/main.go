@@ -30,20 +30,35 @@ func main() {
 
 func run() error {
 	ctx := context.Background()
-	rc, closeRedis, err := connect.Connect()
+	// Against your own Redis, a process makes its relock Client with one line:
+	//
+	//	c, err := rlock.Dial(rueidis.ClientOption{InitAddress: []string{"127.0.0.1:6379"}})
+	//
+	// Here connect.Options gives the option for $REDIS_URL or $REDIS_ADDR, or starts an
+	// embedded miniredis and gives its option.
+	opt, stop, err := connect.Options()
 	if err != nil {
 		return err
 	}
-	defer closeRedis()
+	defer stop() // runs last: after every Client's Close
 	fmt.Println("using", connect.Describe())
 
-	procs := make([]*rlock.Client, 3)
+	procs := make([]*rlock.Client, 3) // three processes, each dialling its own Client
 	for i := range procs {
-		if procs[i], err = rlock.New(rc); err != nil {
+		if procs[i], err = rlock.Dial(opt); err != nil {
 			return err
 		}
 		defer procs[i].Close()
 	}
+	// A plain rueidis client, to look into Redis as redis-cli would.
+	rcOpt := opt
+	rcOpt.DisableCache = true // it only sends plain commands
+	rc, err := rueidis.NewClient(rcOpt)
+	if err != nil {
+		return err
+	}
+	defer rc.Close()
+
 	holder := procs[0].FairMutex(lockName)
 	queueKey := holder.Key() + ":queue"
 

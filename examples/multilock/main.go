@@ -1,8 +1,8 @@
 // Command multilock shows MultiLock: several locks held as one, all or none, here one lock on
-// each of three Redis servers (three embedded miniredis; with $REDIS_ADDR set, all three are
-// that one server, which works the same). Two processes (two sets of relock Clients)
-// contend: while B holds one member, A's TryLock fails and leaves nothing held on the other
-// servers; A's Lock then waits for it and takes all three.
+// each of three Redis servers (three embedded miniredis; with $REDIS_URL or $REDIS_ADDR set,
+// all three are that one server, which works the same). Two processes (two sets of relock
+// Clients) contend: while B holds one member, A's TryLock fails and leaves nothing held on
+// the other servers; A's Lock then waits for it and takes all three.
 //
 //	go run ./examples/multilock
 package main
@@ -29,18 +29,26 @@ func main() {
 
 func run() error {
 	ctx := context.Background()
-	fmt.Println("using", connect.Describe(), "three times")
+	fmt.Println("using, three times:", connect.Describe())
 
-	// One relock Client per server and process: procA[i] and procB[i] are on server i.
+	// Against your own servers, a process makes one relock Client per server:
+	//
+	//	c0, err := rlock.Dial(rueidis.ClientOption{InitAddress: []string{"redis-0:6379"}})
+	//	c1, err := rlock.Dial(rueidis.ClientOption{InitAddress: []string{"redis-1:6379"}})
+	//	...
+	//
+	// Here connect.Options gives the option for $REDIS_URL or $REDIS_ADDR, or starts an
+	// embedded miniredis (a new one per call) and gives its option.
+	// procA[i] and procB[i] are the Clients of processes A and B on server i.
 	var procA, procB []*rlock.Client
 	for i := 0; i < 3; i++ {
-		rc, closeRedis, err := connect.Connect()
+		opt, stop, err := connect.Options()
 		if err != nil {
 			return err
 		}
-		defer closeRedis()
+		defer stop() // runs after the Clients' Close (deferred later, run earlier)
 		for _, proc := range []*[]*rlock.Client{&procA, &procB} {
-			c, err := rlock.New(rc)
+			c, err := rlock.Dial(opt)
 			if err != nil {
 				return err
 			}

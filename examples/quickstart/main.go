@@ -3,6 +3,7 @@
 //
 //	go run ./examples/quickstart                            # on an embedded miniredis
 //	REDIS_ADDR=127.0.0.1:6379 go run ./examples/quickstart  # on a real Redis
+//	REDIS_URL=redis://user:pass@host:6379/0 go run ./examples/quickstart
 package main
 
 import (
@@ -27,19 +28,24 @@ func main() {
 func run() error {
 	ctx := context.Background()
 
-	// One rueidis client and one relock Client per process, shared by everything.
-	rc, closeRedis, err := connect.Connect()
+	// One relock Client per process, shared by everything. Against your own Redis:
+	//
+	//	client, err := rlock.Dial(rueidis.ClientOption{InitAddress: []string{"127.0.0.1:6379"}})
+	//
+	// Here connect.Options gives the option for $REDIS_URL or $REDIS_ADDR, or starts an
+	// embedded miniredis and gives its option.
+	opt, stop, err := connect.Options()
 	if err != nil {
 		return err
 	}
-	defer closeRedis() // runs last: after client.Close
+	defer stop() // runs last: after client.Close
 	fmt.Println("using", connect.Describe())
 
-	client, err := rlock.New(rc)
+	client, err := rlock.Dial(opt) // makes the rueidis client; client.Close closes it
 	if err != nil {
 		return err
 	}
-	defer client.Close() // stops relock's goroutines before the rueidis client is closed
+	defer client.Close() // stops relock's goroutines and closes the rueidis client
 
 	// 1. Lock, do the work, Unlock.
 	fmt.Println("\n== 1. Lock / Unlock")
@@ -52,7 +58,8 @@ func run() error {
 		return err
 	}
 	fmt.Printf("locked %q (Redis key %s), fencing token %d\n", m.Name(), m.Key(), token)
-	fmt.Println("  pass the token to the resource you protect; it must refuse any lower token")
+	fmt.Println("  the token is for the resource you protect: send it with every write; the resource keeps")
+	fmt.Println("  the highest token it has seen and refuses lower ones, so a holder that lost the lock is turned away")
 	time.Sleep(100 * time.Millisecond) // the "work"
 	if err := m.Unlock(ctx); err != nil {
 		return err

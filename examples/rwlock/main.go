@@ -30,11 +30,17 @@ func main() {
 
 func run() error {
 	ctx := context.Background()
-	rc, closeRedis, err := connect.Connect()
+	// Against your own Redis, a process makes its relock Client with one line:
+	//
+	//	c, err := rlock.Dial(rueidis.ClientOption{InitAddress: []string{"127.0.0.1:6379"}})
+	//
+	// Here connect.Options gives the option for $REDIS_URL or $REDIS_ADDR, or starts an
+	// embedded miniredis and gives its option.
+	opt, stop, err := connect.Options()
 	if err != nil {
 		return err
 	}
-	defer closeRedis()
+	defer stop() // runs last: after every Client's Close
 	fmt.Println("using", connect.Describe())
 
 	var procs []*rlock.Client
@@ -44,7 +50,7 @@ func run() error {
 		}
 	}()
 	newProc := func(opts ...rlock.Option) (*rlock.Client, error) {
-		p, err := rlock.New(rc, opts...)
+		p, err := rlock.Dial(opt, opts...)
 		if err == nil {
 			procs = append(procs, p)
 		}

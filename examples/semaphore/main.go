@@ -29,20 +29,26 @@ func main() {
 
 func run() error {
 	ctx := context.Background()
-	rc, closeRedis, err := connect.Connect()
+	// Against your own Redis, a process makes its relock Client with one line:
+	//
+	//	c, err := rlock.Dial(rueidis.ClientOption{InitAddress: []string{"127.0.0.1:6379"}})
+	//
+	// Here connect.Options gives the option for $REDIS_URL or $REDIS_ADDR, or starts an
+	// embedded miniredis and gives its option.
+	opt, stop, err := connect.Options()
 	if err != nil {
 		return err
 	}
-	defer closeRedis()
+	defer stop() // runs last: after every Client's Close
 	fmt.Println("using", connect.Describe())
 
 	// Two Clients, as two processes would have.
-	procA, err := rlock.New(rc)
+	procA, err := rlock.Dial(opt)
 	if err != nil {
 		return err
 	}
 	defer procA.Close()
-	procB, err := rlock.New(rc)
+	procB, err := rlock.Dial(opt)
 	if err != nil {
 		return err
 	}

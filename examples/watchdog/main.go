@@ -15,6 +15,8 @@ import (
 	"os"
 	"time"
 
+	"github.com/redis/rueidis"
+
 	"github.com/relock-go/relock/examples/internal/connect"
 	"github.com/relock-go/relock/rlock"
 )
@@ -30,14 +32,20 @@ func main() {
 
 func run() error {
 	ctx := context.Background()
-	rc, closeRedis, err := connect.Connect()
+	// Against your own Redis, a process makes its relock Client with one line:
+	//
+	//	c, err := rlock.Dial(rueidis.ClientOption{InitAddress: []string{"127.0.0.1:6379"}})
+	//
+	// Here connect.Options gives the option for $REDIS_URL or $REDIS_ADDR, or starts an
+	// embedded miniredis and gives its option.
+	opt, stop, err := connect.Options()
 	if err != nil {
 		return err
 	}
-	defer closeRedis()
+	defer stop() // runs last: after every Client's Close
 	fmt.Println("using", connect.Describe())
 
-	client, err := rlock.New(rc, rlock.WithWatchdogTimeout(watchdogTimeout))
+	client, err := rlock.Dial(opt, rlock.WithWatchdogTimeout(watchdogTimeout))
 	if err != nil {
 		return err
 	}
@@ -70,6 +78,14 @@ func run() error {
 	defer cancel()
 
 	time.Sleep(100 * time.Millisecond)
+	// A plain rueidis client deletes the key, as an operator's redis-cli DEL would.
+	rcOpt := opt
+	rcOpt.DisableCache = true // it only sends plain commands
+	rc, err := rueidis.NewClient(rcOpt)
+	if err != nil {
+		return err
+	}
+	defer rc.Close()
 	if err := rc.Do(ctx, rc.B().Del().Key(m.Key()).Build()).Error(); err != nil {
 		return err
 	}
