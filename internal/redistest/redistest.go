@@ -12,6 +12,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -56,6 +57,8 @@ type config struct {
 	replicaOf *Server
 	sentinel  string  // non-empty: run as a Sentinel monitoring monitors under this name
 	monitors  *Server // the master a Sentinel monitors
+	tls       *TLSOptions
+	password  string // --requirepass
 }
 
 // Option configures a server started by Start.
@@ -99,6 +102,7 @@ type Server struct {
 	cfg     config
 	port    int
 	addr    string
+	tlsMat  *TLSMaterial // WithTLS: the certificates
 
 	mu     sync.Mutex
 	proc   *process // nil when not running
@@ -173,7 +177,8 @@ func isPortInUse(err error) bool {
 // WithAOF) --protected-mode no --enable-debug-command local
 // --repl-diskless-sync-delay 0 (replicas sync immediately), its working
 // directory and log live in a private temp dir that survives Restart, and
-// it is killed automatically if the test binary dies (Linux).
+// it is killed automatically if the test binary dies (Linux). With WithTLS
+// the port is the --tls-port and there is no plain-text port (--port 0).
 func Start(tb testing.TB, opts ...Option) *Server {
 	tb.Helper()
 	bin, err := exec.LookPath("redis-server")
@@ -196,6 +201,15 @@ func Start(tb testing.TB, opts ...Option) *Server {
 	if cfg.sentinel != "" && (cfg.monitors == nil || cfg.monitors.port == 0) {
 		tb.Fatalf("redistest: WithSentinel: master server is not started")
 	}
+	if cfg.tls != nil && (cfg.sentinel != "" || cfg.replicaOf != nil) {
+		tb.Fatalf("redistest: WithTLS cannot be combined with WithReplicaOf or WithSentinel")
+	}
+	if m := cfg.replicaOf; m != nil && m.cfg.tls != nil {
+		tb.Fatalf("redistest: WithReplicaOf: the master runs WithTLS, which replicas do not support")
+	}
+	if m := cfg.monitors; cfg.sentinel != "" && m.cfg.tls != nil {
+		tb.Fatalf("redistest: WithSentinel: the master runs WithTLS, which Sentinels do not support")
+	}
 	dir, err := os.MkdirTemp("", "redistest-")
 	if err != nil {
 		tb.Fatalf("redistest: create temp dir: %v", err)
@@ -209,6 +223,11 @@ func Start(tb testing.TB, opts ...Option) *Server {
 	}
 	// Registered before any Client, so it runs after the clients are closed.
 	tb.Cleanup(func() { s.cleanup(tb) })
+	if cfg.tls != nil {
+		if s.tlsMat, err = makeTLS(dir, *cfg.tls); err != nil {
+			tb.Fatalf("redistest: make TLS certificates: %v", err)
+		}
+	}
 
 	var lastErr error
 	for attempt := 0; attempt < startAttempts; attempt++ {
@@ -254,7 +273,8 @@ func (s *Server) Running() bool {
 // Client returns a new rueidis client to this server, closed in tb.Cleanup
 // (which runs before the server's own cleanup). The defaults are
 // InitAddress: Addr() and ForceSingleClient: true (skipping the CLUSTER
-// probe); opts may change any field. If the server is paused when the
+// probe), plus TLSConfig: TLSConfig() for a server started WithTLS and
+// Password: Password() for one started WithPassword; opts may change any field. If the server is paused when the
 // cleanup runs, it is resumed first, because rueidis' Close waits for a PING
 // reply and would otherwise hang.
 func (s *Server) Client(tb testing.TB, opts ...func(*rueidis.ClientOption)) rueidis.Client {
@@ -262,6 +282,8 @@ func (s *Server) Client(tb testing.TB, opts ...func(*rueidis.ClientOption)) ruei
 	o := rueidis.ClientOption{
 		InitAddress:       []string{s.addr},
 		ForceSingleClient: true,
+		TLSConfig:         s.TLSConfig(),
+		Password:          s.cfg.password,
 	}
 	for _, f := range opts {
 		if f != nil {
@@ -549,6 +571,9 @@ func (s *Server) args() []string {
 		text := "sentinel monitor " + name + " 127.0.0.1 " + port + " 1\n" +
 			"sentinel down-after-milliseconds " + name + " 1000\n" +
 			"sentinel failover-timeout " + name + " 5000\n"
+		if pw := s.cfg.monitors.cfg.password; pw != "" {
+			text += "sentinel auth-pass " + name + " " + pw + "\n"
+		}
 		_ = os.WriteFile(conf, []byte(text), 0o644)
 		return append([]string{conf, "--sentinel",
 			"--bind", "127.0.0.1",
@@ -562,6 +587,23 @@ func (s *Server) args() []string {
 	a := []string{
 		"--bind", "127.0.0.1",
 		"--port", strconv.Itoa(s.port),
+	}
+	if m := s.tlsMat; m != nil {
+		auth := "no"
+		if s.cfg.tls.ClientAuth {
+			auth = "yes"
+		}
+		a = []string{
+			"--bind", "127.0.0.1",
+			"--port", "0",
+			"--tls-port", strconv.Itoa(s.port),
+			"--tls-cert-file", m.CertFile,
+			"--tls-key-file", m.KeyFile,
+			"--tls-ca-cert-file", m.CAFile,
+			"--tls-auth-clients", auth,
+		}
+	}
+	a = append(a,
 		"--dir", s.dir,
 		"--save", "",
 		"--protected-mode", "no",
@@ -570,6 +612,9 @@ func (s *Server) args() []string {
 		"--enable-debug-command", "local",
 		// Start a replica's full sync at once instead of after the default 5 s.
 		"--repl-diskless-sync-delay", "0",
+	)
+	if s.cfg.password != "" {
+		a = append(a, "--requirepass", s.cfg.password)
 	}
 	if s.cfg.aof {
 		a = append(a, "--appendonly", "yes", "--appendfsync", "always")
@@ -578,6 +623,9 @@ func (s *Server) args() []string {
 	}
 	if m := s.cfg.replicaOf; m != nil {
 		a = append(a, "--replicaof", "127.0.0.1", strconv.Itoa(m.port))
+		if m.cfg.password != "" {
+			a = append(a, "--masterauth", m.cfg.password)
+		}
 	}
 	return append(a, s.cfg.args...)
 }
@@ -649,14 +697,14 @@ func (s *Server) waitReady(p *process) error {
 
 // probe performs one readiness check over a raw connection.
 func (s *Server) probe(pid int) error {
-	pong, err := rawDo(s.addr, probeTimeout, "PING")
+	pong, err := s.rawDo(probeTimeout, "PING")
 	if err != nil {
 		return fmt.Errorf("PING: %w", err)
 	}
 	if pong != "PONG" {
 		return fmt.Errorf("PING: unexpected reply %q", pong)
 	}
-	info, err := rawDo(s.addr, probeTimeout, "INFO", "server", "persistence")
+	info, err := s.rawDo(probeTimeout, "INFO", "server", "persistence")
 	if err != nil {
 		return fmt.Errorf("INFO: %w", err)
 	}
@@ -690,6 +738,8 @@ func (s *Server) adminClient(tb testing.TB) rueidis.Client {
 			DisableCache:      true,
 			ForceSingleClient: true,
 			ClientName:        "redistest-admin",
+			TLSConfig:         s.adminTLSConfig(),
+			Password:          s.cfg.password,
 			Dialer:            net.Dialer{Timeout: 5 * time.Second},
 			ConnWriteTimeout:  5 * time.Second,
 		})
@@ -796,12 +846,19 @@ func freePort() (int, error) {
 	return 0, fmt.Errorf("no free port below %d: %w", low, last)
 }
 
-// rawDo sends one command over a fresh TCP connection and returns a simple
-// or bulk string reply. It is used for readiness probes, independent of
-// rueidis, so no client goroutines are involved.
-func rawDo(addr string, timeout time.Duration, args ...string) (string, error) {
-	d := net.Dialer{Timeout: timeout}
-	c, err := d.Dial("tcp", addr)
+// rawDo sends one command to the server over a fresh connection (TLS for a server started
+// WithTLS, authenticated first for one started WithPassword) and returns a simple or bulk
+// string reply. It is used for readiness probes, independent of rueidis, so no client
+// goroutines are involved.
+func (s *Server) rawDo(timeout time.Duration, args ...string) (string, error) {
+	d := &net.Dialer{Timeout: timeout}
+	var c net.Conn
+	var err error
+	if cfg := s.adminTLSConfig(); cfg != nil {
+		c, err = tls.DialWithDialer(d, "tcp", s.addr, cfg)
+	} else {
+		c, err = d.Dial("tcp", s.addr)
+	}
 	if err != nil {
 		return "", err
 	}
@@ -809,6 +866,17 @@ func rawDo(addr string, timeout time.Duration, args ...string) (string, error) {
 	if err := c.SetDeadline(time.Now().Add(timeout)); err != nil {
 		return "", err
 	}
+	r := bufio.NewReader(c)
+	if s.cfg.password != "" {
+		if _, err := command(c, r, "AUTH", s.cfg.password); err != nil {
+			return "", fmt.Errorf("AUTH: %w", err)
+		}
+	}
+	return command(c, r, args...)
+}
+
+// command writes one command to c and reads its reply from r.
+func command(c net.Conn, r *bufio.Reader, args ...string) (string, error) {
 	var req bytes.Buffer
 	fmt.Fprintf(&req, "*%d\r\n", len(args))
 	for _, a := range args {
@@ -817,7 +885,6 @@ func rawDo(addr string, timeout time.Duration, args ...string) (string, error) {
 	if _, err := c.Write(req.Bytes()); err != nil {
 		return "", err
 	}
-	r := bufio.NewReader(c)
 	line, err := r.ReadString('\n')
 	if err != nil {
 		return "", err
