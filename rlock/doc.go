@@ -8,6 +8,11 @@
 //	if err := m.Lock(ctx); err != nil { ... }   // blocks; the watchdog keeps it held
 //	defer m.Unlock(ctx)
 //
+// or, with the work cancelled when the lock is lost, the loss reported, and the hold always
+// given back:
+//
+//	err := rlock.Do(ctx, m, func(ctx context.Context) error { ... })
+//
 // # The family
 //
 // Besides [Mutex], a Client makes the rest of Redisson's coordination primitives, each with
