@@ -42,7 +42,13 @@ if redis.call('exists', lock) == 0 then
   else
     redis.call('hset', lock, owner, '1', reqField, req, 'token', token)
   end
-  redis.call('pexpire', lock, lease)
+  -- A lock without an expiry would outlive a crashed holder: if the expiry is refused (an
+  -- ACL without PEXPIRE), the grant is undone and the refusal returned.
+  local r = redis.pcall('pexpire', lock, lease)
+  if type(r) == 'table' and r.err then
+    redis.call('del', lock)
+    return r
+  end
   return {1, tonumber(token), 1}
 end
 

@@ -12,6 +12,8 @@ import (
 	"crypto/sha1"
 	"embed"
 	"encoding/hex"
+	"regexp"
+	"sort"
 	"strings"
 	"time"
 
@@ -132,3 +134,25 @@ func IsShebangError(err error) bool {
 	msg := re.Error()
 	return strings.Contains(msg, "compil") && strings.Contains(msg, "'#'")
 }
+
+// Commands returns the Redis commands that the scripts call (redis.call and redis.pcall),
+// lower case, sorted, each once: what an ACL user needs, beside EVALSHA and EVAL, to run them.
+// Scripts name every command they call literally (a test checks it), so the list is complete.
+func Commands() []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, s := range all {
+		for _, m := range callRE.FindAllStringSubmatch(s.src, -1) {
+			c := strings.ToLower(m[1])
+			if !seen[c] {
+				seen[c] = true
+				out = append(out, c)
+			}
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// callRE matches a script's call of a command named literally.
+var callRE = regexp.MustCompile(`redis\.p?call\(\s*'([A-Za-z|]+)'`)

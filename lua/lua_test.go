@@ -3,6 +3,7 @@ package lua_test
 import (
 	"context"
 	"errors"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -256,5 +257,24 @@ func TestRelease_replayAnswers(t *testing.T) {
 				t.Fatalf("replay of a later tenure's release: %d, want -2", n)
 			}
 		})
+	}
+}
+
+// TestCommands: every command a script calls is named literally (so that Commands, and the
+// ACL rule built from it, list them all), and the list holds what the scripts are known to
+// call.
+func TestCommands(t *testing.T) {
+	literal := regexp.MustCompile(`redis\.p?call\(\s*'`)
+	anyCall := regexp.MustCompile(`redis\.p?call\(`)
+	for _, s := range lua.All() {
+		if n, m := len(anyCall.FindAllString(s.Source(), -1)), len(literal.FindAllString(s.Source(), -1)); n != m {
+			t.Errorf("%s: %d of %d redis.call/pcall do not name their command literally", s.Name(), n-m, n)
+		}
+	}
+	got := strings.Join(lua.Commands(), " ")
+	for _, want := range []string{"exists", "time", "set", "hset", "pexpire", "hmget", "del", "publish", "hgetall", "zadd"} {
+		if !strings.Contains(" "+got+" ", " "+want+" ") {
+			t.Errorf("Commands() = %s: missing %s", got, want)
+		}
 	}
 }

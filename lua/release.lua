@@ -83,7 +83,16 @@ if next then
   -- a waiter, and others may still wait: the lock is marked (see acquire.lua), so that the
   -- release that frees it publishes.
   redis.call('hset', lock, next, '1', 'q:' .. next, nextReq, 'token', token, 'w', '1')
-  redis.call('pexpire', lock, nextLease)
+  local r = redis.pcall('pexpire', lock, nextLease)
+  if type(r) == 'table' and r.err then
+    -- No lock without an expiry (an ACL without PEXPIRE): the hand-off is undone, and the
+    -- release, already applied, is answered as one that freed the lock without passing it.
+    redis.call('del', lock)
+    if channel ~= '' then
+      redis.call('publish', channel, '0')
+    end
+    return {0, 0}
+  end
   return {0, tonumber(token)}
 end
 redis.call('del', lock)

@@ -46,7 +46,17 @@ func classify(op, key string, err error) error {
 	if re, ok := rueidis.IsRedisErr(err); ok && strings.Contains(re.Error(), "WRONGTYPE") {
 		return fmt.Errorf("rlock: %s %q: %w (%s)", op, key, ErrWrongType, re.Error())
 	}
+	if re, ok := rueidis.IsRedisErr(err); ok && noPermission(re.Error()) {
+		return fmt.Errorf("rlock: %s %q: %w (%s)", op, key, ErrNoPermission, re.Error())
+	}
 	return fmt.Errorf("rlock: %s %q: %w", op, key, err)
+}
+
+// noPermission reports whether msg, an error reply, is Redis refusing a command, a key or a
+// channel to the user (ACL): NOPERM from a command sent, or the error of a script whose call
+// was refused.
+func noPermission(msg string) bool {
+	return strings.HasPrefix(msg, "NOPERM") || strings.Contains(msg, "user executing the script can't")
 }
 
 // definitive reports whether err proves the request had no effect on Redis: a reply from

@@ -1,0 +1,270 @@
+package rlock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/rueidis"
+	"github.com/stretchr/testify/require"
+
+	"github.com/relock-go/relock/internal/redistest"
+	"github.com/relock-go/relock/rlock"
+)
+
+// aclUser creates an ACL user with exactly rlock.ACLRule(prefix) and returns a Client that
+// locks as that user, with opts.
+func aclUser(t *testing.T, srv *redistest.Server, user, prefix string, opts ...rlock.Option) *rlock.Client {
+	t.Helper()
+	args := append([]string{"ACL", "SETUSER", user, "reset", "on", ">pw-" + user}, strings.Fields(rlock.ACLRule(prefix))...)
+	srv.Do(t, args...)
+	opts = append([]rlock.Option{rlock.WithKeyPrefix(prefixOr(prefix))}, opts...)
+	c, err := rlock.Dial(rueidis.ClientOption{InitAddress: []string{srv.Addr()}, Username: user, Password: "pw-" + user}, opts...)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+func prefixOr(p string) string {
+	if p == "" {
+		return rlock.DefaultKeyPrefix
+	}
+	return p
+}
+
+// exerciseFamily runs every primitive through c (and waits through c2, a second Client of the
+// same user): locks, waiting and waking, the watchdog past two leases, force-unlock,
+// semaphores, permits, latches and a multi-lock. It fails the test on any error.
+func exerciseFamily(t *testing.T, c, c2 *rlock.Client, lease time.Duration) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(bg, 30*time.Second)
+	defer cancel()
+	name := redistest.Name(t)
+
+	// Mutex: lock, re-enter, read, a waiter of another Client woken by the release, the
+	// watchdog, force-unlock.
+	m := c.Mutex(name)
+	require.NoError(t, m.Lock(ctx))
+	require.NoError(t, m.Lock(ctx))
+	_, err := m.Token(ctx)
+	require.NoError(t, err)
+	locked, err := m.IsLocked(ctx)
+	require.NoError(t, err)
+	require.True(t, locked)
+	_, err = m.TTL(ctx)
+	require.NoError(t, err)
+	n, err := m.HoldCount(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 2, n)
+	got := make(chan error, 1)
+	go func() {
+		w := c2.Mutex(name)
+		err := w.Lock(ctx)
+		if err == nil {
+			err = w.Unlock(ctx)
+		}
+		got <- err
+	}()
+	time.Sleep(2 * lease) // the watchdog renews meanwhile
+	require.NoError(t, m.Err(ctx), "the watchdog keeps the lock")
+	require.NoError(t, m.Unlock(ctx))
+	require.NoError(t, m.Unlock(ctx))
+	require.NoError(t, await(t, got, 10*time.Second, "the waiter to be woken"))
+	ok, err := m.TryLock(ctx, 0, time.Second)
+	require.NoError(t, err)
+	require.True(t, ok)
+	freed, err := c2.Mutex(name).ForceUnlock(ctx)
+	require.NoError(t, err)
+	require.True(t, freed)
+	require.ErrorIs(t, m.Unlock(ctx), rlock.ErrNotHeld)
+
+	// The rest of the family.
+	f := c.FairMutex(name + "-fair")
+	require.NoError(t, f.Lock(ctx))
+	require.NoError(t, f.Unlock(ctx))
+	s := c.SpinMutex(name + "-spin")
+	require.NoError(t, s.Lock(ctx))
+	require.NoError(t, s.Unlock(ctx))
+	rw := c.RWMutex(name + "-rw")
+	require.NoError(t, rw.RLock(ctx))
+	require.NoError(t, rw.RUnlock(ctx))
+	require.NoError(t, rw.Lock(ctx))
+	require.NoError(t, rw.Unlock(ctx))
+	sem := c.Semaphore(name + "-sem")
+	_, err = sem.TrySetPermits(ctx, 2)
+	require.NoError(t, err)
+	require.NoError(t, sem.Acquire(ctx, 2))
+	require.NoError(t, sem.Release(ctx, 2))
+	ps := c.PermitSemaphore(name + "-psem")
+	_, err = ps.TrySetPermits(ctx, 1)
+	require.NoError(t, err)
+	p, err := ps.Acquire(ctx, time.Second)
+	require.NoError(t, err)
+	require.NoError(t, ps.Extend(ctx, p.ID, 2*time.Second))
+	require.NoError(t, ps.Release(ctx, p.ID))
+	l := c.CountDownLatch(name + "-latch")
+	_, err = l.TrySetCount(ctx, 1)
+	require.NoError(t, err)
+	require.NoError(t, l.CountDown(ctx))
+	require.NoError(t, l.Await(ctx))
+	ml := c.MultiLock(name+"-a", name+"-b")
+	require.NoError(t, ml.Lock(ctx))
+	require.NoError(t, ml.Unlock(ctx))
+}
+
+// TestACLRule_isEnough: a user with exactly ACLRule(prefix), and nothing else, runs the whole
+// family, the watchdog, waiting and force-unlock, for the default prefix and for one with
+// glob characters.
+func TestACLRule_isEnough(t *testing.T) {
+	b := realBackend(t)
+	const lease = 300 * time.Millisecond
+	for i, prefix := range []string{"", "team*[a]?:"} {
+		t.Run(fmt.Sprintf("prefix=%q", prefix), func(t *testing.T) {
+			user := fmt.Sprintf("locker%d", i)
+			c := aclUser(t, b.srv, user, prefix, rlock.WithWatchdogTimeout(lease))
+			c2 := aclUser(t, b.srv, user, prefix, rlock.WithWatchdogTimeout(lease))
+			exerciseFamily(t, c, c2, lease)
+		})
+	}
+}
+
+// TestACLRule_keepsPrefixesApart: a user whose rule is for one prefix cannot touch the locks
+// of another: a Client of that user made with the other prefix is refused.
+func TestACLRule_keepsPrefixesApart(t *testing.T) {
+	b := realBackend(t)
+	aclUser(t, b.srv, "tenantA", "tenantA:")
+	b.srv.Do(t, append([]string{"ACL", "SETUSER", "forger", "reset", "on", ">pw-forger"}, strings.Fields(rlock.ACLRule("tenantA:"))...)...)
+	forged, err := rlock.Dial(rueidis.ClientOption{InitAddress: []string{b.srv.Addr()}, Username: "forger", Password: "pw-forger"},
+		rlock.WithKeyPrefix("tenantB:"))
+	require.NoError(t, err)
+	defer forged.Close()
+	tenantB := b.client(t, rlock.WithKeyPrefix("tenantB:"))
+	name := redistest.Name(t)
+	require.NoError(t, tenantB.Mutex(name).Lock(bg))
+	_, err = forged.Mutex(name).ForceUnlock(bg)
+	require.Error(t, err)
+	require.Contains(t, err.Error(), "NOPERM") // TODO(issue 15): errors.Is(err, rlock.ErrNoPermission)
+	ok, err := forged.Mutex(name).TryLock(bg, 0, 0)
+	require.False(t, ok)
+	require.Error(t, err)
+	locked, err := tenantB.Mutex(name).IsLocked(bg)
+	require.NoError(t, err)
+	require.True(t, locked, "tenant B's lock is untouched")
+}
+
+// TestACLRule_eachCommandRemoved: for every command of the rule, a user without it runs the
+// family. Whatever fails must fail promptly with an error wrapping ErrNoPermission that names
+// the lock (no retry loop), and nothing may be left in Redis that would stay forever.
+func TestACLRule_eachCommandRemoved(t *testing.T) {
+	if testing.Short() {
+		t.Skip("long: one run of the family per command (run without -short)")
+	}
+	b := realBackend(t)
+	var cmds []string
+	for _, r := range strings.Fields(rlock.ACLRule("")) {
+		if strings.HasPrefix(r, "+") {
+			cmds = append(cmds, r[1:])
+		}
+	}
+	const lease = 200 * time.Millisecond
+	for i, cmd := range cmds {
+		t.Run(cmd, func(t *testing.T) {
+			prefix := fmt.Sprintf("minus%d:", i)
+			var rule []string
+			for _, r := range strings.Fields(rlock.ACLRule(prefix)) {
+				if r != "+"+cmd {
+					rule = append(rule, r)
+				}
+			}
+			user := "minus" + strings.ReplaceAll(cmd, "|", "-")
+			b.srv.Do(t, append([]string{"ACL", "SETUSER", user, "reset", "on", ">pw"}, rule...)...)
+			c, err := rlock.Dial(rueidis.ClientOption{InitAddress: []string{b.srv.Addr()}, Username: user, Password: "pw"},
+				rlock.WithKeyPrefix(prefix), rlock.WithWatchdogTimeout(lease), rlock.WithCleanupTimeout(time.Second))
+			if err != nil {
+				t.Logf("Dial refused without %s: %v", cmd, err)
+				return
+			}
+			defer c.Close()
+			name := redistest.Name(t)
+			failed := 0
+			step := func(what string, f func(ctx context.Context) error) {
+				t.Helper()
+				ctx, cancel := context.WithTimeout(bg, 5*time.Second)
+				defer cancel()
+				start := time.Now()
+				err := f(ctx)
+				if err == nil {
+					return
+				}
+				failed++
+				require.Less(t, time.Since(start), 3*time.Second, "%s without %s: returned after %v (%v)", what, cmd, time.Since(start), err)
+				if errors.Is(err, rlock.ErrNotHeld) && failed > 1 {
+					return // the give-back of what an earlier refused step did not take
+				}
+				if errors.Is(err, rlock.ErrLockLost) {
+					return // a renewal was refused: the holder was told, the lock expired
+				}
+				require.ErrorIs(t, err, rlock.ErrNoPermission, "%s without %s", what, cmd)
+				require.Contains(t, err.Error(), name, "%s without %s: the error names the lock", what, cmd)
+			}
+			m := c.Mutex(name)
+			step("Lock", func(ctx context.Context) error { return m.Lock(ctx) })
+			if msg := b.srv.Do(t, "PTTL", m.Key()); func() bool { n, _ := msg.AsInt64(); return n == -1 }() {
+				t.Errorf("without %s: a Lock that failed left the lock %s without an expiry", cmd, m.Key())
+			}
+			step("TryLock (busy, waiting)", func(ctx context.Context) error {
+				_, err := c.Mutex(name).TryLock(ctx, 2*lease, 0)
+				return err
+			})
+			step("Unlock", func(ctx context.Context) error { return m.Unlock(ctx) })
+			step("IsLocked", func(ctx context.Context) error { _, err := m.IsLocked(ctx); return err })
+			step("TTL", func(ctx context.Context) error { _, err := m.TTL(ctx); return err })
+			step("HoldCount", func(ctx context.Context) error { _, err := m.HoldCount(ctx); return err })
+			step("ForceUnlock", func(ctx context.Context) error { _, err := m.ForceUnlock(ctx); return err })
+			f := c.FairMutex(name + "-fair")
+			step("FairMutex.Lock", func(ctx context.Context) error { return f.Lock(ctx) })
+			step("FairMutex.Unlock", func(ctx context.Context) error { return f.Unlock(ctx) })
+			rw := c.RWMutex(name + "-rw")
+			step("RLock", func(ctx context.Context) error { return rw.RLock(ctx) })
+			step("RUnlock", func(ctx context.Context) error { return rw.RUnlock(ctx) })
+			sem := c.Semaphore(name + "-sem")
+			step("Semaphore.TrySetPermits", func(ctx context.Context) error { _, err := sem.TrySetPermits(ctx, 1); return err })
+			step("Semaphore.TryAcquire", func(ctx context.Context) error { _, err := sem.TryAcquire(ctx, 1, 0); return err })
+			step("Semaphore.Release", func(ctx context.Context) error { return sem.Release(ctx, 1) })
+			ps := c.PermitSemaphore(name + "-psem")
+			step("PermitSemaphore.TrySetPermits", func(ctx context.Context) error { _, err := ps.TrySetPermits(ctx, 1); return err })
+			step("PermitSemaphore.TryAcquire", func(ctx context.Context) error {
+				p, ok, err := ps.TryAcquire(ctx, 0, time.Second)
+				if err == nil && ok {
+					err = ps.Release(ctx, p.ID)
+				}
+				return err
+			})
+			l := c.CountDownLatch(name + "-latch")
+			step("CountDownLatch.TrySetCount", func(ctx context.Context) error { _, err := l.TrySetCount(ctx, 1); return err })
+			step("CountDownLatch.CountDown", func(ctx context.Context) error { return l.CountDown(ctx) })
+
+			// Nothing of the plain lock stays forever: every key of its name has an expiry.
+			// (The other kinds' scripts can still leave a key without one when the command
+			// that sets the expiry is refused after their first write: issue 15.)
+			keys := b.srv.Do(t, "KEYS", "*"+prefix+"*")
+			names, _ := keys.AsStrSlice()
+			for _, k := range names {
+				msg := b.srv.Do(t, "PTTL", k)
+				ttl, _ := msg.AsInt64()
+				if ttl != -1 {
+					continue
+				}
+				if strings.HasPrefix(k, m.Key()) && !strings.HasPrefix(k, m.Key()[:len(m.Key())-1]+"-") {
+					t.Errorf("without %s: key %s of the plain lock left without an expiry", cmd, k)
+				} else {
+					t.Logf("without %s: key %s left without an expiry", cmd, k)
+				}
+			}
+			t.Logf("without %s: %d steps refused", cmd, failed)
+		})
+	}
+}
