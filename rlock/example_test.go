@@ -194,3 +194,24 @@ func ExampleDial() {
 	// Output:
 	// locked
 }
+
+func ExampleMutex_LockLease() {
+	client, done := exampleClient() // as in the Mutex.Lock example
+	defer done()
+
+	ctx := context.Background()
+	m := client.Mutex("report")
+	// Block until held, then hold for 100ms, never renewed: the lock frees by itself then,
+	// even if Unlock is never called.
+	if err := m.LockLease(ctx, 100*time.Millisecond); err != nil {
+		panic(err)
+	}
+	fmt.Println("locked")
+	hctx, cancel := m.HoldContext(ctx)
+	defer cancel()
+	<-hctx.Done()
+	fmt.Println("lease ran out:", errors.Is(context.Cause(hctx), rlock.ErrLeaseExpired))
+	// Output:
+	// locked
+	// lease ran out: true
+}

@@ -28,8 +28,8 @@ import (
 //
 // A hold always has a lease in Redis, so the lock of a crashed process frees by itself.
 // [Mutex.Lock], and [Mutex.TryLock] with lease <= 0, hold in watchdog mode: the lease is the
-// watchdog timeout and the Client's watchdog renews it while the lock is held. TryLock with
-// lease > 0 holds for that fixed lease, never renewed. A re-entry never shortens the lease
+// watchdog timeout and the Client's watchdog renews it while the lock is held.
+// [Mutex.LockLease], and TryLock with lease > 0, hold for that fixed lease, never renewed. A re-entry never shortens the lease
 // in force: a re-entry with a longer fixed lease extends it; a re-entry in watchdog mode
 // turns the watchdog on for the rest of the tenure.
 //
@@ -122,6 +122,28 @@ func (m *Mutex) ownerOf(ctx context.Context) (string, error) {
 //     first (and undone if the caller is gone), or reported as [ErrUnknownOutcome].
 func (m *Mutex) Lock(ctx context.Context) error {
 	_, err := m.acquire(ctx, -1, 0)
+	return err
+}
+
+// LockLease blocks until the lock is held by the caller's owner, like [Mutex.Lock], and holds
+// it for the fixed lease, never renewed (Redisson's lock(leaseTime)): the lock frees by itself
+// when the lease ends, whether or not Unlock was called. The lease is counted from the moment
+// the request that got the lock was sent. A lease below 10ms (the drift allowance, 1% + 2ms,
+// would leave nothing of it), 0 and negative leases included, is an error wrapping
+// [ErrInvalid]; use Lock for watchdog mode.
+//
+// When the lease ends before Unlock, the hold is over: [Mutex.Done] closes, the context from
+// [Mutex.HoldContext] is cancelled with cause [ErrLeaseExpired], and Unlock returns an error
+// wrapping [ErrNotHeld]; unlike a loss, it does not refuse the owner's next Lock. A re-entry never shortens the lease in force (see
+// [Mutex]). A grant that comes back after its lease ran out on the holder's clock (Redis
+// answered too slowly) is given back and tried again until ctx ends.
+//
+// LockLease returns nil when the lock is held, or else the errors listed at [Mutex.Lock].
+func (m *Mutex) LockLease(ctx context.Context, lease time.Duration) error {
+	if err := checkLease("lease", lease); err != nil {
+		return err
+	}
+	_, err := m.acquire(ctx, -1, lease)
 	return err
 }
 

@@ -92,8 +92,9 @@ var ErrUpgrade = errors.New("rlock: cannot upgrade a read hold to the write hold
 // Every hold kind of every owner carries its own lease: the write hold one, and each
 // owner's read holds one. They are kept as for [Mutex]: Lock and RLock, and TryLock and
 // TryRLock with lease <= 0, hold in watchdog mode (lease = the watchdog timeout, renewed by
-// the Client's watchdog while held); TryLock and TryRLock with lease > 0 hold for that fixed
-// lease, never renewed; a re-entry never shortens the lease in force. A crashed reader's
+// the Client's watchdog while held); LockLease and RLockLease, and TryLock and TryRLock with
+// lease > 0, hold for that fixed lease, never renewed; a re-entry never shortens the lease in
+// force. A crashed reader's
 // read holds therefore stop blocking writers when its own lease ends, whoever else still
 // reads; a crashed writer's hold ends with its lease even while its own read holds live on.
 // Every attempt first drops the holds whose lease has ended. The key's expiry in Redis is
@@ -233,6 +234,18 @@ func (rw *RWMutex) Lock(ctx context.Context) error {
 	return rw.upgradeErr(err)
 }
 
+// LockLease blocks until the caller's owner holds the write hold, like [RWMutex.Lock], and
+// holds it for the fixed lease, never renewed, as [Mutex.LockLease] does. A lease below 10ms
+// is an error wrapping [ErrInvalid]; otherwise it returns nil or the errors listed at
+// [RWMutex.Lock].
+func (rw *RWMutex) LockLease(ctx context.Context, lease time.Duration) error {
+	if err := checkLease("lease", lease); err != nil {
+		return err
+	}
+	_, err := rw.w.acquire(ctx, -1, lease)
+	return rw.upgradeErr(err)
+}
+
 // TryLock tries to take the write hold within wait. wait 0 makes exactly one attempt and
 // claims nothing. lease > 0 holds it for that fixed lease, never renewed; lease <= 0 holds
 // it in watchdog mode, like Lock.
@@ -273,6 +286,18 @@ func (rw *RWMutex) Unlock(ctx context.Context) error {
 // RLock returns nil when the read hold is held, or else the errors listed at [Mutex.Lock].
 func (rw *RWMutex) RLock(ctx context.Context) error {
 	_, err := rw.r.acquire(ctx, -1, 0)
+	return err
+}
+
+// RLockLease blocks until the caller's owner holds a read hold, like [RWMutex.RLock], and
+// holds it for the fixed lease, never renewed, as [Mutex.LockLease] does. A lease below 10ms
+// is an error wrapping [ErrInvalid]; otherwise it returns nil or the errors listed at
+// [Mutex.Lock].
+func (rw *RWMutex) RLockLease(ctx context.Context, lease time.Duration) error {
+	if err := checkLease("lease", lease); err != nil {
+		return err
+	}
+	_, err := rw.r.acquire(ctx, -1, lease)
 	return err
 }
 
@@ -418,6 +443,12 @@ func (rw *RWMutex) ForceUnlock(ctx context.Context) (bool, error) {
 
 // Lock blocks until the caller's owner holds a read hold: [RWMutex.RLock].
 func (l *ReadLocker) Lock(ctx context.Context) error { return l.rw.RLock(ctx) }
+
+// LockLease blocks until the caller's owner holds a read hold, for a fixed lease:
+// [RWMutex.RLockLease].
+func (l *ReadLocker) LockLease(ctx context.Context, lease time.Duration) error {
+	return l.rw.RLockLease(ctx, lease)
+}
 
 // TryLock tries to take a read hold within wait: [RWMutex.TryRLock].
 func (l *ReadLocker) TryLock(ctx context.Context, wait, lease time.Duration) (bool, error) {
