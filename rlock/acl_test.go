@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -267,4 +268,15 @@ func TestACLRule_eachCommandRemoved(t *testing.T) {
 			t.Logf("without %s: %d steps refused", cmd, failed)
 		})
 	}
+}
+
+// TestACLRule_inREADME: the README shows the rule ACLRule returns for the default prefix.
+func TestACLRule_inREADME(t *testing.T) {
+	b, err := os.ReadFile("../README.md")
+	require.NoError(t, err)
+	s := string(b)
+	i, j := strings.Index(s, "<!-- acl-rule:begin -->"), strings.Index(s, "<!-- acl-rule:end -->")
+	require.True(t, i >= 0 && j > i, "README: the acl-rule markers")
+	require.Contains(t, s[i:j], "ACL SETUSER locker on >secret "+rlock.ACLRule("")+"\n",
+		"README: the ACL rule is not ACLRule's output; paste rlock.ACLRule(\"\")")
 }

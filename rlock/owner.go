@@ -11,8 +11,10 @@ type ownerKey struct{}
 // the context down a call chain and nested locking of one name re-enters.
 //
 // The id is used as given, across processes: two processes using the same id are the same
-// owner, which lets one process unlock what another locked. Make ids unique where that is
-// not wanted (see [WithNewOwner]). Any other text is a valid id: in Redis it becomes "u:"+id,
+// owner, which lets one process unlock what another locked. An id is therefore a capability:
+// whoever knows it (and may reach the lock's keys in Redis) can unlock what that owner holds.
+// Make ids unique where that is not wanted (see [WithNewOwner]), and ones that cannot be
+// guessed where they cross a trust boundary. Any other text is a valid id: in Redis it becomes "u:"+id,
 // and no other field of a lock's hash starts with "u:" (or with "h:", a handle's own id), so
 // no id can be taken for another owner's or the lock's own bookkeeping. An empty id is
 // invalid: operations return [ErrInvalid].
