@@ -575,14 +575,18 @@ func (s *Server) args() []string {
 			text += "sentinel auth-pass " + name + " " + pw + "\n"
 		}
 		_ = os.WriteFile(conf, []byte(text), 0o644)
-		return append([]string{conf, "--sentinel",
+		a := []string{conf, "--sentinel",
 			"--bind", "127.0.0.1",
 			"--port", strconv.Itoa(s.port),
 			"--dir", s.dir,
 			"--protected-mode", "no",
 			"--daemonize", "no",
 			"--logfile", s.logPath,
-		}, s.cfg.args...)
+		}
+		if s.cfg.password != "" {
+			a = append(a, "--requirepass", s.cfg.password)
+		}
+		return append(a, s.cfg.args...)
 	}
 	a := []string{
 		"--bind", "127.0.0.1",

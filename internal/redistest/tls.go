@@ -38,7 +38,8 @@ func WithTLS(o TLSOptions) Option {
 	return func(c *config) { c.tls = &o }
 }
 
-// WithPassword sets the default user's password (--requirepass pw). The helper's own
+// WithPassword sets the default user's password (--requirepass pw; on a Sentinel, the
+// password clients give the Sentinel itself). The helper's own
 // connections (readiness probe, Do, and the defaults of [Server.Client]) authenticate with
 // it; a replica of this server (WithReplicaOf) is given it as --masterauth, and a Sentinel
 // monitoring it (WithSentinel) as "sentinel auth-pass". Further users are made with
