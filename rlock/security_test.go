@@ -22,8 +22,8 @@ import (
 // within a few seconds, and long enough for a loaded machine under -race.
 const secLease = 2 * time.Second
 
-// dialed dials a Client (closed at cleanup) or fails t.
-func dialed(t *testing.T, opt rueidis.ClientOption, opts ...rlock.Option) *rlock.Client {
+// secDial dials a Client (closed at cleanup) or fails t.
+func secDial(t *testing.T, opt rueidis.ClientOption, opts ...rlock.Option) *rlock.Client {
 	t.Helper()
 	c, err := rlock.Dial(opt, opts...)
 	require.NoError(t, err, "rlock.Dial")
@@ -31,8 +31,8 @@ func dialed(t *testing.T, opt rueidis.ClientOption, opts ...rlock.Option) *rlock
 	return c
 }
 
-// dialFails dials with opt, expecting an error within a few seconds, and returns it.
-func dialFails(t *testing.T, opt rueidis.ClientOption) error {
+// secDialFails dials with opt, expecting an error within a few seconds, and returns it.
+func secDialFails(t *testing.T, opt rueidis.ClientOption) error {
 	t.Helper()
 	start := time.Now()
 	c, err := rlock.Dial(opt)
@@ -45,8 +45,8 @@ func dialFails(t *testing.T, opt rueidis.ClientOption) error {
 	return err
 }
 
-// listening waits until at least one connection listens on channel of srv.
-func listening(t *testing.T, srv *redistest.Server, channel string) {
+// secListening waits until at least one connection listens on channel of srv.
+func secListening(t *testing.T, srv *redistest.Server, channel string) {
 	t.Helper()
 	redistest.WaitFor(t, 10*time.Second, "a waiter to subscribe to "+channel, func() bool {
 		msg := srv.Do(t, "PUBSUB", "NUMSUB", channel)
@@ -59,8 +59,8 @@ func listening(t *testing.T, srv *redistest.Server, channel string) {
 	})
 }
 
-// pttl is the key's PTTL on srv in milliseconds (-2: no key).
-func pttl(t *testing.T, srv *redistest.Server, key string) int64 {
+// secPTTL is the key's PTTL on srv in milliseconds (-2: no key).
+func secPTTL(t *testing.T, srv *redistest.Server, key string) int64 {
 	t.Helper()
 	msg := srv.Do(t, "PTTL", key)
 	n, err := msg.AsInt64()
@@ -68,16 +68,16 @@ func pttl(t *testing.T, srv *redistest.Server, key string) int64 {
 	return n
 }
 
-// goErr runs f on a goroutine and delivers its error.
-func goErr(f func() error) <-chan error {
+// secGo runs f on a goroutine and delivers its error.
+func secGo(f func() error) <-chan error {
 	ch := make(chan error, 1)
 	go func() { ch <- f() }()
 	return ch
 }
 
-// mutexBasics runs a Mutex through a and b, two Clients on srv: Lock/TryLock/Unlock, a waiter
+// secMutexBasics runs a Mutex through a and b, two Clients on srv: Lock/TryLock/Unlock, a waiter
 // of b woken by a's release (through b's subscription connection), and ForceUnlock.
-func mutexBasics(t *testing.T, srv *redistest.Server, a, b *rlock.Client) {
+func secMutexBasics(t *testing.T, srv *redistest.Server, a, b *rlock.Client) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(bg, time.Minute)
 	defer cancel()
@@ -97,8 +97,8 @@ func mutexBasics(t *testing.T, srv *redistest.Server, a, b *rlock.Client) {
 	require.NoError(t, ma.Unlock(ctx))
 
 	// A waiter of the other Client, woken by the release through pub/sub.
-	woken := goErr(func() error { return mb.Lock(ctx) })
-	listening(t, srv, ma.Key()+":released")
+	woken := secGo(func() error { return mb.Lock(ctx) })
+	secListening(t, srv, ma.Key()+":released")
 	require.NoError(t, ma.Unlock(ctx))
 	require.NoError(t, await(t, woken, 10*time.Second, "the waiter to be woken by the release"))
 	require.NoError(t, mb.Unlock(ctx))
@@ -119,22 +119,22 @@ func mutexBasics(t *testing.T, srv *redistest.Server, a, b *rlock.Client) {
 	require.NoError(t, ma.Unlock(ctx))
 }
 
-// renewing is a held lock whose renewals watchdogRenews watches.
-type renewing struct {
+// secRenewing is a held lock whose renewals secWatchdogRenews watches.
+type secRenewing struct {
 	what string
 	key  string                                // its hash: the key whose lease is renewed
 	done func(context.Context) <-chan struct{} // closes if the hold is lost
 	err  func(context.Context) error
 }
 
-// watchdogRenews checks that every hold in hs (taken in watchdog mode, with lease secLease,
+// secWatchdogRenews checks that every hold in hs (taken in watchdog mode, with lease secLease,
 // at start) is renewed on srv and still held past one lease.
-func watchdogRenews(t *testing.T, srv *redistest.Server, start time.Time, hs ...renewing) {
+func secWatchdogRenews(t *testing.T, srv *redistest.Server, start time.Time, hs ...secRenewing) {
 	t.Helper()
 	last := make([]int64, len(hs))
 	renewed := make([]bool, len(hs))
 	for i, h := range hs {
-		last[i] = pttl(t, srv, h.key)
+		last[i] = secPTTL(t, srv, h.key)
 		require.Positive(t, last[i], "%s: the lock's lease", h.what)
 	}
 	deadline := time.Now().Add(10 * secLease)
@@ -148,7 +148,7 @@ func watchdogRenews(t *testing.T, srv *redistest.Server, start time.Time, hs ...
 				t.Fatalf("%s: the hold ended while the watchdog should renew it: %v", h.what, h.err(bg))
 			default:
 			}
-			p := pttl(t, srv, h.key)
+			p := secPTTL(t, srv, h.key)
 			require.Positive(t, p, "%s: the lease ran out", h.what)
 			if p > last[i] {
 				renewed[i] = true
@@ -169,13 +169,13 @@ func watchdogRenews(t *testing.T, srv *redistest.Server, start time.Time, hs ...
 	}
 }
 
-// mutexWatchdog checks that a Mutex held by c in watchdog mode outlives one lease.
-func mutexWatchdog(t *testing.T, srv *redistest.Server, c *rlock.Client) {
+// secMutexWatchdog checks that a Mutex held by c in watchdog mode outlives one lease.
+func secMutexWatchdog(t *testing.T, srv *redistest.Server, c *rlock.Client) {
 	t.Helper()
 	m := c.Mutex(redistest.Name(t))
 	start := time.Now()
 	require.NoError(t, m.Lock(bg))
-	watchdogRenews(t, srv, start, renewing{"mutex", m.Key(), m.Done, m.Err})
+	secWatchdogRenews(t, srv, start, secRenewing{"mutex", m.Key(), m.Done, m.Err})
 	require.NoError(t, m.Unlock(bg))
 }
 
@@ -187,9 +187,9 @@ func TestSecurity_TLS(t *testing.T) {
 	opt := rueidis.ClientOption{InitAddress: []string{srv.Addr()}, TLSConfig: srv.TLSConfig()}
 
 	t.Run("TLSConfig", func(t *testing.T) {
-		a, b := dialed(t, opt, rlock.WithWatchdogTimeout(secLease)), dialed(t, opt)
-		mutexBasics(t, srv, a, b)
-		mutexWatchdog(t, srv, a)
+		a, b := secDial(t, opt, rlock.WithWatchdogTimeout(secLease)), secDial(t, opt)
+		secMutexBasics(t, srv, a, b)
+		secMutexWatchdog(t, srv, a)
 	})
 
 	t.Run("URL", func(t *testing.T) {
@@ -200,26 +200,26 @@ func TestSecurity_TLS(t *testing.T) {
 			o.TLSConfig.RootCAs = srv.TLS().CAPool
 			return o
 		}
-		a, b := dialed(t, url(), rlock.WithWatchdogTimeout(secLease)), dialed(t, url())
-		mutexBasics(t, srv, a, b)
-		mutexWatchdog(t, srv, a)
+		a, b := secDial(t, url(), rlock.WithWatchdogTimeout(secLease)), secDial(t, url())
+		secMutexBasics(t, srv, a, b)
+		secMutexWatchdog(t, srv, a)
 	})
 
 	t.Run("untrusted", func(t *testing.T) {
 		// No CA: the system's roots do not know the test's CA.
-		err := dialFails(t, rueidis.ClientOption{InitAddress: []string{srv.Addr()}, TLSConfig: &tls.Config{}})
+		err := secDialFails(t, rueidis.ClientOption{InitAddress: []string{srv.Addr()}, TLSConfig: &tls.Config{}})
 		require.ErrorContains(t, err, "certificate signed by unknown authority")
 		// Another CA.
 		other := redistest.Start(t, redistest.WithTLS(redistest.TLSOptions{}))
-		err = dialFails(t, rueidis.ClientOption{InitAddress: []string{srv.Addr()}, TLSConfig: other.TLSConfig()})
+		err = secDialFails(t, rueidis.ClientOption{InitAddress: []string{srv.Addr()}, TLSConfig: other.TLSConfig()})
 		require.ErrorContains(t, err, "certificate signed by unknown authority")
 		// Plain text to a TLS-only port.
-		dialFails(t, rueidis.ClientOption{InitAddress: []string{srv.Addr()}})
+		secDialFails(t, rueidis.ClientOption{InitAddress: []string{srv.Addr()}})
 	})
 
 	t.Run("expired", func(t *testing.T) {
 		expired := redistest.Start(t, redistest.WithTLS(redistest.TLSOptions{Expired: true}))
-		err := dialFails(t, rueidis.ClientOption{InitAddress: []string{expired.Addr()}, TLSConfig: expired.TLSConfig()})
+		err := secDialFails(t, rueidis.ClientOption{InitAddress: []string{expired.Addr()}, TLSConfig: expired.TLSConfig()})
 		require.ErrorContains(t, err, "certificate has expired")
 	})
 }
@@ -229,30 +229,30 @@ func TestSecurity_TLS(t *testing.T) {
 func TestSecurity_mutualTLS(t *testing.T) {
 	srv := redistest.Start(t, redistest.WithTLS(redistest.TLSOptions{ClientAuth: true}))
 	opt := rueidis.ClientOption{InitAddress: []string{srv.Addr()}, TLSConfig: srv.TLSConfig()}
-	mutexBasics(t, srv, dialed(t, opt), dialed(t, opt))
+	secMutexBasics(t, srv, secDial(t, opt), secDial(t, opt))
 
 	noCert := &tls.Config{RootCAs: srv.TLS().CAPool}
-	dialFails(t, rueidis.ClientOption{InitAddress: []string{srv.Addr()}, TLSConfig: noCert})
+	secDialFails(t, rueidis.ClientOption{InitAddress: []string{srv.Addr()}, TLSConfig: noCert})
 }
 
-// family runs every primitive through a and b, two Clients on srv: each is taken, a waiter
+// secFamily runs every primitive through a and b, two Clients on srv: each is taken, a waiter
 // of b (or of a) waits for it and is woken by its release, and it is given back. a renews by
 // watchdog with lease secLease; the watchdog is checked on the Mutex, FairMutex and both
 // holds of an RWMutex together.
-func family(t *testing.T, srv *redistest.Server, a, b *rlock.Client) {
+func secFamily(t *testing.T, srv *redistest.Server, a, b *rlock.Client) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(bg, 2*time.Minute)
 	defer cancel()
 	base := redistest.Name(t)
 	name := func(kind string) string { return base + "-" + kind }
 
-	t.Run("Mutex", func(t *testing.T) { mutexBasics(t, srv, a, b) })
+	t.Run("Mutex", func(t *testing.T) { secMutexBasics(t, srv, a, b) })
 
 	t.Run("FairMutex", func(t *testing.T) {
 		fa, fb := a.FairMutex(name("fair")), b.FairMutex(name("fair"))
 		require.NoError(t, fa.Lock(ctx))
-		woken := goErr(func() error { return fb.Lock(ctx) })
-		listening(t, srv, fa.Key()+":released")
+		woken := secGo(func() error { return fb.Lock(ctx) })
+		secListening(t, srv, fa.Key()+":released")
 		require.NoError(t, fa.Unlock(ctx))
 		require.NoError(t, await(t, woken, 10*time.Second, "the fair waiter"))
 		require.NoError(t, fb.Unlock(ctx))
@@ -262,7 +262,7 @@ func family(t *testing.T, srv *redistest.Server, a, b *rlock.Client) {
 		sa, sb := a.SpinMutex(name("spin")), b.SpinMutex(name("spin"))
 		require.NoError(t, sa.Lock(ctx))
 		srv.ResetStats(t)
-		woken := goErr(func() error { return sb.Lock(ctx) })
+		woken := secGo(func() error { return sb.Lock(ctx) })
 		redistest.WaitFor(t, 10*time.Second, "the spin waiter to try twice", func() bool {
 			stats := srv.CommandStats(t)
 			return stats["evalsha"]+stats["eval"] >= 2
@@ -277,12 +277,12 @@ func family(t *testing.T, srv *redistest.Server, a, b *rlock.Client) {
 		require.NoError(t, ra.RLock(ctx))
 		require.NoError(t, rb.RLock(ctx), "readers share")
 		require.NoError(t, rb.RUnlock(ctx))
-		woken := goErr(func() error { return rb.Lock(ctx) })
-		listening(t, srv, ra.Key()+":released")
+		woken := secGo(func() error { return rb.Lock(ctx) })
+		secListening(t, srv, ra.Key()+":released")
 		require.NoError(t, ra.RUnlock(ctx))
 		require.NoError(t, await(t, woken, 10*time.Second, "the writer waiting for the reader"))
-		read := goErr(func() error { return ra.RLock(ctx) })
-		listening(t, srv, ra.Key()+":released:read")
+		read := secGo(func() error { return ra.RLock(ctx) })
+		secListening(t, srv, ra.Key()+":released:read")
 		require.NoError(t, rb.Unlock(ctx))
 		require.NoError(t, await(t, read, 10*time.Second, "the reader waiting for the writer"))
 		require.NoError(t, ra.RUnlock(ctx))
@@ -294,8 +294,8 @@ func family(t *testing.T, srv *redistest.Server, a, b *rlock.Client) {
 		require.NoError(t, err)
 		require.True(t, ok)
 		require.NoError(t, sa.Acquire(ctx, 1))
-		woken := goErr(func() error { return sb.Acquire(ctx, 1) })
-		listening(t, srv, sa.Key()+":released")
+		woken := secGo(func() error { return sb.Acquire(ctx, 1) })
+		secListening(t, srv, sa.Key()+":released")
 		require.NoError(t, sa.Release(ctx, 1))
 		require.NoError(t, await(t, woken, 10*time.Second, "the semaphore waiter"))
 		require.NoError(t, sb.Release(ctx, 1))
@@ -314,8 +314,8 @@ func family(t *testing.T, srv *redistest.Server, a, b *rlock.Client) {
 		p, err := pa.Acquire(ctx, time.Minute)
 		require.NoError(t, err)
 		var q rlock.Permit
-		woken := goErr(func() (err error) { q, err = pb.Acquire(ctx, time.Minute); return err })
-		listening(t, srv, pa.Key()+":released")
+		woken := secGo(func() (err error) { q, err = pb.Acquire(ctx, time.Minute); return err })
+		secListening(t, srv, pa.Key()+":released")
 		require.NoError(t, pa.Release(ctx, p.ID))
 		require.NoError(t, await(t, woken, 10*time.Second, "the permit waiter"))
 		require.NoError(t, pb.Extend(ctx, q.ID, time.Minute))
@@ -329,8 +329,8 @@ func family(t *testing.T, srv *redistest.Server, a, b *rlock.Client) {
 		ok, err := la.TrySetCount(ctx, 2)
 		require.NoError(t, err)
 		require.True(t, ok)
-		opened := goErr(func() error { return lb.Await(ctx) })
-		listening(t, srv, la.Key()+":released")
+		opened := secGo(func() error { return lb.Await(ctx) })
+		secListening(t, srv, la.Key()+":released")
 		require.NoError(t, la.CountDown(ctx))
 		n, err := lb.Count(ctx)
 		require.NoError(t, err)
@@ -347,11 +347,11 @@ func family(t *testing.T, srv *redistest.Server, a, b *rlock.Client) {
 		require.NoError(t, rw.Lock(ctx))
 		require.NoError(t, r.RLock(ctx))
 		rl := r.RLocker()
-		watchdogRenews(t, srv, start,
-			renewing{"mutex", m.Key(), m.Done, m.Err},
-			renewing{"fair mutex", f.Key(), f.Done, f.Err},
-			renewing{"write lock", rw.Key(), rw.Done, rw.Err},
-			renewing{"read lock", r.Key(), rl.Done, rl.Err},
+		secWatchdogRenews(t, srv, start,
+			secRenewing{"mutex", m.Key(), m.Done, m.Err},
+			secRenewing{"fair mutex", f.Key(), f.Done, f.Err},
+			secRenewing{"write lock", rw.Key(), rw.Done, rw.Err},
+			secRenewing{"read lock", r.Key(), rl.Done, rl.Err},
 		)
 		require.NoError(t, m.Unlock(ctx))
 		require.NoError(t, f.Unlock(ctx))
@@ -360,9 +360,9 @@ func family(t *testing.T, srv *redistest.Server, a, b *rlock.Client) {
 	})
 }
 
-// authFails checks that err, from a Dial with bad credentials, says that authentication
+// secAuthFails checks that err, from a Dial with bad credentials, says that authentication
 // failed.
-func authFails(t *testing.T, err error) {
+func secAuthFails(t *testing.T, err error) {
 	t.Helper()
 	msg := err.Error()
 	require.True(t, strings.Contains(msg, "WRONGPASS") || strings.Contains(strings.ToLower(msg), "auth"),
@@ -374,14 +374,14 @@ func authFails(t *testing.T, err error) {
 func TestSecurity_requirepass(t *testing.T) {
 	srv := redistest.Start(t, redistest.WithPassword("s3cret pass"))
 	opt := rueidis.ClientOption{InitAddress: []string{srv.Addr()}, Password: "s3cret pass"}
-	family(t, srv, dialed(t, opt, rlock.WithWatchdogTimeout(secLease)), dialed(t, opt))
+	secFamily(t, srv, secDial(t, opt, rlock.WithWatchdogTimeout(secLease)), secDial(t, opt))
 
 	t.Run("wrong password", func(t *testing.T) {
-		err := dialFails(t, rueidis.ClientOption{InitAddress: []string{srv.Addr()}, Password: "wrong"})
+		err := secDialFails(t, rueidis.ClientOption{InitAddress: []string{srv.Addr()}, Password: "wrong"})
 		require.ErrorContains(t, err, "WRONGPASS")
 	})
 	t.Run("no password", func(t *testing.T) {
-		authFails(t, dialFails(t, rueidis.ClientOption{InitAddress: []string{srv.Addr()}}))
+		secAuthFails(t, secDialFails(t, rueidis.ClientOption{InitAddress: []string{srv.Addr()}}))
 	})
 }
 
@@ -389,16 +389,16 @@ func TestSecurity_requirepass(t *testing.T) {
 // or an unknown user is a prompt Dial error that says so.
 func TestSecurity_aclUser(t *testing.T) {
 	srv := redistest.Start(t)
-	setUser(t, srv, "locker", "on", ">pw", "~*", "&*", "+@all")
+	secSetUser(t, srv, "locker", "on", ">pw", "~*", "&*", "+@all")
 	opt := rueidis.ClientOption{InitAddress: []string{srv.Addr()}, Username: "locker", Password: "pw"}
-	family(t, srv, dialed(t, opt, rlock.WithWatchdogTimeout(secLease)), dialed(t, opt))
+	secFamily(t, srv, secDial(t, opt, rlock.WithWatchdogTimeout(secLease)), secDial(t, opt))
 
 	t.Run("wrong password", func(t *testing.T) {
-		err := dialFails(t, rueidis.ClientOption{InitAddress: []string{srv.Addr()}, Username: "locker", Password: "nope"})
+		err := secDialFails(t, rueidis.ClientOption{InitAddress: []string{srv.Addr()}, Username: "locker", Password: "nope"})
 		require.ErrorContains(t, err, "WRONGPASS")
 	})
 	t.Run("unknown user", func(t *testing.T) {
-		err := dialFails(t, rueidis.ClientOption{InitAddress: []string{srv.Addr()}, Username: "nobody", Password: "pw"})
+		err := secDialFails(t, rueidis.ClientOption{InitAddress: []string{srv.Addr()}, Username: "nobody", Password: "pw"})
 		require.ErrorContains(t, err, "WRONGPASS")
 	})
 }
@@ -407,17 +407,17 @@ func TestSecurity_aclUser(t *testing.T) {
 func TestSecurity_TLSAndPassword(t *testing.T) {
 	srv := redistest.Start(t, redistest.WithTLS(redistest.TLSOptions{}), redistest.WithPassword("pw"))
 	opt := rueidis.ClientOption{InitAddress: []string{srv.Addr()}, TLSConfig: srv.TLSConfig(), Password: "pw"}
-	mutexBasics(t, srv, dialed(t, opt), dialed(t, opt))
+	secMutexBasics(t, srv, secDial(t, opt), secDial(t, opt))
 	u, err := rueidis.ParseURL("rediss://:pw@" + srv.Addr() + "/0")
 	require.NoError(t, err)
 	u.TLSConfig.RootCAs = srv.TLS().CAPool
-	mutexWatchdog(t, srv, dialed(t, u, rlock.WithWatchdogTimeout(secLease)))
+	secMutexWatchdog(t, srv, secDial(t, u, rlock.WithWatchdogTimeout(secLease)))
 	bad := rueidis.ClientOption{InitAddress: []string{srv.Addr()}, TLSConfig: srv.TLSConfig(), Password: "wrong"}
-	require.ErrorContains(t, dialFails(t, bad), "WRONGPASS")
+	require.ErrorContains(t, secDialFails(t, bad), "WRONGPASS")
 }
 
-// setUser runs ACL SETUSER name rules... on srv as the default user.
-func setUser(t *testing.T, srv *redistest.Server, name string, rules ...string) {
+// secSetUser runs ACL SETUSER name rules... on srv as the default user.
+func secSetUser(t *testing.T, srv *redistest.Server, name string, rules ...string) {
 	t.Helper()
 	msg := srv.Do(t, append([]string{"ACL", "SETUSER", name}, rules...)...)
 	require.NoError(t, msg.Error(), "ACL SETUSER %s %q", name, rules)
@@ -445,16 +445,16 @@ func TestSecurity_sentinelWithPasswords(t *testing.T) {
 			Password:    pw,
 		}
 	}
-	a, b := dialed(t, opt("master-pw"), rlock.WithWatchdogTimeout(secLease)), dialed(t, opt("master-pw"))
-	mutexBasics(t, master, a, b)
-	mutexWatchdog(t, master, a)
+	a, b := secDial(t, opt("master-pw"), rlock.WithWatchdogTimeout(secLease)), secDial(t, opt("master-pw"))
+	secMutexBasics(t, master, a, b)
+	secMutexWatchdog(t, master, a)
 
 	t.Run("wrong master password", func(t *testing.T) {
-		require.ErrorContains(t, dialFails(t, opt("wrong")), "WRONGPASS")
+		require.ErrorContains(t, secDialFails(t, opt("wrong")), "WRONGPASS")
 	})
 	t.Run("wrong sentinel password", func(t *testing.T) {
 		o := opt("master-pw")
 		o.Sentinel.Password = "wrong"
-		authFails(t, dialFails(t, o))
+		secAuthFails(t, secDialFails(t, o))
 	})
 }
