@@ -18,9 +18,10 @@ var (
 	// taken, or its lease ran out before a renewal was confirmed. It is the cause of the
 	// contexts and the value of the errors that report a loss.
 	ErrLockLost = errors.New("rlock: lock lost")
-	// ErrLeaseExpired: a hold taken with a fixed lease ([Mutex.TryLock] with lease > 0) ran to
-	// the end of its lease, as asked. It wraps ErrNotHeld. Unlike a loss it does not block the
-	// owner's next Lock.
+	// ErrLeaseExpired: a hold taken with a fixed lease ([Mutex.LockLease], [Mutex.TryLock]
+	// with lease > 0) ran to the end of its lease, as asked. It wraps ErrNotHeld. It is the
+	// cause of the hold's contexts, and [Mutex.Err] and Unlock report it until the owner
+	// locks again or unlocks. Unlike a loss it does not block the owner's next Lock.
 	ErrLeaseExpired = fmt.Errorf("%w: its fixed lease ran out", ErrNotHeld)
 	// ErrClosed: the Client was closed.
 	ErrClosed = errors.New("rlock: client closed")

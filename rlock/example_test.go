@@ -211,7 +211,13 @@ func ExampleMutex_LockLease() {
 	defer cancel()
 	<-hctx.Done()
 	fmt.Println("lease ran out:", errors.Is(context.Cause(hctx), rlock.ErrLeaseExpired))
+	// Err says so too, until the owner locks again or unlocks; it is ErrNotHeld as well.
+	err := m.Err(ctx)
+	fmt.Println("Err:", errors.Is(err, rlock.ErrLeaseExpired), errors.Is(err, rlock.ErrNotHeld))
+	fmt.Println("Unlock:", errors.Is(m.Unlock(ctx), rlock.ErrLeaseExpired))
 	// Output:
 	// locked
 	// lease ran out: true
+	// Err: true true
+	// Unlock: true
 }

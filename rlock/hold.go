@@ -38,6 +38,10 @@ type hold struct {
 	count int        // holds taken through this Client and not given back
 	lost  error      // non-nil: the tenure was lost while count > 0; Lock refuses until count is 0
 	cur   *tenure    // the current tenure, nil when not held
+	// expired: the last tenure ran to the end of its fixed lease. Err and Unlock report
+	// ErrLeaseExpired until the owner's next grant or release through this Client. The hold
+	// may leave the table meanwhile: the handle that used it last keeps it (Mutex.spare).
+	expired bool
 	// orphans are holds that Redis counts for the owner within the current tenure and that
 	// are nobody's: re-entries granted to callers that had gone, whose give-back failed.
 	// They ride with the tenure and are given back with its last hold (Mutex.release).
@@ -134,6 +138,20 @@ func (c *Client) peek(keys lockKeys, v *variant, owner string) *hold {
 	return c.holds[holdKey{tableKey(keys, v), owner}]
 }
 
+// peekFor is peek for m's lock, falling back to the hold m used last when it is owner's and
+// has left the table: it still knows how its last tenure ended (hold.expired).
+func (c *Client) peekFor(m *Mutex, owner string) *hold {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if h := c.holds[holdKey{tableKey(m.keys, m.v), owner}]; h != nil {
+		return h
+	}
+	if sp := m.spare; sp != nil && sp.owner == owner {
+		return sp
+	}
+	return nil
+}
+
 // unref ends an operation on h and forgets h once nothing refers to it.
 func (c *Client) unref(h *hold) {
 	c.mu.Lock()
@@ -194,6 +212,7 @@ func (h *hold) granted(token, holds int64, sent time.Time, lease time.Duration, 
 	fresh := t == nil
 	if fresh {
 		t = &tenure{token: token}
+		h.expired = false
 	}
 	end := sent.Add(lease - watchdog.Drift(lease))
 	gone := goneBy(lease)
@@ -255,6 +274,7 @@ func (h *hold) onLost(l *watchdog.Lease, cause error) {
 		// them a little longer (the drift allowance): a re-entry in that moment finds them.
 		n, gone := h.count, h.cur.gone
 		h.count = 0
+		h.expired = true
 		h.endLocked(ErrLeaseExpired)
 		h.mu.Unlock()
 		h.c.noteStale(h, n, gone)
@@ -311,6 +331,7 @@ func (h *hold) released(remaining int64) (extra int64, known int) {
 	}
 	if h.count == 0 {
 		h.lost = nil
+		h.expired = false
 		if h.cur != nil {
 			cause := ErrNotHeld
 			if remaining < 0 {
@@ -444,6 +465,22 @@ func (h *hold) snapshot() (*tenure, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.cur, h.lost
+}
+
+// why returns the current tenure, or else why there is none: the loss that blocks re-entry,
+// ErrLeaseExpired after a fixed lease ran its course, or ErrNotHeld.
+func (h *hold) why() (*tenure, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	switch {
+	case h.cur != nil:
+		return h.cur, nil
+	case h.lost != nil:
+		return nil, h.lost
+	case h.expired:
+		return nil, ErrLeaseExpired
+	}
+	return nil, ErrNotHeld
 }
 
 // staleRec is a count of holds this Client stopped counting while Redis may still have

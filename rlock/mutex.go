@@ -133,8 +133,9 @@ func (m *Mutex) Lock(ctx context.Context) error {
 // [ErrInvalid]; use Lock for watchdog mode.
 //
 // When the lease ends before Unlock, the hold is over: [Mutex.Done] closes, the context from
-// [Mutex.HoldContext] is cancelled with cause [ErrLeaseExpired], and Unlock returns an error
-// wrapping [ErrNotHeld]; unlike a loss, it does not refuse the owner's next Lock. A re-entry never shortens the lease in force (see
+// [Mutex.HoldContext] is cancelled with cause [ErrLeaseExpired], and [Mutex.Err] and Unlock
+// return an error wrapping ErrLeaseExpired (and so [ErrNotHeld]); unlike a loss, it does not
+// refuse the owner's next Lock. A re-entry never shortens the lease in force (see
 // [Mutex]). A grant that comes back after its lease ran out on the holder's clock (Redis
 // answered too slowly) is given back and tried again until ctx ends.
 //
@@ -682,7 +683,9 @@ func (c *Client) replayAt(ctx, caller context.Context, s *lua.Script, keys, args
 //
 // Unlock returns nil on success, or:
 //  1. [ErrNotHeld] when the owner holds no hold: never locked, already unlocked, expired or
-//     taken by another (the loss cause is joined when the owner was told of a loss);
+//     taken by another (the loss cause is joined when the owner was told of a loss; after a
+//     fixed lease ran its course, the error wraps [ErrLeaseExpired], even when Redis still
+//     had the hold for the drift allowance and Unlock gave it back there);
 //  2. [ErrWrongType], [ErrClosed], [ErrInvalid], or a Redis error, wrapped.
 func (m *Mutex) Unlock(ctx context.Context) error {
 	owner, err := m.ownerOf(ctx)
@@ -713,6 +716,8 @@ func (m *Mutex) Unlock(ctx context.Context) error {
 // waiter in the same script (handoff.go).
 func (m *Mutex) release(ctx context.Context, h *hold) error {
 	t, lost := h.snapshot()
+	_, why := h.why()
+	expired := errors.Is(why, ErrLeaseExpired)
 	last := lost == nil && t != nil && h.holds() == 1
 	var cand *candidate
 	if m.v.handoff && m.c.opts.ackReplicas == 0 && last {
@@ -748,6 +753,8 @@ func (m *Mutex) release(ctx context.Context, h *hold) error {
 	switch {
 	case lost != nil:
 		return fmt.Errorf("rlock: unlock %q: %w (%w)", m.name, ErrNotHeld, lost)
+	case expired:
+		return fmt.Errorf("rlock: unlock %q: %w", m.name, ErrLeaseExpired)
 	case n < 0:
 		return fmt.Errorf("rlock: unlock %q: %w", m.name, ErrNotHeld)
 	}
@@ -941,30 +948,25 @@ func (m *Mutex) TTL(ctx context.Context) (time.Duration, error) {
 var closedCh = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 
 // tenure returns the caller's owner's current tenure on this Client, or else why there is
-// none: ErrNotHeld, or the loss that ended the last one while the owner still counts holds.
+// none: ErrNotHeld, the loss that ended the last one while the owner still counts holds, or
+// ErrLeaseExpired when the last one ran to the end of its fixed lease (see Mutex.Err).
 func (m *Mutex) tenure(ctx context.Context) (*tenure, error) {
 	owner, err := m.ownerOf(ctx)
 	if err != nil {
 		return nil, err
 	}
-	h := m.c.peek(m.keys, m.v, owner)
+	h := m.c.peekFor(m, owner)
 	if h == nil {
 		return nil, ErrNotHeld
 	}
-	t, lost := h.snapshot()
-	switch {
-	case t != nil:
-		return t, nil
-	case lost != nil:
-		return nil, lost
-	}
-	return nil, ErrNotHeld
+	return h.why()
 }
 
 // Done returns a channel that is closed when the caller's owner's current hold on the lock
-// ends: released by its last Unlock, lost (see [Mutex]), or ended by [Client.Close]. When the
-// owner holds no hold through this Client, the channel is already closed. [Mutex.Err] tells
-// why it closed. Nothing else closes it.
+// ends: released by its last Unlock, lost (see [Mutex]), run to the end of its fixed lease,
+// or ended by [Client.Close]. When the owner holds no hold through this Client, the channel
+// is already closed. [Mutex.Err] tells why it closed ([ErrLeaseExpired] for a fixed lease
+// that ran its course). Nothing else closes it.
 func (m *Mutex) Done(ctx context.Context) <-chan struct{} {
 	t, _ := m.tenure(ctx)
 	if t == nil {
@@ -974,8 +976,15 @@ func (m *Mutex) Done(ctx context.Context) <-chan struct{} {
 }
 
 // Err is nil while the caller's owner holds the lock through this Client; otherwise it says
-// why not: [ErrNotHeld] (never held, or released), an error wrapping [ErrLockLost] (lost,
-// until every hold has been unlocked), or [ErrClosed].
+// why not:
+//   - an error wrapping [ErrLockLost]: lost, until every hold has been unlocked;
+//   - [ErrLeaseExpired], which wraps [ErrNotHeld]: the last hold was taken with a fixed lease
+//     ([Mutex.LockLease], [Mutex.TryLock] with lease > 0) and the lease ran its course, until
+//     the owner locks again or calls Unlock. The handle that took the hold reports it; another
+//     handle of the same name reports plain ErrNotHeld, and so does this handle (for a context
+//     owner, [WithOwner]) once it has been used for another owner since;
+//   - [ErrNotHeld]: never held, or released;
+//   - [ErrClosed], or [ErrInvalid] for an invalid handle or owner.
 func (m *Mutex) Err(ctx context.Context) error {
 	if _, err := m.ownerOf(ctx); err != nil {
 		return err
@@ -1012,8 +1021,7 @@ func (m *Mutex) Token(ctx context.Context) (int64, error) {
 // returns (an Unlock that found the lock gone has set the cause [ErrLockLost] by the time it
 // returns ErrNotHeld), so calling cancel right after never hides the cause. Run the guarded work under it to stop as soon as
 // the lock is lost. When the owner holds no hold, the context is already cancelled, with
-// the loss as cause if the last hold was lost and not yet unlocked, else ErrNotHeld. Call
-// cancel when done with it.
+// the reason [Mutex.Err] gives as cause. Call cancel when done with it.
 func (m *Mutex) HoldContext(ctx context.Context) (context.Context, context.CancelFunc) {
 	hctx, cancel := context.WithCancelCause(ctx)
 	t, err := m.tenure(ctx)
