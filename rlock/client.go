@@ -3,7 +3,6 @@ package rlock
 import (
 	"context"
 	"errors"
-	"fmt"
 	"strconv"
 	"strings"
 	"sync"
@@ -113,7 +112,7 @@ func Dial(opt rueidis.ClientOption, opts ...Option) (*Client, error) {
 	opt.DisableCache = true
 	rc, err := rueidis.NewClient(opt)
 	if err != nil {
-		return nil, fmt.Errorf("rlock: dial: %w", err)
+		return nil, errorf("dial: %w", err)
 	}
 	c, err := New(rc, opts...)
 	if err != nil {

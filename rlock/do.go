@@ -3,7 +3,6 @@ package rlock
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 )
 
@@ -110,7 +109,7 @@ func runHeld(ctx context.Context, l Holder, fn func(context.Context) error) (err
 		!(ctx.Err() != nil && context.Cause(ctx) == cause) {
 		loss = cause
 		if name, ok := holderName(l); ok {
-			loss = fmt.Errorf("rlock: lock %q: %w", name, cause)
+			loss = errorf("lock %q: %w", name, cause)
 		}
 	}
 	uerr := l.Unlock(ctx)

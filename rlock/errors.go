@@ -2,14 +2,15 @@ package rlock
 
 import (
 	"errors"
-	"fmt"
 	"net"
 	"strings"
 
 	"github.com/redis/rueidis"
 )
 
-// Sentinel errors, to be checked with [errors.Is].
+// Sentinel errors, to be checked with [errors.Is]. Each one's text starts with "rlock: " and
+// reads well alone. The errors the package returns carry that prefix once, at the start,
+// and show what they wrap without it: `rlock: lock "x": lock lost: lease gone`.
 var (
 	// ErrNotHeld: the caller's owner holds no hold on the lock: it never did, it already gave
 	// every hold back, or the lease ran out or the lock was taken from it.
@@ -22,7 +23,7 @@ var (
 	// with lease > 0) ran to the end of its lease, as asked. It wraps ErrNotHeld. It is the
 	// cause of the hold's contexts, and [Mutex.Err] and Unlock report it until the owner
 	// locks again or unlocks. Unlike a loss it does not block the owner's next Lock.
-	ErrLeaseExpired = fmt.Errorf("%w: its fixed lease ran out", ErrNotHeld)
+	ErrLeaseExpired = errorf("%w: its fixed lease ran out", ErrNotHeld)
 	// ErrClosed: the Client was closed.
 	ErrClosed = errors.New("rlock: client closed")
 	// ErrWrongType: the key at the lock's name holds a value that is not a relock lock. The
@@ -39,18 +40,18 @@ var (
 )
 
 func invalid(format string, args ...any) error {
-	return fmt.Errorf("%w: %s", ErrInvalid, fmt.Sprintf(format, args...))
+	return errorf("%w: "+format, append([]any{ErrInvalid}, args...)...)
 }
 
 // classify wraps err, a reply to an operation on key, so that callers can match it.
 func classify(op, key string, err error) error {
 	if re, ok := rueidis.IsRedisErr(err); ok && strings.Contains(re.Error(), "WRONGTYPE") {
-		return fmt.Errorf("rlock: %s %q: %w (%s)", op, key, ErrWrongType, re.Error())
+		return errorf("%s %q: %w (%s)", op, key, ErrWrongType, re.Error())
 	}
 	if re, ok := rueidis.IsRedisErr(err); ok && noPermission(re.Error()) {
-		return fmt.Errorf("rlock: %s %q: %w (%s)", op, key, ErrNoPermission, re.Error())
+		return errorf("%s %q: %w (%s)", op, key, ErrNoPermission, re.Error())
 	}
-	return fmt.Errorf("rlock: %s %q: %w", op, key, err)
+	return errorf("%s %q: %w", op, key, err)
 }
 
 // noPermission reports whether msg, an error reply, is Redis refusing a command, a key or a

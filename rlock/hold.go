@@ -3,7 +3,6 @@ package rlock
 import (
 	"context"
 	"errors"
-	"fmt"
 	"sync"
 	"time"
 
@@ -198,7 +197,7 @@ func (h *hold) granted(token, holds int64, sent time.Time, lease time.Duration, 
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if holds == 1 && h.count > 0 {
-		cause := fmt.Errorf("%w: it was gone from Redis when the owner re-entered", ErrLockLost)
+		cause := errorf("%w: it was gone from Redis when the owner re-entered", ErrLockLost)
 		if h.cur != nil {
 			h.stopLease()
 			h.endLocked(cause)
@@ -242,7 +241,7 @@ func (h *hold) granted(token, holds int64, sent time.Time, lease time.Duration, 
 		if errors.Is(err, watchdog.ErrClosed) {
 			return 0, err
 		}
-		return 0, fmt.Errorf("%w: %w", errLateGrant, err)
+		return 0, errorf("%w: %w", errLateGrant, err)
 	}
 	if t.lease != nil {
 		h.c.wd.Remove(t.lease)
@@ -259,7 +258,7 @@ func (h *hold) granted(token, holds int64, sent time.Time, lease time.Duration, 
 // errLateGrant: a grant arrived too late to be used; the caller gives it back. It wraps
 // ErrLeaseExpired: the lease asked for had run out (on this Client's conservative clock)
 // by the time the grant was known.
-var errLateGrant = fmt.Errorf("%w: the grant arrived after its lease had run out", ErrLeaseExpired)
+var errLateGrant = errorf("%w: the grant arrived after its lease had run out", ErrLeaseExpired)
 
 // onLost runs on a watchdog goroutine when lease l was lost.
 func (h *hold) onLost(l *watchdog.Lease, cause error) {
@@ -281,7 +280,7 @@ func (h *hold) onLost(l *watchdog.Lease, cause error) {
 		h.c.forget(h)
 		return
 	}
-	h.endLocked(fmt.Errorf("%w: %w", ErrLockLost, cause))
+	h.endLocked(errorf("%w: %w", ErrLockLost, cause))
 	h.mu.Unlock()
 }
 
@@ -335,7 +334,7 @@ func (h *hold) released(remaining int64) (extra int64, known int) {
 		if h.cur != nil {
 			cause := ErrNotHeld
 			if remaining < 0 {
-				cause = fmt.Errorf("%w: Redis no longer had it at unlock", ErrLockLost)
+				cause = errorf("%w: Redis no longer had it at unlock", ErrLockLost)
 			}
 			if remaining > 0 {
 				extra, known = remaining, h.orphans

@@ -2,7 +2,6 @@ package rlock
 
 import (
 	"context"
-	"fmt"
 	"strconv"
 	"time"
 
@@ -87,7 +86,7 @@ func (l *CountDownLatch) check(ctx context.Context, op string) error {
 		return ErrClosed
 	}
 	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("rlock: %s %q: %w", op, l.name, err)
+		return errorf("%s %q: %w", op, l.name, err)
 	}
 	return nil
 }
@@ -188,7 +187,7 @@ func (l *CountDownLatch) read(ctx context.Context) (int64, time.Duration, error)
 	}
 	n, perr := strconv.ParseInt(s, 10, 64)
 	if perr != nil {
-		return 0, 0, fmt.Errorf("rlock: count of latch %q: %w (a string that is not a count)", l.name, ErrWrongType)
+		return 0, 0, errorf("count of latch %q: %w (a string that is not a count)", l.name, ErrWrongType)
 	}
 	ttl := time.Duration(-1)
 	if ms, err := res[1].AsInt64(); err == nil && ms >= 0 {

@@ -2302,7 +2302,7 @@ func (ls *lockSubject) quiescent(s *mseq, final bool) {
 		if !seen[l.what] {
 			seen[l.what] = true
 			check := "loss-spurious"
-			if strings.Contains(l.what, "lock lost: rlock: unlock") {
+			if strings.Contains(l.what, "lock lost: unlock") {
 				// A give-back that failed ended the owner's tenure as lost
 				// (TestModelRegression_failedGiveBackOfReentryReportsLoss).
 				check = "loss-abandon"
@@ -2311,7 +2311,7 @@ func (ls *lockSubject) quiescent(s *mseq, final bool) {
 		}
 	}
 	for _, l := range atExpiry {
-		if strings.Contains(l.what, "lock lost: rlock: unlock") {
+		if strings.Contains(l.what, "lock lost: unlock") {
 			continue // reported as loss-abandon
 		}
 		s.violate("loss-at-expiry", "at %s: %s (an Unlock racing its fixed lease's end is told a loss, not ErrLeaseExpired)", fmtDur(l.at), l.what)

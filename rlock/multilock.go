@@ -3,7 +3,6 @@ package rlock
 import (
 	"context"
 	"errors"
-	"fmt"
 	"math/rand/v2"
 	"reflect"
 	"sort"
@@ -213,7 +212,7 @@ func (ml *MultiLock) acquire(ctx context.Context, wait, lease time.Duration) (bo
 		return false, ml.err
 	}
 	if err := ctx.Err(); err != nil {
-		return false, fmt.Errorf("rlock: multi-lock: %w", err)
+		return false, errorf("multi-lock: %w", err)
 	}
 	var deadline time.Time
 	if wait > 0 {
@@ -259,7 +258,7 @@ func (ml *MultiLock) acquire(ctx context.Context, wait, lease time.Duration) (bo
 		select {
 		case <-timer.C:
 		case <-ctx.Done():
-			return false, fmt.Errorf("rlock: multi-lock: %w", ctx.Err())
+			return false, errorf("multi-lock: %w", ctx.Err())
 		}
 		// The next round starts with the member that stopped this one.
 		for i, m := range order {
@@ -312,7 +311,7 @@ func (ml *MultiLock) tryMember(ctx context.Context, i int, w, lease time.Duratio
 		ok, err := l.TryLock(ctx, chunk, lease)
 		switch {
 		case err != nil:
-			return false, fmt.Errorf("rlock: multi-lock member %d: %w", i, err)
+			return false, errorf("multi-lock member %d: %w", i, err)
 		case ok || w >= 0:
 			return ok, nil
 		}
@@ -326,7 +325,7 @@ func (ml *MultiLock) giveBack(ctx context.Context, taken []int) error {
 	var errs []error
 	for k := len(taken) - 1; k >= 0; k-- {
 		if err := ml.locks[taken[k]].Unlock(ctx); err != nil {
-			errs = append(errs, fmt.Errorf("rlock: multi-lock member %d: %w", taken[k], err))
+			errs = append(errs, errorf("multi-lock member %d: %w", taken[k], err))
 		}
 	}
 	return errors.Join(errs...)

@@ -198,7 +198,7 @@ func (m *Mutex) acquire(ctx context.Context, wait, lease time.Duration) (bool, e
 		return false, err
 	}
 	if err := ctx.Err(); err != nil {
-		return false, fmt.Errorf("rlock: lock %q: %w", m.name, err)
+		return false, errorf("lock %q: %w", m.name, err)
 	}
 	h, err := m.c.ref(m, owner)
 	if err != nil {
@@ -280,7 +280,7 @@ func (m *Mutex) claimedAtEnd(ctx context.Context, h *hold, cand *candidate, g *g
 			}
 		})
 		if err == nil {
-			err = fmt.Errorf("rlock: lock %q: %w", m.name, ctx.Err())
+			err = errorf("lock %q: %w", m.name, ctx.Err())
 		}
 		return false, err
 	}
@@ -326,7 +326,7 @@ func (w *handoffWait) unpark() (bool, error, bool) {
 	select {
 	case <-w.cand.ready:
 	case <-w.ctx.Done():
-		return false, fmt.Errorf("rlock: lock %q: %w", w.m.name, w.ctx.Err()), true
+		return false, errorf("lock %q: %w", w.m.name, w.ctx.Err()), true
 	}
 	w.cand.state.Store(candIdle)
 	o := &opHold{h: w.h, held: true} // the claim took h.op for this wait
@@ -344,7 +344,7 @@ func (m *Mutex) handedOff(ctx context.Context, h *hold, cand *candidate, o *opHo
 	if cand.err != nil {
 		// The lock may have passed to this owner, unrecorded: if so, it expires.
 		m.unresolved(h, cand.lease)
-		return false, fmt.Errorf("rlock: lock %q: passed on by a release whose outcome is unknown: %w", m.name, cand.err), true
+		return false, errorf("lock %q: passed on by a release whose outcome is unknown: %w", m.name, cand.err), true
 	}
 	if cand.token <= 0 {
 		return false, nil, false
@@ -355,7 +355,7 @@ func (m *Mutex) handedOff(ctx context.Context, h *hold, cand *candidate, o *opHo
 	case errors.Is(err, errLateGrant):
 		return false, nil, false
 	case err != nil:
-		return false, fmt.Errorf("rlock: lock %q: %w", m.name, err), true
+		return false, errorf("lock %q: %w", m.name, err), true
 	}
 	return true, nil, true
 }
@@ -466,12 +466,12 @@ const (
 // it turns out to have granted is given back there.
 func (m *Mutex) attempt(ctx context.Context, h *hold, lease time.Duration, renew, queue, waiting bool, g *grace, b *attemptBuf) (bool, time.Duration, error) {
 	if err := h.lockOp(ctx); err != nil {
-		return false, 0, fmt.Errorf("rlock: lock %q: %w", m.name, err)
+		return false, 0, errorf("lock %q: %w", m.name, err)
 	}
 	o := &opHold{h: h, held: true}
 	defer o.unlock()
 	if _, lost := h.snapshot(); lost != nil {
-		return false, 0, fmt.Errorf("rlock: lock %q: %w", m.name, lost)
+		return false, 0, errorf("lock %q: %w", m.name, lost)
 	}
 	b.kv = [6]string{m.keys.lock, m.keys.fence, m.c.leaseArg(lease), h.owner, m.c.newRequest()}
 	keys, args := b.kv[0:2:2], b.kv[2:5:6]
@@ -521,7 +521,7 @@ func (m *Mutex) attempt(ctx context.Context, h *hold, lease time.Duration, renew
 					m.undo(cctx, h, vals, sent, lease, renew)
 				}
 			})
-			return false, 0, fmt.Errorf("rlock: lock %q: %w", m.name, ctx.Err())
+			return false, 0, errorf("lock %q: %w", m.name, ctx.Err())
 		}
 		if err == nil {
 			vals, err = res.AsIntSlice()
@@ -534,7 +534,7 @@ func (m *Mutex) attempt(ctx context.Context, h *hold, lease time.Duration, renew
 		if err == nil && len(vals) == 3 && vals[0] == 1 && ctx.Err() != nil {
 			// Granted, but the caller is gone: give it back.
 			m.later(ctx, o, g, func() { defer cancel(); m.undo(cctx, h, vals, sent, lease, renew) })
-			return false, 0, fmt.Errorf("rlock: lock %q: %w", m.name, ctx.Err())
+			return false, 0, errorf("lock %q: %w", m.name, ctx.Err())
 		}
 		cancel()
 	}
@@ -546,13 +546,13 @@ func (m *Mutex) attempt(ctx context.Context, h *hold, lease time.Duration, renew
 		if vals[2] == 1 && acked < int64(m.c.opts.ackReplicas) {
 			// Too few replicas have the fresh grant: a failover now could lose it.
 			m.later(ctx, o, g, func() { _, _, _ = m.sendRelease(ctx, h.owner, nil, nil, nil) })
-			return false, 0, fmt.Errorf("rlock: lock %q: %w (%d of %d acknowledged)", m.name, ErrNoReplicaAck, acked, m.c.opts.ackReplicas)
+			return false, 0, errorf("lock %q: %w (%d of %d acknowledged)", m.name, ErrNoReplicaAck, acked, m.c.opts.ackReplicas)
 		}
 		switch err := m.grant(ctx, h, vals, sent, lease, renew, o, g); {
 		case errors.Is(err, watchdog.ErrClosed):
 			return false, 0, ErrClosed
 		case err != nil:
-			return false, 0, fmt.Errorf("rlock: lock %q: %w", m.name, err)
+			return false, 0, errorf("lock %q: %w", m.name, err)
 		}
 		return true, 0, nil
 	case len(vals) == 2 && vals[0] == 0:
@@ -561,7 +561,7 @@ func (m *Mutex) attempt(ctx context.Context, h *hold, lease time.Duration, renew
 		}
 		return false, time.Duration(vals[1]) * time.Millisecond, nil
 	}
-	return false, 0, fmt.Errorf("rlock: lock %q: malformed reply %v", m.name, vals)
+	return false, 0, errorf("lock %q: malformed reply %v", m.name, vals)
 }
 
 // unresolved notes that an acquire for h's owner may have been applied unrecorded: a hold it
@@ -648,11 +648,11 @@ func (c *Client) replayAt(ctx, caller context.Context, s *lua.Script, keys, args
 	backoff := 5 * time.Millisecond
 	last := first
 	unknown := func() (rueidis.RedisResult, time.Time, error) {
-		return rueidis.RedisResult{}, time.Time{}, fmt.Errorf("%w: %w (last error: %w)", ErrUnknownOutcome, context.Cause(rctx), last)
+		return rueidis.RedisResult{}, time.Time{}, errorf("%w: %w (last error: %w)", ErrUnknownOutcome, context.Cause(rctx), last)
 	}
 	for {
 		if errors.Is(last, rueidis.ErrClosing) {
-			return rueidis.RedisResult{}, time.Time{}, fmt.Errorf("%w: %w: the rueidis client is closed (%w)", ErrUnknownOutcome, ErrClosed, last)
+			return rueidis.RedisResult{}, time.Time{}, errorf("%w: %w: the rueidis client is closed (%w)", ErrUnknownOutcome, ErrClosed, last)
 		}
 		if err := sleep(rctx, backoff); err != nil {
 			return unknown()
@@ -703,7 +703,7 @@ func (m *Mutex) Unlock(ctx context.Context) error {
 		cctx, cancel := m.c.cleanupCtx(ctx)
 		defer cancel()
 		if err := h.lockOp(cctx); err != nil {
-			return fmt.Errorf("rlock: unlock %q: %w", m.name, context.Cause(cctx))
+			return errorf("unlock %q: %w", m.name, context.Cause(cctx))
 		}
 		ctx = cctx
 	}
@@ -752,11 +752,11 @@ func (m *Mutex) release(ctx context.Context, h *hold) error {
 	}
 	switch {
 	case lost != nil:
-		return fmt.Errorf("rlock: unlock %q: %w (%w)", m.name, ErrNotHeld, lost)
+		return errorf("unlock %q: %w (%w)", m.name, ErrNotHeld, lost)
 	case expired:
-		return fmt.Errorf("rlock: unlock %q: %w", m.name, ErrLeaseExpired)
+		return errorf("unlock %q: %w", m.name, ErrLeaseExpired)
 	case n < 0:
-		return fmt.Errorf("rlock: unlock %q: %w", m.name, ErrNotHeld)
+		return errorf("unlock %q: %w", m.name, ErrNotHeld)
 	}
 	return nil
 }
@@ -901,7 +901,7 @@ func (m *Mutex) keyType(ctx context.Context) (string, error) {
 		return "", classify("type of", m.name, err)
 	}
 	if t != "hash" && t != "none" {
-		return "", fmt.Errorf("rlock: lock %q: %w (a %s)", m.name, ErrWrongType, t)
+		return "", errorf("lock %q: %w (a %s)", m.name, ErrWrongType, t)
 	}
 	return t, nil
 }
@@ -1010,7 +1010,7 @@ func (m *Mutex) Err(ctx context.Context) error {
 func (m *Mutex) Token(ctx context.Context) (int64, error) {
 	t, err := m.tenure(ctx)
 	if err != nil {
-		return 0, fmt.Errorf("rlock: token of %q: %w", m.name, err)
+		return 0, errorf("token of %q: %w", m.name, err)
 	}
 	return t.token, nil
 }

@@ -2,7 +2,6 @@ package rlock
 
 import (
 	"context"
-	"fmt"
 	"strconv"
 	"time"
 
@@ -208,7 +207,7 @@ func (p *PermitSemaphore) attempt(ctx context.Context, id string, lease time.Dur
 		if replayed && ctx.Err() != nil {
 			// Granted by a resend while the caller gave up: give it back.
 			_ = p.Release(ctx, id)
-			return false, 0, fmt.Errorf("rlock: acquire %q: %w", p.name, ctx.Err())
+			return false, 0, errorf("acquire %q: %w", p.name, ctx.Err())
 		}
 		return true, 0, nil
 	case len(vals) == 2 && vals[0] == 0:
@@ -217,7 +216,7 @@ func (p *PermitSemaphore) attempt(ctx context.Context, id string, lease time.Dur
 		}
 		return false, time.Duration(vals[1]) * time.Millisecond, nil
 	}
-	return false, 0, fmt.Errorf("rlock: acquire %q: malformed reply %v", p.name, vals)
+	return false, 0, errorf("acquire %q: malformed reply %v", p.name, vals)
 }
 
 // Release gives back the permit id and wakes a waiter. It works even when ctx has already
@@ -245,7 +244,7 @@ func (p *PermitSemaphore) Release(ctx context.Context, id string) error {
 		return err
 	}
 	if got != 1 {
-		return fmt.Errorf("rlock: release permit %q of %q: %w", id, p.name, ErrNotHeld)
+		return errorf("release permit %q of %q: %w", id, p.name, ErrNotHeld)
 	}
 	return nil
 }
@@ -277,7 +276,7 @@ func (p *PermitSemaphore) Extend(ctx context.Context, id string, lease time.Dura
 		return err
 	}
 	if got != 1 {
-		return fmt.Errorf("rlock: extend permit %q of %q: %w", id, p.name, ErrNotHeld)
+		return errorf("extend permit %q of %q: %w", id, p.name, ErrNotHeld)
 	}
 	return nil
 }
@@ -297,7 +296,7 @@ func (p *PermitSemaphore) state(ctx context.Context, op, id string) (psemState, 
 		return psemState{}, classify(op, p.name, err)
 	}
 	if len(vals) != 4 {
-		return psemState{}, fmt.Errorf("rlock: %s %q: malformed reply %v", op, p.name, vals)
+		return psemState{}, errorf("%s %q: malformed reply %v", op, p.name, vals)
 	}
 	return psemState{permits: int(vals[1]), acquired: int(vals[2]),
 		left: time.Duration(vals[3]) * time.Millisecond}, nil
@@ -335,7 +334,7 @@ func (p *PermitSemaphore) TTL(ctx context.Context, id string) (time.Duration, er
 		return 0, err
 	}
 	if st.left < 0 {
-		return 0, fmt.Errorf("rlock: ttl of permit %q of %q: %w", id, p.name, ErrNotHeld)
+		return 0, errorf("ttl of permit %q of %q: %w", id, p.name, ErrNotHeld)
 	}
 	return st.left, nil
 }

@@ -3,7 +3,6 @@ package rlock
 import (
 	"context"
 	"errors"
-	"fmt"
 	"strconv"
 	"strings"
 	"time"
@@ -265,7 +264,7 @@ func (rw *RWMutex) TryLock(ctx context.Context, wait, lease time.Duration) (bool
 func (rw *RWMutex) upgradeErr(err error) error {
 	var re *rueidis.RedisError
 	if errors.As(err, &re) && strings.HasPrefix(re.Error(), "UPGRADE") {
-		return fmt.Errorf("rlock: lock %q: %w", rw.w.name, ErrUpgrade)
+		return errorf("lock %q: %w", rw.w.name, ErrUpgrade)
 	}
 	return err
 }
@@ -371,7 +370,7 @@ func (rw *RWMutex) state(ctx context.Context, owner string) (rwState, error) {
 		return rwState{}, classify("state of", m.name, err)
 	}
 	if len(vals) != 4 {
-		return rwState{}, fmt.Errorf("rlock: state of %q: malformed reply %v", m.name, vals)
+		return rwState{}, errorf("state of %q: malformed reply %v", m.name, vals)
 	}
 	return rwState{write: vals[0] == 1, readers: int(vals[1]), ownerWrite: int(vals[2]), ownerRead: int(vals[3])}, nil
 }

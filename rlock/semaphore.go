@@ -2,7 +2,6 @@ package rlock
 
 import (
 	"context"
-	"fmt"
 	"strconv"
 	"time"
 
@@ -129,7 +128,7 @@ func semReady(ctx context.Context, c *Client, herr error, name, op string, detac
 	case c.isClosed():
 		return ErrClosed
 	case !detached && ctx.Err() != nil:
-		return fmt.Errorf("rlock: %s %q: %w", op, name, ctx.Err())
+		return errorf("%s %q: %w", op, name, ctx.Err())
 	}
 	return nil
 }
@@ -269,7 +268,7 @@ func (s *Semaphore) attempt(ctx context.Context, n int) (bool, time.Duration, er
 	case replayed && ctx.Err() != nil:
 		// Taken by a resend while the caller gave up: give them back.
 		_, _ = s.add(ctx, "release", n, false, true)
-		return false, 0, fmt.Errorf("rlock: acquire %q: %w", s.name, ctx.Err())
+		return false, 0, errorf("acquire %q: %w", s.name, ctx.Err())
 	}
 	return true, 0, nil
 }
@@ -369,7 +368,7 @@ func (s *Semaphore) AvailablePermits(ctx context.Context) (int, error) {
 	}
 	n, err := strconv.ParseInt(v, 10, 64)
 	if err != nil {
-		return 0, fmt.Errorf("rlock: %s %q: %w (a string that is not a count)", op, s.name, ErrWrongType)
+		return 0, errorf("%s %q: %w (a string that is not a count)", op, s.name, ErrWrongType)
 	}
 	return int(n), nil
 }

@@ -3,7 +3,6 @@ package rlock
 import (
 	"context"
 	"errors"
-	"fmt"
 	"math/rand/v2"
 	"time"
 )
@@ -111,7 +110,7 @@ func (c *Client) waitLoop(ctx context.Context, wait time.Duration, spec waitSpec
 	}
 	w, err := sub.WatchTag(spec.channel, spec.tag)
 	if err != nil {
-		return false, fmt.Errorf("rlock: %s %q: %w", spec.op, spec.name, ErrClosed)
+		return false, errorf("%s %q: %w", spec.op, spec.name, ErrClosed)
 	}
 	defer w.Close()
 	// Try (again) now unless a release is sure to wake some waiter of this Client: when the
@@ -155,7 +154,7 @@ func (c *Client) waitLoop(ctx context.Context, wait time.Duration, spec waitSpec
 		case <-poke:
 		case <-ctx.Done():
 			w.Pass()
-			return false, errors.Join(fmt.Errorf("rlock: %s %q: %w", spec.op, spec.name, ctx.Err()), passing)
+			return false, errors.Join(errorf("%s %q: %w", spec.op, spec.name, ctx.Err()), passing)
 		}
 		if spec.parker != nil {
 			if ok, err, done := spec.parker.unpark(); done {
@@ -205,7 +204,7 @@ func (c *Client) spinLoop(ctx context.Context, deadline time.Time, wait time.Dur
 		select {
 		case <-timer.C:
 		case <-ctx.Done():
-			return false, errors.Join(fmt.Errorf("rlock: %s %q: %w", spec.op, spec.name, ctx.Err()), *passing)
+			return false, errors.Join(errorf("%s %q: %w", spec.op, spec.name, ctx.Err()), *passing)
 		}
 		if c.isClosed() {
 			return false, ErrClosed
