@@ -131,8 +131,12 @@ func Dial(opt rueidis.ClientOption, opts ...Option) (*Client, error) {
 // whose outcome is then unknown also wraps [ErrUnknownOutcome]; a hold it may have granted
 // expires with its lease); every later call on the Client or its handles returns
 // ErrClosed. A Client made by [Dial] then closes its rueidis client; one made by [New]
-// leaves the caller's open. Close is idempotent and always returns nil.
+// leaves the caller's open. Close is idempotent and always returns nil; on a nil or zero
+// Client (not made by New or Dial) it does nothing.
 func (c *Client) Close() error {
+	if c.usable() != nil {
+		return nil
+	}
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
@@ -185,8 +189,25 @@ func (c *Client) minted(owner string) bool {
 	return len(owner) > len(c.id)+3 && owner[:2] == "h:" && owner[2:2+len(c.id)] == c.id && owner[2+len(c.id)] == ':'
 }
 
-// ID is the Client's instance id, part of every owner id it makes.
-func (c *Client) ID() string { return c.id }
+// ID is the Client's instance id, part of every owner id it makes ("" for a nil Client).
+func (c *Client) ID() string {
+	if c == nil {
+		return ""
+	}
+	return c.id
+}
+
+// usable returns an error wrapping ErrInvalid for a nil Client, or a zero one (not made by
+// New or Dial).
+func (c *Client) usable() error {
+	switch {
+	case c == nil:
+		return invalid("nil Client: make one with New or Dial")
+	case c.rc == nil || c.wd == nil:
+		return invalid("zero Client: make one with New or Dial")
+	}
+	return nil
+}
 
 func (c *Client) isClosed() bool {
 	c.mu.Lock()

@@ -125,7 +125,7 @@ func holderName(l Holder) (string, bool) {
 	case interface{ Name() string }:
 		return l.Name(), true
 	case *ReadLocker:
-		return l.rw.Name(), true
+		return l.rwm().Name(), true
 	}
 	return "", false
 }

@@ -221,3 +221,18 @@ func ExampleMutex_LockLease() {
 	// Err: true true
 	// Unlock: true
 }
+
+// A handle that no Client made (a zero value, a nil pointer, or one from a nil Client) is
+// no handle: its methods return ErrInvalid instead of panicking.
+func ExampleMutex_invalid() {
+	var zero rlock.Mutex
+	var client *rlock.Client // never made with New or Dial
+	ctx := context.Background()
+	fmt.Println(errors.Is(zero.Lock(ctx), rlock.ErrInvalid))
+	fmt.Println(errors.Is(client.Mutex("x").Lock(ctx), rlock.ErrInvalid))
+	fmt.Println(client.Mutex("x").Lock(ctx))
+	// Output:
+	// true
+	// true
+	// rlock: invalid argument: nil Client: make one with New or Dial
+}

@@ -80,7 +80,8 @@ var fairVariant = &variant{
 }
 
 // FairMutex returns a handle on the fair lock called name. It sends nothing to Redis. An
-// empty name makes a handle whose every method returns an error wrapping [ErrInvalid].
+// empty name, or a nil or zero Client, makes a handle whose every method returns an error
+// wrapping [ErrInvalid]. So do a nil or zero *FairMutex's (see [Mutex] on invalid handles).
 func (c *Client) FairMutex(name string) *FairMutex {
 	return &FairMutex{c.newMutex(name, fairVariant)}
 }

@@ -60,9 +60,12 @@ type CountDownLatch struct {
 }
 
 // CountDownLatch returns a handle on the count-down latch called name. It sends nothing to
-// Redis. An empty name makes a handle whose every method returns an error wrapping
-// [ErrInvalid].
+// Redis. An empty name, or a nil or zero Client, makes a handle whose every method returns an
+// error wrapping [ErrInvalid]. So do a nil or zero *CountDownLatch's (Name and Key return "").
 func (c *Client) CountDownLatch(name string) *CountDownLatch {
+	if err := c.usable(); err != nil {
+		return &CountDownLatch{name: name, err: err}
+	}
 	l := &CountDownLatch{c: c, name: name, keys: keysFor(c.opts.prefix, name)}
 	if name == "" {
 		l.err = invalid("empty latch name")
@@ -71,16 +74,33 @@ func (c *Client) CountDownLatch(name string) *CountDownLatch {
 }
 
 // Name is the latch's name as given to [Client.CountDownLatch].
-func (l *CountDownLatch) Name() string { return l.name }
+func (l *CountDownLatch) Name() string {
+	if l == nil {
+		return ""
+	}
+	return l.name
+}
 
 // Key is the Redis key of the latch's count.
-func (l *CountDownLatch) Key() string { return l.keys.lock }
+func (l *CountDownLatch) Key() string {
+	if l == nil {
+		return ""
+	}
+	return l.keys.lock
+}
 
 // check returns the error every method returns before it sends anything: an invalid name,
 // a closed Client, or a ctx that has already ended.
 func (l *CountDownLatch) check(ctx context.Context, op string) error {
-	if l.err != nil {
+	switch {
+	case l == nil:
+		return invalid("nil latch handle")
+	case l.err != nil:
 		return l.err
+	case l.c == nil:
+		return invalid("zero latch handle: make one with a Client")
+	case ctx == nil:
+		return invalid("nil context")
 	}
 	if l.c.isClosed() {
 		return ErrClosed

@@ -93,7 +93,8 @@ type MultiLock struct {
 // NewMultiLock returns a MultiLock of locks (see [MultiLock] for the order it takes them
 // in). It sends nothing to Redis. No member, a nil member, or the same lock twice (the same
 // handle, or two handles of one Client on one lock name) makes a MultiLock whose every
-// method returns an error wrapping [ErrInvalid]. Errors name a member by its index in locks.
+// method returns an error wrapping [ErrInvalid], as does a nil or zero *MultiLock (not made
+// by NewMultiLock or [Client.MultiLock]). Errors name a member by its index in locks.
 func NewMultiLock(locks ...Locker) *MultiLock {
 	ml := &MultiLock{locks: append([]Locker(nil), locks...)}
 	if ml.err = validateMembers(ml.locks); ml.err != nil {
@@ -118,9 +119,12 @@ func NewMultiLock(locks ...Locker) *MultiLock {
 
 // MultiLock returns a [MultiLock] of the reentrant locks ([Client.Mutex]) called names, each
 // a handle of its own (an owner of its own). It sends nothing to Redis. No
-// name, an empty name, or a name given twice makes a MultiLock whose every method returns an
-// error wrapping [ErrInvalid].
+// name, an empty name, a name given twice, or a nil or zero Client makes a MultiLock whose
+// every method returns an error wrapping [ErrInvalid].
 func (c *Client) MultiLock(names ...string) *MultiLock {
+	if err := c.usable(); err != nil {
+		return &MultiLock{err: err}
+	}
 	locks := make([]Locker, len(names))
 	for i, name := range names {
 		locks[i] = c.Mutex(name)
@@ -206,10 +210,25 @@ func (ml *MultiLock) TryLock(ctx context.Context, wait, lease time.Duration) (bo
 	return ml.acquire(ctx, wait, lease)
 }
 
+// check returns the error of an invalid MultiLock or ctx.
+func (ml *MultiLock) check(ctx context.Context) error {
+	switch {
+	case ml == nil:
+		return invalid("nil multi-lock")
+	case ml.err != nil:
+		return ml.err
+	case len(ml.order) == 0:
+		return invalid("zero multi-lock: make one with NewMultiLock")
+	case ctx == nil:
+		return invalid("nil context")
+	}
+	return nil
+}
+
 // acquire implements Lock (wait < 0: no bound) and TryLock.
 func (ml *MultiLock) acquire(ctx context.Context, wait, lease time.Duration) (bool, error) {
-	if ml.err != nil {
-		return false, ml.err
+	if err := ml.check(ctx); err != nil {
+		return false, err
 	}
 	if err := ctx.Err(); err != nil {
 		return false, errorf("multi-lock: %w", err)
@@ -352,8 +371,8 @@ func hashable(v any) (ok bool) {
 // joined, each naming its member: for example [ErrNotHeld] (errors.Is sees it) for a member
 // whose hold was lost or ran out.
 func (ml *MultiLock) Unlock(ctx context.Context) error {
-	if ml.err != nil {
-		return ml.err
+	if err := ml.check(ctx); err != nil {
+		return err
 	}
 	return ml.giveBack(ctx, ml.order)
 }

@@ -56,6 +56,12 @@ import (
 // over 16 goroutines on 4 Clients in BenchmarkMutex_HotKey on a 2-core machine, at 15,000-
 // 20,000 acquisitions/s; 1.000 on one Client). Use [Client.FairMutex] for arrival order across
 // processes. TryLock with wait 0 never queues: it makes one attempt.
+//
+// # Invalid handles
+//
+// A Mutex is made by a Client. A nil or zero *Mutex, or one made by a nil or zero Client, is
+// no handle: its methods return an error wrapping [ErrInvalid] (Done a closed channel,
+// HoldContext a context cancelled with that cause, Name and Key "") rather than panic.
 type Mutex struct {
 	c     *Client
 	name  string
@@ -66,14 +72,18 @@ type Mutex struct {
 	spare *hold // the hold this handle used last (Client.ref); guarded by c.mu
 }
 
-// Mutex returns a handle on the lock called name. It sends nothing to Redis. An empty name
-// makes a handle whose every method returns an error wrapping [ErrInvalid].
+// Mutex returns a handle on the lock called name. It sends nothing to Redis. An empty name,
+// or a nil or zero Client, makes a handle whose every method returns an error wrapping
+// [ErrInvalid].
 func (c *Client) Mutex(name string) *Mutex {
 	return c.newMutex(name, mutexVariant)
 }
 
 // newMutex returns a handle on the lock called name of variant v.
 func (c *Client) newMutex(name string, v *variant) *Mutex {
+	if err := c.usable(); err != nil {
+		return &Mutex{name: name, v: v, err: err}
+	}
 	m := &Mutex{c: c, name: name, keys: keysFor(c.opts.prefix, name), owner: c.newOwner(), v: v}
 	if name == "" {
 		m.err = invalid("empty %s name", v.kind)
@@ -81,17 +91,45 @@ func (c *Client) newMutex(name string, v *variant) *Mutex {
 	return m
 }
 
-// Name is the lock's name as given to [Client.Mutex].
-func (m *Mutex) Name() string { return m.name }
+// Name is the lock's name as given to [Client.Mutex] ("" for a nil handle).
+func (m *Mutex) Name() string {
+	if m == nil {
+		return ""
+	}
+	return m.name
+}
 
 // Key is the Redis key of the lock's hash (owner id -> hold count). Its fencing counter and
-// release channel share its hash tag.
-func (m *Mutex) Key() string { return m.keys.lock }
+// release channel share its hash tag. It is "" for a nil or zero handle, or one of a nil or
+// zero Client.
+func (m *Mutex) Key() string {
+	if m == nil {
+		return ""
+	}
+	return m.keys.lock
+}
+
+// check returns the error of an invalid handle or ctx: a nil or zero handle (not made by a
+// Client), an invalid name or Client, or a nil ctx. Every method of a handle checks it
+// before anything else, so that none of them panics.
+func (m *Mutex) check(ctx context.Context) error {
+	switch {
+	case m == nil:
+		return invalid("nil lock handle")
+	case m.err != nil:
+		return m.err
+	case m.c == nil || m.v == nil:
+		return invalid("zero lock handle: make one with a Client")
+	case ctx == nil:
+		return invalid("nil context")
+	}
+	return nil
+}
 
 // ownerOf returns the owner an operation with ctx acts for.
 func (m *Mutex) ownerOf(ctx context.Context) (string, error) {
-	if m.err != nil {
-		return "", m.err
+	if err := m.check(ctx); err != nil {
+		return "", err
 	}
 	if id, ok := OwnerFrom(ctx); ok {
 		if id == "" {
@@ -853,8 +891,8 @@ func (m *Mutex) sendRelease(ctx context.Context, owner string, next *candidate, 
 // was a lock to free. The former holder learns of the loss at its next renewal. A key of
 // another type is left untouched: the error wraps [ErrWrongType].
 func (m *Mutex) ForceUnlock(ctx context.Context) (bool, error) {
-	if m.err != nil {
-		return false, m.err
+	if err := m.check(ctx); err != nil {
+		return false, err
 	}
 	if m.c.isClosed() {
 		return false, ErrClosed
@@ -890,8 +928,8 @@ func (m *Mutex) IsLocked(ctx context.Context) (bool, error) {
 }
 
 func (m *Mutex) keyType(ctx context.Context) (string, error) {
-	if m.err != nil {
-		return "", m.err
+	if err := m.check(ctx); err != nil {
+		return "", err
 	}
 	if m.c.isClosed() {
 		return "", ErrClosed
@@ -964,9 +1002,9 @@ func (m *Mutex) tenure(ctx context.Context) (*tenure, error) {
 
 // Done returns a channel that is closed when the caller's owner's current hold on the lock
 // ends: released by its last Unlock, lost (see [Mutex]), run to the end of its fixed lease,
-// or ended by [Client.Close]. When the owner holds no hold through this Client, the channel
-// is already closed. [Mutex.Err] tells why it closed ([ErrLeaseExpired] for a fixed lease
-// that ran its course). Nothing else closes it.
+// or ended by [Client.Close]. When the owner holds no hold through this Client (or the
+// handle is invalid), the channel is already closed. [Mutex.Err] tells why it closed
+// ([ErrLeaseExpired] for a fixed lease that ran its course). Nothing else closes it.
 func (m *Mutex) Done(ctx context.Context) <-chan struct{} {
 	t, _ := m.tenure(ctx)
 	if t == nil {
@@ -1008,6 +1046,9 @@ func (m *Mutex) Err(ctx context.Context) error {
 // former holder from doing harm. It returns [ErrNotHeld] when the owner holds no hold through
 // this Client.
 func (m *Mutex) Token(ctx context.Context) (int64, error) {
+	if err := m.check(ctx); err != nil {
+		return 0, err
+	}
 	t, err := m.tenure(ctx)
 	if err != nil {
 		return 0, errorf("token of %q: %w", m.name, err)
@@ -1023,6 +1064,9 @@ func (m *Mutex) Token(ctx context.Context) (int64, error) {
 // the lock is lost. When the owner holds no hold, the context is already cancelled, with
 // the reason [Mutex.Err] gives as cause. Call cancel when done with it.
 func (m *Mutex) HoldContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	if ctx == nil {
+		ctx = context.Background() // the error says nil context
+	}
 	hctx, cancel := context.WithCancelCause(ctx)
 	t, err := m.tenure(ctx)
 	switch {

@@ -23,8 +23,12 @@ func WithOwner(ctx context.Context, id string) context.Context {
 }
 
 // WithNewOwner returns a copy of ctx that carries a fresh owner id, unique across processes
-// (see [WithOwner]).
+// (see [WithOwner]). On a nil or zero Client (not made by New or Dial) the id is empty, so
+// that every operation with the context returns an error wrapping [ErrInvalid].
 func (c *Client) WithNewOwner(ctx context.Context) context.Context {
+	if c.usable() != nil {
+		return WithOwner(ctx, "")
+	}
 	return WithOwner(ctx, c.newOwner()[2:])
 }
 

@@ -76,9 +76,13 @@ type Permit struct {
 }
 
 // PermitSemaphore returns a handle on the semaphore of expirable permits called name. It
-// sends nothing to Redis. An empty name makes a handle whose every method returns an error
-// wrapping [ErrInvalid].
+// sends nothing to Redis. An empty name, or a nil or zero Client, makes a handle whose every
+// method returns an error wrapping [ErrInvalid]. So do a nil or zero *PermitSemaphore's (Name
+// and Key return "").
 func (c *Client) PermitSemaphore(name string) *PermitSemaphore {
+	if err := c.usable(); err != nil {
+		return &PermitSemaphore{name: name, err: err}
+	}
 	p := &PermitSemaphore{c: c, name: name, keys: semKeysFor(c.opts.prefix, name)}
 	if name == "" {
 		p.err = invalid("empty semaphore name")
@@ -87,12 +91,25 @@ func (c *Client) PermitSemaphore(name string) *PermitSemaphore {
 }
 
 // Name is the semaphore's name as given to [Client.PermitSemaphore].
-func (p *PermitSemaphore) Name() string { return p.name }
+func (p *PermitSemaphore) Name() string {
+	if p == nil {
+		return ""
+	}
+	return p.name
+}
 
 // Key is the Redis key of the hash that holds the semaphore's number of permits.
-func (p *PermitSemaphore) Key() string { return p.keys.sem }
+func (p *PermitSemaphore) Key() string {
+	if p == nil {
+		return ""
+	}
+	return p.keys.sem
+}
 
 func (p *PermitSemaphore) ready(ctx context.Context, op string, detached bool) error {
+	if p == nil {
+		return invalid("nil semaphore handle")
+	}
 	return semReady(ctx, p.c, p.err, p.name, op, detached)
 }
 

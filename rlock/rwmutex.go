@@ -117,6 +117,9 @@ var ErrUpgrade = errors.New("rlock: cannot upgrade a read hold to the write hold
 // Key()+":writers" one of the waiting writers' claims. They share the hash tag of the
 // fencing counter and of the two release channels (Key()+":released" for writers,
 // Key()+":released:read" for readers), and expire by themselves.
+//
+// A nil or zero *RWMutex (not made by a Client), and its RLocker, are no handles: their
+// methods return an error wrapping [ErrInvalid], as a [Mutex]'s do, rather than panic.
 type RWMutex struct {
 	w, r *Mutex // the write and read sides: one lock, one owner
 	rl   ReadLocker
@@ -147,7 +150,8 @@ var (
 )
 
 // RWMutex returns a handle on the read-write lock called name. It sends nothing to Redis.
-// An empty name makes a handle whose every method returns an error wrapping [ErrInvalid].
+// An empty name, or a nil or zero Client, makes a handle whose every method returns an error
+// wrapping [ErrInvalid].
 func (c *Client) RWMutex(name string) *RWMutex {
 	w := c.newMutex(name, rwWriteVariant)
 	r := c.newMutex(name, rwReadVariant)
@@ -212,11 +216,11 @@ func rwLeave(ctx context.Context, m *Mutex, owner string) {
 }
 
 // Name is the lock's name as given to [Client.RWMutex].
-func (rw *RWMutex) Name() string { return rw.w.name }
+func (rw *RWMutex) Name() string { return rw.write().Name() }
 
 // Key is the Redis key of the lock's hash (see [RWMutex] for its fields and the keys beside
 // it).
-func (rw *RWMutex) Key() string { return rw.w.keys.lock }
+func (rw *RWMutex) Key() string { return rw.write().Key() }
 
 // Lock blocks until the caller's owner holds the write hold, then keeps it (watchdog mode)
 // until Unlock. If the owner already holds it, Lock adds a hold and returns at once. While
@@ -229,7 +233,7 @@ func (rw *RWMutex) Key() string { return rw.w.keys.lock }
 //  3. the other errors listed at [Mutex.Lock] ([ErrLockLost], [ErrWrongType], [ErrClosed],
 //     [ErrInvalid], a Redis or connection error, [ErrUnknownOutcome]).
 func (rw *RWMutex) Lock(ctx context.Context) error {
-	_, err := rw.w.acquire(ctx, -1, 0)
+	_, err := rw.write().acquire(ctx, -1, 0)
 	return rw.upgradeErr(err)
 }
 
@@ -241,7 +245,7 @@ func (rw *RWMutex) LockLease(ctx context.Context, lease time.Duration) error {
 	if err := checkLease("lease", lease); err != nil {
 		return err
 	}
-	_, err := rw.w.acquire(ctx, -1, lease)
+	_, err := rw.write().acquire(ctx, -1, lease)
 	return rw.upgradeErr(err)
 }
 
@@ -256,7 +260,7 @@ func (rw *RWMutex) TryLock(ctx context.Context, wait, lease time.Duration) (bool
 	if wait < 0 {
 		return false, invalid("negative wait %v", wait)
 	}
-	ok, err := rw.w.acquire(ctx, wait, lease) // a single attempt (wait 0) leaves nothing to withdraw
+	ok, err := rw.write().acquire(ctx, wait, lease) // a single attempt (wait 0) leaves nothing to withdraw
 	return ok, rw.upgradeErr(err)
 }
 
@@ -264,7 +268,7 @@ func (rw *RWMutex) TryLock(ctx context.Context, wait, lease time.Duration) (bool
 func (rw *RWMutex) upgradeErr(err error) error {
 	var re *rueidis.RedisError
 	if errors.As(err, &re) && strings.HasPrefix(re.Error(), "UPGRADE") {
-		return errorf("lock %q: %w", rw.w.name, ErrUpgrade)
+		return errorf("lock %q: %w", rw.write().Name(), ErrUpgrade)
 	}
 	return err
 }
@@ -274,7 +278,7 @@ func (rw *RWMutex) upgradeErr(err error) error {
 // reading (a downgrade). Unlock works even when ctx is already cancelled, and returns the
 // errors listed at [Mutex.Unlock] ([ErrNotHeld] when the owner holds no write hold).
 func (rw *RWMutex) Unlock(ctx context.Context) error {
-	return rw.w.Unlock(ctx)
+	return rw.write().Unlock(ctx)
 }
 
 // RLock blocks until the caller's owner holds a read hold, then keeps it (watchdog mode)
@@ -284,7 +288,7 @@ func (rw *RWMutex) Unlock(ctx context.Context) error {
 //
 // RLock returns nil when the read hold is held, or else the errors listed at [Mutex.Lock].
 func (rw *RWMutex) RLock(ctx context.Context) error {
-	_, err := rw.r.acquire(ctx, -1, 0)
+	_, err := rw.read().acquire(ctx, -1, 0)
 	return err
 }
 
@@ -296,7 +300,7 @@ func (rw *RWMutex) RLockLease(ctx context.Context, lease time.Duration) error {
 	if err := checkLease("lease", lease); err != nil {
 		return err
 	}
-	_, err := rw.r.acquire(ctx, -1, lease)
+	_, err := rw.read().acquire(ctx, -1, lease)
 	return err
 }
 
@@ -311,42 +315,70 @@ func (rw *RWMutex) TryRLock(ctx context.Context, wait, lease time.Duration) (boo
 	if wait < 0 {
 		return false, invalid("negative wait %v", wait)
 	}
-	return rw.r.acquire(ctx, wait, lease)
+	return rw.read().acquire(ctx, wait, lease)
 }
 
 // RUnlock gives back one read hold of the caller's owner. When the lock becomes free, every
 // waiter is woken. RUnlock works even when ctx is already cancelled, and returns the errors
 // listed at [Mutex.Unlock] ([ErrNotHeld] when the owner holds no read hold).
 func (rw *RWMutex) RUnlock(ctx context.Context) error {
-	return rw.r.Unlock(ctx)
+	return rw.read().Unlock(ctx)
 }
 
 // RLocker returns the read side of the lock as a lock of its own (see [ReadLocker]). It
-// sends nothing to Redis.
-func (rw *RWMutex) RLocker() *ReadLocker { return &rw.rl }
+// sends nothing to Redis. The read side of a nil or zero RWMutex is as invalid as it is.
+func (rw *RWMutex) RLocker() *ReadLocker {
+	if rw == nil {
+		return &ReadLocker{}
+	}
+	return &rw.rl
+}
+
+// write and read are the two sides, nil for a nil handle.
+func (rw *RWMutex) write() *Mutex {
+	if rw == nil {
+		return nil
+	}
+	return rw.w
+}
+
+func (rw *RWMutex) read() *Mutex {
+	if rw == nil {
+		return nil
+	}
+	return rw.r
+}
+
+// rwm is the RWMutex of the read side, nil for a nil handle.
+func (l *ReadLocker) rwm() *RWMutex {
+	if l == nil {
+		return nil
+	}
+	return l.rw
+}
 
 // Token is the fencing token of the caller's owner's current write hold (see [Mutex.Token]).
 // It returns an error wrapping [ErrNotHeld] when the owner holds no write hold through this
 // Client; read holds have none.
 func (rw *RWMutex) Token(ctx context.Context) (int64, error) {
-	return rw.w.Token(ctx)
+	return rw.write().Token(ctx)
 }
 
 // Done returns a channel that is closed when the caller's owner's current write hold ends:
 // released by its last Unlock, lost, or ended by [Client.Close]. It is already closed when
 // the owner holds no write hold through this Client. See [Mutex.Done]; for the read holds,
 // see [ReadLocker.Done].
-func (rw *RWMutex) Done(ctx context.Context) <-chan struct{} { return rw.w.Done(ctx) }
+func (rw *RWMutex) Done(ctx context.Context) <-chan struct{} { return rw.write().Done(ctx) }
 
 // Err is nil while the caller's owner holds the write hold through this Client; otherwise it
 // says why not, as [Mutex.Err] does. For the read holds, see [ReadLocker.Err].
-func (rw *RWMutex) Err(ctx context.Context) error { return rw.w.Err(ctx) }
+func (rw *RWMutex) Err(ctx context.Context) error { return rw.write().Err(ctx) }
 
 // HoldContext returns a copy of ctx that is also cancelled when the caller's owner's current
 // write hold ends, as [Mutex.HoldContext] does. For the read holds, see
 // [ReadLocker.HoldContext]. Call cancel when done with it.
 func (rw *RWMutex) HoldContext(ctx context.Context) (context.Context, context.CancelFunc) {
-	return rw.w.HoldContext(ctx)
+	return rw.write().HoldContext(ctx)
 }
 
 // rwState is what the state script reports, counting only holds whose lease is live.
@@ -357,9 +389,9 @@ type rwState struct {
 
 // state reads the lock's live holds, and owner's counts (owner "" for none).
 func (rw *RWMutex) state(ctx context.Context, owner string) (rwState, error) {
-	m := rw.w
-	if m.err != nil {
-		return rwState{}, m.err
+	m := rw.write()
+	if err := m.check(ctx); err != nil {
+		return rwState{}, err
 	}
 	if m.c.isClosed() {
 		return rwState{}, ErrClosed
@@ -397,7 +429,7 @@ func (rw *RWMutex) IsReadLocked(ctx context.Context) (bool, error) {
 // WriteHoldCount is the number of write holds the caller's owner has, as Redis sees it (0
 // when it holds none, or its lease has ended).
 func (rw *RWMutex) WriteHoldCount(ctx context.Context) (int, error) {
-	owner, err := rw.w.ownerOf(ctx)
+	owner, err := rw.write().ownerOf(ctx)
 	if err != nil {
 		return 0, err
 	}
@@ -408,7 +440,7 @@ func (rw *RWMutex) WriteHoldCount(ctx context.Context) (int, error) {
 // ReadHoldCount is the number of read holds the caller's owner has, as Redis sees it (0
 // when it holds none, or their lease has ended).
 func (rw *RWMutex) ReadHoldCount(ctx context.Context) (int, error) {
-	owner, err := rw.w.ownerOf(ctx)
+	owner, err := rw.write().ownerOf(ctx)
 	if err != nil {
 		return 0, err
 	}
@@ -424,9 +456,9 @@ func (rw *RWMutex) ReadHoldCount(ctx context.Context) (int, error) {
 // it: its write lock's forceUnlock leaves a read-locked lock alone and vice versa; an
 // operator freeing a stuck lock wants it free.
 func (rw *RWMutex) ForceUnlock(ctx context.Context) (bool, error) {
-	m := rw.w
-	if m.err != nil {
-		return false, m.err
+	m := rw.write()
+	if err := m.check(ctx); err != nil {
+		return false, err
 	}
 	if m.c.isClosed() {
 		return false, ErrClosed
@@ -441,41 +473,41 @@ func (rw *RWMutex) ForceUnlock(ctx context.Context) (bool, error) {
 }
 
 // Lock blocks until the caller's owner holds a read hold: [RWMutex.RLock].
-func (l *ReadLocker) Lock(ctx context.Context) error { return l.rw.RLock(ctx) }
+func (l *ReadLocker) Lock(ctx context.Context) error { return l.rwm().RLock(ctx) }
 
 // LockLease blocks until the caller's owner holds a read hold, for a fixed lease:
 // [RWMutex.RLockLease].
 func (l *ReadLocker) LockLease(ctx context.Context, lease time.Duration) error {
-	return l.rw.RLockLease(ctx, lease)
+	return l.rwm().RLockLease(ctx, lease)
 }
 
 // TryLock tries to take a read hold within wait: [RWMutex.TryRLock].
 func (l *ReadLocker) TryLock(ctx context.Context, wait, lease time.Duration) (bool, error) {
-	return l.rw.TryRLock(ctx, wait, lease)
+	return l.rwm().TryRLock(ctx, wait, lease)
 }
 
 // Unlock gives back one read hold: [RWMutex.RUnlock].
-func (l *ReadLocker) Unlock(ctx context.Context) error { return l.rw.RUnlock(ctx) }
+func (l *ReadLocker) Unlock(ctx context.Context) error { return l.rwm().RUnlock(ctx) }
 
 // HoldCount is the number of read holds the caller's owner has: [RWMutex.ReadHoldCount].
-func (l *ReadLocker) HoldCount(ctx context.Context) (int, error) { return l.rw.ReadHoldCount(ctx) }
+func (l *ReadLocker) HoldCount(ctx context.Context) (int, error) { return l.rwm().ReadHoldCount(ctx) }
 
 // IsLocked reports whether any owner holds a read hold: [RWMutex.IsReadLocked].
-func (l *ReadLocker) IsLocked(ctx context.Context) (bool, error) { return l.rw.IsReadLocked(ctx) }
+func (l *ReadLocker) IsLocked(ctx context.Context) (bool, error) { return l.rwm().IsReadLocked(ctx) }
 
 // Done returns a channel that is closed when the caller's owner's current read holds end:
 // released by the last RUnlock, lost, or ended by [Client.Close]. It is already closed
 // when the owner holds no read hold through this Client. See [Mutex.Done].
-func (l *ReadLocker) Done(ctx context.Context) <-chan struct{} { return l.rw.r.Done(ctx) }
+func (l *ReadLocker) Done(ctx context.Context) <-chan struct{} { return l.rwm().read().Done(ctx) }
 
 // Err is nil while the caller's owner holds read holds through this Client; otherwise it
 // says why not, as [Mutex.Err] does.
-func (l *ReadLocker) Err(ctx context.Context) error { return l.rw.r.Err(ctx) }
+func (l *ReadLocker) Err(ctx context.Context) error { return l.rwm().read().Err(ctx) }
 
 // HoldContext returns a copy of ctx that is also cancelled when the caller's owner's
 // current read holds end, as [Mutex.HoldContext] does. Call cancel when done with it.
 func (l *ReadLocker) HoldContext(ctx context.Context) (context.Context, context.CancelFunc) {
-	return l.rw.r.HoldContext(ctx)
+	return l.rwm().read().HoldContext(ctx)
 }
 
 var (

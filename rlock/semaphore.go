@@ -85,9 +85,12 @@ func semKeysFor(prefix, name string) semKeys {
 }
 
 // Semaphore returns a handle on the counting semaphore called name. It sends nothing to
-// Redis. An empty name makes a handle whose every method returns an error wrapping
-// [ErrInvalid].
+// Redis. An empty name, or a nil or zero Client, makes a handle whose every method returns
+// an error wrapping [ErrInvalid]. So do a nil or zero *Semaphore's (Name and Key return "").
 func (c *Client) Semaphore(name string) *Semaphore {
+	if err := c.usable(); err != nil {
+		return &Semaphore{name: name, err: err}
+	}
 	s := &Semaphore{c: c, name: name, keys: semKeysFor(c.opts.prefix, name)}
 	if name == "" {
 		s.err = invalid("empty semaphore name")
@@ -96,10 +99,20 @@ func (c *Client) Semaphore(name string) *Semaphore {
 }
 
 // Name is the semaphore's name as given to [Client.Semaphore].
-func (s *Semaphore) Name() string { return s.name }
+func (s *Semaphore) Name() string {
+	if s == nil {
+		return ""
+	}
+	return s.name
+}
 
 // Key is the Redis key that holds the semaphore's count of available permits.
-func (s *Semaphore) Key() string { return s.keys.sem }
+func (s *Semaphore) Key() string {
+	if s == nil {
+		return ""
+	}
+	return s.keys.sem
+}
 
 // semCount checks a permit count n of an operation: at least lowest, at most maxPermits in
 // size.
@@ -116,6 +129,9 @@ func semCount(op string, n, lowest int) error {
 // ready checks what every operation needs: a valid handle, an open Client, and (unless
 // detached: giving permits back works after ctx ended) a live ctx.
 func (s *Semaphore) ready(ctx context.Context, op string, detached bool) error {
+	if s == nil {
+		return invalid("nil semaphore handle")
+	}
 	return semReady(ctx, s.c, s.err, s.name, op, detached)
 }
 
@@ -123,6 +139,8 @@ func semReady(ctx context.Context, c *Client, herr error, name, op string, detac
 	switch {
 	case herr != nil:
 		return herr
+	case c == nil:
+		return invalid("zero semaphore handle: make one with a Client")
 	case ctx == nil:
 		return invalid("nil context")
 	case c.isClosed():

@@ -27,7 +27,8 @@ var spinVariant = &variant{
 }
 
 // SpinMutex returns a handle on the spin lock called name. It sends nothing to Redis. An
-// empty name makes a handle whose every method returns an error wrapping [ErrInvalid].
+// empty name, or a nil or zero Client, makes a handle whose every method returns an error
+// wrapping [ErrInvalid]. So do a nil or zero *SpinMutex's (see [Mutex] on invalid handles).
 func (c *Client) SpinMutex(name string) *SpinMutex {
 	return &SpinMutex{c.newMutex(name, spinVariant)}
 }
