@@ -106,7 +106,7 @@ func runHeld(ctx context.Context, l Holder, fn func(context.Context) error) (err
 	// hctx inherited from ctx is ctx's, not this hold's.
 	var loss error
 	if cause := context.Cause(hctx); cause != nil && (errors.Is(cause, ErrLockLost) || errors.Is(cause, ErrLeaseExpired)) &&
-		!(ctx.Err() != nil && context.Cause(ctx) == cause) {
+		!(ctx.Err() != nil && identical(context.Cause(ctx), cause)) {
 		loss = cause
 		if name, ok := holderName(l); ok {
 			loss = errorf("lock %q: %w", name, cause)
@@ -128,4 +128,15 @@ func holderName(l Holder) (string, bool) {
 		return l.rwm().Name(), true
 	}
 	return "", false
+}
+
+// identical reports whether a and b are the same error value (false where their type cannot
+// be compared, rather than a panic).
+func identical(a, b error) (same bool) {
+	defer func() {
+		if recover() != nil {
+			same = false
+		}
+	}()
+	return a == b
 }

@@ -196,3 +196,50 @@ func TestTryDo(t *testing.T) {
 		require.False(t, locked)
 	})
 }
+
+// A Do nested in another's fn: the outer hold's loss cancels the inner fn too, but the inner
+// Do does not take it for a loss of its own lock.
+func TestDo_nestedReportsEachLossOnce(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		c := b.client(t, rlock.WithWatchdogTimeout(300*time.Millisecond))
+		outer, inner := c.Mutex(redistest.Name(t)+"-outer"), c.Mutex(redistest.Name(t)+"-inner")
+		var innerErr error
+		err := rlock.Do(bg, outer, func(ctx context.Context) error {
+			innerErr = rlock.Do(ctx, inner, func(ctx context.Context) error {
+				_, err := b.do(t, "DEL", outer.Key())
+				require.NoError(t, err)
+				within(t, 2*time.Second, "the outer loss", ctx.Done())
+				require.ErrorIs(t, context.Cause(ctx), rlock.ErrLockLost)
+				return nil
+			})
+			return nil
+		})
+		require.NoError(t, innerErr, "the inner lock was not lost")
+		require.ErrorIs(t, err, rlock.ErrLockLost)
+		require.Contains(t, err.Error(), outer.Name())
+		require.NotContains(t, err.Error(), inner.Name())
+	})
+}
+
+// causeList is a cancel cause whose type cannot be compared.
+type causeList []error
+
+func (l causeList) Error() string   { return "causes" }
+func (l causeList) Unwrap() []error { return l }
+
+func TestDo_incomparableCauseDoesNotPanic(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		m := b.client(t).Mutex(redistest.Name(t))
+		ctx, cancel := context.WithCancelCause(bg)
+		defer cancel(nil)
+		err := rlock.Do(ctx, m, func(hctx context.Context) error {
+			cancel(causeList{rlock.ErrLockLost})
+			<-hctx.Done()
+			return nil
+		})
+		require.ErrorIs(t, err, rlock.ErrLockLost)
+		locked, lerr := m.IsLocked(bg)
+		require.NoError(t, lerr)
+		require.False(t, locked)
+	})
+}
