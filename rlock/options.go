@@ -125,6 +125,12 @@ func latestRenewal(lease time.Duration) time.Duration {
 
 // WithKeyPrefix sets the text put before every lock name in its Redis keys. It must not
 // contain '{' or '}'. Default [DefaultKeyPrefix].
+//
+// Applications that share a Redis keep apart with prefixes of their own (and an ACL user per
+// prefix, [ACLRule]), as long as no prefix begins with another: with "t:" and "t:a:", the name
+// "a:x" of the first and "x" of the second are the same lock, and the first's ACL pattern
+// covers the second's keys. End each prefix with a separator no name of the shorter one
+// starts its text with, or make them differ in their first characters ("billing:", "orders:").
 func WithKeyPrefix(p string) Option {
 	return optionFunc(func(o *options) { o.prefix = p })
 }
