@@ -86,6 +86,15 @@ else
   end
 end
 
+-- refused returns the error of a call that Redis refused inside pcall, as the error reply
+-- the script would have failed with.
+local function refused(err)
+  if type(err) == 'table' and err.err then
+    return err
+  end
+  return redis.error_reply(tostring(err))
+end
+
 -- settle makes the lock and its leases live as long as the longest lease in force.
 local function settle()
   local top = redis.call('zrange', leases, -1, -1, 'withscores')
@@ -149,10 +158,18 @@ if kind == 'w' then
   end
   -- Free: a fresh grant.
   setFence(fence, nextTok)
-  redis.call('hset', lock, 'mode', 'write', 'writer', owner, 'token', nextTok, owner, 1, 'q:' .. owner, req)
-  redis.call('zadd', leases, ms(now + lease), owner)
-  redis.call('zrem', writers, owner)
-  settle()
+  local ok, err = pcall(function()
+    redis.call('hset', lock, 'mode', 'write', 'writer', owner, 'token', nextTok, owner, 1, 'q:' .. owner, req)
+    redis.call('zadd', leases, ms(now + lease), owner)
+    redis.call('zrem', writers, owner)
+    settle()
+  end)
+  if not ok then
+    -- A call refused (an ACL that lacks it) after the lock was written: undo the grant, so
+    -- that no lock is left without a lease or an expiry.
+    redis.call('del', lock, leases)
+    return refused(err)
+  end
   return {1, tonumber(nextTok), 1}
 end
 
@@ -178,11 +195,23 @@ if mode ~= 'write' then
   if top[i] then
     return refuse(tonumber(top[i + 1]) - now)
   end
+end
+local ok, err = pcall(function()
   if not mode then
     redis.call('hset', lock, 'mode', 'read')
   end
+  redis.call('hset', lock, f, 1, 'q:' .. f, req)
+  redis.call('zadd', leases, ms(now + lease), f)
+  settle()
+end)
+if not ok then
+  -- As for a write grant: undo this read hold (the whole lock when it made it).
+  if mode then
+    redis.call('hdel', lock, f, 'q:' .. f)
+    redis.pcall('zrem', leases, f)
+  else
+    redis.call('del', lock, leases)
+  end
+  return refused(err)
 end
-redis.call('hset', lock, f, 1, 'q:' .. f, req)
-redis.call('zadd', leases, ms(now + lease), f)
-settle()
 return {1, 0, 1}
