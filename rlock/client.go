@@ -454,6 +454,11 @@ func (r renewer) renew(ctx context.Context, v *variant, leases []*watchdog.Lease
 	if err == nil && len(vals) != len(leases) {
 		err = errors.New("rlock: renew: malformed reply")
 	}
+	if re, ok := rueidis.IsRedisErr(err); ok && noPermission(re.Error()) {
+		// Refused for want of rights, it would be refused again: the leases are as good as
+		// gone, and their holders are told now rather than when they run out.
+		err = errorf("%w: %w: %w", watchdog.ErrGone, ErrNoPermission, err)
+	}
 	for i := range leases {
 		switch {
 		case err != nil:

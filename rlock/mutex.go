@@ -746,7 +746,14 @@ func (m *Mutex) Unlock(ctx context.Context) error {
 		ctx = cctx
 	}
 	defer h.unlockOp()
-	return m.release(ctx, h)
+	err = m.release(ctx, h)
+	if errors.Is(err, ErrNoPermission) {
+		// Redis refuses the give-back for want of rights, and would refuse it again: this
+		// Client stops counting and renewing the hold, and Redis lets it expire with its
+		// lease (ErrNoPermission's promise).
+		h.abandon(err)
+	}
+	return err
 }
 
 // release gives back one hold of h and updates h. h.op must be held. When it gives back the
