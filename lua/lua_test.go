@@ -56,29 +56,21 @@ func TestScripts_haveHeaders(t *testing.T) {
 // TestScripts_compile runs each script once against a real server (with its flags) and
 // miniredis (without), on keys that exist nowhere: every form must compile and answer.
 func TestScripts_compile(t *testing.T) {
-	srv := redistest.Start(t)
-	_, mini := redistest.Miniredis(t)
-	for _, tc := range []struct {
-		name  string
-		c     rueidis.Client
-		flags bool
-	}{{"redis", srv.Client(t), true}, {"miniredis", mini, false}} {
-		t.Run(tc.name, func(t *testing.T) {
-			ctx := context.Background()
-			runs := map[*lua.Script][2][]string{
-				lua.Acquire:      {{"{t}", "{t}:fence"}, {"1000", "o", "r1"}},
-				lua.Release:      {{"{t}", "{t}:rel"}, {"o", "r2", "{t}:released", "10000"}},
-				lua.Renew:        {{"{t}"}, {"1000", "o"}},
-				lua.ForceRelease: {{"{t}"}, {"{t}:released"}},
+	eachServer(t, func(t *testing.T, tc server) {
+		ctx := context.Background()
+		runs := map[*lua.Script][2][]string{
+			lua.Acquire:      {{"{t}", "{t}:fence"}, {"1000", "o", "r1"}},
+			lua.Release:      {{"{t}", "{t}:rel"}, {"o", "r2", "{t}:released", "10000"}},
+			lua.Renew:        {{"{t}"}, {"1000", "o"}},
+			lua.ForceRelease: {{"{t}"}, {"{t}:released"}},
+		}
+		for _, s := range core {
+			r := runs[s]
+			if err := s.Lua(tc.flags).Exec(ctx, tc.c, r[0], r[1]).Error(); err != nil {
+				t.Errorf("%s: %v", s.Name(), err)
 			}
-			for _, s := range core {
-				r := runs[s]
-				if err := s.Lua(tc.flags).Exec(ctx, tc.c, r[0], r[1]).Error(); err != nil {
-					t.Errorf("%s: %v", s.Name(), err)
-				}
-			}
-		})
-	}
+		}
+	})
 }
 
 func TestIsShebangError(t *testing.T) {
@@ -110,69 +102,61 @@ func TestFenceTTL_matchesTheScripts(t *testing.T) {
 // rise across a lost fence; a fence that holds something else than a token fails the
 // acquire before anything is written.
 func TestAcquire_fence(t *testing.T) {
-	srv := redistest.Start(t)
-	_, mini := redistest.Miniredis(t)
-	for _, tc := range []struct {
-		name  string
-		c     rueidis.Client
-		flags bool
-	}{{"redis", srv.Client(t), true}, {"miniredis", mini, false}} {
-		t.Run(tc.name, func(t *testing.T) {
-			ctx := context.Background()
-			do := func(args ...string) rueidis.RedisResult {
-				t.Helper()
-				return tc.c.Do(ctx, tc.c.B().Arbitrary(args...).Build())
+	eachServer(t, func(t *testing.T, tc server) {
+		ctx := context.Background()
+		do := func(args ...string) rueidis.RedisResult {
+			t.Helper()
+			return tc.c.Do(ctx, tc.c.B().Arbitrary(args...).Build())
+		}
+		acquire := func(owner, req string) ([]int64, error) {
+			return lua.Acquire.Lua(tc.flags).Exec(ctx, tc.c, []string{"{f}", "{f}:fence"}, []string{"10000", owner, req}).AsIntSlice()
+		}
+		release := func(owner, req string) {
+			t.Helper()
+			err := lua.Release.Lua(tc.flags).Exec(ctx, tc.c, []string{"{f}", "{f}:forced"}, []string{owner, req, "", ""}).Error()
+			if err != nil {
+				t.Fatal(err)
 			}
-			acquire := func(owner, req string) ([]int64, error) {
-				return lua.Acquire.Lua(tc.flags).Exec(ctx, tc.c, []string{"{f}", "{f}:fence"}, []string{"10000", owner, req}).AsIntSlice()
-			}
-			release := func(owner, req string) {
-				t.Helper()
-				err := lua.Release.Lua(tc.flags).Exec(ctx, tc.c, []string{"{f}", "{f}:forced"}, []string{owner, req, "", ""}).Error()
-				if err != nil {
-					t.Fatal(err)
-				}
-			}
-			v, err := acquire("h:a", "1")
-			if err != nil || v[0] != 1 || v[2] != 1 {
-				t.Fatalf("fresh grant: %v %v", v, err)
-			}
-			tok := v[1]
-			if s, _ := do("GET", "{f}:fence").ToString(); s != strconv.FormatInt(tok, 10) {
-				t.Fatalf("fence %q, want the token %d", s, tok)
-			}
-			if ttl, _ := do("PTTL", "{f}:fence").AsInt64(); ttl <= 0 || ttl > lua.FenceTTL.Milliseconds() {
-				t.Fatalf("fence PTTL %d, want (0, %d]", ttl, lua.FenceTTL.Milliseconds())
-			}
-			do("DEL", "{f}:fence")
-			if v, err := acquire("h:a", "2"); err != nil || v[0] != 1 || v[1] != tok || v[2] != 2 {
-				t.Fatalf("re-entry without a fence: %v %v, want {1, %d, 2}", v, err, tok)
-			}
-			if v, err := acquire("h:a", "2"); err != nil || v[1] != tok || v[2] != 2 {
-				t.Fatalf("replayed re-entry: %v %v", v, err)
-			}
-			release("h:a", "3")
-			release("h:a", "4")
-			do("DEL", "{f}:fence")
-			v, err = acquire("h:b", "5")
-			if err != nil || v[0] != 1 || v[1] <= tok {
-				t.Fatalf("fresh grant after the fence was lost: %v %v, want a token above %d", v, err, tok)
-			}
-			release("h:b", "6")
+		}
+		v, err := acquire("h:a", "1")
+		if err != nil || v[0] != 1 || v[2] != 1 {
+			t.Fatalf("fresh grant: %v %v", v, err)
+		}
+		tok := v[1]
+		if s, _ := do("GET", "{f}:fence").ToString(); s != strconv.FormatInt(tok, 10) {
+			t.Fatalf("fence %q, want the token %d", s, tok)
+		}
+		if ttl, _ := do("PTTL", "{f}:fence").AsInt64(); ttl <= 0 || ttl > lua.FenceTTL.Milliseconds() {
+			t.Fatalf("fence PTTL %d, want (0, %d]", ttl, lua.FenceTTL.Milliseconds())
+		}
+		do("DEL", "{f}:fence")
+		if v, err := acquire("h:a", "2"); err != nil || v[0] != 1 || v[1] != tok || v[2] != 2 {
+			t.Fatalf("re-entry without a fence: %v %v, want {1, %d, 2}", v, err, tok)
+		}
+		if v, err := acquire("h:a", "2"); err != nil || v[1] != tok || v[2] != 2 {
+			t.Fatalf("replayed re-entry: %v %v", v, err)
+		}
+		release("h:a", "3")
+		release("h:a", "4")
+		do("DEL", "{f}:fence")
+		v, err = acquire("h:b", "5")
+		if err != nil || v[0] != 1 || v[1] <= tok {
+			t.Fatalf("fresh grant after the fence was lost: %v %v, want a token above %d", v, err, tok)
+		}
+		release("h:b", "6")
 
-			do("SET", "{f}:fence", "user data")
-			if _, err := acquire("h:c", "7"); err == nil || !strings.Contains(err.Error(), "WRONGTYPE") {
-				t.Fatalf("a fence that is not a token: %v", err)
-			}
-			if n, _ := do("EXISTS", "{f}").AsInt64(); n != 0 {
-				t.Fatal("the failed acquire wrote the lock")
-			}
-			if s, _ := do("GET", "{f}:fence").ToString(); s != "user data" {
-				t.Fatalf("the fence was changed to %q", s)
-			}
-			do("DEL", "{f}:fence")
-		})
-	}
+		do("SET", "{f}:fence", "user data")
+		if _, err := acquire("h:c", "7"); err == nil || !strings.Contains(err.Error(), "WRONGTYPE") {
+			t.Fatalf("a fence that is not a token: %v", err)
+		}
+		if n, _ := do("EXISTS", "{f}").AsInt64(); n != 0 {
+			t.Fatal("the failed acquire wrote the lock")
+		}
+		if s, _ := do("GET", "{f}:fence").ToString(); s != "user data" {
+			t.Fatalf("the fence was changed to %q", s)
+		}
+		do("DEL", "{f}:fence")
+	})
 }
 
 // TestRelease_replayAnswers: release.lua keeps no record per request. A first send (” as
@@ -181,83 +165,75 @@ func TestAcquire_fence(t *testing.T) {
 // for every owner it takes the lock from, names that very tenure (-1). A refused waiting
 // attempt marks the lock ('w'), a plain one does not.
 func TestRelease_replayAnswers(t *testing.T) {
-	srv := redistest.Start(t)
-	_, mini := redistest.Miniredis(t)
-	for _, tc := range []struct {
-		name  string
-		c     rueidis.Client
-		flags bool
-	}{{"redis", srv.Client(t), true}, {"miniredis", mini, false}} {
-		t.Run(tc.name, func(t *testing.T) {
-			ctx := context.Background()
-			keys := []string{"{r}", "{r}:forced"}
-			acquire := func(owner, req, wait string) []int64 {
-				t.Helper()
-				v, err := lua.Acquire.Lua(tc.flags).Exec(ctx, tc.c, []string{"{r}", "{r}:fence"}, []string{"10000", owner, req, wait}).AsIntSlice()
-				if err != nil {
-					t.Fatal(err)
-				}
-				return v
+	eachServer(t, func(t *testing.T, tc server) {
+		ctx := context.Background()
+		keys := []string{"{r}", "{r}:forced"}
+		acquire := func(owner, req, wait string) []int64 {
+			t.Helper()
+			v, err := lua.Acquire.Lua(tc.flags).Exec(ctx, tc.c, []string{"{r}", "{r}:fence"}, []string{"10000", owner, req, wait}).AsIntSlice()
+			if err != nil {
+				t.Fatal(err)
 			}
-			release := func(owner, req, tenure string) int64 {
-				t.Helper()
-				n, err := lua.Release.Lua(tc.flags).Exec(ctx, tc.c, keys, []string{owner, req, "{r}:released", tenure}).AsInt64()
-				if err != nil {
-					t.Fatal(err)
-				}
-				return n
+			return v
+		}
+		release := func(owner, req, tenure string) int64 {
+			t.Helper()
+			n, err := lua.Release.Lua(tc.flags).Exec(ctx, tc.c, keys, []string{owner, req, "{r}:released", tenure}).AsInt64()
+			if err != nil {
+				t.Fatal(err)
 			}
-			hasMark := func() bool {
-				n, _ := tc.c.Do(ctx, tc.c.B().Hexists().Key("{r}").Field("w").Build()).AsInt64()
-				return n == 1
-			}
-			v := acquire("h:a", "a1", "")
-			tok := strconv.FormatInt(v[1], 10)
-			acquire("h:b", "b1", "") // a single attempt: no mark
-			if hasMark() {
-				t.Fatal("a single refused attempt marked the lock")
-			}
-			acquire("h:b", "b2", "1") // a waiter's refusal marks it
-			if !hasMark() {
-				t.Fatal("a waiter's refusal did not mark the lock")
-			}
-			if n := release("h:a", "a2", ""); n != 0 {
-				t.Fatalf("final release: %d, want 0", n)
-			}
-			if n := release("h:a", "a2", tok); n != -2 {
-				t.Fatalf("replay of the final release: %d, want -2", n)
-			}
-			if n := release("h:a", "a3", ""); n != -1 {
-				t.Fatalf("a first send without a hold: %d, want -1", n)
-			}
+			return n
+		}
+		hasMark := func() bool {
+			n, _ := tc.c.Do(ctx, tc.c.B().Hexists().Key("{r}").Field("w").Build()).AsInt64()
+			return n == 1
+		}
+		v := acquire("h:a", "a1", "")
+		tok := strconv.FormatInt(v[1], 10)
+		acquire("h:b", "b1", "") // a single attempt: no mark
+		if hasMark() {
+			t.Fatal("a single refused attempt marked the lock")
+		}
+		acquire("h:b", "b2", "1") // a waiter's refusal marks it
+		if !hasMark() {
+			t.Fatal("a waiter's refusal did not mark the lock")
+		}
+		if n := release("h:a", "a2", ""); n != 0 {
+			t.Fatalf("final release: %d, want 0", n)
+		}
+		if n := release("h:a", "a2", tok); n != -2 {
+			t.Fatalf("replay of the final release: %d, want -2", n)
+		}
+		if n := release("h:a", "a3", ""); n != -1 {
+			t.Fatalf("a first send without a hold: %d, want -1", n)
+		}
 
-			// A force takes the lock from h:a: the replay of a release that never arrived
-			// learns it from the forced record.
-			v = acquire("h:a", "a4", "")
-			tok = strconv.FormatInt(v[1], 10)
-			freed, err := lua.ForceRelease.Lua(tc.flags).Exec(ctx, tc.c, keys, []string{"", "0", "60000"}).AsInt64()
-			if err != nil || freed != 1 {
-				t.Fatalf("force: %d %v", freed, err)
-			}
-			if got, _ := tc.c.Do(ctx, tc.c.B().Hget().Key("{r}:forced").Field("h:a").Build()).ToString(); got != tok {
-				t.Fatalf("forced record of h:a: %q, want the tenure's token %s", got, tok)
-			}
-			if ttl, _ := tc.c.Do(ctx, tc.c.B().Pttl().Key("{r}:forced").Build()).AsInt64(); ttl <= 0 || ttl > 70000 {
-				t.Fatalf("forced record pttl %d, want (0, 70000]", ttl)
-			}
-			if n := release("h:a", "a5", tok); n != -1 {
-				t.Fatalf("replay after a force took the tenure: %d, want -1", n)
-			}
-			// A later tenure of the same owner is not the forced one.
-			v = acquire("h:a", "a6", "")
-			if n := release("h:a", "a7", ""); n != 0 {
-				t.Fatalf("final release: %d, want 0", n)
-			}
-			if n := release("h:a", "a7", strconv.FormatInt(v[1], 10)); n != -2 {
-				t.Fatalf("replay of a later tenure's release: %d, want -2", n)
-			}
-		})
-	}
+		// A force takes the lock from h:a: the replay of a release that never arrived
+		// learns it from the forced record.
+		v = acquire("h:a", "a4", "")
+		tok = strconv.FormatInt(v[1], 10)
+		freed, err := lua.ForceRelease.Lua(tc.flags).Exec(ctx, tc.c, keys, []string{"", "0", "60000"}).AsInt64()
+		if err != nil || freed != 1 {
+			t.Fatalf("force: %d %v", freed, err)
+		}
+		if got, _ := tc.c.Do(ctx, tc.c.B().Hget().Key("{r}:forced").Field("h:a").Build()).ToString(); got != tok {
+			t.Fatalf("forced record of h:a: %q, want the tenure's token %s", got, tok)
+		}
+		if ttl, _ := tc.c.Do(ctx, tc.c.B().Pttl().Key("{r}:forced").Build()).AsInt64(); ttl <= 0 || ttl > 70000 {
+			t.Fatalf("forced record pttl %d, want (0, 70000]", ttl)
+		}
+		if n := release("h:a", "a5", tok); n != -1 {
+			t.Fatalf("replay after a force took the tenure: %d, want -1", n)
+		}
+		// A later tenure of the same owner is not the forced one.
+		v = acquire("h:a", "a6", "")
+		if n := release("h:a", "a7", ""); n != 0 {
+			t.Fatalf("final release: %d, want 0", n)
+		}
+		if n := release("h:a", "a7", strconv.FormatInt(v[1], 10)); n != -2 {
+			t.Fatalf("replay of a later tenure's release: %d, want -2", n)
+		}
+	})
 }
 
 // TestCommands: every command a script calls is named literally (so that Commands, and the
@@ -276,5 +252,23 @@ func TestCommands(t *testing.T) {
 		if !strings.Contains(" "+got+" ", " "+want+" ") {
 			t.Errorf("Commands() = %s: missing %s", got, want)
 		}
+	}
+}
+
+// server is one of the servers eachServer runs a test on: its client, and whether it takes
+// the scripts' shebang flags.
+type server struct {
+	name  string
+	c     rueidis.Client
+	flags bool
+}
+
+// eachServer runs fn on a real redis-server (scripts with their shebang flags) and on
+// miniredis (without), each as a subtest.
+func eachServer(t *testing.T, fn func(t *testing.T, tc server)) {
+	srv := redistest.Start(t)
+	_, mini := redistest.Miniredis(t)
+	for _, tc := range []server{{"redis", srv.Client(t), true}, {"miniredis", mini, false}} {
+		t.Run(tc.name, func(t *testing.T) { fn(t, tc) })
 	}
 }

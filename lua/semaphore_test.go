@@ -5,8 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/rueidis"
-
 	"github.com/relock-go/relock/internal/redistest"
 	"github.com/relock-go/relock/lua"
 )
@@ -19,38 +17,30 @@ var semScripts = []*lua.Script{
 // TestSemScripts_compile runs each script against a real server (with its flags) and
 // miniredis (without), on keys that exist nowhere: every form must compile and answer.
 func TestSemScripts_compile(t *testing.T) {
-	srv := redistest.Start(t)
-	_, mini := redistest.Miniredis(t)
-	for _, tc := range []struct {
-		name  string
-		c     rueidis.Client
-		flags bool
-	}{{"redis", srv.Client(t), true}, {"miniredis", mini, false}} {
-		t.Run(tc.name, func(t *testing.T) {
-			ctx := context.Background()
-			sem := []string{"{s}", "{s}:log", "{s}:logx"}
-			runs := map[*lua.Script][2][]string{
-				lua.SemSet:      {sem, {"2", "r1", "10000", "{s}:released", "0"}},
-				lua.SemAcquire:  {sem, {"1", "r2", "10000"}},
-				lua.SemRelease:  {sem, {"1", "r3", "10000", "{s}:released", "0"}},
-				lua.SemDrain:    {sem, {"r4", "10000"}},
-				lua.SemDelete:   {{"{s}"}, nil},
-				lua.PsemSet:     {{"{p}", "{p}:log", "{p}:logx"}, {"1", "r5", "10000", "{p}:released"}},
-				lua.PsemAdd:     {{"{p}", "{p}:log", "{p}:logx"}, {"1", "r6", "10000", "{p}:released"}},
-				lua.PsemAcquire: {{"{p}", "{p}:leases"}, {"id1", "1000"}},
-				lua.PsemExtend:  {{"{p}", "{p}:leases"}, {"id1", "2000", "{p}:released"}},
-				lua.PsemState:   {{"{p}", "{p}:leases"}, {"id1"}},
-				lua.PsemRelease: {{"{p}", "{p}:leases", "{p}:log", "{p}:logx"}, {"id1", "r7", "10000", "{p}:released"}},
-				lua.PsemDelete:  {{"{p}", "{p}:leases"}, nil},
+	eachServer(t, func(t *testing.T, tc server) {
+		ctx := context.Background()
+		sem := []string{"{s}", "{s}:log", "{s}:logx"}
+		runs := map[*lua.Script][2][]string{
+			lua.SemSet:      {sem, {"2", "r1", "10000", "{s}:released", "0"}},
+			lua.SemAcquire:  {sem, {"1", "r2", "10000"}},
+			lua.SemRelease:  {sem, {"1", "r3", "10000", "{s}:released", "0"}},
+			lua.SemDrain:    {sem, {"r4", "10000"}},
+			lua.SemDelete:   {{"{s}"}, nil},
+			lua.PsemSet:     {{"{p}", "{p}:log", "{p}:logx"}, {"1", "r5", "10000", "{p}:released"}},
+			lua.PsemAdd:     {{"{p}", "{p}:log", "{p}:logx"}, {"1", "r6", "10000", "{p}:released"}},
+			lua.PsemAcquire: {{"{p}", "{p}:leases"}, {"id1", "1000"}},
+			lua.PsemExtend:  {{"{p}", "{p}:leases"}, {"id1", "2000", "{p}:released"}},
+			lua.PsemState:   {{"{p}", "{p}:leases"}, {"id1"}},
+			lua.PsemRelease: {{"{p}", "{p}:leases", "{p}:log", "{p}:logx"}, {"id1", "r7", "10000", "{p}:released"}},
+			lua.PsemDelete:  {{"{p}", "{p}:leases"}, nil},
+		}
+		for _, s := range semScripts {
+			r := runs[s]
+			if err := s.Lua(tc.flags).Exec(ctx, tc.c, r[0], r[1]).Error(); err != nil {
+				t.Errorf("%s: %v", s.Name(), err)
 			}
-			for _, s := range semScripts {
-				r := runs[s]
-				if err := s.Lua(tc.flags).Exec(ctx, tc.c, r[0], r[1]).Error(); err != nil {
-					t.Errorf("%s: %v", s.Name(), err)
-				}
-			}
-		})
-	}
+		}
+	})
 }
 
 // TestSemScripts_requestLog checks the request log that makes the scripts safe to resend: a
