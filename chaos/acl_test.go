@@ -326,11 +326,11 @@ func TestBadInput_startup(t *testing.T) {
 			time.Sleep(20 * time.Millisecond)
 		}
 	})
-	dialFails := func(t *testing.T, opt rueidis.ClientOption, want string) (error, error, time.Duration) {
+	dialFails := func(t *testing.T, opt rueidis.ClientOption, want string) (took time.Duration, rerr, err error) {
 		t.Helper()
 		start := time.Now()
 		c, err := rlock.Dial(opt)
-		took := time.Since(start)
+		took = time.Since(start)
 		if err == nil {
 			_ = c.Close()
 			t.Fatal("rlock.Dial succeeded; want an error")
@@ -342,14 +342,15 @@ func TestBadInput_startup(t *testing.T) {
 			t.Errorf("Dial: %v, want an error that says %q", err, want)
 		}
 		opt.DisableCache = true
-		rc, rerr := rueidis.NewClient(opt)
+		var rc rueidis.Client
+		rc, rerr = rueidis.NewClient(opt)
 		if rerr == nil {
 			rc.Close()
 			t.Errorf("rueidis.NewClient succeeded; want an error")
 		} else if !strings.Contains(rerr.Error(), want) {
 			t.Errorf("rueidis.NewClient: %v, want an error that says %q", rerr, want)
 		}
-		return err, rerr, took
+		return took, rerr, err
 	}
 
 	t.Run("wrongPassword", func(t *testing.T) {
@@ -357,8 +358,8 @@ func TestBadInput_startup(t *testing.T) {
 			expected: "a clear WRONGPASS error from Dial within a bound (< 5 s); nothing to lock with"})
 		srv := redistest.Start(t, redistest.WithPassword("right"))
 		aclDo(t, srv, append([]string{"ACL", "SETUSER", "locker", "reset", "on", ">pw"}, strings.Fields(rlock.ACLRule(""))...)...)
-		err, rerr, took := dialFails(t, rueidis.ClientOption{InitAddress: []string{srv.Addr()}, Password: "wrong"}, "WRONGPASS")
-		_, _, took2 := dialFails(t, rueidis.ClientOption{InitAddress: []string{srv.Addr()}, Username: "locker", Password: "wrong"}, "WRONGPASS")
+		took, rerr, err := dialFails(t, rueidis.ClientOption{InitAddress: []string{srv.Addr()}, Password: "wrong"}, "WRONGPASS")
+		took2, _, _ := dialFails(t, rueidis.ClientOption{InitAddress: []string{srv.Addr()}, Username: "locker", Password: "wrong"}, "WRONGPASS")
 		setOutcome(t, fmt.Sprintf("Dial in %v (ACL user: %v): %.100q; rueidis.NewClient fails the same way (%.60q), so rlock.New is never reached",
 			took.Round(time.Millisecond), took2.Round(time.Millisecond), err, rerr))
 	})
@@ -367,7 +368,7 @@ func TestBadInput_startup(t *testing.T) {
 		result(t, row{order: "bad input", fault: "the server's TLS certificate expired (CA still valid)",
 			expected: "a clear x509 error naming the expired certificate from Dial within a bound (< 5 s); nothing to lock with"})
 		srv := redistest.Start(t, redistest.WithTLS(redistest.TLSOptions{Expired: true}))
-		err, rerr, took := dialFails(t, rueidis.ClientOption{InitAddress: []string{srv.Addr()}, TLSConfig: srv.TLSConfig()}, "certificate has expired")
+		took, rerr, err := dialFails(t, rueidis.ClientOption{InitAddress: []string{srv.Addr()}, TLSConfig: srv.TLSConfig()}, "certificate has expired")
 		if !strings.Contains(err.Error(), "x509") {
 			t.Errorf("Dial: %v, want an x509 error", err)
 		}
