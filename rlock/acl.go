@@ -9,20 +9,24 @@ import (
 )
 
 // ErrNoPermission: Redis refused a command, or a command a script called, for want of ACL
-// rights (NOPERM). The error names the lock and Redis's message, which names the command or
-// the key. A refused script wrote nothing (Redis checks a call before it runs it, and relock's
-// scripts read before they write); a refused release or renewal leaves the lock to expire
-// with its lease. [ACLRule] gives the rights relock needs.
+// rights (NOPERM). The error names the lock and carries Redis's message (which, for a call
+// inside a script, does not name the command on Redis 7.0). Redis does not roll a script back:
+// what it wrote before the refused call stays. A lock's keys are always left with an expiry
+// (a grant whose expiry is refused is undone), but a semaphore's or latch's request log may be
+// left without one. A refused release or renewal leaves the lock to expire with its lease: the
+// Client stops renewing it and the holder is told. [ACLRule] gives the rights relock needs.
 var ErrNoPermission = errors.New("rlock: no permission")
 
 // clientCommands are the commands relock sends itself, beside its scripts: the scripts
 // (EVALSHA, and EVAL when the server lost them), the reads of IsLocked, HoldCount, TTL and the
 // latch and semaphore getters, the lease touch and WAIT of WithReplicaAck, and the shared
-// pub/sub connection's SUBSCRIBE and UNSUBSCRIBE. rueidis adds PING (health checks) and, on a
-// Cluster, reads the slot map; HELLO and AUTH are always allowed.
+// pub/sub connection's SUBSCRIBE and UNSUBSCRIBE. rueidis adds PING (health checks), SELECT for
+// a database other than 0, and, on a Cluster, reads of the slot map; HELLO and AUTH are always
+// allowed.
 var clientCommands = []string{
 	"evalsha", "eval", "type", "get", "hget", "pttl", "pexpire", "wait",
 	"subscribe", "unsubscribe", "ping", "cluster|slots", "cluster|shards",
+	"select", // a database other than 0 (rueidis's SelectDB, a URL's /n)
 }
 
 // ACLRule returns the Redis ACL rules that allow a user what relock does with the keys and
@@ -30,7 +34,7 @@ var clientCommands = []string{
 // else: its keys and channels, and the commands relock and its scripts run, named one by one.
 // Give it to ACL SETUSER after the user's name, its "on" and its password, e.g.
 //
-//	ACL SETUSER locker on >secret <ACLRule("relock:")>
+//	ACL SETUSER locker reset on >secret <ACLRule("relock:")>
 //
 // The rule starts with resetkeys and resetchannels and -@all, so it replaces what the user could
 // do before: use a user of its own for locks. It allows every key and channel that begins with
@@ -40,7 +44,7 @@ var clientCommands = []string{
 // more (client-side caching, which would need CLIENT TRACKING, is off); a rueidis client made
 // otherwise must set DisableCache too, or be given +client|tracking.
 //
-// The commands run inside the scripts are Redis's to check (Redis 7 applies the user's ACL to
+// The commands run inside the scripts are Redis's to check (Redis applies the user's ACL to
 // them): a call that the rule does not allow fails the script, and the relock call that sent
 // it returns an error wrapping [ErrNoPermission].
 func ACLRule(prefix string) string {

@@ -278,6 +278,6 @@ func TestACLRule_inREADME(t *testing.T) {
 	s := string(b)
 	i, j := strings.Index(s, "<!-- acl-rule:begin -->"), strings.Index(s, "<!-- acl-rule:end -->")
 	require.True(t, i >= 0 && j > i, "README: the acl-rule markers")
-	require.Contains(t, s[i:j], "ACL SETUSER locker on >secret "+rlock.ACLRule("")+"\n",
+	require.Contains(t, s[i:j], "ACL SETUSER locker reset on >secret "+rlock.ACLRule("")+"\n",
 		"README: the ACL rule is not ACLRule's output; paste rlock.ACLRule(\"\")")
 }

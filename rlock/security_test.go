@@ -183,6 +183,9 @@ func secMutexWatchdog(t *testing.T, srv *redistest.Server, c *rlock.Client) {
 // watchdog, ForceUnlock) over a server that speaks TLS only, dialled with a TLSConfig and
 // with a rediss:// URL; and clear, prompt Dial errors for an untrusted or expired certificate.
 func TestSecurity_TLS(t *testing.T) {
+	if testing.Short() {
+		t.Skip("long: waits out a renewal or runs many names (run without -short)")
+	}
 	srv := redistest.Start(t, redistest.WithTLS(redistest.TLSOptions{}))
 	opt := rueidis.ClientOption{InitAddress: []string{srv.Addr()}, TLSConfig: srv.TLSConfig()}
 
@@ -372,6 +375,9 @@ func secAuthFails(t *testing.T, err error) {
 // Authentication with requirepass: every primitive works for a Client that gives the
 // password; a wrong or missing password is a prompt Dial error that says so.
 func TestSecurity_requirepass(t *testing.T) {
+	if testing.Short() {
+		t.Skip("long: waits out a renewal or runs many names (run without -short)")
+	}
 	srv := redistest.Start(t, redistest.WithPassword("s3cret pass"))
 	opt := rueidis.ClientOption{InitAddress: []string{srv.Addr()}, Password: "s3cret pass"}
 	secFamily(t, srv, secDial(t, opt, rlock.WithWatchdogTimeout(secLease)), secDial(t, opt))
@@ -388,6 +394,9 @@ func TestSecurity_requirepass(t *testing.T) {
 // Authentication as an ACL user (with every right): every primitive works; a wrong password
 // or an unknown user is a prompt Dial error that says so.
 func TestSecurity_aclUser(t *testing.T) {
+	if testing.Short() {
+		t.Skip("long: waits out a renewal or runs many names (run without -short)")
+	}
 	srv := redistest.Start(t)
 	secSetUser(t, srv, "locker", "on", ">pw", "~*", "&*", "+@all")
 	opt := rueidis.ClientOption{InitAddress: []string{srv.Addr()}, Username: "locker", Password: "pw"}
@@ -405,6 +414,9 @@ func TestSecurity_aclUser(t *testing.T) {
 
 // TLS and a password together.
 func TestSecurity_TLSAndPassword(t *testing.T) {
+	if testing.Short() {
+		t.Skip("long: waits out a renewal or runs many names (run without -short)")
+	}
 	srv := redistest.Start(t, redistest.WithTLS(redistest.TLSOptions{}), redistest.WithPassword("pw"))
 	opt := rueidis.ClientOption{InitAddress: []string{srv.Addr()}, TLSConfig: srv.TLSConfig(), Password: "pw"}
 	secMutexBasics(t, srv, secDial(t, opt), secDial(t, opt))

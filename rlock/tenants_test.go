@@ -377,6 +377,9 @@ func tenantWorkload(t *testing.T, c *rlock.Client, names []string) []*rlock.Mute
 // the hash tag, "{tenantA:...", or, for a name with a tag of its own, "tenantA:..."), checked
 // with SCAN after each tenant's workload; B's workload on the same names leaves A's locks held.
 func TestTenants_keys(t *testing.T) {
+	if testing.Short() {
+		t.Skip("long: waits out a renewal or runs many names (run without -short)")
+	}
 	srv := redistest.Start(t)
 	a := secDial(t, rueidis.ClientOption{InitAddress: []string{srv.Addr()}}, rlock.WithKeyPrefix(tenantA))
 	b := secDial(t, rueidis.ClientOption{InitAddress: []string{srv.Addr()}}, rlock.WithKeyPrefix(tenantB))
@@ -459,6 +462,9 @@ func noPermission(t *testing.T, err error, what string) {
 // subscribing to its channels, not with a forged owner id; a forged owner id through the
 // tenant's own prefix touches the tenant's own key only.
 func TestTenants_aclUsers(t *testing.T) {
+	if testing.Short() {
+		t.Skip("long: waits out a renewal or runs many names (run without -short)")
+	}
 	srv := redistest.Start(t)
 	names := tenantNames(t, 10)
 	for _, rule := range []string{"handwritten", "ACLRule"} {
