@@ -61,11 +61,8 @@ func New(client rueidis.Client, opts ...Option) (*Client, error) {
 	if client == nil {
 		return nil, invalid("nil rueidis client")
 	}
-	o := defaultOptions()
-	for _, opt := range opts {
-		opt.apply(&o)
-	}
-	if err := o.validate(); err != nil {
+	o, err := buildOptions(opts)
+	if err != nil {
 		return nil, err
 	}
 	c := &Client{
@@ -79,7 +76,6 @@ func New(client rueidis.Client, opts ...Option) (*Client, error) {
 	c.wdLease = strconv.FormatInt(o.watchdogTimeout.Milliseconds(), 10)
 	c.life, c.endLife = context.WithCancelCause(context.Background())
 	c.flags.Store(true)
-	var err error
 	if c.wd, err = watchdog.New(renewer{c}, watchdog.WithRenewFraction(o.renewFraction)); err != nil {
 		return nil, invalid("%v", err)
 	}
@@ -102,12 +98,8 @@ func New(client rueidis.Client, opts ...Option) (*Client, error) {
 // Dial returns an error wrapping [ErrInvalid] for an invalid option (nothing is dialled),
 // or rueidis's error when it cannot connect (as [rueidis.NewClient] does, it dials at once).
 func Dial(opt rueidis.ClientOption, opts ...Option) (*Client, error) {
-	o := defaultOptions()
-	for _, op := range opts {
-		op.apply(&o)
-	}
-	if err := o.validate(); err != nil {
-		return nil, err
+	if _, err := buildOptions(opts); err != nil {
+		return nil, err // before anything is dialled
 	}
 	opt.DisableCache = true
 	rc, err := rueidis.NewClient(opt)

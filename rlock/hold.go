@@ -432,13 +432,6 @@ func (t *tenure) subscribe(f func(error)) (stop func()) {
 	}
 }
 
-// validAt reports whether tenure t of h was still surely held in Redis at at: its lease, as
-// last granted or renewed, had not run out by then on this Client's conservative clock, and
-// had not been lost before.
-func (h *hold) validAt(t *tenure, at time.Time) bool {
-	return at.Before(h.deadline(t))
-}
-
 // deadline is the conservative end of tenure t's lease as last confirmed (zero once the
 // lease was lost or ended). While the hold is valid it only moves later.
 func (h *hold) deadline(t *tenure) time.Time {

@@ -887,7 +887,7 @@ func (m *Mutex) sendRelease(ctx context.Context, owner string, next *candidate, 
 	}
 	if n == -2 {
 		n = -1
-		if t != nil && (sent.Before(before) || h.validAt(t, sent)) {
+		if t != nil && (sent.Before(before) || sent.Before(h.deadline(t))) {
 			n = 0
 		}
 	}

@@ -168,3 +168,13 @@ func WithWaiterTimeout(d time.Duration) Option {
 func WithReplicaAck(replicas int, timeout time.Duration) Option {
 	return optionFunc(func(o *options) { o.ackReplicas, o.ackTimeout = replicas, timeout })
 }
+
+// buildOptions applies opts to the defaults and validates the result: an invalid option is an
+// error wrapping ErrInvalid.
+func buildOptions(opts []Option) (options, error) {
+	o := defaultOptions()
+	for _, opt := range opts {
+		opt.apply(&o)
+	}
+	return o, o.validate()
+}
