@@ -967,11 +967,7 @@ func replicated(t *testing.T) (master, replica *redistest.Server, link *faultpro
 	if m := replica.Do(t, "REPLICAOF", host, port); m.Error() != nil {
 		t.Fatal(m.Error())
 	}
-	redistest.WaitFor(t, 15*time.Second, "the replica to sync", func() bool {
-		msg := master.Do(t, "INFO", "replication")
-		s, _ := msg.ToString()
-		return strings.Contains(s, "connected_slaves:1") && strings.Contains(s, "state=online")
-	})
+	master.WaitReplicaOnline(t, 15*time.Second)
 	return master, replica, link
 }
 

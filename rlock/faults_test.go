@@ -496,11 +496,7 @@ func TestMutex_replicaAck(t *testing.T) {
 	master := redistest.Start(t)
 	replica := redistest.Start(t, redistest.WithReplicaOf(master))
 	b := &backend{name: "redis", srv: master}
-	redistest.WaitFor(t, 10*time.Second, "the replica to sync", func() bool {
-		msg := master.Do(t, "INFO", "replication")
-		s, _ := msg.ToString()
-		return strings.Contains(s, "connected_slaves:1") && strings.Contains(s, "state=online")
-	})
+	master.WaitReplicaOnline(t, 10*time.Second)
 	c := b.client(t, rlock.WithReplicaAck(1, 500*time.Millisecond))
 	m := c.Mutex(redistest.Name(t))
 	require.NoError(t, m.Lock(bg))

@@ -153,13 +153,8 @@ func TestRelease_wakesEveryWaiter(t *testing.T) {
 			b := realBackend(t)
 			var opts []rlock.Option
 			if ack {
-				replica := redistest.Start(t, redistest.WithReplicaOf(b.srv))
-				_ = replica
-				redistest.WaitFor(t, 10*time.Second, "the replica to sync", func() bool {
-					msg := b.srv.Do(t, "INFO", "replication")
-					s, _ := msg.ToString()
-					return strings.Contains(s, "connected_slaves:1") && strings.Contains(s, "state=online")
-				})
+				redistest.Start(t, redistest.WithReplicaOf(b.srv))
+				b.srv.WaitReplicaOnline(t, 10*time.Second)
 				opts = append(opts, rlock.WithReplicaAck(1, time.Second))
 			}
 			name := redistest.Name(t)

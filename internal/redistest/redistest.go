@@ -990,3 +990,14 @@ func WaitFor(tb testing.TB, d time.Duration, what string, cond func() bool) {
 		time.Sleep(2 * time.Millisecond)
 	}
 }
+
+// WaitReplicaOnline waits up to d for s to have one replica connected and in sync (INFO
+// replication: connected_slaves:1 and state=online), and fails tb if it does not.
+func (s *Server) WaitReplicaOnline(tb testing.TB, d time.Duration) {
+	tb.Helper()
+	WaitFor(tb, d, "the replica to sync", func() bool {
+		msg := s.Do(tb, "INFO", "replication")
+		info, _ := msg.ToString()
+		return strings.Contains(info, "connected_slaves:1") && strings.Contains(info, "state=online")
+	})
+}
