@@ -383,7 +383,10 @@ type renewer struct{ c *Client }
 // Renew sends one renew script per kind of lock (each kind has its own) and lease length
 // (a script sets one TTL for all its keys) in the batch: on a single server one for all
 // leases of that kind and length; on Cluster, one per kind, length and hash slot (a
-// script's keys must share a slot).
+// script's keys must share a slot), all in one pipeline, so that a round costs one round
+// trip per node rather than one per slot. A slot's script that Redis cannot run while the
+// slot migrates (TRYAGAIN: some of its keys moved, others not) is sent again as one script
+// per lease, each of which the node that has its key serves (rueidis follows ASK).
 func (r renewer) Renew(ctx context.Context, leases []*watchdog.Lease) []error {
 	type group struct {
 		v    *variant
@@ -401,35 +404,80 @@ func (r renewer) Renew(ctx context.Context, leases []*watchdog.Lease) []error {
 			}
 		}
 		if same {
-			return r.renew(ctx, first.Data.(*hold).v, leases)
+			v := first.Data.(*hold).v
+			keys, args := r.keysArgs(v, leases)
+			return r.parse(r.c.exec(ctx, v.renew, keys, args), len(leases))
 		}
 	}
-	groups := make(map[group][]int)
+	at := make(map[group]int)
+	var groups [][]int
+	var vs []*variant
 	for i, l := range leases {
 		h := l.Data.(*hold)
 		g := group{v: h.v, ttl: l.TTL}
 		if cluster {
 			g.slot = slot(h.keys.lock)
 		}
-		groups[g] = append(groups[g], i)
+		j, ok := at[g]
+		if !ok {
+			j = len(groups)
+			at[g] = j
+			groups, vs = append(groups, nil), append(vs, h.v)
+		}
+		groups[j] = append(groups[j], i)
 	}
 	errs := make([]error, len(leases))
+	calls := make([]scriptCall, len(groups))
 	batch := make([]*watchdog.Lease, 0, len(leases))
-	for g, idx := range groups {
+	for j, idx := range groups {
 		batch = batch[:0]
 		for _, i := range idx {
 			batch = append(batch, leases[i])
 		}
-		for j, err := range r.renew(ctx, g.v, batch) {
-			errs[idx[j]] = err
+		keys, args := r.keysArgs(vs[j], batch)
+		calls[j] = scriptCall{s: vs[j].renew, keys: keys, args: args}
+	}
+	var single []int
+	for j, res := range r.c.execMulti(ctx, calls) {
+		if len(groups[j]) > 1 && slotSplit(res.Error()) {
+			single = append(single, groups[j]...)
+			continue
+		}
+		for k, err := range r.parse(res, len(groups[j])) {
+			errs[groups[j][k]] = err
+		}
+	}
+	if len(single) > 0 {
+		calls = calls[:0]
+		for _, i := range single {
+			v := leases[i].Data.(*hold).v
+			keys, args := r.keysArgs(v, leases[i:i+1])
+			calls = append(calls, scriptCall{s: v.renew, keys: keys, args: args})
+		}
+		for k, res := range r.c.execMulti(ctx, calls) {
+			errs[single[k]] = r.parse(res, 1)[0]
 		}
 	}
 	return errs
 }
 
-// renew renews leases, all of variant v and of one TTL, with one script.
-func (r renewer) renew(ctx context.Context, v *variant, leases []*watchdog.Lease) []error {
-	errs := make([]error, len(leases))
+// slotSplit reports whether err is Redis declining a multi-key script because its keys'
+// slot is being migrated and the keys are split between two nodes (or a redirect rueidis
+// did not follow): a script per key would be served.
+func slotSplit(err error) bool {
+	re, ok := rueidis.IsRedisErr(err)
+	if !ok {
+		return false
+	}
+	if _, moved := re.IsRedirect(); moved {
+		return true
+	}
+	return re.IsTryAgain() || strings.HasPrefix(re.Error(), "CROSSSLOT")
+}
+
+// keysArgs are the renew script's keys and arguments for leases, all of variant v and of
+// one TTL.
+func (r renewer) keysArgs(v *variant, leases []*watchdog.Lease) ([]string, []string) {
 	keys := make([]string, 0, len(leases))
 	args := make([]string, 1, len(leases)+1)
 	args[0] = strconv.FormatInt(leases[0].TTL.Milliseconds(), 10)
@@ -442,8 +490,16 @@ func (r renewer) renew(ctx context.Context, v *variant, leases []*watchdog.Lease
 		}
 		args = append(args, h.owner)
 	}
-	vals, err := r.c.exec(ctx, v.renew, keys, args).AsIntSlice()
-	if err == nil && len(vals) != len(leases) {
+	return keys, args
+}
+
+// parse turns the renew script's reply for n leases into one error per lease: nil when
+// renewed, [watchdog.ErrGone] when the owner no longer holds it (or Redis refuses the
+// renewal for want of rights), another error when the renewal may be tried again.
+func (r renewer) parse(res rueidis.RedisResult, n int) []error {
+	errs := make([]error, n)
+	vals, err := res.AsIntSlice()
+	if err == nil && len(vals) != n {
 		err = errors.New("rlock: renew: malformed reply")
 	}
 	if re, ok := rueidis.IsRedisErr(err); ok && noPermission(re.Error()) {
@@ -451,7 +507,7 @@ func (r renewer) renew(ctx context.Context, v *variant, leases []*watchdog.Lease
 		// gone, and their holders are told now rather than when they run out.
 		err = errorf("%w: %w: %w", watchdog.ErrGone, ErrNoPermission, err)
 	}
-	for i := range leases {
+	for i := range errs {
 		switch {
 		case err != nil:
 			errs[i] = err

@@ -2935,10 +2935,13 @@ func (ps *permitSubject) finish(s *mseq) {
 // Unlock. release (mutex.go) judges sendRelease's error with definitive(), but sendRelease has
 // wrapped it (classify) and rueidis.IsRedisErr does not unwrap: the refusal is taken for an
 // unknown outcome, handed to the candidate, and the waiter's Lock fails with it.
+//
+// A BUSY (transient: Redis ran nothing) is since sent again within the cleanup timeout
+// (execServed): here every send is refused, so the Unlock fails when that timeout ends.
 func TestModelRegression_refusedReleaseEndsParkedWaiter(t *testing.T) {
 	b := realBackend(t)
 	fc := &faultClient{Client: b.rueidis(t)}
-	c, err := rlock.New(fc)
+	c, err := rlock.New(fc, rlock.WithCleanupTimeout(300*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -2954,7 +2957,7 @@ func TestModelRegression_refusedReleaseEndsParkedWaiter(t *testing.T) {
 	go func() { got <- waiter.Lock(ctx) }()
 	for _, kind := range []faultKind{fBusy, fRedisErr} {
 		redistest.WaitFor(t, 5*time.Second, "the waiter to park", func() bool { return rlock.ParkedCandidates(c, holder) == 1 })
-		err := holder.Unlock(withFault(bg, newFault(kind, 0, 1)))
+		err := holder.Unlock(withFault(bg, newFault(kind, 0, 1000)))
 		if !injected(err) {
 			t.Fatalf("Unlock with a refused release script: %v, want the injected error", err)
 		}

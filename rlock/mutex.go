@@ -724,7 +724,10 @@ func (c *Client) replayAt(ctx, caller context.Context, s *lua.Script, keys, args
 //     taken by another (the loss cause is joined when the owner was told of a loss; after a
 //     fixed lease ran its course, the error wraps [ErrLeaseExpired], even when Redis still
 //     had the hold for the drift allowance and Unlock gave it back there);
-//  2. [ErrWrongType], [ErrClosed], [ErrInvalid], or a Redis error, wrapped.
+//  2. [ErrWrongType], [ErrClosed], [ErrInvalid], or a Redis error, wrapped. A give-back that
+//     Redis cannot serve yet (unreachable, loading, a Cluster slot being migrated or a
+//     master failing over: nothing was applied) is sent again with backoff, and its error
+//     is returned only when the cleanup timeout ends first.
 func (m *Mutex) Unlock(ctx context.Context) error {
 	owner, err := m.ownerOf(ctx)
 	if err != nil {
@@ -861,7 +864,9 @@ func (m *Mutex) sendRelease(ctx context.Context, owner string, next *candidate, 
 	if t != nil {
 		before = h.deadline(t)
 	}
-	res := m.c.exec(fctx, m.v.release, keys, args)
+	// A first send that Redis could not serve (a refused dial, a failover or a migration
+	// in progress) applied nothing: it goes again, within the cleanup timeout.
+	res := m.c.execServed(fctx, m.v.release, keys, args)
 	err := res.Error()
 	var sent time.Time
 	if err != nil && !definitive(err) {

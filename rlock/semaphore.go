@@ -171,7 +171,13 @@ func (c *Client) semRun(ctx context.Context, detached bool, s *lua.Script, keys,
 	} else {
 		sctx, cancel = context.WithTimeout(ctx, c.opts.cleanupTimeout)
 	}
-	res = c.exec(sctx, s, keys, args)
+	if detached {
+		// A give-back that Redis could not serve applied nothing: it goes again, within
+		// the cleanup timeout.
+		res = c.execServed(sctx, s, keys, args)
+	} else {
+		res = c.exec(sctx, s, keys, args)
+	}
 	cancel()
 	if err = res.Error(); err == nil || definitive(err) {
 		return res, false, err
