@@ -197,4 +197,3 @@ func TestCluster_unlockAfterMasterKilled(t *testing.T) {
 	require.NoError(t, err)
 	require.False(t, held)
 }
-
