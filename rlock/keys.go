@@ -1,6 +1,10 @@
 package rlock
 
-import "strings"
+import (
+	"strings"
+
+	"github.com/relock-go/relock/internal/hashslot"
+)
 
 // lockKeys are the Redis keys and channel of one lock name. All share one hash tag, so on
 // Redis Cluster they live in one slot.
@@ -55,23 +59,5 @@ func escapeBraces(s string) string {
 	return braceEscaper.Replace(s)
 }
 
-// slot is the Redis Cluster slot of key: CRC16 (XMODEM) of its hash tag, or of the whole key.
-func slot(key string) uint16 {
-	if i := strings.IndexByte(key, '{'); i >= 0 {
-		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
-			key = key[i+1 : i+1+j]
-		}
-	}
-	var crc uint16
-	for i := 0; i < len(key); i++ {
-		crc ^= uint16(key[i]) << 8
-		for b := 0; b < 8; b++ {
-			if crc&0x8000 != 0 {
-				crc = crc<<1 ^ 0x1021
-			} else {
-				crc <<= 1
-			}
-		}
-	}
-	return crc % 16384
-}
+// slot is the Redis Cluster slot of key.
+func slot(key string) uint16 { return hashslot.Of(key) }

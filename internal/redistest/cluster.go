@@ -15,11 +15,13 @@ import (
 	"time"
 
 	"github.com/redis/rueidis"
+
+	"github.com/relock-go/relock/internal/hashslot"
 )
 
 const (
 	// SlotCount is the number of hash slots of a Redis Cluster.
-	SlotCount = 16384
+	SlotCount = hashslot.Count
 
 	// clusterNodeTimeout is the --cluster-node-timeout of every node, in milliseconds: a
 	// master that does not answer for this long is flagged PFAIL, then FAIL, and its
@@ -287,30 +289,7 @@ func waitDelayedCloses() {
 // Slot returns key's hash slot as Redis Cluster computes it: CRC16 (XMODEM) modulo 16384
 // of the key, or of its hash tag, the part between the first '{' and the first '}' after
 // it, when that part is not empty.
-func Slot(key string) int {
-	if i := strings.IndexByte(key, '{'); i >= 0 {
-		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
-			key = key[i+1 : i+1+j]
-		}
-	}
-	return int(crc16(key) % SlotCount)
-}
-
-// crc16 is CRC-16/XMODEM (polynomial 0x1021, initial value 0), Redis Cluster's key hash.
-func crc16(s string) uint16 {
-	var crc uint16
-	for i := 0; i < len(s); i++ {
-		crc ^= uint16(s[i]) << 8
-		for b := 0; b < 8; b++ {
-			if crc&0x8000 != 0 {
-				crc = crc<<1 ^ 0x1021
-			} else {
-				crc <<= 1
-			}
-		}
-	}
-	return crc
-}
+func Slot(key string) int { return int(hashslot.Of(key)) }
 
 // Migration is a slot migration begun by [Cluster.BeginMigration]: the slot is
 // IMPORTING on the target and MIGRATING on the source until Finish. Meanwhile a key
