@@ -22,15 +22,28 @@
 // channel); the goroutine reconnects with backoff and subscribes again, and when Redis
 // confirms a subscription every waiter of that channel is woken again, since messages sent
 // while it was down are lost.
+//
+// Sharded ([WithSharded], Redis 7 Cluster): channels are sharded channels (SSUBSCRIBE,
+// SPUBLISH), each served by the master of its hash slot. The Subscriber keeps one connection
+// per master that serves a channel a waiter needs, each with its own goroutines as above, and
+// learns where a slot lives from CLUSTER SLOTS (asked by one more goroutine, the router) and
+// from MOVED replies. When a slot moves (Redis ends the subscription with an unsolicited
+// sunsubscribe, and a SSUBSCRIBE on the old node answers MOVED) or its master fails, the
+// channel is woken and subscribed again on the node that serves it now: no waiter sleeps on
+// a channel nobody publishes to.
 package pubsub
 
 import (
 	"context"
 	"errors"
+	"net"
+	"strconv"
 	"sync"
 	"time"
 
 	"github.com/redis/rueidis"
+
+	"github.com/relock-go/relock/internal/hashslot"
 )
 
 // DefaultLinger is how long a channel stays subscribed after its last waiter left.
@@ -55,26 +68,44 @@ func (f optionFunc) apply(s *Subscriber) { f(s) }
 // WithLinger sets how long a channel stays subscribed after its last waiter left (>= 0).
 func WithLinger(d time.Duration) Option { return optionFunc(func(s *Subscriber) { s.linger = d }) }
 
-// Subscriber multiplexes release channels over one subscription connection. It is safe for
-// concurrent use.
+// WithSharded makes the channels sharded channels (SSUBSCRIBE; their messages must be sent
+// with SPUBLISH), for a client in Cluster mode on Redis 7 or later. New refuses it for a
+// client in another mode.
+func WithSharded() Option { return optionFunc(func(s *Subscriber) { s.sharded = true }) }
+
+// Subscriber multiplexes release channels over one subscription connection (per master,
+// when sharded). It is safe for concurrent use.
 type Subscriber struct {
-	client rueidis.Client
-	linger time.Duration
+	client  rueidis.Client
+	linger  time.Duration
+	sharded bool
 
 	mu      sync.Mutex
 	chans   map[string]*channel
-	gen     uint64 // connection generation; bumped on every (re)connect
-	started bool
+	conns   map[string]*conn  // by node address; the one classic connection is ""
+	slots   map[uint16]string // sharded: the node serving a slot, as last learned
+	routing bool              // sharded: the router goroutine runs
 	closed  bool
-	kick    chan struct{} // capacity 1: the set of wanted channels changed
+	route   chan struct{} // capacity 1: a channel needs a home (sharded)
 	ctx     context.Context
 	cancel  context.CancelFunc
-	done    chan struct{} // closed when the loop has exited
+	wg      sync.WaitGroup // the goroutines
+}
+
+// conn is one subscription connection and its goroutine: the only one (classic), or one
+// per node (sharded). Guarded by Subscriber.mu.
+type conn struct {
+	addr    string
+	gen     uint64 // connection generation; bumped on every (re)connect
+	started bool
+	kick    chan struct{} // capacity 1: the set of wanted channels changed
+	backoff time.Duration // sharded: the wait before the next connection (its loop's own)
 }
 
 // channel is the state of one release channel. Guarded by Subscriber.mu.
 type channel struct {
 	name       string
+	home       *conn     // the connection that subscribes it; nil while unknown (sharded)
 	waiters    []*Waiter // longest waiting first
 	subscribed bool      // SUBSCRIBE sent on the current connection and not undone
 	live       bool      // Redis confirmed the subscription on the current connection
@@ -91,14 +122,18 @@ func New(client rueidis.Client, opts ...Option) (*Subscriber, error) {
 		client: client,
 		linger: DefaultLinger,
 		chans:  make(map[string]*channel),
-		kick:   make(chan struct{}, 1),
-		done:   make(chan struct{}),
+		conns:  make(map[string]*conn),
+		slots:  make(map[uint16]string),
+		route:  make(chan struct{}, 1),
 	}
 	for _, o := range opts {
 		o.apply(s)
 	}
 	if s.linger < 0 {
 		return nil, errors.New("pubsub: negative linger")
+	}
+	if s.sharded && client.Mode() != rueidis.ClientModeCluster {
+		return nil, errors.New("pubsub: sharded channels need a client in Cluster mode")
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	return s, nil
@@ -108,6 +143,7 @@ func New(client rueidis.Client, opts ...Option) (*Subscriber, error) {
 // [Subscriber.Mark] before an attempt whose failure may lead to a Watch.
 type Mark struct {
 	c        *channel
+	home     *conn
 	gen, seq uint64
 	live     bool
 }
@@ -118,10 +154,10 @@ func (s *Subscriber) Mark(name string) Mark {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	c := s.chans[name]
-	if c == nil {
+	if c == nil || c.home == nil {
 		return Mark{}
 	}
-	return Mark{c: c, gen: s.gen, seq: c.seq, live: c.live}
+	return Mark{c: c, home: c.home, gen: c.home.gen, seq: c.seq, live: c.live}
 }
 
 // Live reports whether the named channel's subscription is confirmed on the current
@@ -164,41 +200,91 @@ func (s *Subscriber) WatchTag(name, tag string) (*Waiter, error) {
 	w := &Waiter{s: s, c: c, ch: make(chan struct{}, 1), ahead: len(c.waiters), tag: tag}
 	c.waiters = append(c.waiters, w)
 	if !c.subscribed {
-		if !s.started {
-			s.started = true
-			go s.loop()
-		}
-		s.poke()
+		s.want(c)
 	}
 	return w, nil
 }
 
-// Close stops the Subscriber's goroutine, closes its connection and wakes every waiter. It
-// waits for the goroutine to exit. Later Watch calls return ErrClosed.
+// want has c subscribed: its home connection is told (and started), or, when its home is
+// not known yet, the router. Subscriber.mu must be held.
+func (s *Subscriber) want(c *channel) {
+	if c.home == nil {
+		if !s.sharded {
+			c.home = s.connTo("")
+		} else if addr, ok := s.slots[hashslot.Of(c.name)]; ok {
+			c.home = s.connTo(addr)
+		} else {
+			s.needRoute()
+			return
+		}
+	}
+	c.home.poke()
+}
+
+// connTo returns the connection to addr ("": the classic one), starting its goroutine if it
+// has none. Subscriber.mu must be held.
+func (s *Subscriber) connTo(addr string) *conn {
+	cn := s.conns[addr]
+	if cn == nil {
+		cn = &conn{addr: addr, kick: make(chan struct{}, 1)}
+		s.conns[addr] = cn
+	}
+	if !cn.started && !s.closed {
+		cn.started = true
+		s.wg.Add(1)
+		go s.loop(cn)
+	}
+	return cn
+}
+
+// needRoute asks the router for the homes of the channels that have none, starting it if
+// needed. Subscriber.mu must be held.
+func (s *Subscriber) needRoute() {
+	if !s.routing && !s.closed {
+		s.routing = true
+		s.wg.Add(1)
+		go s.router()
+	}
+	select {
+	case s.route <- struct{}{}:
+	default:
+	}
+}
+
+// rehome forgets c's home (its slot has moved, or its node failed) and wakes its waiters:
+// they try again, and c is subscribed again where its slot lives now (at addr, when known).
+// Subscriber.mu must be held.
+func (s *Subscriber) rehome(c *channel, addr string) {
+	c.subscribed, c.live = false, false
+	c.wakeAll()
+	c.home = nil
+	slot := hashslot.Of(c.name)
+	if addr != "" {
+		s.slots[slot] = addr
+	} else {
+		delete(s.slots, slot)
+	}
+	if len(c.waiters) > 0 {
+		s.want(c)
+	}
+}
+
+// Close stops the Subscriber's goroutines, closes its connections and wakes every waiter. It
+// waits for the goroutines to exit. Later Watch calls return ErrClosed.
 func (s *Subscriber) Close() {
 	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		<-s.done
-		return
-	}
 	s.closed = true
-	started := s.started
 	for _, c := range s.chans {
 		c.wakeAll()
 	}
 	s.mu.Unlock()
 	s.cancel()
-	if started {
-		<-s.done
-	} else {
-		close(s.done)
-	}
+	s.wg.Wait()
 }
 
-func (s *Subscriber) poke() {
+func (cn *conn) poke() {
 	select {
-	case s.kick <- struct{}{}:
+	case cn.kick <- struct{}{}:
 	default:
 	}
 }
@@ -229,7 +315,7 @@ func (w *Waiter) C() <-chan struct{} { return w.ch }
 func (w *Waiter) Live(m Mark) bool {
 	w.s.mu.Lock()
 	defer w.s.mu.Unlock()
-	return m.live && m.c == w.c && w.c.live && m.gen == w.s.gen && m.seq == w.c.seq
+	return m.live && m.c == w.c && w.c.live && m.home == w.c.home && m.gen == m.home.gen && m.seq == w.c.seq
 }
 
 // Pass hands a wake-up to the next waiter of the channel. A waiter that consumed a wake-up
@@ -265,7 +351,9 @@ func (w *Waiter) Close() {
 	}
 	if len(c.waiters) == 0 {
 		c.idleSince = time.Now()
-		s.poke()
+		if c.home != nil {
+			c.home.poke()
+		}
 	}
 }
 
@@ -308,13 +396,13 @@ func (c *channel) wakeTag(tag string) {
 }
 
 // onMessage runs on rueidis's reader goroutine: it must not block.
-func (s *Subscriber) onMessage(gen uint64, m rueidis.PubSubMessage) {
+func (s *Subscriber) onMessage(cn *conn, gen uint64, m rueidis.PubSubMessage) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if gen != s.gen {
+	if gen != cn.gen {
 		return
 	}
-	if c := s.chans[m.Channel]; c != nil {
+	if c := s.chans[m.Channel]; c != nil && c.home == cn {
 		c.seq++
 		switch {
 		case m.Message == WakeAll:
@@ -328,48 +416,191 @@ func (s *Subscriber) onMessage(gen uint64, m rueidis.PubSubMessage) {
 }
 
 // onSubscription runs on rueidis's reader goroutine: it must not block.
-func (s *Subscriber) onSubscription(gen uint64, e rueidis.PubSubSubscription) {
-	if e.Kind != "subscribe" && e.Kind != "ssubscribe" {
-		return
-	}
+func (s *Subscriber) onSubscription(cn *conn, gen uint64, e rueidis.PubSubSubscription) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if gen != s.gen {
+	if gen != cn.gen {
 		return
 	}
-	if c := s.chans[e.Channel]; c != nil && c.subscribed && !c.live {
-		c.live = true
+	c := s.chans[e.Channel]
+	if c == nil || c.home != cn || !c.subscribed {
+		return
+	}
+	switch e.Kind {
+	case "subscribe", "ssubscribe":
+		if !c.live {
+			c.live = true
+			c.wakeAll()
+		}
+	case "sunsubscribe":
+		// Not asked for (a channel this Subscriber unsubscribes is forgotten first): Redis
+		// ends a sharded subscription when its slot leaves the node. Subscribed again here,
+		// the node answers where the slot went (MOVED).
+		c.subscribed, c.live = false, false
 		c.wakeAll()
+		if len(c.waiters) > 0 {
+			cn.poke()
+		}
 	}
 }
 
-// loop owns the connection: it (re)connects, and sends every SUBSCRIBE and UNSUBSCRIBE.
-func (s *Subscriber) loop() {
-	defer close(s.done)
+// router finds the homes of sharded channels that have none: it reads where every slot
+// lives (CLUSTER SLOTS) and tells each such channel's node, trying again with backoff while
+// the cluster cannot say (a failover in progress) or a node cannot be reached.
+func (s *Subscriber) router() {
+	defer s.wg.Done()
+	backoff := 10 * time.Millisecond
+	for {
+		select {
+		case <-s.ctx.Done():
+			return
+		case <-s.route:
+		}
+		slots, err := s.clusterSlots()
+		s.mu.Lock()
+		if err == nil {
+			s.slots = slots
+		}
+		homeless := false
+		for _, c := range s.chans {
+			if c.home == nil && len(c.waiters) > 0 {
+				if addr, ok := s.slots[hashslot.Of(c.name)]; ok && !s.closed {
+					c.home = s.connTo(addr)
+					c.home.poke()
+				} else {
+					homeless = true
+				}
+			}
+		}
+		s.mu.Unlock()
+		if !homeless {
+			backoff = 10 * time.Millisecond
+			continue
+		}
+		if !s.sleep(backoff) {
+			return
+		}
+		backoff = min(2*backoff, time.Second)
+		select {
+		case s.route <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// clusterSlots asks the cluster which node serves each slot.
+func (s *Subscriber) clusterSlots() (map[uint16]string, error) {
+	ctx, cancel := context.WithTimeout(s.ctx, 5*time.Second)
+	defer cancel()
+	ranges, err := s.client.Do(ctx, s.client.B().ClusterSlots().Build()).ToArray()
+	if err != nil {
+		return nil, err
+	}
+	slots := make(map[uint16]string, hashslot.Count)
+	for _, r := range ranges {
+		f, err := r.ToArray()
+		if err != nil || len(f) < 3 {
+			return nil, errors.New("pubsub: malformed CLUSTER SLOTS reply")
+		}
+		lo, err1 := f[0].AsInt64()
+		hi, err2 := f[1].AsInt64()
+		node, err3 := f[2].ToArray()
+		if err1 != nil || err2 != nil || err3 != nil || len(node) < 2 || lo < 0 || hi >= hashslot.Count || lo > hi {
+			return nil, errors.New("pubsub: malformed CLUSTER SLOTS reply")
+		}
+		host, err1 := node[0].ToString()
+		port, err2 := node[1].AsInt64()
+		if err1 != nil || err2 != nil {
+			return nil, errors.New("pubsub: malformed CLUSTER SLOTS reply")
+		}
+		addr := net.JoinHostPort(host, strconv.FormatInt(port, 10))
+		for slot := lo; slot <= hi; slot++ {
+			slots[uint16(slot)] = addr
+		}
+	}
+	return slots, nil
+}
+
+// sleep waits for d; false when the Subscriber closed first.
+func (s *Subscriber) sleep(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-s.ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// loop owns one connection: it (re)connects, and sends every SUBSCRIBE and UNSUBSCRIBE of
+// the channels whose home it is. A sharded connection that fails gives its channels back to
+// the router (their slots may have a new master) and ends; the router starts it again when
+// a channel's slot still lives at its node, after a backoff that grows while the node keeps
+// failing.
+func (s *Subscriber) loop(cn *conn) {
+	defer s.wg.Done()
+	if s.sharded {
+		if cn.backoff > 0 && !s.sleep(cn.backoff) {
+			return
+		}
+		start := time.Now()
+		s.serve(cn)
+		if time.Since(start) > time.Second {
+			cn.backoff = 0
+		} else {
+			cn.backoff = min(max(2*cn.backoff, 10*time.Millisecond), time.Second)
+		}
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		cn.started = false
+		if s.ctx.Err() != nil {
+			return
+		}
+		for _, c := range s.chans {
+			if c.home == cn {
+				s.rehome(c, "")
+			}
+		}
+		return
+	}
 	backoff := 10 * time.Millisecond
 	for s.ctx.Err() == nil {
 		start := time.Now()
-		s.serve()
+		s.serve(cn)
 		if s.ctx.Err() != nil {
 			return
 		}
 		if time.Since(start) > time.Second {
 			backoff = 10 * time.Millisecond
 		}
-		t := time.NewTimer(backoff)
-		select {
-		case <-s.ctx.Done():
-			t.Stop()
+		if !s.sleep(backoff) {
 			return
-		case <-t.C:
 		}
 		backoff = min(2*backoff, time.Second)
 	}
 }
 
+// dedicate returns a dedicated connection for cn: to its node when sharded.
+func (s *Subscriber) dedicate(cn *conn) (rueidis.DedicatedClient, func(), error) {
+	if !s.sharded {
+		dc, cancel := s.client.Dedicate()
+		return dc, cancel, nil
+	}
+	node := s.client.Nodes()[cn.addr]
+	if node == nil {
+		return nil, nil, errors.New("pubsub: no connection to " + cn.addr + " yet")
+	}
+	dc, cancel := node.Dedicate()
+	return dc, cancel, nil
+}
+
 // serve runs one connection until it fails or the Subscriber closes.
-func (s *Subscriber) serve() {
-	dc, _ := s.client.Dedicate()
+func (s *Subscriber) serve(cn *conn) {
+	dc, _, err := s.dedicate(cn)
+	if err != nil {
+		return
+	}
 	// Close the connection, never hand it back to the client's pool: under RESP2 rueidis
 	// runs pub/sub on a second connection of its own, which the pool neither unsubscribes
 	// (it stays subscribed after Close) nor checks (dead after a loss, it would be handed
@@ -383,16 +614,18 @@ func (s *Subscriber) serve() {
 	ctx, cancel := context.WithCancel(s.ctx)
 
 	s.mu.Lock()
-	s.gen++
-	gen := s.gen
+	cn.gen++
+	gen := cn.gen
 	for _, c := range s.chans {
-		c.subscribed, c.live = false, false
+		if c.home == cn {
+			c.subscribed, c.live = false, false
+		}
 	}
 	s.mu.Unlock()
 
 	errs := dc.SetPubSubHooks(rueidis.PubSubHooks{
-		OnMessage:      func(m rueidis.PubSubMessage) { s.onMessage(gen, m) },
-		OnSubscription: func(e rueidis.PubSubSubscription) { s.onSubscription(gen, e) },
+		OnMessage:      func(m rueidis.PubSubMessage) { s.onMessage(cn, gen, m) },
+		OnSubscription: func(e rueidis.PubSubSubscription) { s.onSubscription(cn, gen, e) },
 	})
 	lost := make(chan struct{})
 	go func() {
@@ -409,12 +642,14 @@ func (s *Subscriber) serve() {
 	}()
 	defer func() {
 		s.mu.Lock()
-		if s.gen == gen {
-			s.gen++ // messages of this connection are stale from now on
+		if cn.gen == gen {
+			cn.gen++ // messages of this connection are stale from now on
 		}
 		for _, c := range s.chans {
-			c.subscribed, c.live = false, false
-			c.wakeAll()
+			if c.home == cn {
+				c.subscribed, c.live = false, false
+				c.wakeAll()
+			}
 		}
 		s.mu.Unlock()
 	}()
@@ -422,35 +657,79 @@ func (s *Subscriber) serve() {
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
-		sub, unsub, next := s.plan()
-		if len(unsub) > 0 {
-			if err := dc.Do(ctx, dc.B().Unsubscribe().Channel(unsub...).Build()).Error(); err != nil {
-				return
+		sub, unsub, next := s.plan(cn)
+		if !s.sharded {
+			if len(unsub) > 0 {
+				if err := dc.Do(ctx, dc.B().Unsubscribe().Channel(unsub...).Build()).Error(); err != nil {
+					return
+				}
 			}
-		}
-		if len(sub) > 0 {
-			if err := dc.Do(ctx, dc.B().Subscribe().Channel(sub...).Build()).Error(); err != nil {
-				return
+			if len(sub) > 0 {
+				if err := dc.Do(ctx, dc.B().Subscribe().Channel(sub...).Build()).Error(); err != nil {
+					return
+				}
+			}
+		} else {
+			// One channel per command: the channels of one command must share a slot.
+			for _, ch := range unsub {
+				if err := dc.Do(ctx, dc.B().Sunsubscribe().Channel(ch).Build()).Error(); err != nil {
+					if !s.moved(cn, ch, err) {
+						return
+					}
+				}
+			}
+			for _, ch := range sub {
+				if err := dc.Do(ctx, dc.B().Ssubscribe().Channel(ch).Build()).Error(); err != nil {
+					if !s.moved(cn, ch, err) {
+						return
+					}
+				}
 			}
 		}
 		timer.Reset(next)
 		select {
 		case <-ctx.Done():
 			return
-		case <-s.kick:
+		case <-cn.kick:
 		case <-timer.C:
 		}
 	}
 }
 
-// plan decides which channels to subscribe and unsubscribe now, marks them so, and says when
-// to look again for lingering channels.
-func (s *Subscriber) plan() (sub, unsub []string, next time.Duration) {
+// moved handles an error reply to a sharded (un)subscription on cn: a MOVED sends the
+// channel to the node that serves its slot, and the connection goes on. Any other error
+// ends the connection (false).
+func (s *Subscriber) moved(cn *conn, ch string, err error) bool {
+	re, ok := rueidis.IsRedisErr(err)
+	if !ok {
+		return false
+	}
+	addr, ok := re.IsMoved()
+	if !ok {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if c := s.chans[ch]; c != nil && c.home == cn && !s.closed {
+		s.rehome(c, addr)
+	}
+	return true
+}
+
+// plan decides which of cn's channels to subscribe and unsubscribe now, marks them so, and
+// says when to look again for lingering channels.
+func (s *Subscriber) plan(cn *conn) (sub, unsub []string, next time.Duration) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	next = time.Hour
 	now := time.Now()
 	for name, c := range s.chans {
+		if c.home != cn {
+			if c.home == nil && len(c.waiters) == 0 && now.Sub(c.idleSince) >= s.linger {
+				delete(s.chans, name) // homeless and unwanted: nothing to undo
+			}
+			continue
+		}
 		switch {
 		case len(c.waiters) > 0:
 			if !c.subscribed {

@@ -1,0 +1,205 @@
+package pubsub
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/redis/rueidis"
+	"github.com/stretchr/testify/require"
+
+	"github.com/relock-go/relock/internal/hashslot"
+	"github.com/relock-go/relock/internal/redistest"
+)
+
+// The sharded Subscriber on a real 3-master, 3-replica Redis Cluster.
+
+type shardEnv struct {
+	t  *testing.T
+	cl *redistest.Cluster
+	rc rueidis.Client
+	s  *Subscriber
+}
+
+func newShardEnv(t *testing.T) *shardEnv {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("long: a real 3-master, 3-replica Redis Cluster (run without -short)")
+	}
+	cl := redistest.StartCluster(t)
+	rc := cl.Client(t)
+	s, err := New(rc, WithSharded(), WithLinger(0))
+	require.NoError(t, err)
+	t.Cleanup(s.Close)
+	return &shardEnv{t: t, cl: cl, rc: rc, s: s}
+}
+
+// spublish sends one SPUBLISH through the cluster client (retried while the slot moves or
+// its master fails over) and returns how many subscribers got it.
+func (e *shardEnv) spublish(channel, msg string) int64 {
+	e.t.Helper()
+	var n int64
+	redistest.WaitFor(e.t, waitTimeout, "SPUBLISH "+channel, func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		var err error
+		n, err = e.rc.Do(ctx, e.rc.B().Spublish().Channel(channel).Message(msg).Build()).AsInt64()
+		return err == nil
+	})
+	return n
+}
+
+// shardNumSub is PUBSUB SHARDNUMSUB of channel on node.
+func (e *shardEnv) shardNumSub(node *redistest.Server, channel string) int64 {
+	e.t.Helper()
+	msg := node.Do(e.t, "PUBSUB", "SHARDNUMSUB", channel)
+	vs, err := msg.ToArray()
+	require.NoError(e.t, err)
+	require.Len(e.t, vs, 2)
+	n, err := vs[1].AsInt64()
+	require.NoError(e.t, err)
+	return n
+}
+
+// channelsOnMasters returns n channel names whose slots are served by every master of the
+// cluster in turn.
+func (e *shardEnv) channelsOnMasters(n int) ([]string, []*redistest.Server) {
+	e.t.Helper()
+	masters := e.cl.Masters(e.t)
+	var names []string
+	var homes []*redistest.Server
+	for i := 0; len(names) < n; i++ {
+		ch := fmt.Sprintf("{%s-%d}:released", redistest.Name(e.t), i)
+		m := e.cl.MasterOf(e.t, ch)
+		if m == masters[len(names)%len(masters)] {
+			names, homes = append(names, ch), append(homes, m)
+		}
+	}
+	return names, homes
+}
+
+// Channels whose slots live on every master: each is subscribed on its own master only
+// (SHARDNUMSUB there, none elsewhere), a SPUBLISH wakes one waiter of its channel and no
+// other, and the last waiter leaving unsubscribes it.
+func TestSharded_channelsOnEveryMaster(t *testing.T) {
+	t.Parallel()
+	e := newShardEnv(t)
+	names, homes := e.channelsOnMasters(6)
+	var ws []*Waiter
+	for _, ch := range names {
+		ws = append(ws, watchLive(t, e.s, ch))
+	}
+	for i, ch := range names {
+		for _, m := range e.cl.Masters(t) {
+			want := int64(0)
+			if m == homes[i] {
+				want = 1
+			}
+			require.Equal(t, want, e.shardNumSub(m, ch), "SHARDNUMSUB of %s on %s (home %s)", ch, m.Addr(), homes[i].Addr())
+		}
+	}
+	for i, ch := range names {
+		require.EqualValues(t, 1, e.spublish(ch, "x"))
+		recv(t, ws[i], "SPUBLISH on "+ch)
+		others := append(append([]*Waiter(nil), ws[:i]...), ws[i+1:]...)
+		none(t, e.s, "a message of another channel", others...)
+	}
+	for i, w := range ws {
+		w.Close()
+		waitFor(t, "unsubscribed after the last waiter left", func() bool { return e.shardNumSub(homes[i], names[i]) == 0 })
+	}
+}
+
+// A slot migration ends the subscription on the old master (Redis sends sunsubscribe): the
+// waiter is woken, and the channel is subscribed again on the new master, where a message
+// wakes it.
+func TestSharded_slotMigration(t *testing.T) {
+	t.Parallel()
+	e := newShardEnv(t)
+	names, homes := e.channelsOnMasters(1)
+	ch, from := names[0], homes[0]
+	w := watchLive(t, e.s, ch)
+	mark := e.s.Mark(ch)
+	var to *redistest.Server
+	for _, m := range e.cl.Masters(t) {
+		if m != from {
+			to = m
+			break
+		}
+	}
+	e.cl.MigrateSlot(t, int(hashslot.Of(ch)), to)
+	recv(t, w, "the slot moved: the subscription ended")
+	waitLive(t, e.s, w, ch)
+	drain(w)
+	require.False(t, w.Live(mark), "a mark of the old node")
+	require.EqualValues(t, 1, e.shardNumSub(to, ch))
+	require.EqualValues(t, 0, e.shardNumSub(from, ch))
+	require.EqualValues(t, 1, e.spublish(ch, "x"))
+	recv(t, w, "a message on the new master")
+}
+
+// subscribedOn returns the node where channel has a sharded subscriber (a master, or a
+// replica of its slot: Redis propagates SPUBLISH to the shard's replicas), or nil.
+func (e *shardEnv) subscribedOn(channel string) *redistest.Server {
+	e.t.Helper()
+	for _, n := range e.cl.Nodes() {
+		if n.Running() && e.shardNumSub(n, channel) > 0 {
+			return n
+		}
+	}
+	return nil
+}
+
+// delivered asserts that messages on channel reach w again: a message sent while the
+// subscription is being made again may be lost (the confirmation then wakes w), so it
+// publishes until w is woken.
+func (e *shardEnv) delivered(w *Waiter, channel string) {
+	e.t.Helper()
+	redistest.WaitFor(e.t, waitTimeout, "a message on "+channel+" to wake its waiter", func() bool {
+		drain(w)
+		e.spublish(channel, "x")
+		select {
+		case <-w.C():
+			return true
+		case <-time.After(200 * time.Millisecond):
+			return false
+		}
+	})
+}
+
+// A manual failover and a master killed: a waiter whose subscription ends (Redis ends
+// sharded subscriptions on a demoted master) or whose node dies is woken, and messages on
+// its channel reach it again: its channel is subscribed again on a node of its shard (after
+// the failover, the demoted master itself, now a replica: Redis propagates SPUBLISH to the
+// shard's replicas).
+func TestSharded_failoverAndKill(t *testing.T) {
+	t.Parallel()
+	e := newShardEnv(t)
+	names, homes := e.channelsOnMasters(3)
+	ch, master := names[0], homes[0]
+	w := watchLive(t, e.s, ch)
+	other := watchLive(t, e.s, names[1])
+
+	e.cl.Failover(t, master)
+	recv(t, w, "failover: the demoted master ended the subscription")
+	waitLive(t, e.s, w, ch)
+	e.delivered(w, ch)
+
+	// A channel subscribed on a master that is killed: its waiter is woken, and the channel
+	// is subscribed again on the promoted replica.
+	require.Equal(t, homes[1], e.subscribedOn(names[1]))
+	e.cl.KillMaster(t, homes[1])
+	recv(t, other, "the channel's master was killed")
+	waitLive(t, e.s, other, names[1])
+	e.delivered(other, names[1])
+	require.Equal(t, e.cl.MasterOf(t, names[1]), e.subscribedOn(names[1]))
+}
+
+// WithSharded needs a client in Cluster mode.
+func TestSharded_needsCluster(t *testing.T) {
+	t.Parallel()
+	_, c := redistest.Miniredis(t)
+	_, err := New(c, WithSharded())
+	require.ErrorContains(t, err, "Cluster")
+}
