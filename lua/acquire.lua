@@ -25,10 +25,16 @@
 -- An uncontended grant costs six server calls, this script's included (EVALSHA, EXISTS, TIME,
 -- SET, HSET, PEXPIRE); the release after it three (release.lua).
 --#include lib_fence
+--#include lib_refusal
 local lock, fence = KEYS[1], KEYS[2]
 local lease, owner, req = ARGV[1], ARGV[2], ARGV[3]
 local reqField = 'q:' .. owner
 local markRetry = 50 -- ms: how soon a waiter whose mark could not be written tries again
+
+-- ungrant takes a fresh grant back.
+local function ungrant()
+  redis.call('del', lock)
+end
 
 if redis.call('exists', lock) == 0 then
   -- Fresh grant. The fence is written first: if it holds a value of another type the
@@ -43,12 +49,8 @@ if redis.call('exists', lock) == 0 then
     redis.call('hset', lock, owner, '1', reqField, req, 'token', token)
   end
   -- A lock without an expiry would outlive a crashed holder: if the expiry is refused (an
-  -- ACL without PEXPIRE), the grant is undone and the refusal returned.
-  local r = redis.pcall('pexpire', lock, lease)
-  if type(r) == 'table' and r.err then
-    redis.call('del', lock)
-    return r
-  end
+  -- ACL without PEXPIRE), the grant is undone and the script fails with the refusal.
+  local r = redis.pcall('pexpire', lock, lease) if refused(r) then ungrant() error(r) end
   return {1, tonumber(token), 1}
 end
 
@@ -60,7 +62,7 @@ if not holds then
     -- A waiter: the release of this tenure must publish. On a full server the mark cannot
     -- be written: no release will tell this waiter, so it is told to try again soon.
     local r = redis.pcall('hset', lock, 'w', '1')
-    if type(r) == 'table' and r.err then
+    if refused(r) then
       if pttl < 0 or pttl > markRetry then
         pttl = markRetry
       end
@@ -71,10 +73,11 @@ end
 if last == req then
   return {1, token, tonumber(holds)}
 end
-holds = redis.call('hincrby', lock, owner, '1')
-redis.call('hset', lock, reqField, req)
--- Re-entry never shortens the lease it finds.
+-- Re-entry never shortens the lease it finds. The lease comes before the count, so that a
+-- refused PTTL or PEXPIRE fails the re-entry before it counts a hold.
 if redis.call('pttl', lock) < tonumber(lease) then
   redis.call('pexpire', lock, lease)
 end
+holds = redis.call('hincrby', lock, owner, '1')
+redis.call('hset', lock, reqField, req)
 return {1, token, holds}

@@ -27,6 +27,7 @@
 --           fence a string that is not a token)
 -- A dead waiter's place (alive score in the past, or no alive score) is purged first.
 --#include lib_fence
+--#include lib_refusal
 local lock, fence, queue, alive = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local lease, owner, req = ARGV[1], ARGV[2], ARGV[3]
 local wt, join, hb, channel = tonumber(ARGV[4]), ARGV[5] == '1', tonumber(ARGV[6]), ARGV[7]
@@ -79,20 +80,25 @@ end
 
 -- wake tells a new head (other than the caller, which learns from the reply) that its turn
 -- may have come: the lock is free, or will be within a heartbeat (a waiter not at the head
--- sleeps a heartbeat and would sleep past it).
-local function wake()
+-- sleeps a heartbeat and would sleep past it). pttl is the lock's remaining lease once this
+-- script is done, when the caller knows it (nil: read it). The callers wake before they
+-- write (the new head reads the message only after this script, and what they write does not
+-- change the head), so that a refused PUBLISH fails the script before it changes anything.
+local function wake(pttl)
   local h = head()
   if channel == '' or not h or h == head0 or h == owner then
     return
   end
-  local pttl = redis.call('pttl', lock)
+  pttl = pttl or redis.call('pttl', lock)
   if pttl == -2 or (pttl >= 0 and pttl < hb) then
     redis.call('publish', channel, '=' .. h)
   end
 end
 
--- queued joins the queue (keeping an earlier place) and renews the place's life.
+-- queued joins the queue (keeping an earlier place) and renews the place's life. If an
+-- expiry is refused, the place is taken back (drop), and the script fails with the refusal.
 local function queued()
+  local ttls = {redis.call('pttl', queue), redis.call('pttl', alive)}
   if not redis.call('zscore', queue, owner) then
     local score = nowUs
     local last = redis.call('zrange', queue, -1, -1, 'withscores')
@@ -102,27 +108,38 @@ local function queued()
     redis.call('zadd', queue, string.format('%.0f', score), owner)
   end
   redis.call('zadd', alive, now + wt, owner)
-  for _, k in ipairs({queue, alive}) do
-    if redis.call('pttl', k) < wt then
-      redis.call('pexpire', k, wt)
+  for i, k in ipairs({queue, alive}) do
+    if ttls[i] < wt then
+      local r = redis.pcall('pexpire', k, wt) if refused(r) then drop() error(r) end
     end
   end
+end
+
+-- ungrant takes a fresh grant back.
+local function ungrant()
+  redis.call('del', lock)
 end
 
 local got = redis.call('hmget', lock, owner, reqField, 'token')
 local holds = got[1]
 if holds then
   -- Re-entry (or the replay of an applied request): the token of this owner's grant.
-  if got[2] ~= req then
-    holds = redis.call('hincrby', lock, owner, 1)
-    redis.call('hset', lock, reqField, req)
-    -- Re-entry never shortens the lease it finds.
-    if redis.call('pttl', lock) < tonumber(lease) then
-      redis.call('pexpire', lock, lease)
-    end
+  if got[2] == req then
+    drop()
+    wake()
+    return {1, tonumber(got[3] or '0'), tonumber(holds)}
+  end
+  -- Re-entry never shortens the lease it finds. The lease, the place and the wake-up come
+  -- before the count, so that a refused call fails the re-entry before it counts a hold.
+  local pttl = redis.call('pttl', lock)
+  if pttl < tonumber(lease) then
+    redis.call('pexpire', lock, lease)
+    pttl = tonumber(lease)
   end
   drop()
-  wake()
+  wake(pttl)
+  holds = redis.call('hincrby', lock, owner, 1)
+  redis.call('hset', lock, reqField, req)
   return {1, tonumber(got[3] or '0'), tonumber(holds)}
 end
 
@@ -135,8 +152,8 @@ if redis.call('exists', lock) == 1 then
   end
   -- A waiter: a plain lock's release (release.lua) publishes only when the lock is marked.
   redis.call('hset', lock, 'w', '1')
+  wake(pttl)
   queued()
-  wake()
   if head() == owner and pttl >= 0 and pttl < hb then
     return {0, pttl}
   end
@@ -146,18 +163,20 @@ end
 h = head()
 if h and h ~= owner then
   -- Free, but another owner waits ahead: its turn first.
+  wake()
   if join then
     queued()
   end
-  wake()
   local left = tonumber(redis.call('zscore', alive, h)) - now
   return {0, math.max(0, math.min(left, hb))}
 end
 
--- Fresh grant (the queue is empty or the owner heads it).
+-- Fresh grant (the queue is empty or the owner heads it). The place goes and the new head
+-- is told first (the lock will have its full lease), so that a refused call fails the
+-- script before the lock is written; a refused expiry takes the grant back.
+drop()
+wake(tonumber(lease))
 setFence(fence, token)
 redis.call('hset', lock, owner, 1, reqField, req, 'token', token)
-redis.call('pexpire', lock, lease)
-drop()
-wake()
+local r = redis.pcall('pexpire', lock, lease) if refused(r) then ungrant() error(r) end
 return {1, tonumber(token), 1}

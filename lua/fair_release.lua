@@ -44,10 +44,10 @@ for i = 3, 4 do
     return redis.error_reply('WRONGTYPE ' .. KEYS[i] .. ' holds a ' .. t)
   end
 end
-redis.call('set', record, '1', 'px', ARGV[4])
-redis.call('del', lock)
 
--- Purge the places of waiters that stopped refreshing them, then wake the head alone.
+-- Purge the places of waiters that stopped refreshing them, then wake the head alone. This
+-- comes before the lock goes (the head reads the message only after this script, and a purge
+-- takes only dead places), so that a refused call fails the release before it frees the lock.
 local time = redis.call('time')
 local now = math.floor((tonumber(time[1]) * 1000000 + tonumber(time[2])) / 1000)
 local dead = redis.call('zrangebyscore', alive, '-inf', '(' .. now)
@@ -65,4 +65,6 @@ end
 if head and channel ~= '' then
   redis.call('publish', channel, '=' .. head)
 end
+redis.call('del', lock)
+redis.call('set', record, '1', 'px', ARGV[4])
 return 0

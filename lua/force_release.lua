@@ -10,6 +10,10 @@
 -- returns 1 if a lock was removed, 0 if there was none;
 --         a WRONGTYPE error (and nothing deleted) if the key is not a hash
 -- DEL and PUBLISH are accepted by a full (noeviction) server; the record is not written there.
+-- The waiters are told, and the lock deleted, before the record is written, so that a refused
+-- PUBLISH or DEL (an ACL without it) fails the script before it changes anything; a record
+-- whose expiry is refused is taken back, as one that could not be written.
+--#include lib_refusal
 local t = redis.call('type', KEYS[1]).ok
 if t == 'none' then
   return 0
@@ -18,9 +22,11 @@ if t ~= 'hash' then
   return redis.error_reply('WRONGTYPE the key holds a ' .. t .. ', not a lock')
 end
 local rt = KEYS[2] and redis.call('type', KEYS[2]).ok
+-- The record to write (owner, token, ...; nil for none), its owners, and how long to keep it.
+local record, owners, keep = nil, {}, 0
 if rt == 'hash' or rt == 'none' then
   local fields = redis.call('hgetall', KEYS[1])
-  local token, owners = '0', {}
+  local token = '0'
   for i = 1, #fields, 2 do
     local f = fields[i]
     local p = string.sub(f, 1, 2)
@@ -31,27 +37,30 @@ if rt == 'hash' or rt == 'none' then
     end
   end
   if #owners > 0 then
-    local args = {}
+    record = {}
     for _, o in ipairs(owners) do
-      args[#args + 1] = o
-      args[#args + 1] = token
+      record[#record + 1] = o
+      record[#record + 1] = token
     end
-    local keep = redis.call('pttl', KEYS[1])
+    keep = redis.call('pttl', KEYS[1])
     if keep < 0 then
       keep = 0
     end
     keep = keep + tonumber(ARGV[3])
-    -- On a full server the record cannot be written: the force goes on without it.
-    local r = redis.pcall('hset', KEYS[2], unpack(args))
-    if type(r) ~= 'table' or not r.err then
-      if redis.call('pttl', KEYS[2]) < keep then
-        redis.call('pexpire', KEYS[2], keep)
-      end
-    end
   end
 end
-redis.call('del', KEYS[1])
 if ARGV[1] ~= '' then
   redis.call('publish', ARGV[1], ARGV[2] or '0')
+end
+redis.call('del', KEYS[1])
+if record then
+  -- On a full server the record cannot be written: the force goes on without it.
+  local r = redis.pcall('hset', KEYS[2], unpack(record))
+  if not refused(r) and redis.call('pttl', KEYS[2]) < keep then
+    r = redis.pcall('pexpire', KEYS[2], keep)
+    if refused(r) then
+      redis.call('hdel', KEYS[2], unpack(owners))
+    end
+  end
 end
 return 1

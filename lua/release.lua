@@ -56,7 +56,8 @@ if not holds then
       return {0, tonumber(h[2] or '0')}
     end
   end
-  if redis.call('type', forced).ok == 'hash' and redis.call('hget', forced, owner) == tenure then
+  if redis.call('type', forced).ok == 'hash'
+    and redis.call('hget', forced, owner) == tenure then
     return reply(-1) -- forced away before this request arrived
   end
   return reply(-2)
@@ -95,8 +96,10 @@ if next then
   end
   return {0, tonumber(token)}
 end
-redis.call('del', lock)
+-- The waiters are told before the lock goes (they read the message only after this script),
+-- so that a refused PUBLISH (an ACL without it) fails the release before it changes anything.
 if waiters and channel ~= '' then
   redis.call('publish', channel, '0')
 end
+redis.call('del', lock)
 return 0

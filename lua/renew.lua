@@ -8,7 +8,8 @@ local lease = ARGV[1]
 local out = {}
 for i, lock in ipairs(KEYS) do
   -- A key of another type is reported as gone rather than failing the whole batch.
-  if redis.call('type', lock).ok == 'hash' and redis.call('hexists', lock, ARGV[i + 1]) == 1 then
+  if redis.call('type', lock).ok == 'hash'
+    and redis.call('hexists', lock, ARGV[i + 1]) == 1 then
     -- Never shorten a lease that a re-entry with a longer fixed lease set.
     if redis.call('pttl', lock) < tonumber(lease) then
       redis.call('pexpire', lock, lease)

@@ -36,6 +36,7 @@
 -- Every call first drops the holds whose lease has ended (and expired claims), so that a
 -- crashed holder stops blocking others at the end of its own lease.
 --#include lib_fence
+--#include lib_refusal
 local lock, fence, leases, writers = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local lease, owner, req, kind = tonumber(ARGV[1]), ARGV[2], ARGV[3], ARGV[4]
 local wt, claim = tonumber(ARGV[5]), ARGV[6] == '1'
@@ -86,20 +87,17 @@ else
   end
 end
 
--- refused returns the error of a call that Redis refused inside pcall, as the error reply
--- the script would have failed with.
-local function refused(err)
-  if type(err) == 'table' and err.err then
-    return err
-  end
-  return redis.error_reply(tostring(err))
-end
+-- A grant is written in several calls: if one after the first write is refused (an ACL that
+-- lacks it), the grant is taken back (undo), so that no lock is left without a lease or an
+-- expiry, and the script fails with the refusal (see lib_refusal.lua).
+local function nothing() end
 
--- settle makes the lock and its leases live as long as the longest lease in force.
-local function settle()
-  local top = redis.call('zrange', leases, -1, -1, 'withscores')
+-- settle makes the lock and its leases live as long as the longest lease in force; undo
+-- takes back what the caller wrote if a call is refused.
+local function settle(undo)
+  local top = redis.pcall('zrange', leases, -1, -1, 'withscores') if refused(top) then undo() error(top) end
   local ttl = ms(math.max(tonumber(top[2]) - now, 1))
-  redis.call('pexpire', lock, ttl)
+  local r = redis.pcall('pexpire', lock, ttl) if refused(r) then undo() error(r) end
   redis.call('pexpire', leases, ttl)
 end
 
@@ -111,26 +109,36 @@ local function extend(f)
   end
 end
 
--- reenter adds a hold to field f, or answers a replay.
+-- reenter adds a hold to field f, or answers a replay. The lease comes before the count, so
+-- that a refused call fails the re-entry before it counts a hold (what it wrote before only
+-- lengthens the owner's lease, as the re-entry would have).
 local function reenter(f, token)
   local got = redis.call('hmget', lock, f, 'q:' .. f)
   if got[2] == req then
     return {1, token, tonumber(got[1])}
   end
+  extend(f)
+  settle(nothing)
   local holds = redis.call('hincrby', lock, f, 1)
   redis.call('hset', lock, 'q:' .. f, req)
-  extend(f)
-  settle()
   return {1, token, holds}
 end
 
--- refuse answers an obstacle lasting ttl at most; a claiming writer (re)claims its place.
+-- unclaim takes the owner's claim back.
+local function unclaim()
+  redis.call('zrem', writers, owner)
+end
+
+-- refuse answers an obstacle lasting ttl at most; a claiming writer (re)claims its place. The
+-- claims' last end is read before the claim is written, and a refused expiry takes the claim
+-- back.
 local function refuse(ttl)
   ttl = math.max(math.floor(ttl), 1)
   if kind == 'w' and claim then
-    redis.call('zadd', writers, ms(now + wt), owner)
     local top = redis.call('zrange', writers, -1, -1, 'withscores')
-    redis.call('pexpire', writers, ms(math.max(tonumber(top[2]) - now, 1)))
+    local last = math.max(tonumber(top[2] or '0'), now + wt)
+    redis.call('zadd', writers, ms(now + wt), owner)
+    local r = redis.pcall('pexpire', writers, ms(math.max(last - now, 1))) if refused(r) then unclaim() error(r) end
     ttl = math.min(ttl, math.max(math.floor(wt / 3), 1))
   end
   return {0, ttl}
@@ -156,20 +164,15 @@ if kind == 'w' then
     local top = redis.call('zrange', leases, -1, -1, 'withscores')
     return refuse(tonumber(top[2]) - now)
   end
-  -- Free: a fresh grant.
+  -- Free: a fresh grant. The owner's claim goes first (a refused ZREM then writes nothing).
+  unclaim()
   setFence(fence, nextTok)
-  local ok, err = pcall(function()
-    redis.call('hset', lock, 'mode', 'write', 'writer', owner, 'token', nextTok, owner, 1, 'q:' .. owner, req)
-    redis.call('zadd', leases, ms(now + lease), owner)
-    redis.call('zrem', writers, owner)
-    settle()
-  end)
-  if not ok then
-    -- A call refused (an ACL that lacks it) after the lock was written: undo the grant, so
-    -- that no lock is left without a lease or an expiry.
+  local function ungrant()
     redis.call('del', lock, leases)
-    return refused(err)
   end
+  redis.call('hset', lock, 'mode', 'write', 'writer', owner, 'token', nextTok, owner, 1, 'q:' .. owner, req)
+  local r = redis.pcall('zadd', leases, ms(now + lease), owner) if refused(r) then ungrant() error(r) end
+  settle(ungrant)
   return {1, tonumber(nextTok), 1}
 end
 
@@ -196,22 +199,20 @@ if mode ~= 'write' then
     return refuse(tonumber(top[i + 1]) - now)
   end
 end
-local ok, err = pcall(function()
-  if not mode then
-    redis.call('hset', lock, 'mode', 'read')
-  end
-  redis.call('hset', lock, f, 1, 'q:' .. f, req)
-  redis.call('zadd', leases, ms(now + lease), f)
-  settle()
-end)
-if not ok then
-  -- As for a write grant: undo this read hold (the whole lock when it made it).
+-- As for a write grant, a refused call takes this read hold back (the whole lock when it
+-- made it).
+local function unread()
   if mode then
     redis.call('hdel', lock, f, 'q:' .. f)
     redis.pcall('zrem', leases, f)
   else
     redis.call('del', lock, leases)
   end
-  return refused(err)
 end
+if not mode then
+  redis.call('hset', lock, 'mode', 'read')
+end
+redis.call('hset', lock, f, 1, 'q:' .. f, req)
+local r = redis.pcall('zadd', leases, ms(now + lease), f) if refused(r) then unread() error(r) end
+settle(unread)
 return {1, 0, 1}

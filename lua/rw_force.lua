@@ -17,10 +17,12 @@ end
 if t ~= 'hash' or redis.call('hexists', lock, 'mode') == 0 then
   return redis.error_reply('WRONGTYPE the key holds a ' .. t .. ', not a read-write lock')
 end
-redis.call('del', lock, leases)
+-- The waiters are told first (they read the message only after this script), so that a
+-- refused PUBLISH (an ACL without it) fails the script before it changes anything.
 for i = 1, 2 do
   if ARGV[i] ~= '' then
     redis.call('publish', ARGV[i], '*')
   end
 end
+redis.call('del', lock, leases)
 return 1

@@ -26,6 +26,7 @@
 -- downgrade). Giving back a hold also drops the holds whose lease has ended, and sets the
 -- lock's expiry to the longest lease still in force. Runs with allow-oom: giving a lock back
 -- must work on a full server.
+--#include lib_refusal
 local lock, record, leases, writers = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local owner, req, kind, wchan, rchan = ARGV[1], ARGV[2], ARGV[5], ARGV[6], ARGV[7]
 
@@ -42,7 +43,8 @@ if kind == 'r' then
   f = 'r:' .. owner
 end
 local holds = mode and redis.call('hget', lock, f)
-if holds and tonumber(redis.call('zscore', leases, f) or '0') <= now then
+local s = holds and redis.call('zscore', leases, f)
+if holds and tonumber(s or '0') <= now then
   holds = nil -- its lease ended: it is gone, though nobody has dropped it yet
 end
 if not holds then
@@ -51,7 +53,8 @@ if not holds then
   end
   return -1
 end
-if redis.call('hget', lock, 'q:' .. f) == req then
+local lastReq = redis.call('hget', lock, 'q:' .. f)
+if lastReq == req then
   return tonumber(holds)
 end
 if tonumber(holds) > 1 then
@@ -60,44 +63,70 @@ if tonumber(holds) > 1 then
   return holds
 end
 
--- The last hold of this kind.
-redis.call('set', record, '1', 'px', ARGV[4])
-redis.call('hdel', lock, f, 'q:' .. f)
-redis.call('zrem', leases, f)
-
--- Drop the holds whose lease ended too.
+-- The last hold of this kind. Everything is read, and the waiters told, before anything is
+-- written (the waiters read the message only after this script), and the first writes (the
+-- release's record, the hold's lease and fields) are taken back if one of them is refused (an
+-- ACL that lacks it), so that a refused call fails the release before it changes anything.
+-- The holds whose lease ended go too: the writer's among them ends the write hold.
 local writer = redis.call('hget', lock, 'writer')
+local dead = redis.call('zrangebyscore', leases, '-inf', ms(now))
 local writerGone = kind == 'w'
-for _, d in ipairs(redis.call('zrangebyscore', leases, '-inf', ms(now))) do
-  redis.call('hdel', lock, d, 'q:' .. d)
+for _, d in ipairs(dead) do
   if d == writer then
     writerGone = true
   end
+end
+-- The longest lease left: the last of the two longest that is not f's (the others have ended).
+local top = redis.call('zrange', leases, -2, -1, 'withscores')
+local longest = nil
+for i = 1, #top, 2 do
+  if top[i] ~= f and tonumber(top[i + 1]) > now then
+    longest = tonumber(top[i + 1])
+  end
+end
+local free = longest == nil
+-- Readers wait only while a write hold (or a writer's live claim) keeps them out; writers, for
+-- the lock to be free.
+if writerGone and rchan ~= '' then
+  local claims = redis.call('zrangebyscore', writers, '(' .. ms(now), '+inf', 'limit', 0, 1)
+  if #claims == 0 then
+    redis.call('publish', rchan, '*')
+  end
+end
+if free and wchan ~= '' then
+  redis.call('publish', wchan, '0')
+end
+
+-- unrelease takes the release back: the record, and the hold's fields once they were removed
+-- (the hash stays meanwhile: it holds the mode).
+local function unrelease(removed)
+  if removed then
+    redis.call('hset', lock, f, holds)
+    if lastReq then
+      redis.call('hset', lock, 'q:' .. f, lastReq)
+    end
+  end
+  redis.call('del', record)
+end
+redis.call('set', record, '1', 'px', ARGV[4])
+local r = redis.pcall('hdel', lock, f, 'q:' .. f) if refused(r) then unrelease(false) error(r) end
+r = redis.pcall('zrem', leases, f) if refused(r) then unrelease(true) error(r) end
+for _, d in ipairs(dead) do
+  redis.call('hdel', lock, d, 'q:' .. d)
 end
 redis.call('zremrangebyscore', leases, '-inf', ms(now))
 if writerGone then
   redis.call('hdel', lock, 'writer', 'token')
   redis.call('hset', lock, 'mode', 'read')
 end
-
-local top = redis.call('zrange', leases, -1, -1, 'withscores')
-local free = #top == 0
 if free then
   redis.call('del', lock, leases)
 else
-  local ttl = ms(math.max(tonumber(top[2]) - now, 1))
+  local ttl = ms(math.max(longest - now, 1))
   redis.call('pexpire', lock, ttl)
   redis.call('pexpire', leases, ttl)
 end
--- Readers wait only while a write hold (or a writer's claim) keeps them out; writers, for
--- the lock to be free.
 if writerGone and rchan ~= '' then
   redis.call('zremrangebyscore', writers, '-inf', ms(now))
-  if redis.call('zcard', writers) == 0 then
-    redis.call('publish', rchan, '*')
-  end
-end
-if free and wchan ~= '' then
-  redis.call('publish', wchan, '0')
 end
 return 0

@@ -22,13 +22,15 @@ for i = 1, #ARGV - 1 do
     and redis.call('hexists', lock, f) == 1 then
     local s = tonumber(redis.call('zscore', leases, f) or '0')
     if s > now then
+      -- The longest lease is read, and the keys' expiry set, before the hold's lease is
+      -- written, so that a refused call (an ACL that lacks it) fails the renewal first.
+      local top = redis.call('zrange', leases, -1, -1, 'withscores')
+      local ttl = ms(math.max(tonumber(top[2]), now + lease) - now)
+      redis.call('pexpire', lock, ttl)
+      redis.call('pexpire', leases, ttl)
       if s < now + lease then
         redis.call('zadd', leases, ms(now + lease), f)
       end
-      local top = redis.call('zrange', leases, -1, -1, 'withscores')
-      local ttl = ms(tonumber(top[2]) - now)
-      redis.call('pexpire', lock, ttl)
-      redis.call('pexpire', leases, ttl)
       out[i] = 1
     end
   end
