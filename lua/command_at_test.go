@@ -107,6 +107,8 @@ func TestCommandAt_redis(t *testing.T) {
 		{lua.Acquire, "pexpire", nil, []string{"{c}2", "{c}2:fence"}, []string{"1000", "o", "r1"}},
 		// The last hold given back (a flagged script).
 		{lua.Release, "del", [][]string{{"HSET", "{c}3", "o", "1"}, {"PEXPIRE", "{c}3", "10000"}}, []string{"{c}3", "{c}3:rel"}, []string{"o", "r2", "", ""}},
+		// A request log written, then its expiry refused (a flagged script).
+		{lua.SemRelease, "pexpire", nil, []string{"{c}4", "{c}4:log", "{c}4:logx"}, []string{"1", "r3", "10000", "{c}4:ch", "0"}},
 	} {
 		for _, flags := range []bool{true, false} {
 			for _, cmd := range c.setup {

@@ -15,6 +15,12 @@
 -- Runs with allow-oom: counting down (like a release) must work on a full server.
 local latch, record = KEYS[1], KEYS[2]
 --#include lib_latch
+--#include lib_refusal
+
+-- unrecord takes the request's record back.
+local function unrecord()
+  redis.call('del', record)
+end
 
 local done = replied(record)
 if done then
@@ -27,15 +33,19 @@ if t ~= 'none' then
   if not c then
     return redis.error_reply('WRONGTYPE the key holds a ' .. t .. ', not a count-down latch')
   end
+  -- A refused call (an ACL that lacks it) must fail the count-down before it changes the
+  -- count: the record is written before the count, and taken back if the count is refused;
+  -- the waiters are told before the latch goes (they read the message only after this
+  -- script), and the record written last.
   if c > 1 then
-    n = redis.call('decr', latch)
+    n = c - 1
+    redis.call('set', record, n, 'px', ARGV[3])
+    local r = redis.pcall('decr', latch) if refused(r) then unrecord() error(r) end
   else
-    redis.call('del', latch)
-    redis.call('publish', ARGV[1], ARGV[2])
     n = 0
+    redis.call('publish', ARGV[1], ARGV[2])
+    redis.call('del', latch)
+    redis.call('set', record, n, 'px', ARGV[3])
   end
-end
-if n >= 0 then
-  redis.call('set', record, n, 'px', ARGV[3])
 end
 return n

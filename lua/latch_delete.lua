@@ -24,8 +24,11 @@ if t ~= 'none' then
   if not latchCount(latch, t) then
     return redis.error_reply('WRONGTYPE the key holds a ' .. t .. ', not a count-down latch')
   end
-  redis.call('del', latch)
+  -- The waiters are told before the latch goes (they read the message only after this
+  -- script), so that a refused PUBLISH (an ACL without it) fails the request before it
+  -- changes anything.
   redis.call('publish', ARGV[1], ARGV[2])
+  redis.call('del', latch)
   r = 1
 end
 if r == 1 then

@@ -9,6 +9,7 @@
 --                    room ends, -1 when no lease end will (only more permits will)
 -- Expired leases are purged. Every key is read before anything is written, so a key of
 -- another type fails the script before it changes anything.
+--#include lib_refusal
 local sem, leases = KEYS[1], KEYS[2]
 local id, lease = ARGV[1], tonumber(ARGV[2])
 
@@ -24,13 +25,21 @@ if mine and tonumber(mine) > now then
   return {1}
 end
 
+-- unlease takes the lease back.
+local function unlease()
+  redis.call('zrem', leases, id)
+end
+
 redis.call('zremrangebyscore', leases, '-inf', now)
 local held = redis.call('zcard', leases)
 if held < permits then
+  -- The leases key outlives every lease in it, and no more. Its time to live is read before
+  -- the lease is written, and a refused expiry takes the lease back, so that a refused call
+  -- (an ACL that lacks it) leaves no leases key without an expiry.
+  local ttl = redis.call('pttl', leases)
   redis.call('zadd', leases, string.format('%.0f', now + lease), id)
-  -- The leases key outlives every lease in it, and no more.
-  if redis.call('pttl', leases) < lease then
-    redis.call('pexpire', leases, lease)
+  if ttl < lease then
+    local r = redis.pcall('pexpire', leases, lease) if refused(r) then unlease() error(r) end
   end
   return {1}
 end

@@ -9,6 +9,7 @@
 -- ARGV[4] = channel, told '*' (wake every waiter) when n > 0
 -- returns 1  applied (by this send, or by an earlier send of this request)
 -- A key of another type fails the script before it changes anything.
+--#include lib_refusal
 --#include lib_reqlog
 local sem, log, logx = KEYS[1], KEYS[2], KEYS[3]
 local n, req, keep, channel = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3]), ARGV[4]
@@ -21,12 +22,14 @@ if redis.call('hget', log, req) then
   return 1
 end
 
+-- The waiters are told first (they read the message only after this script), so that a
+-- refused PUBLISH (an ACL without it) fails the request before it changes anything.
+if n > 0 then
+  redis.call('publish', channel, '*')
+end
 local t = redis.call('time')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 remember(log, logx, req, '1', now, keep)
 
-redis.call('hincrby', sem, 'permits', n)
-if n > 0 then
-  redis.call('publish', channel, '*')
-end
+local r = redis.pcall('hincrby', sem, 'permits', n) if refused(r) then forget(log, logx, req) error(r) end
 return 1

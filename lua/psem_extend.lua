@@ -21,11 +21,14 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 if not s or tonumber(s) <= now then
   return 0
 end
-redis.call('zadd', leases, string.format('%.0f', now + lease), id)
+-- The key's expiry is set, and the waiters told (they read the message only after this
+-- script), before the lease is written, so that a refused call (an ACL that lacks it) fails
+-- the request before it changes the lease. The key exists: it holds this live lease.
 if redis.call('pttl', leases) < lease then
   redis.call('pexpire', leases, lease)
 end
 if now + lease < tonumber(s) then
   redis.call('publish', channel, '*')
 end
+redis.call('zadd', leases, string.format('%.0f', now + lease), id)
 return 1

@@ -13,6 +13,7 @@
 -- Runs with allow-oom: giving a permit back must work on a full server. Every key is read
 -- before anything is written, so a key of another type fails the script before it changes
 -- anything.
+--#include lib_refusal
 --#include lib_reqlog
 local sem, leases, log, logx = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local id, req, keep, channel = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
@@ -31,9 +32,12 @@ if not s or tonumber(s) <= now then
   return 0
 end
 
-remember(log, logx, req, '1', now, keep)
-
-redis.call('zrem', leases, id)
+-- The ended leases go, and a waiter is told, first (it reads the message only after this
+-- script), so that a refused ZREMRANGEBYSCORE or PUBLISH (an ACL without it) fails the
+-- request before it changes anything else than ended leases.
 redis.call('zremrangebyscore', leases, '-inf', now)
 redis.call('publish', channel, '0')
+remember(log, logx, req, '1', now, keep)
+
+local r = redis.pcall('zrem', leases, id) if refused(r) then forget(log, logx, req) error(r) end
 return 1

@@ -9,6 +9,7 @@
 --         0  fewer than n permits are available: nothing changed
 -- Every key is read before anything is written, so a key of another type fails the script
 -- before it changes anything.
+--#include lib_refusal
 --#include lib_reqlog
 local sem, log, logx = KEYS[1], KEYS[2], KEYS[3]
 local n, req, keep = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3])
@@ -29,5 +30,5 @@ local t = redis.call('time')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 remember(log, logx, req, '1', now, keep)
 
-redis.call('decrby', sem, n)
+local r = redis.pcall('decrby', sem, n) if refused(r) then forget(log, logx, req) error(r) end
 return 1

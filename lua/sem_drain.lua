@@ -7,6 +7,7 @@
 -- returns n >= 0  the permits taken (by this send, or by an earlier send of this request); a
 --                 count of zero or less is left as it is and 0 returned
 -- A key of another type fails the script before it changes anything.
+--#include lib_refusal
 --#include lib_reqlog
 local sem, log, logx = KEYS[1], KEYS[2], KEYS[3]
 local req, keep = ARGV[1], tonumber(ARGV[2])
@@ -29,5 +30,5 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 remember(log, logx, req, v, now, keep)
 
 -- DECRBY rather than SET: a time to live set by TrySetPermits stays.
-redis.call('decrby', sem, avail)
+local r = redis.pcall('decrby', sem, avail) if refused(r) then forget(log, logx, req) error(r) end
 return avail

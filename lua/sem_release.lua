@@ -12,6 +12,7 @@
 --         0  the semaphore does not exist and ARGV[5] is '1': nothing changed
 -- Runs with allow-oom: giving permits back must work on a full server. A key of another type
 -- fails the script before it changes anything.
+--#include lib_refusal
 --#include lib_reqlog
 local sem, log, logx = KEYS[1], KEYS[2], KEYS[3]
 local n, req, keep, channel = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3]), ARGV[4]
@@ -28,12 +29,14 @@ if not v and ARGV[5] == '1' then
   return 0
 end
 
+-- The waiters are told first (they read the message only after this script), so that a
+-- refused PUBLISH (an ACL without it) fails the request before it changes anything.
+if n > 0 then
+  redis.call('publish', channel, '*')
+end
 local t = redis.call('time')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 remember(log, logx, req, '1', now, keep)
 
-redis.call('incrby', sem, n)
-if n > 0 then
-  redis.call('publish', channel, '*')
-end
+local r = redis.pcall('incrby', sem, n) if refused(r) then forget(log, logx, req) error(r) end
 return 1

@@ -10,6 +10,7 @@
 -- returns 1  set (by this send, or by an earlier send of this request)
 --         0  the semaphore exists: nothing changed
 -- A key of another type fails the script before it changes anything.
+--#include lib_refusal
 --#include lib_reqlog
 local sem, log, logx = KEYS[1], KEYS[2], KEYS[3]
 local n, req, keep, channel, ttl = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3]), ARGV[4], ARGV[5]
@@ -26,16 +27,18 @@ if v then
   return 0
 end
 
+-- The waiters are told first (they read the message only after this script), so that a
+-- refused PUBLISH (an ACL without it) fails the request before it changes anything.
+if n > 0 then
+  redis.call('publish', channel, '*')
+end
 local t = redis.call('time')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 remember(log, logx, req, '1', now, keep)
 
+local px = {}
 if ttl ~= '0' then
-  redis.call('set', sem, ARGV[1], 'px', ttl)
-else
-  redis.call('set', sem, ARGV[1])
+  px = {'px', ttl}
 end
-if n > 0 then
-  redis.call('publish', channel, '*')
-end
+local r = redis.pcall('set', sem, ARGV[1], unpack(px)) if refused(r) then forget(log, logx, req) error(r) end
 return 1
