@@ -505,7 +505,7 @@ func (r renewer) parse(res rueidis.RedisResult, n int) []error {
 	if re, ok := rueidis.IsRedisErr(err); ok && noPermission(re.Error()) {
 		// Refused for want of rights, it would be refused again: the leases are as good as
 		// gone, and their holders are told now rather than when they run out.
-		err = errorf("%w: %w: %w", watchdog.ErrGone, ErrNoPermission, err)
+		err = errorf("%w: %w: %w", watchdog.ErrGone, ErrNoPermission, refusal(re))
 	}
 	for i := range errs {
 		switch {

@@ -49,7 +49,7 @@ func classify(op, key string, err error) error {
 		return errorf("%s %q: %w (%s)", op, key, ErrWrongType, re.Error())
 	}
 	if re, ok := rueidis.IsRedisErr(err); ok && noPermission(re.Error()) {
-		return errorf("%s %q: %w (%s)", op, key, ErrNoPermission, re.Error())
+		return noPermissionError(op, key, re)
 	}
 	return errorf("%s %q: %w", op, key, err)
 }
