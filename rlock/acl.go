@@ -9,12 +9,16 @@ import (
 )
 
 // ErrNoPermission: Redis refused a command, or a command a script called, for want of ACL
-// rights (NOPERM). The error names the lock and carries Redis's message (which, for a call
-// inside a script, does not name the command on Redis 7.0). Redis does not roll a script back:
-// what it wrote before the refused call stays. A lock's keys are always left with an expiry
-// (a grant whose expiry is refused is undone), but a semaphore's or latch's request log may be
-// left without one. A refused release or renewal leaves the lock to expire with its lease: the
-// Client stops renewing it and the holder is told. [ACLRule] gives the rights relock needs.
+// rights (NOPERM). The error names the operation, the lock and the command refused, with the
+// script that called it (Redis 7.0's message names neither, but gives the script's SHA1 and
+// line, which relock maps to the call), and carries Redis's message:
+// `rlock: unlock "x": no permission: release script's DEL refused (...)`. Redis does not roll
+// a script back, so relock's scripts make the calls that may be refused before they write, or
+// take back what they wrote: a call refused under a rule that lacks commands leaves no key
+// without an expiry and no half-made change (at most traces: a fencing token used up, ended
+// holds or places purged, a needless wake-up). A refused release or renewal leaves the lock
+// to expire with its lease: the Client stops renewing it and the holder is told. [ACLRule]
+// gives the rights relock needs.
 var ErrNoPermission = errors.New("rlock: no permission")
 
 // clientCommands are the commands relock sends itself, beside its scripts: the scripts
