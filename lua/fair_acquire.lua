@@ -28,6 +28,7 @@
 -- A dead waiter's place (alive score in the past, or no alive score) is purged first.
 --#include lib_fence
 --#include lib_refusal
+--#include lib_publish
 local lock, fence, queue, alive = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local lease, owner, req = ARGV[1], ARGV[2], ARGV[3]
 local wt, join, hb, channel = tonumber(ARGV[4]), ARGV[5] == '1', tonumber(ARGV[6]), ARGV[7]
@@ -91,7 +92,7 @@ local function wake(pttl)
   end
   pttl = pttl or redis.call('pttl', lock)
   if pttl == -2 or (pttl >= 0 and pttl < hb) then
-    redis.call('publish', channel, '=' .. h)
+    publish(channel, '=' .. h)
   end
 end
 

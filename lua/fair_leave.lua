@@ -12,6 +12,7 @@
 --         a WRONGTYPE error, with nothing written, when a zset key holds another type
 -- Dead places (see fair_acquire.lua) are purged too. Runs with allow-oom: leaving only
 -- removes.
+--#include lib_publish
 local lock, queue, alive = KEYS[1], KEYS[2], KEYS[3]
 local owner, channel, hb = ARGV[1], ARGV[2], tonumber(ARGV[3])
 
@@ -48,7 +49,7 @@ end
 if h and h ~= head0 and channel ~= '' then
   local pttl = redis.call('pttl', lock)
   if pttl == -2 or (pttl >= 0 and pttl < hb) then
-    redis.call('publish', channel, '=' .. h)
+    publish(channel, '=' .. h)
   end
 end
 return had

@@ -16,6 +16,7 @@
 --         -1      this owner holds no hold (never held, released, expired or taken)
 --         a WRONGTYPE error, with nothing written, when a key holds another type
 -- Runs with allow-oom: giving a lock back must work on a full server.
+--#include lib_publish
 local lock, record, queue, alive = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local owner, req, channel = ARGV[1], ARGV[2], ARGV[3]
 local reqField = 'q:' .. owner
@@ -63,7 +64,7 @@ while head and not redis.call('zscore', alive, head) do
   head = redis.call('zrange', queue, 0, 0)[1]
 end
 if head and channel ~= '' then
-  redis.call('publish', channel, '=' .. head)
+  publish(channel, '=' .. head)
 end
 redis.call('del', lock)
 redis.call('set', record, '1', 'px', ARGV[4])

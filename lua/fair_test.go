@@ -78,7 +78,7 @@ func (r *fairRig) acquire(owner string, join bool, req ...string) []int64 {
 		flag = "1"
 	}
 	vals, err := r.run(lua.FairAcquire, []string{fLock, fFence, fQueue, fAlive},
-		"10000", owner, id, strconv.Itoa(fWait), flag, strconv.Itoa(fBeat), fChan).AsIntSlice()
+		"10000", owner, id, strconv.Itoa(fWait), flag, strconv.Itoa(fBeat), "P"+fChan).AsIntSlice()
 	if err != nil {
 		r.t.Fatalf("acquire %s: %v", owner, err)
 	}
@@ -90,7 +90,7 @@ func (r *fairRig) release(owner string) int64 {
 	r.req++
 	req := "r" + strconv.Itoa(r.req)
 	n, err := r.run(lua.FairRelease, []string{fLock, fRel + ":" + req, fQueue, fAlive},
-		owner, req, fChan, "10000").AsInt64()
+		owner, req, "P"+fChan, "10000").AsInt64()
 	if err != nil {
 		r.t.Fatalf("release %s: %v", owner, err)
 	}
@@ -99,7 +99,7 @@ func (r *fairRig) release(owner string) int64 {
 
 func (r *fairRig) leave(owner string) int64 {
 	r.t.Helper()
-	n, err := r.run(lua.FairLeave, []string{fLock, fQueue, fAlive}, owner, fChan, strconv.Itoa(fBeat)).AsInt64()
+	n, err := r.run(lua.FairLeave, []string{fLock, fQueue, fAlive}, owner, "P"+fChan, strconv.Itoa(fBeat)).AsInt64()
 	if err != nil {
 		r.t.Fatalf("leave %s: %v", owner, err)
 	}
@@ -262,7 +262,7 @@ func TestFairScripts_wrongTypeWritesNothing(t *testing.T) {
 			r.do("DEL", fLock, fQueue, fAlive)
 			r.do("SET", k, "v")
 			_, err := r.run(lua.FairAcquire, []string{fLock, fFence, fQueue, fAlive},
-				"10000", "A", "r", "10000", "1", "3000", fChan).AsIntSlice()
+				"10000", "A", "r", "10000", "1", "3000", "P"+fChan).AsIntSlice()
 			if err == nil || !strings.Contains(err.Error(), "WRONGTYPE") {
 				t.Fatalf("%s a string: acquire gave %v", k, err)
 			}
@@ -270,7 +270,7 @@ func TestFairScripts_wrongTypeWritesNothing(t *testing.T) {
 				t.Fatalf("%s a string: the failed acquire wrote %d keys", k, n-1)
 			}
 			if k != fLock {
-				err := r.run(lua.FairLeave, []string{fLock, fQueue, fAlive}, "A", fChan, "3000").Error()
+				err := r.run(lua.FairLeave, []string{fLock, fQueue, fAlive}, "A", "P"+fChan, "3000").Error()
 				if err == nil || !strings.Contains(err.Error(), "WRONGTYPE") {
 					t.Fatalf("%s a string: leave gave %v", k, err)
 				}
@@ -283,7 +283,7 @@ func TestFairScripts_wrongTypeWritesNothing(t *testing.T) {
 		r.do("DEL", fLock, fQueue, fAlive)
 		r.acquire("A", true)
 		r.do("SET", fQueue, "v")
-		err := r.run(lua.FairRelease, []string{fLock, fRel + ":rx", fQueue, fAlive}, "A", "rx", fChan, "10000").Error()
+		err := r.run(lua.FairRelease, []string{fLock, fRel + ":rx", fQueue, fAlive}, "A", "rx", "P"+fChan, "10000").Error()
 		if err == nil || !strings.Contains(err.Error(), "WRONGTYPE") {
 			t.Fatalf("release gave %v", err)
 		}

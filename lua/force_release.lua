@@ -14,6 +14,7 @@
 -- PUBLISH or DEL (an ACL without it) fails the script before it changes anything; a record
 -- whose expiry is refused is taken back, as one that could not be written.
 --#include lib_refusal
+--#include lib_publish
 local t = redis.call('type', KEYS[1]).ok
 if t == 'none' then
   return 0
@@ -50,7 +51,7 @@ if rt == 'hash' or rt == 'none' then
   end
 end
 if ARGV[1] ~= '' then
-  redis.call('publish', ARGV[1], ARGV[2] or '0')
+  publish(ARGV[1], ARGV[2] or '0')
 end
 redis.call('del', KEYS[1])
 if record then

@@ -16,6 +16,7 @@
 local latch, record = KEYS[1], KEYS[2]
 --#include lib_latch
 --#include lib_refusal
+--#include lib_publish
 
 -- unrecord takes the request's record back.
 local function unrecord()
@@ -43,7 +44,7 @@ if t ~= 'none' then
     local r = redis.pcall('decr', latch) if refused(r) then unrecord() error(r) end
   else
     n = 0
-    redis.call('publish', ARGV[1], ARGV[2])
+    publish(ARGV[1], ARGV[2])
     redis.call('del', latch)
     redis.call('set', record, n, 'px', ARGV[3])
   end

@@ -13,6 +13,7 @@
 -- Runs with allow-oom: like a count-down, it must work on a full server.
 local latch, record = KEYS[1], KEYS[2]
 --#include lib_latch
+--#include lib_publish
 
 local done = replied(record)
 if done then
@@ -27,7 +28,7 @@ if t ~= 'none' then
   -- The waiters are told before the latch goes (they read the message only after this
   -- script), so that a refused PUBLISH (an ACL without it) fails the request before it
   -- changes anything.
-  redis.call('publish', ARGV[1], ARGV[2])
+  publish(ARGV[1], ARGV[2])
   redis.call('del', latch)
   r = 1
 end

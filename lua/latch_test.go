@@ -30,14 +30,14 @@ func TestLatchScripts_run(t *testing.T) {
 			{lua.LatchSet, "1", []string{"2", "10000"}, 1, "created"},
 			{lua.LatchSet, "1", []string{"2", "10000"}, 1, "a replay answers as the first time"},
 			{lua.LatchSet, "2", []string{"5", "10000"}, 0, "exists"},
-			{lua.LatchCountDown, "3", []string{"{l}:released", "*", "10000"}, 1, "2 -> 1"},
-			{lua.LatchCountDown, "3", []string{"{l}:released", "*", "10000"}, 1, "a replay does not count again"},
-			{lua.LatchCountDown, "4", []string{"{l}:released", "*", "10000"}, 0, "1 -> 0: deleted"},
-			{lua.LatchCountDown, "5", []string{"{l}:released", "*", "10000"}, -1, "no latch"},
-			{lua.LatchDelete, "6", []string{"{l}:released", "*", "10000"}, 0, "no latch"},
+			{lua.LatchCountDown, "3", []string{"P{l}:released", "*", "10000"}, 1, "2 -> 1"},
+			{lua.LatchCountDown, "3", []string{"P{l}:released", "*", "10000"}, 1, "a replay does not count again"},
+			{lua.LatchCountDown, "4", []string{"P{l}:released", "*", "10000"}, 0, "1 -> 0: deleted"},
+			{lua.LatchCountDown, "5", []string{"P{l}:released", "*", "10000"}, -1, "no latch"},
+			{lua.LatchDelete, "6", []string{"P{l}:released", "*", "10000"}, 0, "no latch"},
 			{lua.LatchSet, "7", []string{"1", "10000"}, 1, "set again"},
-			{lua.LatchDelete, "8", []string{"{l}:released", "*", "10000"}, 1, "deleted"},
-			{lua.LatchDelete, "8", []string{"{l}:released", "*", "10000"}, 1, "a replay answers as the first time"},
+			{lua.LatchDelete, "8", []string{"P{l}:released", "*", "10000"}, 1, "deleted"},
+			{lua.LatchDelete, "8", []string{"P{l}:released", "*", "10000"}, 1, "a replay answers as the first time"},
 		} {
 			if got := run(step.s, step.req, step.args...); got != step.want {
 				t.Fatalf("%s req %s (%s): got %d, want %d", step.s.Name(), step.req, step.comment, got, step.want)

@@ -60,9 +60,9 @@ func TestScripts_compile(t *testing.T) {
 		ctx := context.Background()
 		runs := map[*lua.Script][2][]string{
 			lua.Acquire:      {{"{t}", "{t}:fence"}, {"1000", "o", "r1"}},
-			lua.Release:      {{"{t}", "{t}:rel"}, {"o", "r2", "{t}:released", "10000"}},
+			lua.Release:      {{"{t}", "{t}:rel"}, {"o", "r2", "P{t}:released", "10000"}},
 			lua.Renew:        {{"{t}"}, {"1000", "o"}},
-			lua.ForceRelease: {{"{t}"}, {"{t}:released"}},
+			lua.ForceRelease: {{"{t}"}, {"P{t}:released"}},
 		}
 		for _, s := range core {
 			r := runs[s]
@@ -178,7 +178,7 @@ func TestRelease_replayAnswers(t *testing.T) {
 		}
 		release := func(owner, req, tenure string) int64 {
 			t.Helper()
-			n, err := lua.Release.Lua(tc.flags).Exec(ctx, tc.c, keys, []string{owner, req, "{r}:released", tenure}).AsInt64()
+			n, err := lua.Release.Lua(tc.flags).Exec(ctx, tc.c, keys, []string{owner, req, "P{r}:released", tenure}).AsInt64()
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -8,6 +8,7 @@
 -- returns 1  the permit's lease now ends lease ms from now
 --         0  no live permit has this id: unknown, released, or its lease ended
 -- Replaying it is harmless: it sets the same lease again, from a later now.
+--#include lib_publish
 local sem, leases = KEYS[1], KEYS[2]
 local id, lease, channel = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 
@@ -28,7 +29,7 @@ if redis.call('pttl', leases) < lease then
   redis.call('pexpire', leases, lease)
 end
 if now + lease < tonumber(s) then
-  redis.call('publish', channel, '*')
+  publish(channel, '*')
 end
 redis.call('zadd', leases, string.format('%.0f', now + lease), id)
 return 1

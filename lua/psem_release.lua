@@ -15,6 +15,7 @@
 -- anything.
 --#include lib_refusal
 --#include lib_reqlog
+--#include lib_publish
 local sem, leases, log, logx = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local id, req, keep, channel = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
 
@@ -36,7 +37,7 @@ end
 -- script), so that a refused ZREMRANGEBYSCORE or PUBLISH (an ACL without it) fails the
 -- request before it changes anything else than ended leases.
 redis.call('zremrangebyscore', leases, '-inf', now)
-redis.call('publish', channel, '0')
+publish(channel, '0')
 remember(log, logx, req, '1', now, keep)
 
 local r = redis.pcall('zrem', leases, id) if refused(r) then forget(log, logx, req) error(r) end

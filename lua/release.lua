@@ -31,6 +31,7 @@
 -- script's included (EVALSHA, HMGET, DEL), and a fourth (PUBLISH) only when a waiter is told.
 -- Runs with allow-oom: giving a lock back must work on a full server.
 --#include lib_fence
+--#include lib_publish
 local lock, forced = KEYS[1], KEYS[2]
 local owner, req, channel, tenure = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local next, nextLease, nextReq = ARGV[5], ARGV[6], ARGV[7]
@@ -90,7 +91,7 @@ if next then
     -- release, already applied, is answered as one that freed the lock without passing it.
     redis.call('del', lock)
     if channel ~= '' then
-      redis.call('publish', channel, '0')
+      publish(channel, '0')
     end
     return {0, 0}
   end
@@ -99,7 +100,7 @@ end
 -- The waiters are told before the lock goes (they read the message only after this script),
 -- so that a refused PUBLISH (an ACL without it) fails the release before it changes anything.
 if waiters and channel ~= '' then
-  redis.call('publish', channel, '0')
+  publish(channel, '0')
 end
 redis.call('del', lock)
 return 0

@@ -8,6 +8,7 @@
 --         a WRONGTYPE error (and nothing deleted) if the key is not a read-write lock
 -- Waiting writers' claims are kept: they belong to live waiters. DEL and PUBLISH are
 -- accepted by a full (noeviction) server.
+--#include lib_publish
 local lock, leases = KEYS[1], KEYS[2]
 local t = redis.call('type', lock).ok
 if t == 'none' then
@@ -21,7 +22,7 @@ end
 -- refused PUBLISH (an ACL without it) fails the script before it changes anything.
 for i = 1, 2 do
   if ARGV[i] ~= '' then
-    redis.call('publish', ARGV[i], '*')
+    publish(ARGV[i], '*')
   end
 end
 redis.call('del', lock, leases)

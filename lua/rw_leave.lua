@@ -7,6 +7,7 @@
 -- returns 1 if the owner had a claim, 0 if not (safe to run twice: the second run finds none)
 --         a WRONGTYPE error, with nothing written, when the key holds another type
 -- Runs with allow-oom: leaving only removes.
+--#include lib_publish
 local writers, owner, channel = KEYS[1], ARGV[1], ARGV[2]
 if redis.call('zrem', writers, owner) == 0 then
   return 0
@@ -15,6 +16,6 @@ local time = redis.call('time')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 redis.call('zremrangebyscore', writers, '-inf', string.format('%.0f', now))
 if redis.call('zcard', writers) == 0 and channel ~= '' then
-  redis.call('publish', channel, '*')
+  publish(channel, '*')
 end
 return 1

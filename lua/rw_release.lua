@@ -27,6 +27,7 @@
 -- lock's expiry to the longest lease still in force. Runs with allow-oom: giving a lock back
 -- must work on a full server.
 --#include lib_refusal
+--#include lib_publish
 local lock, record, leases, writers = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local owner, req, kind, wchan, rchan = ARGV[1], ARGV[2], ARGV[5], ARGV[6], ARGV[7]
 
@@ -90,11 +91,11 @@ local free = longest == nil
 if writerGone and rchan ~= '' then
   local claims = redis.call('zrangebyscore', writers, '(' .. ms(now), '+inf', 'limit', 0, 1)
   if #claims == 0 then
-    redis.call('publish', rchan, '*')
+    publish(rchan, '*')
   end
 end
 if free and wchan ~= '' then
-  redis.call('publish', wchan, '0')
+  publish(wchan, '0')
 end
 
 -- unrelease takes the release back: the record, and the hold's fields once they were removed

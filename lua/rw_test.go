@@ -35,7 +35,7 @@ func TestRWScripts_protocol(t *testing.T) {
 		}
 		state := []string{"{rw}", "{rw}:leases"}
 		relArgs := func(owner, req, kind string) []string {
-			return []string{owner, req, "", "10000", kind, "{rw}:released", "{rw}:released:read"}
+			return []string{owner, req, "", "10000", kind, "P{rw}:released", "P{rw}:released:read"}
 		}
 
 		if v := ints(run(lua.RWAcquire, acq, "10000", "a", "1", "r", "3000", "0")); v[0] != 1 || v[2] != 1 {
@@ -79,10 +79,10 @@ func TestRWScripts_protocol(t *testing.T) {
 		if err == nil || !strings.HasPrefix(err.Error(), "UPGRADE") {
 			t.Fatalf("upgrade: want an UPGRADE error, got %v", err)
 		}
-		if n, err := run(lua.RWLeave, []string{"{rw}:writers"}, "b", "{rw}:released:read").AsInt64(); err != nil || n != 0 {
+		if n, err := run(lua.RWLeave, []string{"{rw}:writers"}, "b", "P{rw}:released:read").AsInt64(); err != nil || n != 0 {
 			t.Fatalf("leave without a claim: %v %v", n, err)
 		}
-		if n, err := run(lua.RWForce, state, "{rw}:released", "{rw}:released:read").AsInt64(); err != nil || n != 1 {
+		if n, err := run(lua.RWForce, state, "P{rw}:released", "P{rw}:released:read").AsInt64(); err != nil || n != 1 {
 			t.Fatalf("force: %v %v", n, err)
 		}
 		if v := ints(run(lua.RWState, state, "b")); v[0] != 0 || v[1] != 0 || v[3] != 0 {

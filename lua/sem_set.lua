@@ -12,6 +12,7 @@
 -- A key of another type fails the script before it changes anything.
 --#include lib_refusal
 --#include lib_reqlog
+--#include lib_publish
 local sem, log, logx = KEYS[1], KEYS[2], KEYS[3]
 local n, req, keep, channel, ttl = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3]), ARGV[4], ARGV[5]
 
@@ -30,7 +31,7 @@ end
 -- The waiters are told first (they read the message only after this script), so that a
 -- refused PUBLISH (an ACL without it) fails the request before it changes anything.
 if n > 0 then
-  redis.call('publish', channel, '*')
+  publish(channel, '*')
 end
 local t = redis.call('time')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)

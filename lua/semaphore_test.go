@@ -21,17 +21,17 @@ func TestSemScripts_compile(t *testing.T) {
 		ctx := context.Background()
 		sem := []string{"{s}", "{s}:log", "{s}:logx"}
 		runs := map[*lua.Script][2][]string{
-			lua.SemSet:      {sem, {"2", "r1", "10000", "{s}:released", "0"}},
+			lua.SemSet:      {sem, {"2", "r1", "10000", "P{s}:released", "0"}},
 			lua.SemAcquire:  {sem, {"1", "r2", "10000"}},
-			lua.SemRelease:  {sem, {"1", "r3", "10000", "{s}:released", "0"}},
+			lua.SemRelease:  {sem, {"1", "r3", "10000", "P{s}:released", "0"}},
 			lua.SemDrain:    {sem, {"r4", "10000"}},
 			lua.SemDelete:   {{"{s}"}, nil},
-			lua.PsemSet:     {{"{p}", "{p}:log", "{p}:logx"}, {"1", "r5", "10000", "{p}:released"}},
-			lua.PsemAdd:     {{"{p}", "{p}:log", "{p}:logx"}, {"1", "r6", "10000", "{p}:released"}},
+			lua.PsemSet:     {{"{p}", "{p}:log", "{p}:logx"}, {"1", "r5", "10000", "P{p}:released"}},
+			lua.PsemAdd:     {{"{p}", "{p}:log", "{p}:logx"}, {"1", "r6", "10000", "P{p}:released"}},
 			lua.PsemAcquire: {{"{p}", "{p}:leases"}, {"id1", "1000"}},
-			lua.PsemExtend:  {{"{p}", "{p}:leases"}, {"id1", "2000", "{p}:released"}},
+			lua.PsemExtend:  {{"{p}", "{p}:leases"}, {"id1", "2000", "P{p}:released"}},
 			lua.PsemState:   {{"{p}", "{p}:leases"}, {"id1"}},
-			lua.PsemRelease: {{"{p}", "{p}:leases", "{p}:log", "{p}:logx"}, {"id1", "r7", "10000", "{p}:released"}},
+			lua.PsemRelease: {{"{p}", "{p}:leases", "{p}:log", "{p}:logx"}, {"id1", "r7", "10000", "P{p}:released"}},
 			lua.PsemDelete:  {{"{p}", "{p}:leases"}, nil},
 		}
 		for _, s := range semScripts {
@@ -53,7 +53,7 @@ func TestSemScripts_requestLog(t *testing.T) {
 	keys := []string{"{q}", "{q}:log", "{q}:logx"}
 	release := func(req, keep string) int64 {
 		t.Helper()
-		n, err := lua.SemRelease.Lua(true).Exec(ctx, c, keys, []string{"1", req, keep, "{q}:released", "0"}).AsInt64()
+		n, err := lua.SemRelease.Lua(true).Exec(ctx, c, keys, []string{"1", req, keep, "P{q}:released", "0"}).AsInt64()
 		if err != nil || n != 1 {
 			t.Fatalf("release %s: %v %v", req, n, err)
 		}

@@ -38,6 +38,7 @@ import (
 	"errors"
 	"net"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -587,7 +588,19 @@ func (s *Subscriber) dedicate(cn *conn) (rueidis.DedicatedClient, func(), error)
 		dc, cancel := s.client.Dedicate()
 		return dc, cancel, nil
 	}
-	node := s.client.Nodes()[cn.addr]
+	nodes := s.client.Nodes()
+	node := nodes[cn.addr]
+	if node == nil && strings.HasPrefix(cn.addr, ":") {
+		// A node that does not know its own address (a cluster of one node, which never
+		// met another) reports an empty host: the client reaches it at some host with
+		// that port.
+		for addr, n := range nodes {
+			if strings.HasSuffix(addr, cn.addr) {
+				node = n
+				break
+			}
+		}
+	}
 	if node == nil {
 		return nil, nil, errors.New("pubsub: no connection to " + cn.addr + " yet")
 	}

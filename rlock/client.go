@@ -35,6 +35,9 @@ type Client struct {
 
 	wd  *watchdog.Watchdog
 	sub *pubsub.Subscriber
+	// pubMark is the first byte of every channel argument of a script: "P" to PUBLISH, "S"
+	// to SPUBLISH (sharded pub/sub; see WithPubSub and lua/lib_publish.lua).
+	pubMark string
 
 	owners atomic.Uint64 // handle owner ids
 	reqs   atomic.Uint64 // request ids
@@ -79,7 +82,17 @@ func New(client rueidis.Client, opts ...Option) (*Client, error) {
 	if c.wd, err = watchdog.New(renewer{c}, watchdog.WithRenewFraction(o.renewFraction)); err != nil {
 		return nil, invalid("%v", err)
 	}
-	if c.sub, err = pubsub.New(client, pubsub.WithLinger(o.linger)); err != nil {
+	cluster := client.Mode() == rueidis.ClientModeCluster
+	if o.pubsub == PubSubSharded && !cluster {
+		return nil, invalid("PubSubSharded needs a rueidis client in Cluster mode")
+	}
+	psOpts := []pubsub.Option{pubsub.WithLinger(o.linger)}
+	c.pubMark = "P"
+	if o.pubsub == PubSubSharded || o.pubsub == PubSubAuto && cluster {
+		c.pubMark = "S"
+		psOpts = append(psOpts, pubsub.WithSharded())
+	}
+	if c.sub, err = pubsub.New(client, psOpts...); err != nil {
 		return nil, invalid("%v", err)
 	}
 	return c, nil
@@ -375,6 +388,16 @@ func (v callerValues) Value(key any) any {
 		return x
 	}
 	return v.values.Value(key)
+}
+
+// pubArg is channel as a script takes it: marked with the publish command (see pubMark).
+func (c *Client) pubArg(channel string) string { return c.pubMark + channel }
+
+// lockKeys are the keys of the lock called name, under the Client's prefix and pub/sub mode.
+func (c *Client) lockKeys(name string) lockKeys {
+	k := keysFor(c.opts.prefix, name)
+	k.pub = c.pubArg(k.channel)
+	return k
 }
 
 // renewer renews the Client's watchdog-mode holds.

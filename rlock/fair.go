@@ -107,7 +107,7 @@ func fairAcquireExtra(m *Mutex, queue bool) (keys, args []string) {
 	if queue {
 		flag = "1"
 	}
-	return []string{q, a}, []string{fairMillis(m.c.opts.waiterTimeout), flag, fairMillis(m.c.fairHeartbeat()), m.keys.channel}
+	return []string{q, a}, []string{fairMillis(m.c.opts.waiterTimeout), flag, fairMillis(m.c.fairHeartbeat()), m.keys.pub}
 }
 
 // fairReleaseExtra: KEYS queue, alive.
@@ -124,5 +124,5 @@ func fairLeave(ctx context.Context, m *Mutex, owner string) {
 	defer cancel()
 	q, a := fairKeys(m.keys)
 	_ = m.c.exec(cctx, lua.FairLeave, []string{m.keys.lock, q, a},
-		[]string{owner, m.keys.channel, fairMillis(m.c.fairHeartbeat())}).Error()
+		[]string{owner, m.keys.pub, fairMillis(m.c.fairHeartbeat())}).Error()
 }

@@ -262,7 +262,11 @@ func subscribed(t *testing.T, b *backend, channel string, n int64) {
 		if b.mr != nil {
 			return int64(b.mr.PubSubNumSub(channel)[channel]) >= n
 		}
-		msg, err := b.do(t, "PUBSUB", "NUMSUB", channel)
+		numsub := "NUMSUB"
+		if b.name == "cluster" { // a Cluster's Clients wait on sharded channels (PubSubAuto)
+			numsub = "SHARDNUMSUB"
+		}
+		msg, err := b.do(t, "PUBSUB", numsub, channel)
 		require.NoError(t, err)
 		arr, _ := msg.ToArray()
 		if len(arr) != 2 {

@@ -12,6 +12,7 @@ type lockKeys struct {
 	lock, fence, channel string
 	released             string // prefix of the release records (releaseRecord)
 	forced               string // the forced record (force_release.lua, release.lua)
+	pub                  string // channel as the scripts take it (Client.pubArg)
 }
 
 // releaseRecord is the key of the record that a release script sent under request id req

@@ -66,7 +66,7 @@ func (c *Client) CountDownLatch(name string) *CountDownLatch {
 	if err := c.usable(); err != nil {
 		return &CountDownLatch{name: name, err: err}
 	}
-	l := &CountDownLatch{c: c, name: name, keys: keysFor(c.opts.prefix, name)}
+	l := &CountDownLatch{c: c, name: name, keys: c.lockKeys(name)}
 	if name == "" {
 		l.err = invalid("empty latch name")
 	}
@@ -167,7 +167,7 @@ func (l *CountDownLatch) CountDown(ctx context.Context) error {
 	if err := l.check(ctx, "count down latch"); err != nil {
 		return err
 	}
-	_, err := l.run(ctx, "count down latch", lua.LatchCountDown, l.keys.channel, pubsub.WakeAll)
+	_, err := l.run(ctx, "count down latch", lua.LatchCountDown, l.keys.pub, pubsub.WakeAll)
 	return err
 }
 
@@ -178,7 +178,7 @@ func (l *CountDownLatch) Delete(ctx context.Context) (bool, error) {
 	if err := l.check(ctx, "delete latch"); err != nil {
 		return false, err
 	}
-	r, err := l.run(ctx, "delete latch", lua.LatchDelete, l.keys.channel, pubsub.WakeAll)
+	r, err := l.run(ctx, "delete latch", lua.LatchDelete, l.keys.pub, pubsub.WakeAll)
 	return r == 1, err
 }
 

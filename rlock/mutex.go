@@ -84,7 +84,7 @@ func (c *Client) newMutex(name string, v *variant) *Mutex {
 	if err := c.usable(); err != nil {
 		return &Mutex{name: name, v: v, err: err}
 	}
-	m := &Mutex{c: c, name: name, keys: keysFor(c.opts.prefix, name), owner: c.newOwner(), v: v}
+	m := &Mutex{c: c, name: name, keys: c.lockKeys(name), owner: c.newOwner(), v: v}
 	if name == "" {
 		m.err = invalid("empty %s name", v.kind)
 	}
@@ -825,7 +825,7 @@ func (m *Mutex) release(ctx context.Context, h *hold) error {
 func (m *Mutex) sendRelease(ctx context.Context, owner string, next *candidate, h *hold, t *tenure) (int64, int64, error) {
 	fctx, fcancel := m.c.firstSendCtx(ctx)
 	defer fcancel()
-	channel := m.keys.channel
+	channel := m.keys.pub
 	if m.v.spin {
 		channel = ""
 	}
@@ -909,7 +909,7 @@ func (m *Mutex) ForceUnlock(ctx context.Context) (bool, error) {
 	if m.c.isClosed() {
 		return false, ErrClosed
 	}
-	keys, args := []string{m.keys.lock}, []string{m.keys.channel, m.v.forceMessage}
+	keys, args := []string{m.keys.lock}, []string{m.keys.pub, m.v.forceMessage}
 	if m.v.spin {
 		args[0] = ""
 	}

@@ -47,6 +47,7 @@ type options struct {
 	waiterTimeout   time.Duration
 	ackReplicas     int           // 0: no replica acknowledgement
 	ackTimeout      time.Duration // bound of each WAIT
+	pubsub          PubSubMode
 }
 
 func defaultOptions() options {
@@ -83,6 +84,8 @@ func (o *options) validate() error {
 		return invalid("replica acknowledgements %d is negative", o.ackReplicas)
 	case o.ackReplicas > 0 && o.ackTimeout < time.Millisecond:
 		return invalid("replica acknowledgement timeout %v is below 1ms", o.ackTimeout)
+	case o.pubsub < PubSubAuto || o.pubsub > PubSubSharded:
+		return invalid("pub/sub mode %d is not PubSubAuto, PubSubClassic or PubSubSharded", o.pubsub)
 	}
 	return nil
 }
@@ -162,11 +165,47 @@ func WithWaiterTimeout(d time.Duration) Option {
 // counts as failed: Lock and TryLock try again, within their wait, every few milliseconds,
 // and report an error wrapping [ErrNoReplicaAck] if the wait ends that way.
 //
+// On a Redis Cluster (a rueidis client in Cluster mode) the acknowledgements counted are those
+// of the replicas of the master that applied the grant, also when the grant was redirected
+// there (MOVED, after a slot moved; ASK, while it migrates): the acquire and its WAIT go
+// together on one connection to the master that serves the lock's slot, and when that master
+// redirects them, to the node named. A redirection that cannot be followed that way (a node
+// the rueidis client does not know yet, or more than a few redirections in a row) counts as
+// acknowledged by no replica: the grant is given back and tried again, as above.
+//
 // It narrows the window in which a failover to an asynchronous replica loses a lock that was
 // just granted; it does not close it (WAIT does not make Redis strongly consistent), and it
 // costs a round trip to the replicas per grant. Default: off (replicas 0).
 func WithReplicaAck(replicas int, timeout time.Duration) Option {
 	return optionFunc(func(o *options) { o.ackReplicas, o.ackTimeout = replicas, timeout })
+}
+
+// PubSubMode is how waiters are woken: which pub/sub a release publishes on, and which the
+// Client's subscription connections listen to. See [WithPubSub].
+type PubSubMode int
+
+const (
+	// PubSubAuto is sharded pub/sub on a Redis Cluster (a rueidis client in Cluster mode),
+	// classic pub/sub elsewhere (a single server, Sentinel, miniredis). Sharded pub/sub
+	// needs Redis 7: on a Cluster of older servers, choose [PubSubClassic].
+	PubSubAuto PubSubMode = iota
+	// PubSubClassic is PUBLISH and SUBSCRIBE. On a Cluster every message is broadcast by
+	// the cluster bus to every node, and one subscription connection serves every waiter
+	// of the Client.
+	PubSubClassic
+	// PubSubSharded is SPUBLISH and SSUBSCRIBE (Redis 7 Cluster): a message stays within
+	// its lock's shard (its hash slot's master and replicas), and the Client keeps one
+	// subscription connection per master that serves a lock a waiter waits for. When a
+	// slot moves or its master fails over, the subscription follows it and the waiters
+	// are woken to look at the lock again. New refuses it for a client not in Cluster mode.
+	PubSubSharded
+)
+
+// WithPubSub sets how waiters are woken (default [PubSubAuto]). Every Client that locks the
+// same names must use the same mode: a release published on one is not heard on the other
+// (a waiter then waits until the lease of the lock it waits for runs out).
+func WithPubSub(mode PubSubMode) Option {
+	return optionFunc(func(o *options) { o.pubsub = mode })
 }
 
 // buildOptions applies opts to the defaults and validates the result: an invalid option is an

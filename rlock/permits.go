@@ -131,7 +131,7 @@ func (p *PermitSemaphore) TrySetPermits(ctx context.Context, n int) (bool, error
 	if err := semCount(op, n, 0); err != nil {
 		return false, err
 	}
-	args := []string{strconv.Itoa(n), p.c.newRequest(), p.c.semKeep(), p.keys.channel}
+	args := []string{strconv.Itoa(n), p.c.newRequest(), p.c.semKeep(), p.c.pubArg(p.keys.channel)}
 	got, _, err := p.c.semInt(ctx, op, p.name, false, lua.PsemSet, p.keys.logged(), args)
 	return got == 1, err
 }
@@ -151,7 +151,7 @@ func (p *PermitSemaphore) AddPermits(ctx context.Context, n int) error {
 	if err := semCount(op, n, -maxPermits); err != nil {
 		return err
 	}
-	args := []string{strconv.Itoa(n), p.c.newRequest(), p.c.semKeep(), p.keys.channel}
+	args := []string{strconv.Itoa(n), p.c.newRequest(), p.c.semKeep(), p.c.pubArg(p.keys.channel)}
 	_, _, err := p.c.semInt(ctx, op, p.name, false, lua.PsemAdd, p.keys.logged(), args)
 	return err
 }
@@ -255,7 +255,7 @@ func (p *PermitSemaphore) Release(ctx context.Context, id string) error {
 		return invalid("%s: empty permit id", op)
 	}
 	keys := []string{p.keys.sem, p.keys.leases, p.keys.log, p.keys.logx}
-	args := []string{id, p.c.newRequest(), p.c.semKeep(), p.keys.channel}
+	args := []string{id, p.c.newRequest(), p.c.semKeep(), p.c.pubArg(p.keys.channel)}
 	got, _, err := p.c.semInt(ctx, op, p.name, true, lua.PsemRelease, keys, args)
 	if err != nil {
 		return err
@@ -287,7 +287,7 @@ func (p *PermitSemaphore) Extend(ctx context.Context, id string, lease time.Dura
 		return err
 	}
 	keys := []string{p.keys.sem, p.keys.leases}
-	args := []string{id, strconv.FormatInt(lease.Milliseconds(), 10), p.keys.channel}
+	args := []string{id, strconv.FormatInt(lease.Milliseconds(), 10), p.c.pubArg(p.keys.channel)}
 	got, _, err := p.c.semInt(ctx, op, p.name, false, lua.PsemExtend, keys, args)
 	if err != nil {
 		return err

@@ -157,6 +157,9 @@ func (c *Client) RWMutex(name string) *RWMutex {
 	r := c.newMutex(name, rwReadVariant)
 	r.owner = w.owner
 	_, r.keys.channel = rwChannels(w.keys) // readers wait on a channel of their own
+	if r.c != nil {
+		r.keys.pub = r.c.pubArg(r.keys.channel)
+	}
 	rw := &RWMutex{w: w, r: r}
 	rw.rl.rw = rw
 	return rw
@@ -192,7 +195,7 @@ func rwReleaseExtra(kind string) func(m *Mutex) (keys, args []string) {
 	return func(m *Mutex) (keys, args []string) {
 		leases, writers := rwKeys(m.keys)
 		wch, rch := rwChannels(m.keys)
-		return []string{leases, writers}, []string{kind, wch, rch}
+		return []string{leases, writers}, []string{kind, m.c.pubArg(wch), m.c.pubArg(rch)}
 	}
 }
 
@@ -212,7 +215,7 @@ func rwLeave(ctx context.Context, m *Mutex, owner string) {
 	defer cancel()
 	_, writers := rwKeys(m.keys)
 	_, rch := rwChannels(m.keys)
-	_ = m.c.exec(cctx, lua.RWLeave, []string{writers}, []string{owner, rch}).Error()
+	_ = m.c.exec(cctx, lua.RWLeave, []string{writers}, []string{owner, m.c.pubArg(rch)}).Error()
 }
 
 // Name is the lock's name as given to [Client.RWMutex].
@@ -465,7 +468,7 @@ func (rw *RWMutex) ForceUnlock(ctx context.Context) (bool, error) {
 	}
 	leases, _ := rwKeys(m.keys)
 	wch, rch := rwChannels(m.keys)
-	n, err := m.c.exec(ctx, lua.RWForce, []string{m.keys.lock, leases}, []string{wch, rch}).AsInt64()
+	n, err := m.c.exec(ctx, lua.RWForce, []string{m.keys.lock, leases}, []string{m.c.pubArg(wch), m.c.pubArg(rch)}).AsInt64()
 	if err != nil {
 		return false, classify("force unlock", m.name, err)
 	}

@@ -230,7 +230,7 @@ func (s *Semaphore) trySet(ctx context.Context, n int, ttl time.Duration) (bool,
 	if err := semCount(op, n, 0); err != nil {
 		return false, err
 	}
-	args := []string{strconv.Itoa(n), s.c.newRequest(), s.c.semKeep(), s.keys.channel, strconv.FormatInt(ttl.Milliseconds(), 10)}
+	args := []string{strconv.Itoa(n), s.c.newRequest(), s.c.semKeep(), s.c.pubArg(s.keys.channel), strconv.FormatInt(ttl.Milliseconds(), 10)}
 	got, _, err := s.c.semInt(ctx, op, s.name, false, lua.SemSet, s.keys.counted(), args)
 	return got == 1, err
 }
@@ -357,7 +357,7 @@ func (s *Semaphore) add(ctx context.Context, op string, n int, ifExists, detache
 	if ifExists {
 		only = "1"
 	}
-	args := []string{strconv.Itoa(n), s.c.newRequest(), s.c.semKeep(), s.keys.channel, only}
+	args := []string{strconv.Itoa(n), s.c.newRequest(), s.c.semKeep(), s.c.pubArg(s.keys.channel), only}
 	got, _, err := s.c.semInt(ctx, op, s.name, detached, lua.SemRelease, s.keys.counted(), args)
 	return got == 1, err
 }
