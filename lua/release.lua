@@ -2,7 +2,9 @@
 -- release: give back one hold of a reentrant lock, optionally passing it on to a successor.
 -- KEYS[1] = lock hash (see acquire.lua)
 -- KEYS[2] = the lock's forced record (hash: owner id -> fencing token of the tenure that
---           force_release.lua took from that owner; it lives a while after the force)
+--           force_release.lua took from that owner; it lives a while after the force); read
+--           by replays only: a first send without a successor may leave it out (one key: a
+--           Cluster node serves the script while the lock's slot migrates)
 -- KEYS[3] = fence (only with a successor; see acquire.lua)
 -- ARGV[1] = owner id
 -- ARGV[2] = request id (a replay with the same id is answered, not applied again)

@@ -200,3 +200,51 @@ func TestCluster_unlockAfterMasterKilled(t *testing.T) {
 	require.NoError(t, err)
 	require.False(t, held)
 }
+
+// An acquire whose keys are split by a migration in progress (the lock moved, its fence not)
+// is refused with TRYAGAIN, which it rides out within its wait; it gets the lock once the
+// migration ends. A single attempt (wait 0) reports the refusal instead of waiting.
+func TestCluster_acquireDuringMigration(t *testing.T) {
+	skipShortCluster(t)
+	cl := redistest.StartCluster(t)
+	rc := cl.Client(t)
+	c, err := rlock.New(rc)
+	require.NoError(t, err)
+	defer c.Close()
+	name := redistest.Name(t)
+	holder := c.Mutex(name)
+	ok, err := holder.TryLock(bg, 0, time.Minute)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.NoError(t, holder.Unlock(bg)) // the fence stays, the lock goes
+	ok, err = holder.TryLock(bg, 0, time.Minute)
+	require.NoError(t, err)
+	require.True(t, ok)
+
+	src := cl.MasterOf(t, holder.Key())
+	mig := cl.BeginMigration(t, redistest.Slot(holder.Key()), otherMaster(t, cl, src))
+	mig.MoveKeys(t, holder.Key()) // the lock on the target, the fence on the source
+	require.NoError(t, holder.Unlock(bg), "a release of the moved key (ASK)")
+
+	other := c.Mutex(name)
+	_, err = other.TryLock(bg, 0, time.Minute)
+	require.Error(t, err, "one attempt while the lock's keys are split")
+	require.Contains(t, err.Error(), "TRYAGAIN")
+
+	got := make(chan error, 1)
+	go func() {
+		ok, err := other.TryLock(bg, 20*time.Second, time.Minute)
+		if err == nil && !ok {
+			err = fmt.Errorf("not acquired within the wait")
+		}
+		got <- err
+	}()
+	select {
+	case err := <-got:
+		t.Fatalf("acquired (or failed: %v) while the keys were split", err)
+	case <-time.After(500 * time.Millisecond):
+	}
+	mig.Finish(t)
+	require.NoError(t, await(t, got, 20*time.Second, "the acquire after the migration"))
+	require.NoError(t, other.Unlock(bg))
+}

@@ -866,7 +866,15 @@ func (m *Mutex) sendRelease(ctx context.Context, owner string, next *candidate, 
 	}
 	// A first send that Redis could not serve (a refused dial, a failover or a migration
 	// in progress) applied nothing: it goes again, within the cleanup timeout.
-	res := m.c.execServed(fctx, m.v.release, keys, args)
+	first := keys
+	if m.v.forced && m.v.releaseExtra == nil && next == nil {
+		// A first send reads no forced record (release.lua reads it on replays only). With
+		// the lock's key alone the script is single-key, which a Cluster node serves while
+		// the slot migrates (following ASK); with a second key that does not exist it would
+		// be refused (TRYAGAIN) for as long as the migration lasts.
+		first = keys[:1]
+	}
+	res := m.c.execServed(fctx, m.v.release, first, args)
 	err := res.Error()
 	var sent time.Time
 	if err != nil && !definitive(err) {
