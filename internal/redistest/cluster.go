@@ -269,7 +269,9 @@ func (c *Cluster) Client(tb testing.TB, opts ...func(*rueidis.ClientOption)) rue
 // outlive the test and fail goleak. Connections are dropped when a node leaves the
 // topology (a killed master) and, at random, at the first refresh after NewClient with
 // several InitAddress: NewClient dials them all in parallel, returns after the first,
-// and the refresh replaces the connections the others add meanwhile.
+// and the refresh replaces the connections the others add meanwhile. It waits as well for
+// a delayed topology refresh (rueidis' lazyRefresh, after an error such as a refused
+// dial), whose goroutine sleeps up to a second before it looks at the closed client.
 func waitDelayedCloses() {
 	deadline := time.Now().Add(delayedCloseWait)
 	buf := make([]byte, 1<<20)
@@ -279,7 +281,9 @@ func waitDelayedCloses() {
 			buf = make([]byte, 2*len(buf))
 			continue
 		}
-		if !bytes.Contains(buf[:n], []byte("rueidis.(*clusterClient)._refresh.func")) || time.Now().After(deadline) {
+		st := buf[:n]
+		if !bytes.Contains(st, []byte("rueidis.(*clusterClient)._refresh.func")) &&
+			!bytes.Contains(st, []byte("rueidis.(*call).DelayDo.func")) || time.Now().After(deadline) {
 			return
 		}
 		time.Sleep(50 * time.Millisecond)
