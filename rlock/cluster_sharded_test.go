@@ -101,7 +101,7 @@ func TestCluster_wakeUpsAreSharded(t *testing.T) {
 		ok, err = l.TrySetCount(ctx, 1)
 		require.NoError(t, err)
 		require.True(t, ok)
-		go func() { got <- c2.CountDownLatch("l:"+name).Await(ctx) }()
+		go func() { got <- c2.CountDownLatch("l:" + name).Await(ctx) }()
 		waitShardSub(t, cl, l.Key()+":released")
 		require.NoError(t, l.CountDown(ctx))
 		require.NoError(t, await(t, got, 10*time.Second, "latch waiter"))
