@@ -19,7 +19,8 @@ import (
 func (c *Client) execServed(ctx context.Context, s *lua.Script, keys, args []string) rueidis.RedisResult {
 	res := c.exec(ctx, s, keys, args)
 	backoff := 5 * time.Millisecond
-	for transient(res.Error()) {
+	// transient's errors.As targets escape: it is asked only about an error.
+	for res.Error() != nil && transient(res.Error()) {
 		if sleep(ctx, backoff) != nil {
 			return res
 		}
