@@ -68,7 +68,12 @@ type Config struct {
 	Iters    int           // at most this many acquisitions attempted (> 0)
 	Deadline time.Time     // and no attempt starts after this
 	Wait     time.Duration // TryLock wait per attempt
-	Work     time.Duration // time between the read and the write of the resource
+	// Lease is the TryLock lease: 0 holds in watchdog mode (renewed while held), > 0 a fixed
+	// lease that ends by itself (keep Work well below it).
+	Lease time.Duration
+	// Stop, when not nil, ends the run once closed: no attempt starts after that.
+	Stop <-chan struct{}
+	Work time.Duration // time between the read and the write of the resource
 	// Between, when set, runs between the read and the write (before the Work sleep), e.g.
 	// to tell a test that the holder is inside its critical section.
 	Between func(name string, token int64)
@@ -120,12 +125,12 @@ func Run(ctx context.Context, c *rlock.Client, cfg Config, res Resource, sink Si
 		owner += "#" + cfg.Label
 	}
 	sections := 0
-	for i := 0; i < cfg.Iters && ctx.Err() == nil && (cfg.Deadline.IsZero() || time.Now().Before(cfg.Deadline)); i++ {
+	for i := 0; i < cfg.Iters && ctx.Err() == nil && (cfg.Deadline.IsZero() || time.Now().Before(cfg.Deadline)) && !closed(cfg.Stop); i++ {
 		m := handles[i%len(handles)]
 		name := m.Name()
 		who := owner + "/" + name + "/" + m.Key()
 		op := Op{Kind: "acquire", Name: name, Owner: who, Call: Mono()}
-		ok, err := m.TryLock(ctx, cfg.Wait, 0)
+		ok, err := m.TryLock(ctx, cfg.Wait, cfg.Lease)
 		op.Return = Mono()
 		switch {
 		case ok:
@@ -201,6 +206,16 @@ func Run(ctx context.Context, c *rlock.Client, cfg Config, res Resource, sink Si
 		sink.Op(rel)
 	}
 	return sections
+}
+
+// closed reports whether ch is closed (false for a nil ch).
+func closed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
 }
 
 func pause(ctx context.Context, d time.Duration) {
