@@ -109,23 +109,10 @@ func New(client rueidis.Client, opts ...Option) (*Client, error) {
 // CLIENT TRACKING right. Every other field of opt is used as given.
 //
 // Dial returns an error wrapping [ErrInvalid] for an invalid option (nothing is dialled),
-// or rueidis's error when it cannot connect (as [rueidis.NewClient] does, it dials at once).
+// or rueidis's error when it cannot connect (as [rueidis.NewClient] does, it dials at once,
+// bounded by opt's own timeouts; [DialContext] bounds it by a context).
 func Dial(opt rueidis.ClientOption, opts ...Option) (*Client, error) {
-	if _, err := buildOptions(opts); err != nil {
-		return nil, err // before anything is dialled
-	}
-	opt.DisableCache = true
-	rc, err := rueidis.NewClient(opt)
-	if err != nil {
-		return nil, errorf("dial: %w", err)
-	}
-	c, err := New(rc, opts...)
-	if err != nil {
-		rc.Close()
-		return nil, err
-	}
-	c.owned = true
-	return c, nil
+	return DialContext(context.Background(), opt, opts...)
 }
 
 // Close stops every goroutine the Client started and waits for them. Locks still held are
