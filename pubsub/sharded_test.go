@@ -3,6 +3,8 @@ package pubsub
 import (
 	"context"
 	"fmt"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -202,4 +204,33 @@ func TestSharded_needsCluster(t *testing.T) {
 	_, c := redistest.Miniredis(t)
 	_, err := New(c, WithSharded())
 	require.ErrorContains(t, err, "Cluster")
+}
+
+// A cluster of one node (a developer's setup) reports its slots without a host (it never met
+// another node to learn its address): the Subscriber finds it by its port.
+func TestSharded_oneNodeCluster(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("long: a one-node Redis Cluster (run without -short)")
+	}
+	srv := redistest.Start(t, redistest.WithArgs("--cluster-enabled", "yes",
+		"--cluster-config-file", filepath.Join(t.TempDir(), "nodes.conf")))
+	msg := srv.Do(t, "CLUSTER", "ADDSLOTSRANGE", "0", "16383")
+	require.NoError(t, msg.Error())
+	redistest.WaitFor(t, waitTimeout, "the cluster to be ready", func() bool {
+		msg := srv.Do(t, "CLUSTER", "INFO")
+		s, _ := msg.ToString()
+		return strings.Contains(s, "cluster_state:ok")
+	})
+	rc := srv.Client(t, func(o *rueidis.ClientOption) { o.ForceSingleClient = false })
+	require.Equal(t, rueidis.ClientModeCluster, rc.Mode())
+	s, err := New(rc, WithSharded())
+	require.NoError(t, err)
+	t.Cleanup(s.Close)
+	ch := "{" + name(t) + "}:released"
+	w := watchLive(t, s, ch)
+	n, err := rc.Do(context.Background(), rc.B().Spublish().Channel(ch).Message("x").Build()).AsInt64()
+	require.NoError(t, err)
+	require.EqualValues(t, 1, n)
+	recv(t, w, "SPUBLISH on a one-node cluster")
 }

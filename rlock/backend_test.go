@@ -3,6 +3,7 @@ package rlock_test
 import (
 	"context"
 	"os/exec"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -19,6 +20,8 @@ type backend struct {
 	name string
 	mr   *miniredis.Miniredis // nil for real Redis
 	srv  *redistest.Server    // nil for miniredis
+	cl   *redistest.Cluster   // a real Redis Cluster (then srv and mr are nil)
+	rc   rueidis.Client       // cl's admin client
 }
 
 // eachBackend runs fn as a subtest against miniredis and against a real redis-server that
@@ -79,6 +82,9 @@ func (b *backend) syncClock(t *testing.T) {
 // rueidis returns a new rueidis client to the backend, closed at cleanup.
 func (b *backend) rueidis(t *testing.T) rueidis.Client {
 	t.Helper()
+	if b.cl != nil {
+		return b.cl.Client(t)
+	}
 	if b.srv != nil {
 		return b.srv.Client(t)
 	}
@@ -109,6 +115,21 @@ func (b *backend) client(t *testing.T, opts ...rlock.Option) *rlock.Client {
 // do runs an admin command on the backend.
 func (b *backend) do(t *testing.T, args ...string) (rueidis.RedisMessage, error) {
 	t.Helper()
+	if b.cl != nil {
+		if len(args) == 3 && strings.EqualFold(args[0], "PUBSUB") {
+			// PUBSUB NUMSUB / SHARDNUMSUB: asked of the master of the channel's slot.
+			msg := b.cl.MasterOf(t, args[2]).Do(t, args...)
+			return msg, msg.Error()
+		}
+		if b.rc == nil {
+			b.rc = b.cl.Client(t)
+		}
+		cmd := b.rc.B().Arbitrary(args[0])
+		if len(args) > 1 { // routed by its first argument, a key
+			return b.rc.Do(context.Background(), cmd.Keys(args[1]).Args(args[2:]...).Build()).ToMessage()
+		}
+		return b.rc.Do(context.Background(), cmd.Build()).ToMessage()
+	}
 	if b.srv != nil {
 		msg := b.srv.Do(t, args...)
 		return msg, msg.Error()

@@ -2,8 +2,6 @@ package rlock_test
 
 import (
 	"fmt"
-	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -14,24 +12,15 @@ import (
 	"github.com/relock-go/relock/rlock"
 )
 
-// clusterBackend starts a one-node Redis Cluster that serves every slot: rueidis talks to it
-// as to a cluster, and Redis refuses any script whose keys span slots, as a real cluster
-// would.
+// clusterBackend starts a real Redis Cluster of 3 masters and 3 replicas
+// (redistest.StartCluster): names spread over the masters, Redis refuses any script whose
+// keys span slots, and waiters are woken by sharded pub/sub.
 func clusterBackend(t *testing.T) (*backend, rueidis.Client) {
 	t.Helper()
-	srv := redistest.Start(t, redistest.WithArgs("--cluster-enabled", "yes",
-		"--cluster-config-file", filepath.Join(t.TempDir(), "nodes.conf")))
-	if msg := srv.Do(t, "CLUSTER", "ADDSLOTSRANGE", "0", "16383"); msg.Error() != nil {
-		t.Fatalf("CLUSTER ADDSLOTSRANGE: %v", msg.Error())
-	}
-	redistest.WaitFor(t, 10*time.Second, "the cluster to be ready", func() bool {
-		msg := srv.Do(t, "CLUSTER", "INFO")
-		s, _ := msg.ToString()
-		return strings.Contains(s, "cluster_state:ok")
-	})
-	rc := srv.Client(t, func(o *rueidis.ClientOption) { o.ForceSingleClient = false })
+	cl := redistest.StartCluster(t)
+	rc := cl.Client(t)
 	require.Equal(t, rueidis.ClientModeCluster, rc.Mode())
-	return &backend{name: "cluster", srv: srv}, rc
+	return &backend{name: "cluster", cl: cl}, rc
 }
 
 func TestMutex_cluster(t *testing.T) {
