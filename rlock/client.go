@@ -541,12 +541,24 @@ func sleep(ctx context.Context, d time.Duration) error {
 }
 
 // execAcquire runs the acquire script; with replica acknowledgements on, a WAIT follows it on
-// the same connection and acked is the number of replicas that acknowledged (else 0). The
-// reply is parsed into buf's memory when it fits.
+// the same connection and acked is the number of replicas that acknowledged (else 0). On a
+// Cluster, the WAIT is answered by the master that ran the script, redirections included
+// (doAckedCluster). The reply is parsed into buf's memory when it fits.
 func (c *Client) execAcquire(ctx context.Context, s *lua.Script, keys, args []string, buf []int64) (vals []int64, acked int64, err error) {
 	if c.opts.ackReplicas == 0 {
 		vals, err = intsInto(c.exec(ctx, s, keys, args), buf)
 		return vals, 0, err
+	}
+	if c.rc.Mode() == rueidis.ClientModeCluster {
+		res, acked := c.doAckedCluster(ctx, func() rueidis.Completed {
+			return c.rc.B().Evalsha().Sha1(s.PlainSHA1()).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build()
+		}, func() rueidis.Completed {
+			return c.rc.B().Eval().Script(s.PlainSource()).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build()
+		})
+		if vals, err = intsInto(res, buf); err != nil {
+			return nil, 0, err
+		}
+		return vals, acked, nil
 	}
 	res := c.rc.DoMulti(ctx,
 		c.rc.B().Evalsha().Sha1(s.PlainSHA1()).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build(), c.waitCmd())
@@ -581,8 +593,15 @@ func intsInto(res rueidis.RedisResult, buf []int64) ([]int64, error) {
 // ackAfterTouch waits for replica acknowledgements of a grant whose own reply was lost: it
 // re-sets the lock's lease (a write, so that the WAIT behind it on the same connection
 // covers everything written before, the grant included) and returns how many replicas
-// acknowledged.
+// acknowledged. On a Cluster, the WAIT is answered by the master that holds the lock, where
+// the touch was applied (doAckedCluster).
 func (c *Client) ackAfterTouch(ctx context.Context, key string, lease time.Duration) int64 {
+	if c.rc.Mode() == rueidis.ClientModeCluster {
+		_, acked := c.doAckedCluster(ctx, func() rueidis.Completed {
+			return c.rc.B().Pexpire().Key(key).Milliseconds(lease.Milliseconds()).Build()
+		}, nil)
+		return acked
+	}
 	res := c.rc.DoMulti(ctx, c.rc.B().Pexpire().Key(key).Milliseconds(lease.Milliseconds()).Build(), c.waitCmd())
 	acked, _ := res[1].AsInt64()
 	return acked
