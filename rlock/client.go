@@ -19,7 +19,9 @@ import (
 
 // Client makes locks on one Redis deployment. It owns the watchdog's goroutines (renewing
 // every lock it holds in watchdog mode, in batches) and one subscription connection with its
-// goroutines (shared by every waiter), all started on first need and stopped by Close.
+// goroutines (shared by every waiter; on a Cluster with sharded pub/sub, one per master that
+// serves a lock someone waits for, see [WithPubSub]), all started on first need and stopped
+// by Close.
 //
 // A Client is safe for concurrent use. Make one per process and Redis deployment, and
 // share it.
