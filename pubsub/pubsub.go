@@ -257,6 +257,7 @@ func (s *Subscriber) needRoute() {
 // Subscriber.mu must be held.
 func (s *Subscriber) rehome(c *channel, addr string) {
 	c.subscribed, c.live = false, false
+	c.seq++ // a mark taken before is stale: its subscription is gone
 	c.wakeAll()
 	c.home = nil
 	slot := hashslot.Of(c.name)
@@ -271,7 +272,9 @@ func (s *Subscriber) rehome(c *channel, addr string) {
 }
 
 // Close stops the Subscriber's goroutines, closes its connections and wakes every waiter. It
-// waits for the goroutines to exit. Later Watch calls return ErrClosed.
+// waits for the goroutines to exit: a connection being dialled to a server that does not
+// answer holds it up to rueidis's dial bound (its Dialer timeout, 5 s by default), which no
+// cancellation reaches. Later Watch calls return ErrClosed.
 func (s *Subscriber) Close() {
 	s.mu.Lock()
 	s.closed = true
@@ -438,6 +441,10 @@ func (s *Subscriber) onSubscription(cn *conn, gen uint64, e rueidis.PubSubSubscr
 		// ends a sharded subscription when its slot leaves the node. Subscribed again here,
 		// the node answers where the slot went (MOVED).
 		c.subscribed, c.live = false, false
+		// A mark taken before is stale even if the channel is subscribed again on this
+		// connection (a demoted master, now a replica, serves it again): messages sent
+		// meanwhile reached nobody.
+		c.seq++
 		c.wakeAll()
 		if len(c.waiters) > 0 {
 			cn.poke()
@@ -491,8 +498,12 @@ func (s *Subscriber) router() {
 
 // clusterSlots asks the cluster which node serves each slot.
 func (s *Subscriber) clusterSlots() (map[uint16]string, error) {
-	ctx, cancel := context.WithTimeout(s.ctx, 5*time.Second)
+	// Bounded by a timer rather than a deadline: rueidis sends a lone request with a
+	// deadline on its synchronous path, which a cancellation (Close) does not interrupt.
+	ctx, cancel := context.WithCancel(s.ctx)
 	defer cancel()
+	t := time.AfterFunc(5*time.Second, cancel)
+	defer t.Stop()
 	ranges, err := s.client.Do(ctx, s.client.B().ClusterSlots().Build()).ToArray()
 	if err != nil {
 		return nil, err
