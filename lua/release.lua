@@ -3,8 +3,9 @@
 -- KEYS[1] = lock hash (see acquire.lua)
 -- KEYS[2] = the lock's forced record (hash: owner id -> fencing token of the tenure that
 --           force_release.lua took from that owner; it lives a while after the force); read
---           by replays only: a first send without a successor may leave it out (one key: a
---           Cluster node serves the script while the lock's slot migrates)
+--           by replays only: a first send leaves it out (no successor: KEYS[1] alone) or
+--           names KEYS[1] again in its place, so that every key it names exists (a Cluster
+--           node serves the script while the lock's slot migrates)
 -- KEYS[3] = fence (only with a successor; see acquire.lua)
 -- ARGV[1] = owner id
 -- ARGV[2] = request id (a replay with the same id is answered, not applied again)
@@ -82,10 +83,13 @@ if next then
   if not token then
     return redis.error_reply('WRONGTYPE ' .. KEYS[3] .. ' holds a string that is not a fencing token')
   end
-  redis.call('del', lock)
   -- Pass the lock on, without a publish: nobody else is told it was free. The successor was
   -- a waiter, and others may still wait: the lock is marked (see acquire.lua), so that the
-  -- release that frees it publishes.
+  -- release that frees it publishes. The key is rewritten, not deleted and made again
+  -- (the holder's fields go, the successor's replace them): on a Cluster slot being
+  -- migrated, a script may not touch a key that does not exist, so a DEL then HSET would
+  -- fail half-way, with the lock freed and not passed on.
+  redis.call('hdel', lock, owner, reqField)
   redis.call('hset', lock, next, '1', 'q:' .. next, nextReq, 'token', token, 'w', '1')
   local r = redis.pcall('pexpire', lock, nextLease)
   if type(r) == 'table' and r.err then

@@ -64,13 +64,18 @@ func noPermission(msg string) bool {
 // definitive reports whether err proves the request had no effect on Redis: a reply from
 // Redis (an error reply means the script did not change anything: relock's scripts check
 // before they write), or a failure to connect. Anything else (a timeout, a broken
-// connection, a cancelled context) leaves the outcome unknown.
+// connection, a cancelled context) leaves the outcome unknown, and so does a script that a
+// Cluster node stopped half-way because it touched a key the node no longer has (a slot
+// being migrated): Redis does not undo what it wrote before.
 func definitive(err error) bool {
 	if errors.Is(err, ErrUnknownOutcome) {
 		return false
 	}
 	var re *rueidis.RedisError
-	return errors.As(err, &re) && re != nil || dialFailed(err)
+	if errors.As(err, &re) && re != nil {
+		return !strings.Contains(re.Error(), "non local key")
+	}
+	return dialFailed(err)
 }
 
 // answers reports whether re, an error reply to a replayed script, is the script's own

@@ -867,12 +867,17 @@ func (m *Mutex) sendRelease(ctx context.Context, owner string, next *candidate, 
 	// A first send that Redis could not serve (a refused dial, a failover or a migration
 	// in progress) applied nothing: it goes again, within the cleanup timeout.
 	first := keys
-	if m.v.forced && m.v.releaseExtra == nil && next == nil {
-		// A first send reads no forced record (release.lua reads it on replays only). With
-		// the lock's key alone the script is single-key, which a Cluster node serves while
-		// the slot migrates (following ASK); with a second key that does not exist it would
-		// be refused (TRYAGAIN) for as long as the migration lasts.
-		first = keys[:1]
+	if m.v.forced && m.v.releaseExtra == nil {
+		// A first send reads no forced record (release.lua reads it on replays only): it
+		// leaves it out, so that every key it names exists. A Cluster node serves such a
+		// script while the slot migrates (following ASK); one that names a key that exists
+		// nowhere is refused (TRYAGAIN) for as long as the migration lasts. With a
+		// successor, the lock's key stands in for the record, keeping the fence third.
+		if next == nil {
+			first = keys[:1]
+		} else {
+			first = []string{keys[0], keys[0], keys[2]}
+		}
 	}
 	res := m.c.execServed(fctx, m.v.release, first, args)
 	err := res.Error()
