@@ -593,6 +593,32 @@ func (s *Subscriber) loop(cn *conn) {
 	}
 }
 
+// nudge makes the client learn the current slot map when it has no connection to cn's node
+// (a replica promoted after its master failed, which the client has not met yet): rueidis
+// refreshes its map after a request that fails or is redirected, and nothing else may be
+// sent to that slot meanwhile. The request is a read of one of cn's channel names as a key
+// (PTTL: nothing is stored under it), routed by the client to the slot's master as it knows
+// it.
+func (s *Subscriber) nudge(cn *conn) {
+	s.mu.Lock()
+	var name string
+	for _, c := range s.chans {
+		if c.home == cn {
+			name = c.name
+			break
+		}
+	}
+	s.mu.Unlock()
+	if name == "" {
+		return
+	}
+	ctx, cancel := context.WithCancel(s.ctx)
+	defer cancel()
+	t := time.AfterFunc(time.Second, cancel)
+	defer t.Stop()
+	_ = s.client.Do(ctx, s.client.B().Pttl().Key(name).Build()).Error()
+}
+
 // dedicate returns a dedicated connection for cn: to its node when sharded.
 func (s *Subscriber) dedicate(cn *conn) (rueidis.DedicatedClient, func(), error) {
 	if !s.sharded {
@@ -623,6 +649,7 @@ func (s *Subscriber) dedicate(cn *conn) (rueidis.DedicatedClient, func(), error)
 func (s *Subscriber) serve(cn *conn) {
 	dc, _, err := s.dedicate(cn)
 	if err != nil {
+		s.nudge(cn)
 		return
 	}
 	// Close the connection, never hand it back to the client's pool: under RESP2 rueidis
