@@ -1,9 +1,7 @@
 package rlock_test
 
 import (
-	"bytes"
 	"context"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -47,7 +45,7 @@ func newAckSetup(t *testing.T, wrap func(rueidis.Client) rueidis.Client) *ackSet
 	if wrap != nil {
 		rc = wrap(rc)
 	}
-	t.Cleanup(waitLazyRefreshes) // after the Client's Close, before rc's
+	t.Cleanup(redistest.WaitRueidisGoroutines) // after the Client's Close, before rc's
 	c, err := rlock.New(rc, rlock.WithReplicaAck(1, clusterAckTimeout))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = c.Close() })
@@ -57,26 +55,6 @@ func newAckSetup(t *testing.T, wrap func(rueidis.Client) rueidis.Client) *ackSet
 	s.dst = otherMaster(t, cl, s.src)
 	s.replica = cl.ReplicaOf(t, s.dst)
 	return s
-}
-
-// waitLazyRefreshes waits, up to 3 s, until no goroutine of this process is in rueidis's
-// delayed slot map refresh: a MOVED or an ASK makes rueidis (v1.0.79) refresh its map after
-// sleeping up to a second in a goroutine of its own, which Close does not stop and which
-// goleak would find after the test.
-func waitLazyRefreshes() {
-	deadline := time.Now().Add(3 * time.Second)
-	buf := make([]byte, 1<<20)
-	for {
-		n := runtime.Stack(buf, true)
-		if n == len(buf) {
-			buf = make([]byte, 2*len(buf))
-			continue
-		}
-		if !bytes.Contains(buf[:n], []byte("rueidis.(*call).DelayDo")) || time.Now().After(deadline) {
-			return
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 // onDst reports whether dst has the lock's key.

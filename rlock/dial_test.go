@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"net"
-	"runtime"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -55,13 +53,7 @@ func TestDialContext_boundedByContext(t *testing.T) {
 	// Last (cleanups run in reverse): once the server's cleanup closed its connections, the
 	// abandoned handshake fails, its client is closed, and a rueidis refresh that it
 	// scheduled sleeps up to a second: wait for both, so that goleak finds nothing.
-	t.Cleanup(func() {
-		redistest.WaitFor(t, 10*time.Second, "the abandoned rueidis client to end", func() bool {
-			buf := make([]byte, 1<<20)
-			st := string(buf[:runtime.Stack(buf, true)])
-			return !strings.Contains(st, "rueidis.NewClient") && !strings.Contains(st, "rueidis.(*call).DelayDo")
-		})
-	})
+	t.Cleanup(redistest.WaitRueidisGoroutines)
 	addr := silentServer(t)
 	ctx, cancel := context.WithTimeout(bg, 200*time.Millisecond)
 	defer cancel()

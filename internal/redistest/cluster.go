@@ -258,21 +258,23 @@ func (c *Cluster) Client(tb testing.TB, opts ...func(*rueidis.ClientOption)) rue
 			s.resumeIfPaused(tb)
 		}
 		rc.Close()
-		waitDelayedCloses()
+		WaitRueidisGoroutines()
 	})
 	return rc
 }
 
-// waitDelayedCloses waits, up to 7 s, until no goroutine of this process is in the
-// function in which rueidis (v1.0.79, cluster.go) closes the connections that a
-// topology refresh dropped: it sleeps 5 s first and Close does not stop it, so it would
-// outlive the test and fail goleak. Connections are dropped when a node leaves the
-// topology (a killed master) and, at random, at the first refresh after NewClient with
-// several InitAddress: NewClient dials them all in parallel, returns after the first,
-// and the refresh replaces the connections the others add meanwhile. It waits as well for
-// a delayed topology refresh (rueidis' lazyRefresh, after an error such as a refused
-// dial), whose goroutine sleeps up to a second before it looks at the closed client.
-func waitDelayedCloses() {
+// WaitRueidisGoroutines waits, up to 7 s, until no goroutine of this process is in one of
+// the functions in which rueidis (v1.0.79) goes on working after a client's Close, so that
+// goleak finds nothing after the test:
+//   - the closing of the connections that a cluster topology refresh dropped (cluster.go): it
+//     sleeps 5 s first. Connections are dropped when a node leaves the topology (a killed
+//     master) and, at random, at the first refresh after NewClient with several
+//     InitAddress: NewClient dials them all in parallel, returns after the first, and the
+//     refresh replaces the connections the others add meanwhile;
+//   - a delayed topology refresh (lazyRefresh, after an error such as a refused dial, a
+//     MOVED or an ASK), whose goroutine sleeps up to a second;
+//   - a NewClient still dialling or handshaking (one a test gave up on).
+func WaitRueidisGoroutines() {
 	deadline := time.Now().Add(delayedCloseWait)
 	buf := make([]byte, 1<<20)
 	for {
@@ -283,7 +285,8 @@ func waitDelayedCloses() {
 		}
 		st := buf[:n]
 		if !bytes.Contains(st, []byte("rueidis.(*clusterClient)._refresh.func")) &&
-			!bytes.Contains(st, []byte("rueidis.(*call).DelayDo.func")) || time.Now().After(deadline) {
+			!bytes.Contains(st, []byte("rueidis.(*call).DelayDo.func")) &&
+			!bytes.Contains(st, []byte("rueidis.NewClient(")) || time.Now().After(deadline) {
 			return
 		}
 		time.Sleep(50 * time.Millisecond)
