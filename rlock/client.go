@@ -45,6 +45,8 @@ type Client struct {
 	reqs   atomic.Uint64 // request ids
 	flags  atomic.Bool   // the server takes "#!lua flags=" shebangs (until it refuses one)
 
+	runID atomic.Pointer[string] // INFO server run_id, learned by the first RedLock that used the Client (redlock.go)
+
 	mu       sync.Mutex
 	holds    map[holdKey]*hold
 	handoffs map[string]*handoffQueue // parked candidates per lock (handoff.go)

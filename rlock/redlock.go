@@ -1,0 +1,1287 @@
+package rlock
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"math/rand/v2"
+	"reflect"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/relock-go/relock/lua"
+	"github.com/relock-go/relock/pubsub"
+	"github.com/relock-go/relock/watchdog"
+)
+
+// redVariant is the lock each instance of a [RedLock] holds: the plain reentrant lock
+// (the same hash, scripts, replays and watchdog), without the direct hand-off, which would
+// pass one instance's lock to a local waiter without a quorum.
+var redVariant = &variant{
+	kind: "red lock", acquire: lua.Acquire, release: lua.Release, renew: lua.Renew,
+	force: lua.ForceRelease, forceMessage: "0", queue: true, forced: true, marks: true,
+}
+
+// Timing of a RedLock.
+const (
+	// redMinClients is the fewest instances a RedLock takes: with two, a quorum is both.
+	redMinClients = 3
+	// redTimeoutMax and redTimeoutMin bound the default per-instance timeout, a tenth of
+	// the lease (see WithInstanceTimeout).
+	redTimeoutMax = 250 * time.Millisecond
+	redTimeoutMin = 5 * time.Millisecond
+	// redRetryMin and redRetryMax bound the random pause before a retry: drawn from the
+	// upper half of a step that doubles after every round that split the instances (some
+	// granted, too few) and starts again after a round that found the lock held.
+	redRetryMin = 2 * time.Millisecond
+	redRetryMax = 128 * time.Millisecond
+)
+
+// RedLock is a reentrant lock held on a majority of N independent Redis masters (the
+// RedLock algorithm of redis.io's "Distributed locks with Redis"), with the [Mutex]'s
+// surface: owners and re-entry, watchdog mode, fixed leases, loss notice, fencing tokens.
+// Make one with [NewRedLock]; each instance is an ordinary relock lock ([Mutex]'s scripts,
+// replays and watchdog) of the same name with the same owner id on every server.
+//
+// # Acquisition
+//
+// An attempt takes the start time on the monotonic clock and asks every instance at once,
+// each bounded by the per-instance timeout ([WithInstanceTimeout]). The lock is held iff at
+// least N/2+1 instances granted it and the validity, lease - elapsed - drift (the drift
+// allowance is 1% of the lease + 2ms; the lease is the smallest of the Clients' watchdog
+// timeouts in watchdog mode), is still positive. Otherwise the attempt gives back what it
+// got on every instance that granted it; an instance that did not answer within the
+// timeout is resolved by its Mutex machinery (its request is replayed until answered, within
+// the Client's cleanup timeout, and a grant it turns out to have made is given back). A
+// waiting caller then sleeps until a release is published on any instance (it subscribes
+// to the lock's release channel on every instance, through each Client's shared
+// subscription connection) or until the shortest remaining lease the refusals reported
+// ends, and tries again after a random pause of a few milliseconds (longer, up to 128ms,
+// after rounds that split the instances). It never polls otherwise.
+//
+// # Holding
+//
+// In watchdog mode each instance's Client renews its instance's lease. The RedLock is held
+// while at least N/2+1 instances hold it: by each instance's conservative clock (sent +
+// lease - drift, as for a Mutex), which is never earlier than the RedLock's own start +
+// lease - drift. When fewer than a majority still hold it (renewals found it gone, or their
+// leases ran out unconfirmed, as when a majority of servers is down or unreachable),
+// [RedLock.Done] closes and [RedLock.HoldContext] is cancelled with cause [ErrLockLost];
+// a fixed lease that runs out ends the hold with [ErrLeaseExpired]. Instances lost in a
+// minority change nothing for the holder.
+//
+// # Owners
+//
+// The handle is an owner (the same id on every instance); a context owner ([WithOwner],
+// [Client.WithNewOwner]) overrides it, so that RedLock handles of one name over the same
+// Clients re-enter for it. A re-entry adds a hold on every instance that still holds the
+// lock and needs a majority of them to succeed; it never waits.
+//
+// # What it adds to the guarantees, and assumes
+//
+// A RedLock survives the loss of a minority of its servers (crash, partition, failover to
+// a replica that lacked the lock) without a second holder. It assumes what the algorithm
+// does: clocks that drift by less than the allowance over a lease, pauses of the holder
+// shorter than its validity (otherwise stop work on [RedLock.HoldContext] and fence with
+// [RedLock.Token]), and servers that, after a crash, come back either with their data
+// (appendfsync always) or not before a lease has passed. See the README's RedLock section.
+//
+// The instances' Clients must reach distinct, independent masters (no replication between
+// them): NewRedLock refuses a Cluster or Sentinel client, and the first acquire compares the
+// servers' INFO run_id (see [NewRedLock]). Do not also lock the same name with a [Mutex]
+// of one of the Clients: it would be a lock on one instance only.
+//
+// A nil or zero *RedLock, or one that NewRedLock refused, is no handle: its methods return
+// an error wrapping [ErrInvalid] (Done a closed channel, HoldContext a cancelled context).
+type RedLock struct {
+	name    string
+	insts   []*Mutex // one per Client, in the order of the Clients' ids; one owner id on all
+	owner   string
+	quorum  int
+	timeout time.Duration // per instance; 0: a tenth of the lease, within redTimeoutMin..Max
+	set     string        // the Clients' ids: with the name and the owner, names a hold
+	err     error         // invalid: every method returns it
+
+	bad      atomic.Pointer[error] // the run_id check found two Clients on one server
+	verified atomic.Bool           // every Client's run_id is known and distinct
+}
+
+// RedLockOption configures a [RedLock].
+type RedLockOption func(*RedLock)
+
+// WithInstanceTimeout bounds each instance's request of an acquire: an instance that has not
+// answered within d counts as not granting (its request is resolved and undone in the
+// background). It must be much smaller than the lease, since the validity is what is left
+// of the lease after the slowest answer. By default it is a tenth of the lease, between 5ms
+// and 250ms. A d below 1ms makes the RedLock invalid ([ErrInvalid]).
+func WithInstanceTimeout(d time.Duration) RedLockOption {
+	return func(r *RedLock) { r.timeout = d }
+}
+
+// NewRedLock returns a handle on the lock called name over clients, one per independent
+// Redis master. It sends nothing to Redis. The handle is invalid (every method returns an
+// error wrapping [ErrInvalid] with the reason) when: there are fewer than 3 clients; a
+// client is nil, zero, or given twice; a client is a Cluster or Sentinel client (its
+// rueidis client's Mode()): RedLock wants standalone masters; the name is empty; an option
+// is out of range.
+//
+// Two Clients on the same server are found with a round trip: the first acquire asks each
+// server's INFO server run_id (in parallel, bounded by the per-instance timeout) and, when
+// two are equal, fails with ErrInvalid and so does every later call. A server that does not
+// answer is asked again by the next acquire; one that answers INFO with an error (miniredis,
+// an ACL user without +info) is not compared.
+func NewRedLock(name string, clients []*Client, opts ...RedLockOption) *RedLock {
+	r := &RedLock{name: name}
+	for _, o := range opts {
+		if o != nil {
+			o(r)
+		}
+	}
+	r.err = r.validate(clients)
+	if r.err != nil {
+		return r
+	}
+	cs := slices.Clone(clients)
+	slices.SortFunc(cs, func(a, b *Client) int { return strings.Compare(a.id, b.id) })
+	ids := make([]string, len(cs))
+	r.owner = cs[0].newOwner()
+	for i, c := range cs {
+		m := c.newMutex(name, redVariant)
+		m.owner = r.owner
+		r.insts = append(r.insts, m)
+		ids[i] = c.id
+	}
+	r.set = strings.Join(ids, ",")
+	r.quorum = len(cs)/2 + 1
+	return r
+}
+
+func (r *RedLock) validate(clients []*Client) error {
+	switch {
+	case r.name == "":
+		return invalid("empty red lock name")
+	case len(clients) < redMinClients:
+		return invalid("red lock %q over %d clients: it needs at least %d independent masters", r.name, len(clients), redMinClients)
+	case r.timeout != 0 && r.timeout < time.Millisecond:
+		return invalid("red lock %q: instance timeout %v is below 1ms", r.name, r.timeout)
+	}
+	seen := make(map[*Client]int, len(clients))
+	for i, c := range clients {
+		if err := c.usable(); err != nil {
+			return errorf("red lock %q: client %d: %w", r.name, i, err)
+		}
+		if j, dup := seen[c]; dup {
+			return invalid("red lock %q: clients %d and %d are the same Client", r.name, j, i)
+		}
+		seen[c] = i
+		if mode := c.rc.Mode(); mode == rueidis.ClientModeCluster || mode == rueidis.ClientModeSentinel {
+			return invalid("red lock %q: client %d is a %s client: a red lock wants independent standalone masters", r.name, i, mode)
+		}
+	}
+	return nil
+}
+
+// Name is the lock's name ("" for a nil handle).
+func (r *RedLock) Name() string {
+	if r == nil {
+		return ""
+	}
+	return r.name
+}
+
+// check returns the error of an invalid handle or ctx.
+func (r *RedLock) check(ctx context.Context) error {
+	switch {
+	case r == nil:
+		return invalid("nil red lock handle")
+	case r.err != nil:
+		return r.err
+	case len(r.insts) == 0:
+		return invalid("zero red lock handle: make one with NewRedLock")
+	case ctx == nil:
+		return invalid("nil context")
+	}
+	if bad := r.bad.Load(); bad != nil {
+		return *bad
+	}
+	return nil
+}
+
+// ownerOf returns the owner an operation with ctx acts for.
+func (r *RedLock) ownerOf(ctx context.Context) (string, error) {
+	if err := r.check(ctx); err != nil {
+		return "", err
+	}
+	if id, ok := OwnerFrom(ctx); ok {
+		if id == "" {
+			return "", invalid("empty owner id in context")
+		}
+		return "u:" + id, nil
+	}
+	return r.owner, nil
+}
+
+// instanceTimeout is the per-instance bound for a lease.
+func (r *RedLock) instanceTimeout(lease time.Duration) time.Duration {
+	if r.timeout > 0 {
+		return r.timeout
+	}
+	return min(max(lease/10, redTimeoutMin), redTimeoutMax)
+}
+
+// Lock blocks until the caller's owner holds the lock on a majority of the instances, then
+// keeps it held in watchdog mode (each instance renewed by its Client) until Unlock. A
+// re-entry by the owner adds a hold at once. Lock returns nil when the lock is held;
+// otherwise nothing it took is left held (a grant whose reply came too late is given back
+// in the background, within the Clients' cleanup timeouts), and it returns:
+//  1. ctx's error, wrapped, when ctx ends first (within 100ms of its end, as a Mutex);
+//  2. [ErrLockLost] when the owner's earlier hold was lost and not yet unlocked;
+//  3. [ErrInvalid] for an invalid handle or owner, or two Clients on one server;
+//  4. an error that makes a majority impossible, wrapped: [ErrWrongType] or [ErrClosed] on
+//     more than a minority of the instances. Instances that cannot be reached are ridden
+//     out: Lock retries until ctx ends.
+func (r *RedLock) Lock(ctx context.Context) error {
+	_, err := r.acquire(ctx, -1, 0)
+	return err
+}
+
+// LockLease is Lock with a fixed lease, never renewed: the lock frees by itself when the
+// lease ends. A lease below 10ms is an error wrapping [ErrInvalid]. When the lease runs
+// out before Unlock, Done closes and the cause is [ErrLeaseExpired] (see [Mutex.LockLease]).
+func (r *RedLock) LockLease(ctx context.Context, lease time.Duration) error {
+	if err := checkLease("lease", lease); err != nil {
+		return err
+	}
+	_, err := r.acquire(ctx, -1, lease)
+	return err
+}
+
+// TryLock tries to take the lock on a majority within wait; wait 0 makes exactly one
+// attempt (one parallel round over the instances). lease > 0 is a fixed lease, lease <= 0
+// watchdog mode. It returns (true, nil) when held; (false, nil) when wait ran out with the
+// lock held by another owner (or split between contenders); (false, err) for the failures
+// listed at [RedLock.Lock], and when wait ran out while fewer than a majority of the
+// instances answered (the error names how many did, and wraps their errors). In every case
+// but (true, nil) nothing it took is left held. A negative wait, or a fixed lease below
+// 10ms, is an error wrapping [ErrInvalid].
+func (r *RedLock) TryLock(ctx context.Context, wait, lease time.Duration) (bool, error) {
+	if wait < 0 {
+		return false, invalid("negative wait %v", wait)
+	}
+	return r.acquire(ctx, wait, lease)
+}
+
+// instResult is one instance's answer to one attempt.
+type instResult struct {
+	ok  bool
+	ttl time.Duration // the holder's remaining lease when refused; -1 unknown
+	err error
+}
+
+// attemptOnce makes one acquire request for the caller's owner, as one attempt of a
+// Mutex's wait: queue marks the lock when refused (so that its release publishes), waiting
+// says the caller already watches the release channel (see Mutex.attempt).
+func (m *Mutex) attemptOnce(ctx context.Context, lease time.Duration, renew, queue, waiting bool) instResult {
+	owner, err := m.ownerOf(ctx)
+	if err != nil {
+		return instResult{err: err}
+	}
+	h, err := m.c.ref(m, owner)
+	if err != nil {
+		return instResult{err: err}
+	}
+	defer m.c.unref(h)
+	a := &acquisition{m: m, ctx: ctx, h: h, lease: lease, renew: renew, queue: queue}
+	ok, ttl, err := a.attempt(waiting)
+	return instResult{ok: ok, ttl: ttl, err: err}
+}
+
+// instHold returns the caller's owner's hold on instance m, or nil.
+func (m *Mutex) instHold(owner string) *hold {
+	return m.c.peek(m.keys, m.v, owner)
+}
+
+// leases returns each instance's lease for lease (<= 0: its Client's watchdog timeout) and
+// the smallest.
+func (r *RedLock) leases(lease time.Duration) ([]time.Duration, time.Duration) {
+	ls := make([]time.Duration, len(r.insts))
+	least := time.Duration(0)
+	for i, m := range r.insts {
+		ls[i] = lease
+		if lease <= 0 {
+			ls[i] = m.c.opts.watchdogTimeout
+		}
+		if i == 0 || ls[i] < least {
+			least = ls[i]
+		}
+	}
+	return ls, least
+}
+
+// round asks the instances idx at once, each bounded by tmo.
+func (r *RedLock) round(ctx context.Context, idx []int, leases []time.Duration, renew, queue, waiting bool, tmo time.Duration) []instResult {
+	res := make([]instResult, len(r.insts))
+	var wg sync.WaitGroup
+	for _, i := range idx {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ictx, cancel := context.WithTimeout(ctx, tmo)
+			defer cancel()
+			res[i] = r.insts[i].attemptOnce(ictx, leases[i], renew, queue, waiting)
+		}()
+	}
+	wg.Wait()
+	return res
+}
+
+func (r *RedLock) all() []int {
+	idx := make([]int, len(r.insts))
+	for i := range idx {
+		idx[i] = i
+	}
+	return idx
+}
+
+// hard reports whether err, an instance's failed attempt, is no passing trouble: the
+// instance will refuse again (a key of another type, a closed Client, a refused right).
+// An instance's ErrLockLost is passing: the give-back of a lost hold is still under way.
+func hard(err error) bool {
+	return errors.Is(err, ErrWrongType) || errors.Is(err, ErrClosed) || errors.Is(err, ErrInvalid) ||
+		errors.Is(err, ErrNoPermission)
+}
+
+// acquire implements Lock (wait < 0: no bound) and TryLock.
+func (r *RedLock) acquire(ctx context.Context, wait, lease time.Duration) (bool, error) {
+	owner, err := r.ownerOf(ctx)
+	if err != nil {
+		return false, err
+	}
+	renew := lease <= 0
+	if !renew {
+		if err := checkLease("lease", lease); err != nil {
+			return false, err
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return false, errorf("red lock %q: %w", r.name, err)
+	}
+	leases, least := r.leases(lease)
+	if err := r.verify(ctx, r.instanceTimeout(least)); err != nil {
+		return false, err
+	}
+	rh := refRed(r.key(owner), len(r.insts))
+	defer unrefRed(rh)
+	if err := rh.lockOp(ctx); err != nil {
+		return false, errorf("red lock %q: %w", r.name, err)
+	}
+	defer rh.unlockOp()
+	rh.mu.Lock()
+	count, ended := rh.count, rh.ended
+	rh.mu.Unlock()
+	if count > 0 {
+		switch {
+		case ended == nil:
+			return r.reenter(ctx, rh, leases, renew, r.instanceTimeout(least))
+		case !errors.Is(ended, ErrLeaseExpired):
+			return false, errorf("red lock %q: %w", r.name, ended)
+		}
+		// The last hold's fixed lease ran its course: give back what the instances still
+		// count, and start afresh.
+		r.giveBackAll(ctx, rh, owner)
+	}
+	return r.fresh(ctx, rh, owner, wait, leases, least, renew)
+}
+
+// reenter adds a hold on every instance that still holds the lock; a majority must grant it.
+func (r *RedLock) reenter(ctx context.Context, rh *redHold, leases []time.Duration, renew bool, tmo time.Duration) (bool, error) {
+	rh.mu.Lock()
+	var idx []int
+	for i, w := range rh.watched {
+		if w {
+			idx = append(idx, i)
+		}
+	}
+	rh.mu.Unlock()
+	res := r.round(ctx, idx, leases, renew, false, false, tmo)
+	var got []int
+	var errs []error
+	for _, i := range idx {
+		if res[i].ok {
+			got = append(got, i)
+		} else if res[i].err != nil {
+			errs = append(errs, res[i].err)
+		}
+	}
+	if len(got) >= r.quorum {
+		rh.mu.Lock()
+		rh.count++
+		for _, i := range got {
+			rh.n[i]++
+		}
+		rh.mu.Unlock()
+		return true, nil
+	}
+	r.giveBack(ctx, got, nil)
+	if err := ctx.Err(); err != nil {
+		return false, errorf("red lock %q: %w", r.name, err)
+	}
+	return false, errorf("red lock %q: re-entry granted by %d of %d instances, %d needed: %w", r.name, len(got), len(r.insts), r.quorum, errors.Join(errs...))
+}
+
+// fresh runs the rounds of a fresh acquire.
+func (r *RedLock) fresh(ctx context.Context, rh *redHold, owner string, wait time.Duration, leases []time.Duration, least time.Duration, renew bool) (bool, error) {
+	var deadline time.Time
+	if wait > 0 {
+		deadline = time.Now().Add(wait)
+	}
+	tmo := r.instanceTimeout(least)
+	all := r.all()
+	var watchers []*pubsub.Waiter
+	defer func() {
+		for _, w := range watchers {
+			w.Close()
+		}
+	}()
+	step := redRetryMin
+	waiting := false
+	var timer *time.Timer
+	for {
+		for _, w := range watchers { // wake-ups so far are answered by this round
+			select {
+			case <-w.C():
+			default:
+			}
+		}
+		start := time.Now()
+		res := r.round(ctx, all, leases, renew, wait != 0, waiting, tmo)
+		validity := least - time.Since(start) - watchdog.Drift(least)
+		var got []int
+		var errs, hardErrs []error
+		answered, late := 0, 0
+		pttl := time.Duration(-1)
+		for i, x := range res {
+			switch {
+			case x.ok:
+				got = append(got, i)
+				answered++
+			case x.err == nil:
+				answered++
+				if x.ttl >= 0 && (pttl < 0 || x.ttl < pttl) {
+					pttl = x.ttl
+				}
+			case hard(x.err):
+				hardErrs = append(hardErrs, x.err)
+			case errors.Is(x.err, errLateGrant):
+				// Granted too late for its lease, and given back.
+				answered++
+				late++
+				errs = append(errs, x.err)
+			default:
+				errs = append(errs, x.err)
+			}
+		}
+		if len(got) >= r.quorum && validity > 0 {
+			if rh.begin(r, owner, got) {
+				return true, nil
+			}
+		}
+		r.giveBack(ctx, got, nil)
+		if err := ctx.Err(); err != nil {
+			return false, errorf("red lock %q: %w", r.name, err)
+		}
+		if len(r.insts)-len(hardErrs) < r.quorum {
+			return false, errorf("red lock %q: a majority cannot grant it: %w", r.name, errors.Join(hardErrs...))
+		}
+		var passing error
+		switch {
+		case answered < r.quorum:
+			passing = errorf("red lock %q: %d of %d instances answered, %d needed: %w", r.name, answered, len(r.insts), r.quorum, errors.Join(append(errs, hardErrs...)...))
+		case len(got)+late >= r.quorum:
+			passing = errorf("red lock %q: %w: a majority granted it after %v of a %v lease", r.name, errLateGrant, time.Since(start), least)
+		}
+		if wait == 0 {
+			return false, passing
+		}
+		left := time.Duration(-1)
+		if !deadline.IsZero() {
+			if left = time.Until(deadline); left <= 0 {
+				return false, passing
+			}
+		}
+		if watchers == nil {
+			for _, m := range r.insts {
+				w, err := m.c.sub.Watch(m.keys.channel)
+				if err != nil {
+					return false, errorf("red lock %q: %w", r.name, ErrClosed)
+				}
+				watchers = append(watchers, w)
+			}
+		}
+		waiting = true
+		// Sleep until a release on any instance, or the end of the shortest lease that
+		// refused (an expiry publishes nothing), or an outage's backoff; then a random pause.
+		if len(got) > 0 || passing != nil {
+			step = min(2*step, redRetryMax)
+		} else {
+			step = redRetryMin
+		}
+		pause := step/2 + rand.N(step/2+1)
+		sleepFor := pttl
+		switch {
+		case passing != nil || len(got) > 0:
+			sleepFor = pause
+		case pttl < 0:
+			sleepFor = least
+		case pttl < time.Millisecond:
+			sleepFor = time.Millisecond
+		}
+		if left > 0 {
+			sleepFor = min(sleepFor, left)
+			pause = min(pause, left)
+		}
+		if timer == nil {
+			timer = time.NewTimer(sleepFor)
+			defer timer.Stop()
+		} else {
+			timer.Reset(sleepFor)
+		}
+		if err := r.sleep(ctx, timer, watchers); err != nil {
+			return false, err
+		}
+		// The random pause after a wake-up spreads out contenders woken by one release
+		// and lets the releaser's other instances answer.
+		timer.Reset(pause)
+		select {
+		case <-timer.C:
+		case <-ctx.Done():
+			return false, errorf("red lock %q: %w", r.name, ctx.Err())
+		}
+		for _, m := range r.insts {
+			if m.c.isClosed() {
+				return false, errorf("red lock %q: %w", r.name, ErrClosed)
+			}
+		}
+	}
+}
+
+// sleep waits for a wake-up on any watcher, the timer, or ctx's end.
+func (r *RedLock) sleep(ctx context.Context, timer *time.Timer, ws []*pubsub.Waiter) error {
+	// A few watchers: one goroutine per watcher would cost more than a select over them.
+	switch len(ws) {
+	case 3:
+		select {
+		case <-ws[0].C():
+		case <-ws[1].C():
+		case <-ws[2].C():
+		case <-timer.C:
+		case <-ctx.Done():
+			return errorf("red lock %q: %w", r.name, ctx.Err())
+		}
+		return nil
+	case 5:
+		select {
+		case <-ws[0].C():
+		case <-ws[1].C():
+		case <-ws[2].C():
+		case <-ws[3].C():
+		case <-ws[4].C():
+		case <-timer.C:
+		case <-ctx.Done():
+			return errorf("red lock %q: %w", r.name, ctx.Err())
+		}
+		return nil
+	}
+	cases := make([]reflect.SelectCase, 0, len(ws)+2)
+	for _, w := range ws {
+		cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(w.C())})
+	}
+	cases = append(cases,
+		reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(timer.C)},
+		reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(ctx.Done())})
+	if chosen, _, _ := reflect.Select(cases); chosen == len(cases)-1 {
+		return errorf("red lock %q: %w", r.name, ctx.Err())
+	}
+	return nil
+}
+
+// giveBack gives back one hold on each instance in idx (all holds counted in rh.n when
+// rh is given, see giveBackAll), in parallel, on ctx's values without its cancellation.
+// It waits for every instance, or, once a majority answered, one per-instance timeout more;
+// the rest go on in the background (counted for their Client's Close). It returns each
+// instance's error (nil: given back), and which answered in time.
+func (r *RedLock) giveBack(ctx context.Context, idx []int, times []int) ([]error, []bool) {
+	errs := make([]error, len(r.insts))
+	answered := make([]bool, len(r.insts))
+	if len(idx) == 0 {
+		return errs, answered
+	}
+	ctx = context.WithoutCancel(ctx)
+	type done struct {
+		i   int
+		err error
+	}
+	ch := make(chan done, len(idx))
+	for _, i := range idx {
+		n := 1
+		if times != nil {
+			n = times[i]
+		}
+		m := r.insts[i]
+		m.c.background(func() {
+			var err error
+			for k := 0; k < n && err == nil; k++ {
+				err = m.Unlock(ctx)
+			}
+			ch <- done{i, err}
+		})
+	}
+	var grace <-chan time.Time
+	for k := 0; k < len(idx); k++ {
+		if grace == nil && k >= r.quorum {
+			t := time.NewTimer(r.instanceTimeout(redTimeoutMax * 10))
+			defer t.Stop()
+			grace = t.C
+		}
+		select {
+		case d := <-ch:
+			errs[d.i], answered[d.i] = d.err, true
+		case <-grace:
+			return errs, answered
+		}
+	}
+	return errs, answered
+}
+
+// giveBackAll gives back every hold rh counts on every instance and forgets them (the
+// owner's last Unlock, or a fresh start after a fixed lease ran out).
+func (r *RedLock) giveBackAll(ctx context.Context, rh *redHold, owner string) ([]error, []bool) {
+	rh.mu.Lock()
+	times := slices.Clone(rh.n)
+	rh.mu.Unlock()
+	var idx []int
+	for i, n := range times {
+		if n > 0 {
+			idx = append(idx, i)
+		}
+	}
+	errs, answered := r.giveBack(ctx, idx, times)
+	rh.reset()
+	return errs, answered
+}
+
+// Unlock gives back one hold of the caller's owner; when it gives back the last, the lock
+// is released on every instance (in parallel) and one waiter of each instance is woken.
+// It works on a ctx that has ended (it uses ctx's values, bounded by each Client's cleanup
+// timeout) and returns once every instance answered, or a majority answered and one
+// per-instance timeout more has passed: an instance that cannot be reached is left to
+// finish in the background (its hold, no longer renewed, expires with its lease).
+//
+// Unlock returns nil when the owner held the lock and a majority of the instances gave it
+// back (instances lost in a minority are not an error); otherwise:
+//  1. [ErrNotHeld] when the owner holds no hold (joined with the loss when the lock was
+//     lost; an error wrapping [ErrLeaseExpired] after a fixed lease ran its course);
+//  2. the instances' errors, joined, when fewer than a majority answered;
+//  3. [ErrInvalid] for an invalid handle or owner.
+func (r *RedLock) Unlock(ctx context.Context) error {
+	owner, err := r.ownerOf(ctx)
+	if err != nil {
+		return err
+	}
+	rh := refRed(r.key(owner), len(r.insts))
+	defer unrefRed(rh)
+	cctx, cancel := r.insts[0].c.cleanupCtx(ctx)
+	defer cancel()
+	if err := rh.lockOp(cctx); err != nil {
+		return errorf("unlock red lock %q: %w", r.name, context.Cause(cctx))
+	}
+	defer rh.unlockOp()
+	rh.mu.Lock()
+	count, ended := rh.count, rh.ended
+	rh.mu.Unlock()
+	if count == 0 {
+		return errorf("unlock red lock %q: %w", r.name, ErrNotHeld)
+	}
+	var errs []error
+	var answered []bool
+	var idx []int
+	if count > 1 {
+		rh.mu.Lock()
+		for i, n := range rh.n {
+			if n >= count { // n < count: the instance missed a re-entry; keep its hold
+				idx = append(idx, i)
+			}
+		}
+		rh.mu.Unlock()
+		errs, answered = r.giveBack(ctx, idx, nil)
+		rh.mu.Lock()
+		rh.count--
+		for _, i := range idx {
+			if answered[i] && (errs[i] == nil || errors.Is(errs[i], ErrNotHeld)) {
+				rh.n[i]--
+			}
+		}
+		rh.mu.Unlock()
+	} else {
+		rh.mu.Lock()
+		for i, n := range rh.n {
+			if n > 0 {
+				idx = append(idx, i)
+			}
+		}
+		rh.mu.Unlock()
+		errs, answered = r.giveBackAll(ctx, rh, owner)
+	}
+	switch {
+	case ended != nil && errors.Is(ended, ErrLeaseExpired):
+		return errorf("unlock red lock %q: %w", r.name, ErrLeaseExpired)
+	case ended != nil && errors.Is(ended, ErrClosed):
+		return errorf("unlock red lock %q: %w", r.name, ErrClosed)
+	case ended != nil:
+		return errorf("unlock red lock %q: %w (%w)", r.name, ErrNotHeld, ended)
+	}
+	ok, heard := 0, 0
+	var failed []error
+	for _, i := range idx {
+		if !answered[i] {
+			failed = append(failed, errorf("instance %d: no answer yet", i))
+			continue
+		}
+		heard++
+		if errs[i] == nil {
+			ok++
+		} else {
+			failed = append(failed, errs[i])
+		}
+	}
+	switch {
+	case ok >= r.quorum:
+		return nil
+	case heard >= r.quorum:
+		return errorf("unlock red lock %q: %w: given back by %d of %d instances (%w)", r.name, ErrNotHeld, ok, len(r.insts), errors.Join(failed...))
+	}
+	return errorf("unlock red lock %q: %d of %d instances answered: %w", r.name, heard, len(r.insts), errors.Join(failed...))
+}
+
+// ForceUnlock frees the lock on every instance, whoever holds it, and wakes a waiter on
+// each. It reports whether any instance had a lock to free. It returns an error (the
+// instances' errors joined) when fewer than a majority answered; the former holder learns
+// of the loss at its next renewals.
+func (r *RedLock) ForceUnlock(ctx context.Context) (bool, error) {
+	if err := r.check(ctx); err != nil {
+		return false, err
+	}
+	type out struct {
+		ok  bool
+		err error
+	}
+	res := make([]out, len(r.insts))
+	r.each(func(i int, m *Mutex) {
+		ok, err := m.ForceUnlock(ctx)
+		res[i] = out{ok, err}
+	})
+	freed, answered := false, 0
+	var errs []error
+	for _, x := range res {
+		if x.err != nil {
+			errs = append(errs, x.err)
+			continue
+		}
+		answered++
+		freed = freed || x.ok
+	}
+	if answered < r.quorum {
+		return freed, errorf("force unlock red lock %q: %d of %d instances answered: %w", r.name, answered, len(r.insts), errors.Join(errs...))
+	}
+	return freed, nil
+}
+
+// each runs f for every instance at once and waits.
+func (r *RedLock) each(f func(i int, m *Mutex)) {
+	var wg sync.WaitGroup
+	for i, m := range r.insts {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			f(i, m)
+		}()
+	}
+	wg.Wait()
+}
+
+// IsLocked reports whether a majority of the instances say that some owner holds the lock.
+// When too few answer to tell (fewer than a majority say locked, and the silent ones could
+// make one), it returns the instances' errors joined.
+func (r *RedLock) IsLocked(ctx context.Context) (bool, error) {
+	if err := r.check(ctx); err != nil {
+		return false, err
+	}
+	locked := make([]bool, len(r.insts))
+	errs := make([]error, len(r.insts))
+	r.each(func(i int, m *Mutex) { locked[i], errs[i] = m.IsLocked(ctx) })
+	yes, silent := 0, 0
+	for i := range r.insts {
+		switch {
+		case errs[i] != nil:
+			silent++
+		case locked[i]:
+			yes++
+		}
+	}
+	switch {
+	case yes >= r.quorum:
+		return true, nil
+	case yes+silent < r.quorum:
+		return false, nil
+	}
+	return false, errorf("red lock %q: %d of %d instances say locked, %d did not answer: %w", r.name, yes, len(r.insts), silent, errors.Join(errs...))
+}
+
+// TTL is the validity left. When the caller's owner holds the lock, it is the time until
+// fewer than a majority of the instances still surely hold it, by this process's
+// conservative clock (each instance's lease as last confirmed, minus the drift allowance):
+// it only grows with renewals. Otherwise it is the majority's view in Redis, whoever holds
+// it: the time until fewer than a majority of the instances still have the lock's key
+// (their remaining leases, the N/2+1-th longest), 0 when fewer than a majority have it; with
+// too few answers to tell, the instances' errors joined.
+func (r *RedLock) TTL(ctx context.Context) (time.Duration, error) {
+	owner, err := r.ownerOf(ctx)
+	if err != nil {
+		return 0, err
+	}
+	if rh := peekRed(r.key(owner)); rh != nil {
+		if d, ok := rh.validity(r, owner); ok {
+			return d, nil
+		}
+	}
+	ttls := make([]time.Duration, len(r.insts))
+	errs := make([]error, len(r.insts))
+	r.each(func(i int, m *Mutex) { ttls[i], errs[i] = m.TTL(ctx) })
+	var got []time.Duration
+	silent := 0
+	for i := range r.insts {
+		switch {
+		case errs[i] != nil:
+			silent++
+		case ttls[i] != 0:
+			if ttls[i] < 0 { // no expiry: not set by relock
+				ttls[i] = time.Duration(1<<63 - 1)
+			}
+			got = append(got, ttls[i])
+		}
+	}
+	if len(got) >= r.quorum {
+		slices.SortFunc(got, func(a, b time.Duration) int { return cmp.Compare(b, a) })
+		return got[r.quorum-1], nil
+	}
+	if len(got)+silent < r.quorum {
+		return 0, nil
+	}
+	return 0, errorf("red lock %q: ttl: %d of %d instances did not answer: %w", r.name, silent, len(r.insts), errors.Join(errs...))
+}
+
+// Token is the fencing token of the caller's owner's current hold: the largest of the
+// tokens the instances of the granting majority gave (re-entry keeps it; see [Mutex.Token]
+// for an instance's token, the larger of its last token + 1 and its server's clock in
+// microseconds).
+//
+// When it rises: any two majorities share an instance, whose token for the later grant is
+// above its token for the earlier one. So a later fresh grant's token is above every token
+// that instance gave before; it is above the earlier grant's token (the maximum, which may
+// come from another instance) when the servers' clocks differ by less than the time between
+// the two grants (tokens follow the servers' clocks). Keep the servers' clocks synchronized
+// (NTP), and have the resource refuse any token lower than one it has seen. It returns
+// [ErrNotHeld] (or the loss) when the owner does not hold the lock.
+func (r *RedLock) Token(ctx context.Context) (int64, error) {
+	owner, err := r.ownerOf(ctx)
+	if err != nil {
+		return 0, err
+	}
+	rh := peekRed(r.key(owner))
+	if rh == nil {
+		return 0, errorf("token of red lock %q: %w", r.name, ErrNotHeld)
+	}
+	rh.mu.Lock()
+	defer rh.mu.Unlock()
+	if err := rh.whyLocked(); err != nil {
+		return 0, errorf("token of red lock %q: %w", r.name, err)
+	}
+	return rh.token, nil
+}
+
+// Err is nil while the caller's owner holds the lock on a majority; otherwise it says why
+// not: an error wrapping [ErrLockLost] (lost, until every hold was unlocked),
+// [ErrLeaseExpired] (a fixed lease ran its course), [ErrClosed] (a Client was closed under
+// the hold), [ErrNotHeld], or [ErrInvalid].
+func (r *RedLock) Err(ctx context.Context) error {
+	owner, err := r.ownerOf(ctx)
+	if err != nil {
+		return err
+	}
+	rh := peekRed(r.key(owner))
+	if rh == nil {
+		return ErrNotHeld
+	}
+	rh.mu.Lock()
+	defer rh.mu.Unlock()
+	return rh.whyLocked()
+}
+
+// Done returns a channel closed when the caller's owner's current hold ends: released by
+// its last Unlock, lost (fewer than a majority of the instances still hold it), run to the
+// end of a fixed lease, or ended by a Client's Close. When the owner holds no hold (or the
+// handle is invalid), the channel is already closed. [RedLock.Err] tells why.
+func (r *RedLock) Done(ctx context.Context) <-chan struct{} {
+	owner, err := r.ownerOf(ctx)
+	if err != nil {
+		return closedCh
+	}
+	rh := peekRed(r.key(owner))
+	if rh == nil {
+		return closedCh
+	}
+	rh.mu.Lock()
+	defer rh.mu.Unlock()
+	if rh.count == 0 || rh.ended != nil {
+		return closedCh
+	}
+	if rh.done == nil {
+		rh.done = make(chan struct{})
+	}
+	return rh.done
+}
+
+// HoldContext returns a copy of ctx that is also cancelled when the caller's owner's current
+// hold ends; [context.Cause] then tells why: an error wrapping [ErrLockLost] (a majority
+// lost), [ErrLeaseExpired], [ErrNotHeld] (released by Unlock) or [ErrClosed]. When the owner
+// holds no hold, it is already cancelled with the reason [RedLock.Err] gives. Run the
+// guarded work under it; call cancel when done.
+func (r *RedLock) HoldContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	hctx, cancel := context.WithCancelCause(ctx)
+	owner, err := r.ownerOf(ctx)
+	var rh *redHold
+	if err == nil {
+		if rh = peekRed(r.key(owner)); rh == nil {
+			err = ErrNotHeld
+		}
+	}
+	if err != nil {
+		cancel(err)
+		return hctx, func() { cancel(context.Canceled) }
+	}
+	rh.mu.Lock()
+	if why := rh.whyLocked(); why != nil {
+		rh.mu.Unlock()
+		cancel(why)
+		return hctx, func() { cancel(context.Canceled) }
+	}
+	f := func(cause error) { cancel(cause) }
+	key := &f
+	rh.subs[key] = struct{}{}
+	rh.mu.Unlock()
+	return hctx, func() {
+		rh.mu.Lock()
+		delete(rh.subs, key)
+		rh.mu.Unlock()
+		cancel(context.Canceled)
+	}
+}
+
+// key names the caller's owner's hold of this lock over these Clients.
+func (r *RedLock) key(owner string) string {
+	return r.name + "\x00" + owner + "\x00" + r.set
+}
+
+// verify checks, once every server has told, that no two Clients reach the same server.
+func (r *RedLock) verify(ctx context.Context, tmo time.Duration) error {
+	if r.verified.Load() {
+		return nil
+	}
+	r.each(func(_ int, m *Mutex) {
+		c := m.c
+		if c.runID.Load() != nil {
+			return
+		}
+		ictx, cancel := context.WithTimeout(ctx, tmo)
+		defer cancel()
+		info, err := c.rc.Do(ictx, c.rc.B().Info().Section("server").Build()).ToString()
+		if _, isReply := rueidis.IsRedisErr(err); isReply {
+			none := "" // the server does not tell (miniredis, no right to INFO): not compared
+			c.runID.CompareAndSwap(nil, &none)
+			return
+		}
+		if err != nil {
+			return // unreachable: asked again by the next acquire
+		}
+		id := ""
+		for _, line := range strings.Split(info, "\n") {
+			if v, ok := strings.CutPrefix(strings.TrimSpace(line), "run_id:"); ok {
+				id = v
+			}
+		}
+		c.runID.CompareAndSwap(nil, &id)
+	})
+	known := 0
+	seen := make(map[string]int, len(r.insts))
+	for i, m := range r.insts {
+		p := m.c.runID.Load()
+		if p == nil {
+			continue
+		}
+		known++
+		if *p == "" {
+			continue
+		}
+		if j, dup := seen[*p]; dup {
+			err := invalid("red lock %q: two of its Clients (%d and %d, by Client id) reach the same server (run_id %s): a red lock wants independent masters", r.name, j, i, *p)
+			r.bad.CompareAndSwap(nil, &err)
+			return *r.bad.Load()
+		}
+		seen[*p] = i
+	}
+	if known == len(r.insts) {
+		r.verified.Store(true)
+	}
+	return nil
+}
+
+// redHold is one owner's hold of a RedLock over one set of Clients, shared by the handles
+// of that name and set (context owners). It lives in redHolds while an operation refers to
+// it or it counts a hold.
+type redHold struct {
+	key  string
+	refs int // guarded by redHolds.mu
+	op   chan struct{}
+
+	mu      sync.Mutex
+	count   int    // the owner's RedLock holds
+	n       []int  // holds taken on each instance and not given back
+	watched []bool // the instance's tenure is followed and has not ended
+	stops   []func()
+	live    int   // instances watched
+	gen     int   // tenure number: callbacks of an earlier tenure are ignored
+	token   int64 // the largest of the granting majority's tokens
+	ended   error // why the current tenure ended; nil while it lasts (or when none)
+	done    chan struct{}
+	subs    map[*func(error)]struct{}
+	quorum  int
+}
+
+var redHolds = struct {
+	mu sync.Mutex
+	m  map[string]*redHold
+}{m: make(map[string]*redHold)}
+
+func refRed(key string, n int) *redHold {
+	redHolds.mu.Lock()
+	defer redHolds.mu.Unlock()
+	rh := redHolds.m[key]
+	if rh == nil {
+		rh = &redHold{key: key, op: make(chan struct{}, 1), n: make([]int, n), watched: make([]bool, n),
+			stops: make([]func(), n), subs: make(map[*func(error)]struct{})}
+		redHolds.m[key] = rh
+	}
+	rh.refs++
+	return rh
+}
+
+func peekRed(key string) *redHold {
+	redHolds.mu.Lock()
+	defer redHolds.mu.Unlock()
+	return redHolds.m[key]
+}
+
+func unrefRed(rh *redHold) {
+	redHolds.mu.Lock()
+	defer redHolds.mu.Unlock()
+	rh.refs--
+	if rh.refs > 0 {
+		return
+	}
+	rh.mu.Lock()
+	idle := rh.count == 0
+	rh.mu.Unlock()
+	if idle && redHolds.m[rh.key] == rh {
+		delete(redHolds.m, rh.key)
+	}
+}
+
+func (rh *redHold) lockOp(ctx context.Context) error {
+	select {
+	case rh.op <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (rh *redHold) unlockOp() { <-rh.op }
+
+// whyLocked is nil while the hold lasts, else why there is none. rh.mu must be held.
+func (rh *redHold) whyLocked() error {
+	switch {
+	case rh.count == 0:
+		return ErrNotHeld
+	case rh.ended != nil:
+		return rh.ended
+	}
+	return nil
+}
+
+// begin starts a tenure granted by the instances got: it follows each instance's tenure
+// and ends when fewer than a majority are left. It reports false (and starts nothing)
+// when the instances' tenures ended before it could follow a majority of them.
+func (rh *redHold) begin(r *RedLock, owner string, got []int) bool {
+	tenures := make([]*tenure, len(r.insts))
+	var token int64
+	for _, i := range got {
+		if h := r.insts[i].instHold(owner); h != nil {
+			if t, _ := h.snapshot(); t != nil {
+				tenures[i] = t
+				token = max(token, t.token)
+			}
+		}
+	}
+	rh.mu.Lock()
+	rh.gen++
+	gen := rh.gen
+	rh.count, rh.token, rh.ended, rh.done, rh.quorum = 1, token, nil, nil, r.quorum
+	rh.live = 0
+	for _, i := range got {
+		rh.n[i] = 1
+		if tenures[i] != nil {
+			rh.watched[i] = true
+			rh.live++
+		}
+	}
+	rh.mu.Unlock()
+	for i, t := range tenures {
+		if t == nil {
+			continue
+		}
+		stop := t.subscribe(func(cause error) { rh.instanceEnded(gen, i, cause) })
+		rh.mu.Lock()
+		if rh.gen == gen && rh.watched[i] {
+			rh.stops[i] = stop
+			rh.mu.Unlock()
+		} else {
+			rh.mu.Unlock()
+			stop()
+		}
+	}
+	rh.mu.Lock()
+	ok := rh.gen == gen && rh.ended == nil
+	rh.mu.Unlock()
+	if !ok {
+		// Lost before it began: the caller gives the instances back.
+		rh.reset()
+	}
+	return ok
+}
+
+// instanceEnded records the end of instance i's tenure (gen's).
+func (rh *redHold) instanceEnded(gen, i int, cause error) {
+	rh.mu.Lock()
+	if gen != rh.gen || !rh.watched[i] {
+		rh.mu.Unlock()
+		return
+	}
+	rh.watched[i] = false
+	rh.stops[i] = nil
+	rh.live--
+	if rh.live >= rh.quorum || rh.ended != nil {
+		rh.mu.Unlock()
+		return
+	}
+	switch {
+	case errors.Is(cause, ErrLeaseExpired), errors.Is(cause, ErrClosed):
+	case errors.Is(cause, ErrLockLost):
+		cause = errorf("%w: fewer than a majority of the instances hold it (%w)", ErrLockLost, cause)
+	case errors.Is(cause, ErrNotHeld):
+		// Released by the owner's Unlock.
+	default:
+		cause = errorf("%w: fewer than a majority of the instances hold it (%w)", ErrLockLost, cause)
+	}
+	rh.ended = cause
+	rh.finishLocked()
+}
+
+// finishLocked closes the tenure's channel, cancels its contexts and stops following the
+// instances. rh.mu must be held; it is released.
+func (rh *redHold) finishLocked() {
+	cause := rh.ended
+	if rh.done != nil {
+		close(rh.done)
+		rh.done = nil
+	}
+	subs := rh.subs
+	rh.subs = make(map[*func(error)]struct{})
+	var stops []func()
+	for i, s := range rh.stops {
+		if s != nil {
+			stops = append(stops, s)
+			rh.stops[i] = nil
+		}
+		rh.watched[i] = false
+	}
+	rh.live = 0
+	rh.mu.Unlock()
+	for _, s := range stops {
+		s()
+	}
+	for f := range subs {
+		(*f)(cause)
+	}
+}
+
+// reset forgets the hold: the owner's last Unlock gave every instance back.
+func (rh *redHold) reset() {
+	rh.mu.Lock()
+	rh.gen++
+	if rh.count > 0 && rh.ended == nil {
+		rh.ended = ErrNotHeld
+		rh.finishLocked()
+		rh.mu.Lock()
+	}
+	rh.count, rh.token, rh.ended, rh.done = 0, 0, nil, nil
+	clear(rh.n)
+	rh.mu.Unlock()
+}
+
+// validity is the time until fewer than a majority of the instances surely hold the
+// owner's lock, by each instance's conservative deadline; ok false when not held.
+func (rh *redHold) validity(r *RedLock, owner string) (time.Duration, bool) {
+	rh.mu.Lock()
+	watched := slices.Clone(rh.watched)
+	held := rh.count > 0 && rh.ended == nil
+	rh.mu.Unlock()
+	if !held {
+		return 0, false
+	}
+	var ends []time.Time
+	for i, w := range watched {
+		if !w {
+			continue
+		}
+		if h := r.insts[i].instHold(owner); h != nil {
+			if t, _ := h.snapshot(); t != nil {
+				if d := h.deadline(t); !d.IsZero() {
+					ends = append(ends, d)
+				}
+			}
+		}
+	}
+	if len(ends) < r.quorum {
+		return 0, true
+	}
+	slices.SortFunc(ends, func(a, b time.Time) int { return b.Compare(a) })
+	return max(time.Until(ends[r.quorum-1]), 0), true
+}
