@@ -29,6 +29,9 @@
 //   - [Client.CountDownLatch]: wait until a count reaches zero.
 //   - [NewMultiLock] and [Client.MultiLock]: several locks, even on several Redis servers,
 //     taken all or nothing.
+//   - [NewRedLock]: one lock held on a majority of N independent Redis masters (the RedLock
+//     algorithm), reentrant and watchdog-renewed, so that no single server's failover can
+//     let a second holder in.
 //
 // One name is one primitive: the kinds share key names, so a Semaphore and a Mutex called
 // "x" collide (a lock of another kind at the key is reported as [ErrWrongType] where the
