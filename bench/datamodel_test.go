@@ -1,0 +1,113 @@
+package bench
+
+import (
+	"crypto/sha1"
+	"encoding/hex"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/redis/rueidis"
+
+	"github.com/relock-go/relock/internal/redistest"
+	"github.com/relock-go/relock/lua"
+)
+
+// BenchmarkScriptCycle measures an uncontended acquire+release pair sent straight through a
+// rueidis client (DisableCache, one goroutine: rueidis's synchronous path), for the data
+// models issue 10 weighs: relock's own scripts (a hash: owner -> count, request id, token;
+// a fence key written with TIME and SET ... GET), a string lock (SET NX PX inside a script,
+// the value packing owner, count, request id and token) with and without that fence, and the
+// peers' shape (SET NX PX, then a GET+DEL script). It reports the wall time per cycle (ns/op)
+// and Redis's own time per cycle (redis_us/op: INFO commandstats usec of EVALSHA, inner calls
+// included, plus SET sent alone).
+func BenchmarkScriptCycle(b *testing.B) {
+	srv := redistest.Start(b)
+	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr()}, DisableCache: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(c.Close)
+	const owner = "h:0b8d9c1e7f1a4a559a3e1d2c3b4a5f60:1"
+	const fence = `local now = redis.call('time')
+local token = now[1] .. string.rep('0', 6 - #now[2]) .. now[2]
+redis.call('set', KEYS[2], token, 'px', '86400000', 'get')
+`
+	load := func(src string) string {
+		if err := c.Do(bg, c.B().ScriptLoad().Script(src).Build()).Error(); err != nil {
+			b.Fatal(err)
+		}
+		sum := sha1.Sum([]byte(src))
+		return hex.EncodeToString(sum[:])
+	}
+	keys := []string{"{relock:cycle}", "{relock:cycle}:fence"}
+	evalsha := func(sha string, keys []string, args ...string) rueidis.Completed {
+		return c.B().Evalsha().Sha1(sha).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build()
+	}
+	acq, rel := load(lua.Acquire.Text(true)), load(lua.Release.Text(true))
+	strAcq := load(fence + `redis.call('set', KEYS[1], ARGV[2] .. '|1|' .. ARGV[3] .. '|' .. token, 'nx', 'px', ARGV[1]) return 1`)
+	strAcqNoFence := load(`redis.call('set', KEYS[1], ARGV[2] .. '|1|' .. ARGV[3], 'nx', 'px', ARGV[1]) return 1`)
+	strRel := load(`local v = redis.call('get', KEYS[1]) redis.call('del', KEYS[1]) return 0`)
+	peerRel := load(`if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0`)
+	for _, p := range []struct {
+		name  string
+		cycle func(i int) []rueidis.Completed
+	}{
+		{"relock-hash", func(i int) []rueidis.Completed {
+			n := strconv.Itoa(i)
+			return []rueidis.Completed{evalsha(acq, keys, "30000", owner, "a"+n, ""), evalsha(rel, keys[:1], owner, "r"+n, "P{relock:cycle}:released", "")}
+		}},
+		{"string-fenced", func(i int) []rueidis.Completed {
+			return []rueidis.Completed{evalsha(strAcq, keys, "30000", owner, "a"+strconv.Itoa(i)), evalsha(strRel, keys[:1])}
+		}},
+		{"string-unfenced", func(i int) []rueidis.Completed {
+			return []rueidis.Completed{evalsha(strAcqNoFence, keys[:1], "30000", owner, "a"+strconv.Itoa(i)), evalsha(strRel, keys[:1])}
+		}},
+		{"setnx+eval", func(int) []rueidis.Completed {
+			return []rueidis.Completed{c.B().Set().Key(keys[0]).Value(owner).Nx().PxMilliseconds(30000).Build(), evalsha(peerRel, keys[:1], owner)}
+		}},
+	} {
+		b.Run(p.name, func(b *testing.B) {
+			run := func(i int) {
+				for _, cmd := range p.cycle(i) {
+					if err := c.Do(bg, cmd).Error(); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+			for i := 0; i < 100; i++ {
+				run(i)
+			}
+			srv.ResetStats(b)
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				run(i)
+			}
+			b.StopTimer()
+			b.ReportMetric(float64(commandUsec(b, srv, "evalsha", "set"))/float64(b.N), "redis_us/op")
+		})
+	}
+}
+
+// commandUsec is the usec INFO commandstats reports for the named commands, summed.
+func commandUsec(b *testing.B, srv *redistest.Server, names ...string) int64 {
+	msg := srv.Do(b, "INFO", "commandstats")
+	text, err := msg.ToString()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var sum int64
+	for _, line := range strings.Split(text, "\n") {
+		for _, n := range names {
+			if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_"+n+":"); ok {
+				for _, f := range strings.Split(rest, ",") {
+					if v, ok := strings.CutPrefix(f, "usec="); ok {
+						u, _ := strconv.ParseInt(v, 10, 64)
+						sum += u
+					}
+				}
+			}
+		}
+	}
+	return sum
+}
