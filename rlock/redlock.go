@@ -333,7 +333,13 @@ func (r *RedLock) round(ctx context.Context, idx []int, leases []time.Duration, 
 			defer wg.Done()
 			ictx, cancel := context.WithTimeout(ctx, tmo)
 			defer cancel()
-			res[i] = r.insts[i].attemptOnce(ictx, leases[i], renew, queue, waiting)
+			x := r.insts[i].attemptOnce(ictx, leases[i], renew, queue, waiting)
+			if x.err != nil && ictx.Err() != nil && ctx.Err() == nil && errors.Is(x.err, context.DeadlineExceeded) {
+				// The instance's bound ran out, not the caller's: say so, without
+				// wrapping context.DeadlineExceeded (the caller's own deadline).
+				x.err = errorf("red lock %q: instance %d: %w: no answer within the instance timeout (%v)", r.name, i, ErrUnknownOutcome, tmo)
+			}
+			res[i] = x
 		}()
 	}
 	wg.Wait()
@@ -427,7 +433,7 @@ func (r *RedLock) reenter(ctx context.Context, rh *redHold, leases []time.Durati
 		rh.mu.Unlock()
 		return true, nil
 	}
-	r.giveBack(ctx, got, nil)
+	r.giveBack(ctx, ctx, got, nil)
 	if err := ctx.Err(); err != nil {
 		return false, errorf("red lock %q: %w", r.name, err)
 	}
@@ -435,6 +441,14 @@ func (r *RedLock) reenter(ctx context.Context, rh *redHold, leases []time.Durati
 }
 
 // fresh runs the rounds of a fresh acquire.
+//
+// A waiting caller (wait != 0) takes each instance's release-channel Mark before its first
+// round and, when that round fails, registers a watcher on every instance whose Client is
+// open and tries again at once unless every watcher is live since its mark (a release may
+// have been published between the refusal and the Watch, as Mutex.waitLoop does). Later
+// rounds run with the watchers registered, so no release is missed. A closed instance
+// counts as any other failed instance: the acquire fails with ErrClosed only when fewer
+// than a majority of the instances are usable.
 func (r *RedLock) fresh(ctx context.Context, rh *redHold, owner string, wait time.Duration, leases []time.Duration, least time.Duration, renew bool) (bool, error) {
 	var deadline time.Time
 	if wait > 0 {
@@ -442,26 +456,54 @@ func (r *RedLock) fresh(ctx context.Context, rh *redHold, owner string, wait tim
 	}
 	tmo := r.instanceTimeout(least)
 	all := r.all()
-	var watchers []*pubsub.Waiter
+	n := len(r.insts)
+	var watchers []*pubsub.Waiter // nil until the first wait; nil for an instance whose Client is closed
+	var marks []pubsub.Mark
+	consumed := make([]bool, n) // a wake-up of the instance's watcher was taken and not yet used up
+	// pass hands on the wake-ups taken and not used for a successful round (a caller that
+	// leaves on an error, ctx's end or the wait's end), so that another waiter of the same
+	// Client is not left asleep.
+	pass := func() {
+		for i, w := range watchers {
+			if w != nil && consumed[i] {
+				w.Pass()
+			}
+			consumed[i] = false
+		}
+	}
 	defer func() {
 		for _, w := range watchers {
-			w.Close()
+			if w != nil {
+				w.Close()
+			}
 		}
 	}()
+	closedErr := func() error { return errorf("red lock %q: %w", r.name, ErrClosed) }
 	step := redRetryMin
 	waiting := false
 	var timer *time.Timer
 	for {
-		for _, w := range watchers { // wake-ups so far are answered by this round
+		if watchers == nil && wait != 0 {
+			marks = marks[:0]
+			for _, m := range r.insts {
+				marks = append(marks, m.c.sub.Mark(m.keys.channel))
+			}
+		}
+		for i, w := range watchers { // wake-ups so far are answered by this round
+			if w == nil {
+				continue
+			}
 			select {
 			case <-w.C():
+				consumed[i] = true
 			default:
 			}
 		}
 		start := time.Now()
 		res := r.round(ctx, all, leases, renew, wait != 0, waiting, tmo)
 		validity := least - time.Since(start) - watchdog.Drift(least)
-		var got []int
+		var got, refusedIdx []int
+		var refusedTTL []time.Duration
 		var errs, hardErrs []error
 		answered, late := 0, 0
 		pttl := time.Duration(-1)
@@ -472,6 +514,8 @@ func (r *RedLock) fresh(ctx context.Context, rh *redHold, owner string, wait tim
 				answered++
 			case x.err == nil:
 				answered++
+				refusedIdx = append(refusedIdx, i)
+				refusedTTL = append(refusedTTL, x.ttl)
 				if x.ttl >= 0 && (pttl < 0 || x.ttl < pttl) {
 					pttl = x.ttl
 				}
@@ -491,56 +535,113 @@ func (r *RedLock) fresh(ctx context.Context, rh *redHold, owner string, wait tim
 				return true, nil
 			}
 		}
-		r.giveBack(ctx, got, nil)
+		r.giveBack(ctx, ctx, got, nil)
 		if err := ctx.Err(); err != nil {
+			pass()
 			return false, errorf("red lock %q: %w", r.name, err)
 		}
-		if len(r.insts)-len(hardErrs) < r.quorum {
+		if n-len(hardErrs) < r.quorum {
+			pass()
 			return false, errorf("red lock %q: a majority cannot grant it: %w", r.name, errors.Join(hardErrs...))
 		}
 		var passing error
 		switch {
 		case answered < r.quorum:
-			passing = errorf("red lock %q: %d of %d instances answered, %d needed: %w", r.name, answered, len(r.insts), r.quorum, errors.Join(append(errs, hardErrs...)...))
+			passing = errorf("red lock %q: %d of %d instances answered, %d needed: %w", r.name, answered, n, r.quorum, errors.Join(append(errs, hardErrs...)...))
 		case len(got)+late >= r.quorum:
 			passing = errorf("red lock %q: %w: a majority granted it after %v of a %v lease", r.name, errLateGrant, time.Since(start), least)
 		}
 		if wait == 0 {
 			return false, passing
 		}
+		clear(consumed) // used by this round
 		left := time.Duration(-1)
 		if !deadline.IsZero() {
 			if left = time.Until(deadline); left <= 0 {
 				return false, passing
 			}
 		}
+		waiting = true
 		if watchers == nil {
-			for _, m := range r.insts {
-				w, err := m.c.sub.Watch(m.keys.channel)
-				if err != nil {
-					return false, errorf("red lock %q: %w", r.name, ErrClosed)
+			watchers = make([]*pubsub.Waiter, n)
+			usable := 0
+			for i, m := range r.insts {
+				if w, err := m.c.sub.Watch(m.keys.channel); err == nil {
+					watchers[i] = w
+					usable++
 				}
-				watchers = append(watchers, w)
+			}
+			if usable < r.quorum {
+				return false, closedErr()
+			}
+			// A release published between this round's refusals and the Watch reached no
+			// watcher: try again unless every channel is live since its mark. A channel
+			// not yet subscribed wakes its watcher when Redis confirms it: wait for that
+			// (within one instance timeout) and try once, rather than once per channel.
+			retry, pending := false, false
+			for i, w := range watchers {
+				switch {
+				case w == nil:
+				case !r.insts[i].c.sub.Live(r.insts[i].keys.channel):
+					retry, pending = true, true
+				case !w.Live(marks[i]):
+					retry = true
+				}
+			}
+			if pending {
+				if timer == nil {
+					timer = time.NewTimer(time.Hour)
+					defer timer.Stop()
+				}
+				bound := tmo
+				if left > 0 {
+					bound = min(bound, left)
+				}
+				if err := r.confirm(ctx, timer, watchers, consumed, bound); err != nil {
+					pass()
+					return false, err
+				}
+			}
+			if retry {
+				continue
 			}
 		}
-		waiting = true
-		// Sleep until a release on any instance, or the end of the shortest lease that
-		// refused (an expiry publishes nothing), or an outage's backoff; then a random pause.
-		if len(got) > 0 || passing != nil {
-			step = min(2*step, redRetryMax)
-		} else {
+		// Sleep until a release, or the end of the leases that refused (an expiry publishes
+		// nothing), or an outage's backoff; then a random pause.
+		held := len(refusedIdx) >= r.quorum // another owner holds it on a majority
+		if held || (len(got) == 0 && passing == nil) {
 			step = redRetryMin
+		} else {
+			step = min(2*step, redRetryMax)
 		}
 		pause := step/2 + rand.N(step/2+1)
 		sleepFor := pttl
+		var listen []int // the instances whose release wakes the caller; nil: all
 		switch {
+		case held:
+			// Free on a majority once all but n-quorum refusals have run out: sleep until
+			// then or a release on an instance that refused. A release on an instance that
+			// granted (the caller's own give-back) changes nothing and wakes nothing.
+			slices.SortFunc(refusedTTL, func(a, b time.Duration) int {
+				if a < 0 {
+					a = time.Duration(1<<63 - 1)
+				}
+				if b < 0 {
+					b = time.Duration(1<<63 - 1)
+				}
+				return cmp.Compare(a, b)
+			})
+			sleepFor = refusedTTL[len(refusedTTL)-(n-r.quorum)-1]
+			listen = refusedIdx
+			if sleepFor < 0 {
+				sleepFor = least
+			}
 		case passing != nil || len(got) > 0:
 			sleepFor = pause
 		case pttl < 0:
 			sleepFor = least
-		case pttl < time.Millisecond:
-			sleepFor = time.Millisecond
 		}
+		sleepFor = max(sleepFor, time.Millisecond)
 		if left > 0 {
 			sleepFor = min(sleepFor, left)
 			pause = min(pause, left)
@@ -551,7 +652,7 @@ func (r *RedLock) fresh(ctx context.Context, rh *redHold, owner string, wait tim
 		} else {
 			timer.Reset(sleepFor)
 		}
-		if err := r.sleep(ctx, timer, watchers); err != nil {
+		if err := r.sleep(ctx, timer, watchers, listen, consumed); err != nil {
 			return false, err
 		}
 		// The random pause after a wake-up spreads out contenders woken by one release
@@ -560,62 +661,113 @@ func (r *RedLock) fresh(ctx context.Context, rh *redHold, owner string, wait tim
 		select {
 		case <-timer.C:
 		case <-ctx.Done():
+			pass()
 			return false, errorf("red lock %q: %w", r.name, ctx.Err())
 		}
+		closed := 0
 		for _, m := range r.insts {
 			if m.c.isClosed() {
-				return false, errorf("red lock %q: %w", r.name, ErrClosed)
+				closed++
 			}
+		}
+		if n-closed < r.quorum {
+			pass()
+			return false, closedErr()
 		}
 	}
 }
 
-// sleep waits for a wake-up on any watcher, the timer, or ctx's end.
-func (r *RedLock) sleep(ctx context.Context, timer *time.Timer, ws []*pubsub.Waiter) error {
-	// A few watchers: one goroutine per watcher would cost more than a select over them.
-	switch len(ws) {
-	case 3:
+// confirm waits, at most d, until the channel of every watcher is subscribed (each
+// confirmation wakes its watcher), noting the wake-ups it takes in consumed.
+func (r *RedLock) confirm(ctx context.Context, timer *time.Timer, ws []*pubsub.Waiter, consumed []bool, d time.Duration) error {
+	end := time.Now().Add(d)
+	for {
+		live := true
+		for i, w := range ws {
+			if w != nil && !r.insts[i].c.sub.Live(r.insts[i].keys.channel) {
+				live = false
+				break
+			}
+		}
+		left := time.Until(end)
+		if live || left <= 0 {
+			return nil
+		}
+		timer.Reset(left)
+		if err := r.sleep(ctx, timer, ws, nil, consumed); err != nil {
+			return err
+		}
+	}
+}
+
+// sleep waits for a wake-up on the watchers of the instances listen (nil: every
+// instance), the timer, or ctx's end. A wake-up it takes is noted in consumed.
+func (r *RedLock) sleep(ctx context.Context, timer *time.Timer, ws []*pubsub.Waiter, listen []int, consumed []bool) error {
+	cs := make([]<-chan struct{}, 5) // a nil channel never fires
+	ch := func(i int) <-chan struct{} {
+		if ws[i] == nil {
+			return nil
+		}
+		return ws[i].C()
+	}
+	idx := listen
+	if idx == nil {
+		idx = make([]int, len(ws))
+		for i := range idx {
+			idx[i] = i
+		}
+	}
+	if len(idx) <= len(cs) {
+		// A few watchers: a select over them costs less than reflect.Select.
+		at := [5]int{-1, -1, -1, -1, -1}
+		for k, i := range idx {
+			cs[k], at[k] = ch(i), i
+		}
+		woken := -1
 		select {
-		case <-ws[0].C():
-		case <-ws[1].C():
-		case <-ws[2].C():
+		case <-cs[0]:
+			woken = at[0]
+		case <-cs[1]:
+			woken = at[1]
+		case <-cs[2]:
+			woken = at[2]
+		case <-cs[3]:
+			woken = at[3]
+		case <-cs[4]:
+			woken = at[4]
 		case <-timer.C:
 		case <-ctx.Done():
 			return errorf("red lock %q: %w", r.name, ctx.Err())
 		}
-		return nil
-	case 5:
-		select {
-		case <-ws[0].C():
-		case <-ws[1].C():
-		case <-ws[2].C():
-		case <-ws[3].C():
-		case <-ws[4].C():
-		case <-timer.C:
-		case <-ctx.Done():
-			return errorf("red lock %q: %w", r.name, ctx.Err())
+		if woken >= 0 {
+			consumed[woken] = true
 		}
 		return nil
 	}
-	cases := make([]reflect.SelectCase, 0, len(ws)+2)
-	for _, w := range ws {
-		cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(w.C())})
+	cases := make([]reflect.SelectCase, 0, len(idx)+2)
+	for _, i := range idx {
+		cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(ch(i))})
 	}
 	cases = append(cases,
 		reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(timer.C)},
 		reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(ctx.Done())})
-	if chosen, _, _ := reflect.Select(cases); chosen == len(cases)-1 {
+	chosen, _, _ := reflect.Select(cases)
+	switch {
+	case chosen == len(cases)-1:
 		return errorf("red lock %q: %w", r.name, ctx.Err())
+	case chosen < len(idx):
+		consumed[idx[chosen]] = true
 	}
 	return nil
 }
 
-// giveBack gives back one hold on each instance in idx (all holds counted in rh.n when
-// rh is given, see giveBackAll), in parallel, on ctx's values without its cancellation.
-// It waits for every instance, or, once a majority answered, one per-instance timeout more;
-// the rest go on in the background (counted for their Client's Close). It returns each
-// instance's error (nil: given back), and which answered in time.
-func (r *RedLock) giveBack(ctx context.Context, idx []int, times []int) ([]error, []bool) {
+// giveBack gives back one hold on each instance in idx (times[i] holds when times is
+// given, see giveBackAll), in parallel, on ctx's values without its cancellation.
+// It waits for every instance, or, once a majority answered, one per-instance timeout more,
+// or, when caller (an acquire's ctx; nil for Unlock) ends, returnGrace more; the rest go on
+// in the background (counted for their Client's Close). It returns each instance's error
+// (nil: given back), and which answered in time.
+func (r *RedLock) giveBack(ctx, caller context.Context, idx []int, times []int) ([]error, []bool) {
 	errs := make([]error, len(r.insts))
 	answered := make([]bool, len(r.insts))
 	if len(idx) == 0 {
@@ -641,7 +793,11 @@ func (r *RedLock) giveBack(ctx context.Context, idx []int, times []int) ([]error
 			ch <- done{i, err}
 		})
 	}
-	var grace <-chan time.Time
+	var grace, callerGrace <-chan time.Time
+	var gone <-chan struct{}
+	if caller != nil {
+		gone = caller.Done()
+	}
 	for k := 0; k < len(idx); k++ {
 		if grace == nil && k >= r.quorum {
 			t := time.NewTimer(r.instanceTimeout(redTimeoutMax * 10))
@@ -652,6 +808,16 @@ func (r *RedLock) giveBack(ctx context.Context, idx []int, times []int) ([]error
 		case d := <-ch:
 			errs[d.i], answered[d.i] = d.err, true
 		case <-grace:
+			return errs, answered
+		case <-gone:
+			// The caller has gone: wait what a Mutex would, then leave the rest to the
+			// background.
+			gone = nil
+			t := time.NewTimer(returnGrace)
+			defer t.Stop()
+			callerGrace = t.C
+			k--
+		case <-callerGrace:
 			return errs, answered
 		}
 	}
@@ -670,7 +836,7 @@ func (r *RedLock) giveBackAll(ctx context.Context, rh *redHold, owner string) ([
 			idx = append(idx, i)
 		}
 	}
-	errs, answered := r.giveBack(ctx, idx, times)
+	errs, answered := r.giveBack(ctx, nil, idx, times)
 	rh.reset()
 	return errs, answered
 }
@@ -695,7 +861,15 @@ func (r *RedLock) Unlock(ctx context.Context) error {
 	}
 	rh := refRed(r.key(owner), len(r.insts))
 	defer unrefRed(rh)
-	cctx, cancel := r.insts[0].c.cleanupCtx(ctx)
+	// The cleanup bound of an open Client: a closed one's has ended.
+	c := r.insts[0].c
+	for _, m := range r.insts {
+		if !m.c.isClosed() {
+			c = m.c
+			break
+		}
+	}
+	cctx, cancel := c.cleanupCtx(ctx)
 	defer cancel()
 	if err := rh.lockOp(cctx); err != nil {
 		return errorf("unlock red lock %q: %w", r.name, context.Cause(cctx))
@@ -718,7 +892,7 @@ func (r *RedLock) Unlock(ctx context.Context) error {
 			}
 		}
 		rh.mu.Unlock()
-		errs, answered = r.giveBack(ctx, idx, nil)
+		errs, answered = r.giveBack(ctx, nil, idx, nil)
 		rh.mu.Lock()
 		rh.count--
 		for _, i := range idx {
@@ -1178,10 +1352,11 @@ func (rh *redHold) begin(r *RedLock, owner string, got []int) bool {
 		}
 	}
 	rh.mu.Lock()
-	ok := rh.gen == gen && rh.ended == nil
+	ok := rh.gen == gen && rh.ended == nil && rh.live >= rh.quorum
 	rh.mu.Unlock()
 	if !ok {
-		// Lost before it began: the caller gives the instances back.
+		// Lost before it began (or fewer than a majority of the grants could be
+		// followed): the caller gives the instances back.
 		rh.reset()
 	}
 	return ok
