@@ -94,3 +94,42 @@ func TestRESPParser(t *testing.T) {
 		}
 	}
 }
+
+// TestSmokeRedLock runs the RedLock comparison briefly: every configuration and scenario,
+// no violation, every configuration acquires.
+func TestSmokeRedLock(t *testing.T) {
+	if os.Getenv("REDIS_ADDR") != "" {
+		t.Skip("the RedLock comparison starts its own servers")
+	}
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		t.Skip("no redis-server on PATH")
+	}
+	csvPath := filepath.Join(t.TempDir(), "red.csv")
+	var md bytes.Buffer
+	if err := runRedLockCompare(context.Background(), &md, redLibs(), tiny, csvPath); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(csvPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	recs, err := csv.NewReader(f).ReadAll()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := 1 + len(redLibs())*len(redScenarios); len(recs) != want {
+		t.Fatalf("CSV has %d records, want %d", len(recs), want)
+	}
+	for _, r := range recs[1:] {
+		if r[9] != "0" {
+			t.Errorf("%s %s %s: %s mutual-exclusion violations", r[0], r[1], r[2], r[9])
+		}
+		if r[3] == "0" && !strings.HasPrefix(r[0], "redsync-default") {
+			t.Errorf("%s %s %s: no acquisition", r[0], r[1], r[2])
+		}
+	}
+	if !strings.Contains(md.String(), "Targets (relock-redlock-5") {
+		t.Errorf("no targets table:\n%s", md.String())
+	}
+}

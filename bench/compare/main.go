@@ -23,10 +23,24 @@ func main() {
 	csvPath := flag.String("csv", "", "write the results as CSV to this file")
 	pngDir := flag.String("png", "", "write PNG charts into this directory")
 	only := flag.String("libs", "", "comma-separated libraries to run (default: all)")
+	red := flag.Bool("redlock", false, "the RedLock comparison instead (issue 12): relock's RedLock against redsync's multi-pool mutex over 3 and 5 servers")
 	flag.Parse()
 	s := fullRun
 	if *quick {
 		s = quickRun
+	}
+	if *red {
+		var sel []redLib
+		for _, l := range redLibs() {
+			if *only == "" || slices.Contains(strings.Split(*only, ","), l.name) {
+				sel = append(sel, l)
+			}
+		}
+		if err := runRedLockCompare(context.Background(), os.Stdout, sel, s, *csvPath); err != nil {
+			fmt.Fprintln(os.Stderr, "compare:", err)
+			os.Exit(1)
+		}
+		return
 	}
 	var sel []lib
 	for _, l := range libs {

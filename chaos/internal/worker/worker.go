@@ -80,8 +80,13 @@ type Config struct {
 	// Kind is the lock used: "" or "mutex" (Client.Mutex), "fair" (Client.FairMutex), "spin"
 	// (Client.SpinMutex), "rw" (Client.RWMutex's write side). The first three are one lock in
 	// Redis, so they may share a name (the fair queue is then bypassed by the others, but
-	// exclusion holds); "rw" may not.
+	// exclusion holds); "rw" may not. "red" is a RedLock over RedClients (the Client given
+	// to Run then only names the owner in the history).
 	Kind string
+	// RedClients are a RedLock's Clients, one per independent server (Kind "red"), and
+	// RedOptions its options.
+	RedClients []*rlock.Client
+	RedOptions []rlock.RedLockOption
 	// Label tells apart several workers on one Client (each its own owner): it is added to
 	// the owner in the history.
 	Label string
@@ -101,8 +106,10 @@ type Lock interface {
 // handle returns the lock of kind for name (a FairMutex and a SpinMutex are Mutexes with
 // another way of waiting; "rw" is an RWMutex's write side, which must not share a name
 // with the other kinds).
-func handle(c *rlock.Client, kind, name string) Lock {
-	switch kind {
+func handle(c *rlock.Client, cfg Config, name string) Lock {
+	switch cfg.Kind {
+	case "red":
+		return redLock{rlock.NewRedLock(name, cfg.RedClients, cfg.RedOptions...)}
 	case "fair":
 		return c.FairMutex(name).Mutex
 	case "spin":
@@ -113,12 +120,17 @@ func handle(c *rlock.Client, kind, name string) Lock {
 	return c.Mutex(name)
 }
 
+// redLock is a RedLock as a worker's Lock: one handle is one owner; it has no single key.
+type redLock struct{ *rlock.RedLock }
+
+func (r redLock) Key() string { return "red:" + r.Name() }
+
 // Run runs one contender with its own owner (one handle per name) until cfg's bounds or
 // ctx. It returns the number of critical sections it entered.
 func Run(ctx context.Context, c *rlock.Client, cfg Config, res Resource, sink Sink) int {
 	handles := make([]Lock, len(cfg.Names))
 	for i, n := range cfg.Names {
-		handles[i] = handle(c, cfg.Kind, n)
+		handles[i] = handle(c, cfg, n)
 	}
 	owner := c.ID()
 	if cfg.Label != "" {
