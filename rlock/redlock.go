@@ -60,9 +60,12 @@ const (
 // the Client's cleanup timeout, and a grant it turns out to have made is given back). A
 // waiting caller then sleeps until a release is published on any instance (it subscribes
 // to the lock's release channel on every instance, through each Client's shared
-// subscription connection) or until the shortest remaining lease the refusals reported
-// ends, and tries again after a random pause of a few milliseconds (longer, up to 128ms,
-// after rounds that split the instances). It never polls otherwise.
+// subscription connection) or until the refusals' leases have run out on enough instances
+// for a majority (when a majority refused: another owner holds it, and only a release on
+// one of the refusing instances wakes the caller), and tries again after a random pause of
+// a few milliseconds (longer, up to 128ms, after rounds that split the instances). It never
+// polls otherwise. A closed Client counts as an instance that refuses: an acquire fails with
+// [ErrClosed] only when fewer than a majority of the Clients are open.
 //
 // # Holding
 //
