@@ -218,21 +218,9 @@ func (rr *redRun) finish(from, to int64) redCheck {
 		t.Errorf("the fenced resource saw a violation: %s", rep)
 	}
 	if rep.HoldOverlaps > 0 {
-		for n, hs := range holdSpans(ops, lost) {
-			for i := 1; i < len(hs); i++ {
-				for j := 0; j < i; j++ {
-					a, b := hs[j], hs[i]
-					if b.start >= a.end || a.told || b.told {
-						continue
-					}
-					if a.start < to && b.start > from {
-						out.across++
-						continue
-					}
-					t.Errorf("%s: hold of %s (token %d) began while %s (token %d) held it, neither told of a loss, not across the fault", n, b.owner, b.token, a.owner, a.token)
-				}
-			}
-		}
+		out.across = untoldOverlaps(t, ops, lost, "fault", func(_ string, a, b *span) bool {
+			return a.start < to && b.start > from
+		})
 	}
 	if len(ops) <= maxLinearizable {
 		m := lockModel(true)
