@@ -185,6 +185,7 @@ func (c *Client) forgetLocked(h *hold) {
 // holds is the owner's hold count in Redis after the grant. A fresh grant (holds 1) while
 // this Client still counts holds of the owner means the earlier tenure was lost unnoticed:
 // granted then ends it as lost and returns an error wrapping ErrLockLost, recording nothing.
+// So it does, whatever Redis counts, while an earlier loss still blocks re-entry (h.lost).
 //
 // Redis may also count more holds than this Client knows of (holds > count + 1): holds the
 // Client stopped counting while Redis still had them (a fixed lease's holds in the moment
@@ -196,6 +197,15 @@ func (c *Client) forgetLocked(h *hold) {
 func (h *hold) granted(token, holds int64, sent time.Time, lease time.Duration, renew bool) (extra int64, err error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if h.lost != nil {
+		// The owner's tenure was reported lost after the acquire checked (attempt looks at
+		// h.lost before it sends, but a loss ends a tenure without h.op: the watchdog's
+		// onLost). Redis may still count the lost holds and so grant a re-entry (holds > 1);
+		// recording it would start a new tenure over the lost holds, and the end of its
+		// lease would then wipe their count and the loss with it. The grant is refused like
+		// any acquire after a loss, and given back (grant).
+		return 0, h.lost
+	}
 	if holds == 1 && h.count > 0 {
 		cause := errorf("%w: it was gone from Redis when the owner re-entered", ErrLockLost)
 		if h.cur != nil {
@@ -300,6 +310,9 @@ func (h *hold) abandon(cause error) {
 	}
 	if h.count > 0 {
 		h.count--
+	}
+	if h.count == 0 {
+		h.lost = nil // every hold is accounted for: the loss no longer blocks (as in released)
 	}
 	gone := goneBy(h.c.opts.watchdogTimeout)
 	if h.cur != nil {

@@ -3151,3 +3151,62 @@ func TestModelRegression_lateReentryReplyLeavesGhost(t *testing.T) {
 		t.Fatalf("after the owner's last Unlock the lock is still held (IsLocked %v, %v; TTL %v)", locked, err, ttl)
 	}
 }
+
+// TestModelRegression_reentryGrantedAfterLossWipesHolds: found by the model test (FairMutex,
+// seed 4540780878549857243: a shared handle holding 6 holds in watchdog mode while "renewals
+// refused" and Redis paused; "TryLock(... lease=161ms) -> true" answered after the watchdog
+// had reported the tenure lost; then "model 6 holds, Client 0 ...: Err says rlock: lock lost").
+// attempt (mutex.go) checks h.lost before it sends, but the watchdog ends a tenure as lost
+// without h.op: a re-entry sent before the loss and answered after it found Redis still
+// counting the owner's holds (holds > 1), and hold.granted started a fresh tenure over the
+// lost holds with the re-entry's fixed lease. The owner re-entered a lock it had been told
+// was lost (Guarantee 3), and when that fixed lease ran out (hold.onLost) the count of every
+// hold went to 0: the hold left the table while the owner still had holds to unlock, and
+// Err, reading the handle's spare hold, still reported the loss.
+func TestModelRegression_reentryGrantedAfterLossWipesHolds(t *testing.T) {
+	b := realBackend(t)
+	fc := &faultClient{Client: b.rueidis(t)}
+	c, err := rlock.New(fc, rlock.WithWatchdogTimeout(300*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	m := c.Mutex(redistest.Name(t))
+	if err := m.Lock(bg); err != nil { // loads the scripts
+		t.Fatal(err)
+	}
+	if err := m.Unlock(bg); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Lock(bg); err != nil {
+		t.Fatal(err)
+	}
+	fc.refuseRenewals.Store(true) // the watchdog lease is lost ~300ms from now
+	// A re-entry with a fixed lease, applied at once (Redis extends the key's TTL: the
+	// owner's hold stays there), whose reply comes after the watchdog reported the loss.
+	late := withFault(bg, &opFault{stages: []faultStage{{kind: fDelay, n: 1, delay: 500 * time.Millisecond}}})
+	ok, err := m.TryLock(late, 0, time.Second)
+	fc.refuseRenewals.Store(false)
+	if ok || !errors.Is(err, rlock.ErrLockLost) {
+		t.Errorf("a re-entry answered after the owner's hold was reported lost: %v %v, want ErrLockLost", ok, err)
+	}
+	time.Sleep(1200 * time.Millisecond) // past the re-entry's fixed lease
+	if mh := rlock.ModelMutexHold(m, bg); !mh.Present || mh.Count != 1 || mh.Lost == nil {
+		t.Errorf("the owner has not unlocked its lost hold, yet the Client's hold table has %+v, want 1 hold, lost", mh)
+	}
+	if err := m.Err(bg); !errors.Is(err, rlock.ErrLockLost) {
+		t.Errorf("Err: %v, want ErrLockLost until the lost hold is unlocked", err)
+	}
+	if err := m.Lock(bg); !errors.Is(err, rlock.ErrLockLost) {
+		t.Errorf("Lock before the lost hold was unlocked: %v, want ErrLockLost", err)
+	}
+	if err := m.Unlock(bg); !errors.Is(err, rlock.ErrNotHeld) {
+		t.Errorf("Unlock of the lost hold: %v, want ErrNotHeld", err)
+	}
+	if err := m.Lock(bg); err != nil {
+		t.Fatalf("Lock after every hold was unlocked: %v", err)
+	}
+	if err := m.Unlock(bg); err != nil {
+		t.Fatal(err)
+	}
+}
