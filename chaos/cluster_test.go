@@ -388,13 +388,7 @@ func TestCluster_slotMigration(t *testing.T) {
 	w0 := park(t, waiters, held[0], src)
 	w1 := park(t, waiters, held[1], src)
 
-	cfg := worker.Config{Names: contended, Wait: clusterWait, Work: 2 * time.Millisecond}
-	for i, c := range wd {
-		r.workers(c, fmt.Sprint("wd", i, "-"), 2, cfg)
-	}
-	fcfg := cfg
-	fcfg.Lease = clusterFixedLease
-	r.workers(fixed, "fixed", 2, fcfg)
+	cfg := contend(r, contended, wd, fixed)
 	ccfg := cfg
 	ccfg.Names = churn
 	r.workers(churner, "churn", 3, ccfg)
@@ -506,13 +500,7 @@ func TestCluster_manualFailover(t *testing.T) {
 	w0 := park(t, waiters, held[0], master)
 	w1 := park(t, waiters, held[1], master)
 
-	cfg := worker.Config{Names: contended, Wait: clusterWait, Work: 2 * time.Millisecond}
-	for i, c := range wd {
-		r.workers(c, fmt.Sprint("wd", i, "-"), 2, cfg)
-	}
-	fcfg := cfg
-	fcfg.Lease = clusterFixedLease
-	r.workers(fixed, "fixed", 2, fcfg)
+	contend(r, contended, wd, fixed)
 	r.grants("the workload to run", 5, contended...)
 
 	began := time.Now()
@@ -578,10 +566,7 @@ func TestCluster_masterKilled(t *testing.T) {
 	w0 := park(t, waiters, held[0], master)
 	w1 := park(t, waiters, held[1], master)
 
-	cfg := worker.Config{Names: contended, Wait: clusterWait, Work: 2 * time.Millisecond}
-	for i, c := range wd {
-		r.workers(c, fmt.Sprint("wd", i, "-"), 2, cfg)
-	}
+	contend(r, contended, wd, nil)
 	r.grants("the workload to run", 5, contended...)
 	s1 := lockFor(t, short, held[3], shortFixed) // just before the kill: its lease ends in the outage
 	s0told := make(chan int64, 1)
@@ -682,6 +667,22 @@ type span struct {
 	token      int64
 	start, end int64
 	told       bool
+}
+
+// contend starts the rows' contended workload on names: two owners per Client of wd in
+// watchdog mode and, when fixed is not nil, two of fixed with a fixed lease. It returns the
+// workers' configuration, for more workers of the same kind.
+func contend(r *clusterRun, names []string, wd []*rlock.Client, fixed *rlock.Client) worker.Config {
+	cfg := worker.Config{Names: names, Wait: clusterWait, Work: 2 * time.Millisecond}
+	for i, c := range wd {
+		r.workers(c, fmt.Sprint("wd", i, "-"), 2, cfg)
+	}
+	if fixed != nil {
+		fcfg := cfg
+		fcfg.Lease = clusterFixedLease
+		r.workers(fixed, "fixed", 2, fcfg)
+	}
+	return cfg
 }
 
 // untoldOverlaps checks every overlap of two holds of a name that neither holder had been
