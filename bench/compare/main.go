@@ -214,12 +214,17 @@ func row(r *result) []string {
 }
 
 func writeCSV(path string, results []*result) error {
+	return writeRows(path, csvHeader, results, row)
+}
+
+// writeRows writes results to a CSV file at path: header, then one line per result.
+func writeRows(path string, header []string, results []*result, row func(*result) []string) error {
 	f, err := os.Create(path)
 	if err != nil {
 		return err
 	}
 	w := csv.NewWriter(f)
-	_ = w.Write(csvHeader)
+	_ = w.Write(header)
 	for _, r := range results {
 		_ = w.Write(row(r))
 	}

@@ -8,7 +8,6 @@ package main
 
 import (
 	"context"
-	"encoding/csv"
 	"fmt"
 	"io"
 	"math"
@@ -245,21 +244,7 @@ func redRow(r *result) []string {
 }
 
 func writeRedCSV(path string, results []*result) error {
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	w := csv.NewWriter(f)
-	_ = w.Write(redCSVHeader)
-	for _, r := range results {
-		_ = w.Write(redRow(r))
-	}
-	w.Flush()
-	if err := w.Error(); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
+	return writeRows(path, redCSVHeader, results, redRow)
 }
 
 func writeRedMarkdown(out io.Writer, results []*result, sel []redLib, took time.Duration) {
