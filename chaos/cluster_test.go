@@ -356,10 +356,7 @@ func TestCluster_slotMigration(t *testing.T) {
 		expected: "exclusion holds (no overlap, tokens rise, counter exact, linearizable as a strict mutex); held locks kept, renewed through the split; parked waiters woken by the releases on the new node; no error reaches a caller, only delay (TRYAGAIN retried within the wait, Unlock within the cleanup timeout)"})
 	cl := redistest.StartCluster(t)
 	r := newClusterRun(t)
-	var wd []*rlock.Client
-	for i := 0; i < 3; i++ {
-		wd = append(wd, clusterClient(t, cl, rlock.WithWatchdogTimeout(clusterLease)))
-	}
+	wd := watchdogClients(t, cl, 3)
 	fixed := clusterClient(t, cl, rlock.WithWatchdogTimeout(clusterLease))
 	churner := clusterClient(t, cl, rlock.WithWatchdogTimeout(clusterLease))
 	elsewhere := clusterClient(t, cl, rlock.WithWatchdogTimeout(clusterLease))
@@ -484,10 +481,7 @@ func TestCluster_manualFailover(t *testing.T) {
 		expected: "exclusion holds (strict mutex: a manual failover loses no write); held locks kept, renewed on the new master; parked waiters woken there by the releases; no error reaches a caller, only delay"})
 	cl := redistest.StartCluster(t)
 	r := newClusterRun(t)
-	var wd []*rlock.Client
-	for i := 0; i < 3; i++ {
-		wd = append(wd, clusterClient(t, cl, rlock.WithWatchdogTimeout(clusterLease)))
-	}
+	wd := watchdogClients(t, cl, 3)
 	fixed := clusterClient(t, cl, rlock.WithWatchdogTimeout(clusterLease))
 	holder := clusterClient(t, cl, rlock.WithWatchdogTimeout(clusterLease))
 	waiters := clusterClient(t, cl, rlock.WithWatchdogTimeout(clusterLease))
@@ -549,10 +543,7 @@ func TestCluster_masterKilled(t *testing.T) {
 		expected: "locks whose lease outlasts the outage kept (renewed on the promoted replica, given back there, waiters woken); shorter ones lost and the holder told (ErrLockLost; ErrLeaseExpired for a fixed lease) before the replica is promoted; exclusion holds, but for the documented loss of a grant the replica had not received (asynchronous replication, shown as a limitation if it happens); acquires ride out the outage within their wait"})
 	cl := redistest.StartCluster(t)
 	r := newClusterRun(t)
-	var wd []*rlock.Client
-	for i := 0; i < 3; i++ {
-		wd = append(wd, clusterClient(t, cl, rlock.WithWatchdogTimeout(clusterLease)))
-	}
+	wd := watchdogClients(t, cl, 3)
 	long := clusterClient(t, cl, rlock.WithWatchdogTimeout(longLease), rlock.WithRenewFraction(0.2), rlock.WithReplicaAck(1, 500*time.Millisecond))
 	short := clusterClient(t, cl, rlock.WithWatchdogTimeout(clusterLease))
 	waiters := clusterClient(t, cl, rlock.WithWatchdogTimeout(clusterLease))
@@ -667,6 +658,16 @@ type span struct {
 	token      int64
 	start, end int64
 	told       bool
+}
+
+// watchdogClients makes n Clients on cl with the rows' watchdog lease.
+func watchdogClients(t *testing.T, cl *redistest.Cluster, n int) []*rlock.Client {
+	t.Helper()
+	var cs []*rlock.Client
+	for i := 0; i < n; i++ {
+		cs = append(cs, clusterClient(t, cl, rlock.WithWatchdogTimeout(clusterLease)))
+	}
+	return cs
 }
 
 // contend starts the rows' contended workload on names: two owners per Client of wd in
