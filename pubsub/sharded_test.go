@@ -52,18 +52,6 @@ func (e *shardEnv) spublish(channel, msg string) int64 {
 	return n
 }
 
-// shardNumSub is PUBSUB SHARDNUMSUB of channel on node.
-func (e *shardEnv) shardNumSub(node *redistest.Server, channel string) int64 {
-	e.t.Helper()
-	msg := node.Do(e.t, "PUBSUB", "SHARDNUMSUB", channel)
-	vs, err := msg.ToArray()
-	require.NoError(e.t, err)
-	require.Len(e.t, vs, 2)
-	n, err := vs[1].AsInt64()
-	require.NoError(e.t, err)
-	return n
-}
-
 // channelsOnMasters returns n channel names whose slots are served by every master of the
 // cluster in turn.
 func (e *shardEnv) channelsOnMasters(n int) ([]string, []*redistest.Server) {
@@ -98,7 +86,7 @@ func TestSharded_channelsOnEveryMaster(t *testing.T) {
 			if m == homes[i] {
 				want = 1
 			}
-			require.Equal(t, want, e.shardNumSub(m, ch), "SHARDNUMSUB of %s on %s (home %s)", ch, m.Addr(), homes[i].Addr())
+			require.Equal(t, want, m.ShardNumSub(t, ch), "SHARDNUMSUB of %s on %s (home %s)", ch, m.Addr(), homes[i].Addr())
 		}
 	}
 	for i, ch := range names {
@@ -109,7 +97,7 @@ func TestSharded_channelsOnEveryMaster(t *testing.T) {
 	}
 	for i, w := range ws {
 		w.Close()
-		waitFor(t, "unsubscribed after the last waiter left", func() bool { return e.shardNumSub(homes[i], names[i]) == 0 })
+		waitFor(t, "unsubscribed after the last waiter left", func() bool { return homes[i].ShardNumSub(t, names[i]) == 0 })
 	}
 }
 
@@ -135,8 +123,8 @@ func TestSharded_slotMigration(t *testing.T) {
 	waitLive(t, e.s, w, ch)
 	drain(w)
 	require.False(t, w.Live(mark), "a mark of the old node")
-	require.EqualValues(t, 1, e.shardNumSub(to, ch))
-	require.EqualValues(t, 0, e.shardNumSub(from, ch))
+	require.EqualValues(t, 1, to.ShardNumSub(t, ch))
+	require.EqualValues(t, 0, from.ShardNumSub(t, ch))
 	require.EqualValues(t, 1, e.spublish(ch, "x"))
 	recv(t, w, "a message on the new master")
 }
@@ -146,7 +134,7 @@ func TestSharded_slotMigration(t *testing.T) {
 func (e *shardEnv) subscribedOn(channel string) *redistest.Server {
 	e.t.Helper()
 	for _, n := range e.cl.Nodes() {
-		if n.Running() && e.shardNumSub(n, channel) > 0 {
+		if n.Running() && n.ShardNumSub(e.t, channel) > 0 {
 			return n
 		}
 	}

@@ -13,24 +13,12 @@ import (
 	"github.com/relock-go/relock/rlock"
 )
 
-// shardNumSub is PUBSUB SHARDNUMSUB of channel on node.
-func shardNumSub(t *testing.T, node *redistest.Server, channel string) int64 {
-	t.Helper()
-	msg := node.Do(t, "PUBSUB", "SHARDNUMSUB", channel)
-	vs, err := msg.ToArray()
-	require.NoError(t, err)
-	require.Len(t, vs, 2)
-	n, err := vs[1].AsInt64()
-	require.NoError(t, err)
-	return n
-}
-
 // waitShardSub waits until a Client subscribed channel on the master of its slot.
 func waitShardSub(t *testing.T, cl *redistest.Cluster, channel string) {
 	t.Helper()
 	m := cl.MasterOf(t, channel)
 	redistest.WaitFor(t, 10*time.Second, "a sharded subscription to "+channel+" on "+m.Addr(), func() bool {
-		return shardNumSub(t, m, channel) > 0
+		return m.ShardNumSub(t, channel) > 0
 	})
 }
 

@@ -464,6 +464,22 @@ func (s *Server) CommandStats(tb testing.TB) map[string]int64 {
 	return stats
 }
 
+// ShardNumSub is PUBSUB SHARDNUMSUB of channel on s: how many of s's clients listen on the
+// sharded channel.
+func (s *Server) ShardNumSub(tb testing.TB, channel string) int64 {
+	tb.Helper()
+	msg := s.Do(tb, "PUBSUB", "SHARDNUMSUB", channel)
+	vs, err := msg.ToArray()
+	if err != nil || len(vs) != 2 {
+		tb.Fatalf("redistest: %s: PUBSUB SHARDNUMSUB %s: %v (%d values)", s.addr, channel, err, len(vs))
+	}
+	n, err := vs[1].AsInt64()
+	if err != nil {
+		tb.Fatalf("redistest: %s: PUBSUB SHARDNUMSUB %s: %v", s.addr, channel, err)
+	}
+	return n
+}
+
 // parseCommandStats parses the body of INFO commandstats, e.g.
 // "cmdstat_set:calls=1,usec=2,usec_per_call=2.00,rejected_calls=0,failed_calls=0".
 func parseCommandStats(text string) (map[string]int64, error) {
