@@ -28,6 +28,7 @@ type Script struct {
 	name    string
 	src     string
 	sha     string       // SHA1 of the plain form
+	fsha    string       // SHA1 of the flagged form ("" when src has no shebang)
 	flagged *rueidis.Lua // nil when src has no shebang
 	plain   *rueidis.Lua
 }
@@ -47,6 +48,8 @@ func load(name string) *Script {
 	plain := s.src
 	if strings.HasPrefix(plain, "#!") {
 		s.flagged = rueidis.NewLuaScript(s.src)
+		fsum := sha1.Sum([]byte(s.src))
+		s.fsha = hex.EncodeToString(fsum[:])
 		plain = plain[strings.IndexByte(plain, '\n')+1:]
 	}
 	s.plain = rueidis.NewLuaScript(plain)
