@@ -496,14 +496,22 @@ func (s *Subscriber) router() {
 	}
 }
 
+// requestCtx is the context of one request of the Subscriber's own, ended by Close or
+// after d. The bound is a timer rather than a deadline: rueidis sends a lone request with a
+// deadline on its synchronous path, which a cancellation (Close) does not interrupt.
+func (s *Subscriber) requestCtx(d time.Duration) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(s.ctx)
+	t := time.AfterFunc(d, cancel)
+	return ctx, func() {
+		t.Stop()
+		cancel()
+	}
+}
+
 // clusterSlots asks the cluster which node serves each slot.
 func (s *Subscriber) clusterSlots() (map[uint16]string, error) {
-	// Bounded by a timer rather than a deadline: rueidis sends a lone request with a
-	// deadline on its synchronous path, which a cancellation (Close) does not interrupt.
-	ctx, cancel := context.WithCancel(s.ctx)
+	ctx, cancel := s.requestCtx(5 * time.Second)
 	defer cancel()
-	t := time.AfterFunc(5*time.Second, cancel)
-	defer t.Stop()
 	ranges, err := s.client.Do(ctx, s.client.B().ClusterSlots().Build()).ToArray()
 	if err != nil {
 		return nil, err
@@ -612,10 +620,8 @@ func (s *Subscriber) nudge(cn *conn) {
 	if name == "" {
 		return
 	}
-	ctx, cancel := context.WithCancel(s.ctx)
+	ctx, cancel := s.requestCtx(time.Second)
 	defer cancel()
-	t := time.AfterFunc(time.Second, cancel)
-	defer t.Stop()
 	_ = s.client.Do(ctx, s.client.B().Pttl().Key(name).Build()).Error()
 }
 
