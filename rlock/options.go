@@ -48,6 +48,8 @@ type options struct {
 	ackReplicas     int           // 0: no replica acknowledgement
 	ackTimeout      time.Duration // bound of each WAIT
 	pubsub          PubSubMode
+	observers       []*Observer // WithObserver, in the order given
+	nilObserver     bool        // WithObserver(nil) was given
 }
 
 func defaultOptions() options {
@@ -86,6 +88,8 @@ func (o *options) validate() error {
 		return invalid("replica acknowledgement timeout %v is below 1ms", o.ackTimeout)
 	case o.pubsub < PubSubAuto || o.pubsub > PubSubSharded:
 		return invalid("pub/sub mode %d is not PubSubAuto, PubSubClassic or PubSubSharded", o.pubsub)
+	case o.nilObserver:
+		return invalid("nil Observer")
 	}
 	return nil
 }

@@ -1,0 +1,208 @@
+package rlock
+
+import (
+	"context"
+	"time"
+)
+
+// Observer receives what a Client's primitives do: acquisitions, releases, the ends of
+// holds, the watchdog's renewal rounds, replays of requests whose reply was lost, and the
+// state of the subscriptions waiters listen on. It is how metrics, traces and logs are fed
+// (the relock OpenTelemetry module and [WithLogger] are Observers). Set one with
+// [WithObserver].
+//
+// Every field is optional; a nil field costs nothing, and a Client without an Observer
+// builds no event at all. Hooks are called synchronously on the goroutine that does the
+// work (the caller of Lock or Unlock, the watchdog, the subscriber's goroutine), so they
+// must be quick and must not block; they may be called concurrently from many goroutines.
+// A hook must not call back into the Client's primitives (a Lock from a hook may deadlock
+// with the work it observes). A panic in a hook is not recovered.
+//
+// The Start hooks return the context their Done hook receives: an Observer that opens a
+// span in AcquireStart finds it again in AcquireDone. Returning ctx unchanged is fine. The
+// returned context is not used for Redis requests.
+type Observer struct {
+	// AcquireStart is called when a call that takes a lock or permits starts (Lock,
+	// LockLease, TryLock, RLock, Acquire, TryAcquire, Await), after its arguments were
+	// checked: a call refused for bad input (ErrInvalid) is not seen.
+	AcquireStart func(ctx context.Context, e AcquireStartInfo) context.Context
+	// AcquireDone is called once for every AcquireStart, when the call returns.
+	AcquireDone func(ctx context.Context, e AcquireDoneInfo)
+	// ReleaseStart is called when a call that gives back a hold or permits starts (Unlock,
+	// RUnlock, Release, CountDown), after its arguments were checked.
+	ReleaseStart func(ctx context.Context, e ReleaseStartInfo) context.Context
+	// ReleaseDone is called once for every ReleaseStart, when the call returns.
+	ReleaseDone func(ctx context.Context, e ReleaseDoneInfo)
+	// HoldEnd is called when a tenure ends (the owner's last hold was given back, its fixed
+	// lease ran out, it was lost, or the Client closed), once per tenure.
+	HoldEnd func(e HoldEndInfo)
+	// RenewalRound is called after each round of the Client's watchdog.
+	RenewalRound func(e RenewalRoundInfo)
+	// Replay is called when a request whose reply was lost was sent again, with what came
+	// of it.
+	Replay func(e ReplayInfo)
+	// Subscription is called when a channel that waiters listen on stops being served
+	// (its connection broke, its node went away, Redis refused the subscription) and when
+	// it is served again.
+	Subscription func(e SubscriptionInfo)
+}
+
+// Kind names a primitive in events: the value of the kind attribute of metrics and spans.
+type Kind string
+
+// The kinds of primitive.
+const (
+	KindMutex           Kind = "mutex"
+	KindFairMutex       Kind = "fair_mutex"
+	KindSpinMutex       Kind = "spin_mutex"
+	KindReadLock        Kind = "read_lock"  // an RWMutex's read side
+	KindWriteLock       Kind = "write_lock" // an RWMutex's write side
+	KindSemaphore       Kind = "semaphore"
+	KindPermitSemaphore Kind = "permit_semaphore"
+	KindLatch           Kind = "latch"
+	KindMultiLock       Kind = "multi_lock"
+	KindRedLock         Kind = "red_lock"
+)
+
+// Outcome is how an acquisition ended.
+type Outcome string
+
+// The outcomes of an acquisition.
+const (
+	// OutcomeAcquired: the lock or the permits are the caller's (a re-entry included).
+	OutcomeAcquired Outcome = "acquired"
+	// OutcomeBusy: TryLock or TryAcquire ran out of its wait while others held it.
+	OutcomeBusy Outcome = "busy"
+	// OutcomeCanceled: the caller's context ended first.
+	OutcomeCanceled Outcome = "canceled"
+	// OutcomeError: any other failure (see the event's Err).
+	OutcomeError Outcome = "error"
+)
+
+// EndCause is why a tenure ended.
+type EndCause string
+
+// The causes of a tenure's end.
+const (
+	// EndUnlocked: the owner gave its last hold back.
+	EndUnlocked EndCause = "unlock"
+	// EndLeaseExpired: a fixed lease ran its course before Unlock.
+	EndLeaseExpired EndCause = "lease_expired"
+	// EndLost: the lock was lost while held (renewal failed or found another owner, the key
+	// was deleted or forced): the owner was told with ErrLockLost.
+	EndLost EndCause = "lost"
+	// EndClosed: the Client closed while the tenure lasted.
+	EndClosed EndCause = "closed"
+)
+
+// AcquireStartInfo describes an acquisition as it starts.
+type AcquireStartInfo struct {
+	Kind  Kind
+	Name  string // the lock's name, as given to the Client (not the key)
+	Owner string // the owner id the call acts for (a handle's own id or a context owner's)
+	// Wait bounds the call (TryLock's wait); negative: no bound (Lock).
+	Wait time.Duration
+	// Lease is the fixed lease asked for; 0: watchdog mode (or no lease: semaphores).
+	Lease time.Duration
+	// Permits is how many permits the call asks for; 0 for locks.
+	Permits int
+}
+
+// AcquireDoneInfo describes how an acquisition ended.
+type AcquireDoneInfo struct {
+	AcquireStartInfo
+	Outcome Outcome
+	Err     error // nil unless Outcome is OutcomeCanceled or OutcomeError
+	// Took is the time from AcquireStart to the return.
+	Took time.Duration
+	// Attempts counts the scripts the call sent to take the lock (replays excluded); a call
+	// granted by a hand-off may count fewer than one per wake-up.
+	Attempts int
+	// Waited: the first attempt was refused, and the call waited for a release.
+	Waited bool
+	// HandedOff: the grant came from a release that passed the lock to this caller.
+	HandedOff bool
+	// Reentered: the owner already held the lock; the grant added a hold to its tenure.
+	Reentered bool
+	// Token is the fencing token of the tenure granted; 0 unless acquired (and for
+	// primitives without tokens).
+	Token int64
+}
+
+// ReleaseStartInfo describes a release as it starts.
+type ReleaseStartInfo struct {
+	Kind    Kind
+	Name    string
+	Owner   string
+	Permits int // how many permits the call gives back; 0 for locks
+}
+
+// ReleaseDoneInfo describes how a release ended.
+type ReleaseDoneInfo struct {
+	ReleaseStartInfo
+	Err  error // what the call returned
+	Took time.Duration
+	// Freed: the call gave back the owner's last hold (the tenure ended with EndUnlocked).
+	Freed bool
+	// HandedOff: the release passed the lock on to a waiter of the same Client.
+	HandedOff bool
+}
+
+// HoldEndInfo describes the end of a tenure.
+type HoldEndInfo struct {
+	Kind  Kind
+	Name  string
+	Owner string
+	Token int64
+	// Held is how long the tenure lasted on this Client's clock, from the grant's reply to
+	// its end.
+	Held  time.Duration
+	Cause EndCause
+	Err   error // the tenure's cause as Err and Done report it (ErrLockLost and its reason...)
+}
+
+// RenewalRoundInfo describes one round of a Client's watchdog.
+type RenewalRoundInfo struct {
+	Leases   int           // leases the round renewed or tried to
+	Scripts  int           // renew scripts sent (a batch counts one; a fallback adds one per lease)
+	Failures int           // leases whose renewal failed this round (lost, or to be retried)
+	Lost     int           // leases the round found lost
+	Took     time.Duration // from the first send to the last reply
+	Err      error         // the first failure's error, if any
+}
+
+// ReplayInfo describes a request sent again because its reply was lost.
+type ReplayInfo struct {
+	Kind  Kind
+	Name  string
+	Owner string
+	// Op is what was replayed: "acquire", "release" or "renew".
+	Op string
+	// Sends is how many times the request went out, the first send included.
+	Sends int
+	// Err is nil when a replay was answered (the outcome is known), else why it stayed
+	// unknown (it wraps ErrUnknownOutcome).
+	Err error
+}
+
+// SubscriptionInfo describes a change in the service of a channel waiters listen on.
+type SubscriptionInfo struct {
+	Channel string
+	// Up: the channel is served again; false: it stopped being served, and its waiters were
+	// woken to try again (they fall back to timers until it is back).
+	Up  bool
+	Err error // why it stopped (nil when Up)
+}
+
+// WithObserver sets o to receive the Client's events. Given more than once, every Observer
+// receives every event, in the order the options were given. A nil Observer is an error
+// wrapping [ErrInvalid] from [New].
+func WithObserver(o *Observer) Option {
+	return optionFunc(func(opts *options) {
+		if o == nil {
+			opts.nilObserver = true
+			return
+		}
+		opts.observers = append(opts.observers, o)
+	})
+}
