@@ -51,7 +51,11 @@ const (
 // # Acquisition
 //
 // An attempt takes the start time on the monotonic clock and asks every instance at once,
-// each bounded by the per-instance timeout ([WithInstanceTimeout]). The lock is held iff at
+// each bounded by the per-instance timeout ([WithInstanceTimeout]); once the answers settle
+// the attempt's outcome (a majority granted, or can no longer grant), the silent instances
+// are waited for only as long again as the answers took (at least a quarter of the
+// per-instance timeout), so that a minority that is down or paused does not cost every
+// attempt the whole timeout. The lock is held iff at
 // least N/2+1 instances granted it and the validity, lease - elapsed - drift (the drift
 // allowance is 1% of the lease + 2ms; the lease is the smallest of the Clients' watchdog
 // timeouts in watchdog mode), is still positive. Otherwise the attempt gives back what it
@@ -326,27 +330,136 @@ func (r *RedLock) leases(lease time.Duration) ([]time.Duration, time.Duration) {
 	return ls, least
 }
 
-// round asks the instances idx at once, each bounded by tmo.
+// round asks the instances idx at once, bounded by tmo, and returns once every instance
+// answered, or tmo ran out, or the outcome is known and the rest had a little longer: once
+// a majority granted, or fewer than a majority can still grant (refusals and errors beyond
+// n-quorum) and the silent instances cannot change whether a majority answered, the rest
+// are waited for as long again as the round took so far, and at least a quarter of tmo
+// (within tmo from the start). An instance that answers about when the others do is
+// counted (it joins the hold, or its grant is given back with the others'); a silent one
+// (down, paused) is not waited for up to tmo.
+//
+// An instance cut off by the decision has its request cancelled: its Mutex machinery
+// resolves it in the background (replayed until answered, within the cleanup timeout) and
+// gives back a grant it turns out to have made; a grant whose reply reached the round after
+// the decision is given back by the instance's goroutine (giveBackLate). Either way the
+// instance counts as not answered (ErrUnknownOutcome) in the result.
 func (r *RedLock) round(ctx context.Context, idx []int, leases []time.Duration, renew, queue, waiting bool, tmo time.Duration) []instResult {
-	res := make([]instResult, len(r.insts))
-	var wg sync.WaitGroup
+	start := time.Now()
+	rctx, cancel := context.WithDeadline(ctx, start.Add(tmo)) // one bound for the round's requests
+	st := &roundState{res: make([]instResult, len(r.insts)), answered: make([]bool, len(r.insts)), wake: make(chan struct{}, 1)}
 	for _, i := range idx {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			ictx, cancel := context.WithTimeout(ctx, tmo)
-			defer cancel()
-			x := r.insts[i].attemptOnce(ictx, leases[i], renew, queue, waiting)
-			if x.err != nil && ictx.Err() != nil && ctx.Err() == nil && errors.Is(x.err, context.DeadlineExceeded) {
-				// The instance's bound ran out, not the caller's: say so, without
-				// wrapping context.DeadlineExceeded (the caller's own deadline).
-				x.err = errorf("red lock %q: instance %d: %w: no answer within the instance timeout (%v)", r.name, i, ErrUnknownOutcome, tmo)
+		m := r.insts[i]
+		m.c.background(func() {
+			x := m.attemptOnce(rctx, leases[i], renew, queue, waiting)
+			st.mu.Lock()
+			if st.decided {
+				st.mu.Unlock()
+				if x.ok {
+					m.giveBackLate(ctx)
+				}
+				return
 			}
-			res[i] = x
-		}()
+			st.res[i], st.answered[i] = x, true
+			st.mu.Unlock()
+			select {
+			case st.wake <- struct{}{}:
+			default:
+			}
+		})
 	}
-	wg.Wait()
-	return res
+	var straggle *time.Timer
+	var straggled <-chan time.Time
+	defer func() {
+		cancel()
+		if straggle != nil {
+			straggle.Stop()
+		}
+	}()
+	for {
+		st.mu.Lock()
+		granted, no, heard, asked := 0, 0, 0, 0
+		for _, i := range idx {
+			switch x := st.res[i]; {
+			case !st.answered[i]:
+				asked++
+			case x.ok:
+				granted++
+				heard++
+			case x.err == nil || errors.Is(x.err, errLateGrant): // refused, or granted too late
+				heard++
+				no++
+			default:
+				no++
+			}
+		}
+		// Known: granted, or lost (fewer than a majority can still grant, and whether a
+		// majority answered is settled): the silent instances cannot change the outcome.
+		known := granted >= r.quorum || len(idx)-no < r.quorum && (heard >= r.quorum || heard+asked < r.quorum)
+		if asked == 0 || (straggle != nil && straggled == nil) {
+			return r.decide(ctx, st, idx, tmo)
+		}
+		st.mu.Unlock()
+		if known && straggle == nil {
+			took := time.Since(start)
+			straggle = time.NewTimer(min(max(took, tmo/4), tmo-took))
+			straggled = straggle.C
+		}
+		select {
+		case <-st.wake:
+		case <-straggled:
+			straggled = nil // the rest are not waited for any more
+		case <-rctx.Done():
+			st.mu.Lock()
+			return r.decide(ctx, st, idx, tmo)
+		}
+	}
+}
+
+// roundState is what a round's instance goroutines report to it; mu guards it.
+type roundState struct {
+	mu       sync.Mutex
+	res      []instResult // by instance
+	answered []bool       // res holds the instance's answer
+	decided  bool         // the round has returned: later answers are not read
+	wake     chan struct{}
+}
+
+// decide ends the round: later answers are not read. It returns the results, the instances
+// that had not answered marked as such. st.mu must be held; decide releases it.
+func (r *RedLock) decide(ctx context.Context, st *roundState, idx []int, tmo time.Duration) []instResult {
+	st.decided = true
+	defer st.mu.Unlock()
+	for _, i := range idx {
+		if st.answered[i] {
+			continue
+		}
+		if ctx.Err() != nil {
+			st.res[i].err = errorf("red lock %q: instance %d: %w", r.name, i, ctx.Err())
+		} else {
+			// The round's bound or its decision, not the caller's deadline: say so, without
+			// wrapping context.DeadlineExceeded.
+			st.res[i].err = errorf("red lock %q: instance %d: %w: no answer within the instance timeout (%v), or not needed", r.name, i, ErrUnknownOutcome, tmo)
+		}
+	}
+	return st.res
+}
+
+// giveBackLate gives back a grant whose reply reached a RedLock round after the round was
+// decided without it, on ctx's values (the owner) without its cancellation, within the
+// Client's cleanup timeout. A give-back that fails leaves the hold to expire with its
+// lease: this Client stops counting and renewing it (hold.abandon).
+func (m *Mutex) giveBackLate(ctx context.Context) {
+	ctx = context.WithoutCancel(ctx)
+	err := m.Unlock(ctx)
+	if err == nil || errors.Is(err, ErrNotHeld) {
+		return
+	}
+	if owner, oerr := m.ownerOf(ctx); oerr == nil {
+		if h := m.instHold(owner); h != nil {
+			h.abandon(err)
+		}
+	}
 }
 
 func (r *RedLock) all() []int {
@@ -766,9 +879,10 @@ func (r *RedLock) sleep(ctx context.Context, timer *time.Timer, ws []*pubsub.Wai
 
 // giveBack gives back one hold on each instance in idx (times[i] holds when times is
 // given, see giveBackAll), in parallel, on ctx's values without its cancellation.
-// It waits for every instance, or, once a majority answered, one per-instance timeout more,
-// or, when caller (an acquire's ctx; nil for Unlock) ends, returnGrace more; the rest go on
-// in the background (counted for their Client's Close). It returns each instance's error
+// It waits for every instance, or, once a majority answered (or one per-instance timeout
+// has passed without), one per-instance timeout more, or, when caller (an acquire's ctx;
+// nil for Unlock) ends, returnGrace more; the rest go on in the background (counted for
+// their Client's Close). It returns each instance's error
 // (nil: given back), and which answered in time.
 func (r *RedLock) giveBack(ctx, caller context.Context, idx []int, times []int) ([]error, []bool) {
 	errs := make([]error, len(r.insts))
@@ -801,15 +915,27 @@ func (r *RedLock) giveBack(ctx, caller context.Context, idx []int, times []int) 
 	if caller != nil {
 		gone = caller.Done()
 	}
+	tmo := r.instanceTimeout(redTimeoutMax * 10)
+	// The rest's grace starts once a majority answered, or one instance timeout after the
+	// start when fewer have (instances down or paused: their give-back goes on in the
+	// background, and is not waited for up to the cleanup timeout).
+	first := time.NewTimer(tmo)
+	defer first.Stop()
+	firstC := first.C
 	for k := 0; k < len(idx); k++ {
 		if grace == nil && k >= r.quorum {
-			t := time.NewTimer(r.instanceTimeout(redTimeoutMax * 10))
-			defer t.Stop()
-			grace = t.C
+			firstC = nil
+			first.Reset(tmo)
+			grace = first.C
 		}
 		select {
 		case d := <-ch:
 			errs[d.i], answered[d.i] = d.err, true
+		case <-firstC:
+			firstC = nil
+			first.Reset(tmo)
+			grace = first.C
+			k--
 		case <-grace:
 			return errs, answered
 		case <-gone:
@@ -848,8 +974,9 @@ func (r *RedLock) giveBackAll(ctx context.Context, rh *redHold, owner string) ([
 // is released on every instance (in parallel) and one waiter of each instance is woken.
 // It works on a ctx that has ended (it uses ctx's values, bounded by each Client's cleanup
 // timeout) and returns once every instance answered, or a majority answered and one
-// per-instance timeout more has passed: an instance that cannot be reached is left to
-// finish in the background (its hold, no longer renewed, expires with its lease).
+// per-instance timeout more has passed, and at the latest two per-instance timeouts after
+// it began: an instance that cannot be reached is left to finish in the background (its
+// hold, no longer renewed, expires with its lease).
 //
 // Unlock returns nil when the owner held the lock and a majority of the instances gave it
 // back (instances lost in a minority are not an error); otherwise:
