@@ -497,7 +497,7 @@ func (r *RedLock) acquire(ctx context.Context, wait, lease time.Duration) (bool,
 	if err := r.verify(ctx, r.instanceTimeout(least)); err != nil {
 		return false, err
 	}
-	rh := refRed(r.key(owner), len(r.insts))
+	rh := r.refHold(owner)
 	defer unrefRed(rh)
 	if err := rh.lockOp(ctx); err != nil {
 		return false, errorf("red lock %q: %w", r.name, err)
@@ -983,13 +983,20 @@ func (r *RedLock) giveBackAll(ctx context.Context, rh *redHold, owner string) ([
 //  1. [ErrNotHeld] when the owner holds no hold (joined with the loss when the lock was
 //     lost; an error wrapping [ErrLeaseExpired] after a fixed lease ran its course);
 //  2. the instances' errors, joined, when fewer than a majority answered;
-//  3. [ErrInvalid] for an invalid handle or owner.
+//  3. [ErrClosed] when a Client's Close ended the hold, or the owner holds none and fewer
+//     than a majority of the Clients are open;
+//  4. [ErrInvalid] for an invalid handle or owner.
+//
+// The end of a hold that was lost, ran to the end of its fixed lease or was ended by Close
+// is reported by the owner's next Unlock (as case 1 or 3), until one of the Clients is
+// closed: the RedLock then forgets the hold (as a Client forgets its Mutex holds at Close),
+// and Unlock reports ErrClosed, or ErrNotHeld while a majority of the Clients are open.
 func (r *RedLock) Unlock(ctx context.Context) error {
 	owner, err := r.ownerOf(ctx)
 	if err != nil {
 		return err
 	}
-	rh := refRed(r.key(owner), len(r.insts))
+	rh := r.refHold(owner)
 	defer unrefRed(rh)
 	// The cleanup bound of an open Client: a closed one's has ended.
 	c := r.insts[0].c
@@ -1009,6 +1016,15 @@ func (r *RedLock) Unlock(ctx context.Context) error {
 	count, ended := rh.count, rh.ended
 	rh.mu.Unlock()
 	if count == 0 {
+		open := 0
+		for _, c := range rh.cs {
+			if !c.isClosed() {
+				open++
+			}
+		}
+		if open < r.quorum {
+			return errorf("unlock red lock %q: %w", r.name, ErrClosed)
+		}
 		return errorf("unlock red lock %q: %w", r.name, ErrNotHeld)
 	}
 	var errs []error
@@ -1358,11 +1374,18 @@ func (r *RedLock) verify(ctx context.Context, tmo time.Duration) error {
 }
 
 // redHold is one owner's hold of a RedLock over one set of Clients, shared by the handles
-// of that name and set (context owners). It lives in redHolds while an operation refers to
-// it or it counts a hold.
+// of that name and set (context owners).
+//
+// It lives in redHolds while an operation refers to it or it counts a hold, with one
+// exception, as the Mutex's holds of a Client do: a hold that ended by a loss, a fixed
+// lease's end or Clients' Close (ended set, count > 0) stays until the owner's Unlock has
+// reported the end, or until one of its Clients is closed, whichever comes first (the
+// Mutex's holds go with their Client's table at Close). After that, an Unlock finds no hold:
+// ErrNotHeld, or ErrClosed when fewer than a majority of the Clients are open.
 type redHold struct {
 	key  string
-	refs int // guarded by redHolds.mu
+	cs   []*Client // the instances' Clients, in the RedLock's order
+	refs int       // guarded by redHolds.mu
 	op   chan struct{}
 
 	mu      sync.Mutex
@@ -1377,6 +1400,7 @@ type redHold struct {
 	done    chan struct{}
 	subs    map[*func(error)]struct{}
 	quorum  int
+	closing []func() bool // stop the Close watches of an ended hold (see watchClose)
 }
 
 var redHolds = struct {
@@ -1384,12 +1408,19 @@ var redHolds = struct {
 	m  map[string]*redHold
 }{m: make(map[string]*redHold)}
 
-func refRed(key string, n int) *redHold {
+// refHold returns the hold of owner on r, creating it, and counts an operation on it.
+func (r *RedLock) refHold(owner string) *redHold {
+	key := r.key(owner)
 	redHolds.mu.Lock()
 	defer redHolds.mu.Unlock()
 	rh := redHolds.m[key]
 	if rh == nil {
-		rh = &redHold{key: key, op: make(chan struct{}, 1), n: make([]int, n), watched: make([]bool, n),
+		n := len(r.insts)
+		cs := make([]*Client, n)
+		for i, m := range r.insts {
+			cs[i] = m.c
+		}
+		rh = &redHold{key: key, cs: cs, op: make(chan struct{}, 1), n: make([]int, n), watched: make([]bool, n),
 			stops: make([]func(), n), subs: make(map[*func(error)]struct{})}
 		redHolds.m[key] = rh
 	}
@@ -1407,14 +1438,52 @@ func unrefRed(rh *redHold) {
 	redHolds.mu.Lock()
 	defer redHolds.mu.Unlock()
 	rh.refs--
-	if rh.refs > 0 {
+	rh.dropLocked()
+}
+
+// drop removes rh from redHolds when nothing keeps it there (see redHold).
+func (rh *redHold) drop() {
+	redHolds.mu.Lock()
+	defer redHolds.mu.Unlock()
+	rh.dropLocked()
+}
+
+// dropLocked is drop with redHolds.mu held.
+func (rh *redHold) dropLocked() {
+	if rh.refs > 0 || redHolds.m[rh.key] != rh {
 		return
 	}
 	rh.mu.Lock()
 	idle := rh.count == 0
+	if !idle && rh.ended != nil {
+		for _, c := range rh.cs {
+			if c.life.Err() != nil { // closed (c.mu is not taken: see instanceEnded's callers)
+				idle = true // reported by nobody now: its Clients are going
+				break
+			}
+		}
+	}
+	var stops []func() bool
+	if idle {
+		stops, rh.closing = rh.closing, nil
+	}
 	rh.mu.Unlock()
-	if idle && redHolds.m[rh.key] == rh {
+	if idle {
 		delete(redHolds.m, rh.key)
+		for _, stop := range stops {
+			stop()
+		}
+	}
+}
+
+// watchClose makes the Close of any of rh's Clients drop rh, which ended while it still
+// counts holds (kept for the owner's Unlock to report the end). rh.mu must be held.
+func (rh *redHold) watchClose() {
+	if rh.closing != nil {
+		return
+	}
+	for _, c := range rh.cs {
+		rh.closing = append(rh.closing, context.AfterFunc(c.life, rh.drop))
 	}
 }
 
@@ -1516,7 +1585,9 @@ func (rh *redHold) instanceEnded(gen, i int, cause error) {
 		cause = errorf("%w: fewer than a majority of the instances hold it (%w)", ErrLockLost, cause)
 	}
 	rh.ended = cause
+	rh.watchClose()
 	rh.finishLocked()
+	rh.drop() // a Client already closed: nobody will report the end
 }
 
 // finishLocked closes the tenure's channel, cancels its contexts and stops following the
@@ -1558,7 +1629,12 @@ func (rh *redHold) reset() {
 	}
 	rh.count, rh.token, rh.ended, rh.done = 0, 0, nil, nil
 	clear(rh.n)
+	stops := rh.closing
+	rh.closing = nil
 	rh.mu.Unlock()
+	for _, stop := range stops {
+		stop()
+	}
 }
 
 // validity is the time until fewer than a majority of the instances surely hold the
