@@ -51,11 +51,11 @@ const (
 // # Acquisition
 //
 // An attempt takes the start time on the monotonic clock and asks every instance at once,
-// each bounded by the per-instance timeout ([WithInstanceTimeout]); once the answers settle
-// the attempt's outcome (a majority granted, or can no longer grant), the silent instances
-// are waited for only as long again as the answers took (at least a quarter of the
-// per-instance timeout), so that a minority that is down or paused does not cost every
-// attempt the whole timeout. The lock is held iff at
+// each bounded by the per-instance timeout ([WithInstanceTimeout]); once the answers show
+// that a majority can no longer grant it (another owner holds it), the silent instances are
+// waited for only as long again as the answers took (at least a quarter of the per-instance
+// timeout), so that a minority that is down or paused does not cost a refused attempt the
+// whole timeout. The lock is held iff at
 // least N/2+1 instances granted it and the validity, lease - elapsed - drift (the drift
 // allowance is 1% of the lease + 2ms; the lease is the smallest of the Clients' watchdog
 // timeouts in watchdog mode), is still positive. Otherwise the attempt gives back what it
@@ -331,13 +331,13 @@ func (r *RedLock) leases(lease time.Duration) ([]time.Duration, time.Duration) {
 }
 
 // round asks the instances idx at once, bounded by tmo, and returns once every instance
-// answered, or tmo ran out, or the outcome is known and the rest had a little longer: once
-// a majority granted, or fewer than a majority can still grant (refusals and errors beyond
-// n-quorum) and the silent instances cannot change whether a majority answered, the rest
-// are waited for as long again as the round took so far, and at least a quarter of tmo
-// (within tmo from the start). An instance that answers about when the others do is
-// counted (it joins the hold, or its grant is given back with the others'); a silent one
-// (down, paused) is not waited for up to tmo.
+// answered, or tmo ran out, or the round is lost and the rest had a little longer: once
+// fewer than a majority can still grant (refusals and errors beyond n-quorum) and the
+// silent instances cannot change whether a majority answered, the rest are waited for as
+// long again as the round took so far, and at least a quarter of tmo (within tmo from the
+// start): an instance that answers about when the others do is counted (its grant is given
+// back with the others'), a silent one (down, paused) is not waited for up to tmo. A round
+// that a majority granted waits for every instance up to tmo.
 //
 // An instance cut off by the decision has its request cancelled: its Mutex machinery
 // resolves it in the background (replayed until answered, within the cleanup timeout) and
@@ -393,14 +393,16 @@ func (r *RedLock) round(ctx context.Context, idx []int, leases []time.Duration, 
 				no++
 			}
 		}
-		// Known: granted, or lost (fewer than a majority can still grant, and whether a
-		// majority answered is settled): the silent instances cannot change the outcome.
-		known := granted >= r.quorum || len(idx)-no < r.quorum && (heard >= r.quorum || heard+asked < r.quorum)
+		// Lost (fewer than a majority can still grant, and whether a majority answered is
+		// settled): the silent instances cannot change the outcome. A round that a majority
+		// granted waits for the rest up to tmo: a hold on every instance is what survives
+		// the loss of a minority while held.
+		lost := len(idx)-no < r.quorum && (heard >= r.quorum || heard+asked < r.quorum)
 		if asked == 0 || (straggle != nil && straggled == nil) {
 			return r.decide(ctx, st, idx, tmo)
 		}
 		st.mu.Unlock()
-		if known && straggle == nil {
+		if lost && straggle == nil {
 			took := time.Since(start)
 			straggle = time.NewTimer(min(max(took, tmo/4), tmo-took))
 			straggled = straggle.C
@@ -879,10 +881,9 @@ func (r *RedLock) sleep(ctx context.Context, timer *time.Timer, ws []*pubsub.Wai
 
 // giveBack gives back one hold on each instance in idx (times[i] holds when times is
 // given, see giveBackAll), in parallel, on ctx's values without its cancellation.
-// It waits for every instance, or, once a majority answered (or one per-instance timeout
-// has passed without), one per-instance timeout more, or, when caller (an acquire's ctx;
-// nil for Unlock) ends, returnGrace more; the rest go on in the background (counted for
-// their Client's Close). It returns each instance's error
+// It waits for every instance, or, once a majority answered, one per-instance timeout more,
+// or, when caller (an acquire's ctx; nil for Unlock) ends, returnGrace more; the rest go on
+// in the background (counted for their Client's Close). It returns each instance's error
 // (nil: given back), and which answered in time.
 func (r *RedLock) giveBack(ctx, caller context.Context, idx []int, times []int) ([]error, []bool) {
 	errs := make([]error, len(r.insts))
@@ -915,27 +916,15 @@ func (r *RedLock) giveBack(ctx, caller context.Context, idx []int, times []int) 
 	if caller != nil {
 		gone = caller.Done()
 	}
-	tmo := r.instanceTimeout(redTimeoutMax * 10)
-	// The rest's grace starts once a majority answered, or one instance timeout after the
-	// start when fewer have (instances down or paused: their give-back goes on in the
-	// background, and is not waited for up to the cleanup timeout).
-	first := time.NewTimer(tmo)
-	defer first.Stop()
-	firstC := first.C
 	for k := 0; k < len(idx); k++ {
 		if grace == nil && k >= r.quorum {
-			firstC = nil
-			first.Reset(tmo)
-			grace = first.C
+			t := time.NewTimer(r.instanceTimeout(redTimeoutMax * 10))
+			defer t.Stop()
+			grace = t.C
 		}
 		select {
 		case d := <-ch:
 			errs[d.i], answered[d.i] = d.err, true
-		case <-firstC:
-			firstC = nil
-			first.Reset(tmo)
-			grace = first.C
-			k--
 		case <-grace:
 			return errs, answered
 		case <-gone:
@@ -974,9 +963,8 @@ func (r *RedLock) giveBackAll(ctx context.Context, rh *redHold, owner string) ([
 // is released on every instance (in parallel) and one waiter of each instance is woken.
 // It works on a ctx that has ended (it uses ctx's values, bounded by each Client's cleanup
 // timeout) and returns once every instance answered, or a majority answered and one
-// per-instance timeout more has passed, and at the latest two per-instance timeouts after
-// it began: an instance that cannot be reached is left to finish in the background (its
-// hold, no longer renewed, expires with its lease).
+// per-instance timeout more has passed: an instance that cannot be reached is left to
+// finish in the background (its hold, no longer renewed, expires with its lease).
 //
 // Unlock returns nil when the owner held the lock and a majority of the instances gave it
 // back (instances lost in a minority are not an error); otherwise:
