@@ -45,7 +45,10 @@ type Client struct {
 	reqs   atomic.Uint64 // request ids
 	flags  atomic.Bool   // the server takes "#!lua flags=" shebangs (until it refuses one)
 
-	runID atomic.Pointer[string] // INFO server run_id, learned by the first RedLock that used the Client (redlock.go)
+	// redChecked holds the outcome of the duplicate-server check of each set of RedLock
+	// Clients (their ids joined) that this Client is the first of, once complete: a nil
+	// error (distinct servers) or the ErrInvalid found (redlock.go, RedLock.verify).
+	redChecked sync.Map
 
 	mu       sync.Mutex
 	holds    map[holdKey]*hold

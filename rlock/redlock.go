@@ -99,8 +99,9 @@ const (
 // (appendfsync always) or not before a lease has passed. See the README's RedLock section.
 //
 // The instances' Clients must reach distinct, independent masters (no replication between
-// them): NewRedLock refuses a Cluster or Sentinel client, and the first acquire compares the
-// servers' INFO run_id (see [NewRedLock]). Do not also lock the same name with a [Mutex]
+// them): NewRedLock refuses a Cluster or Sentinel client, and the first acquire over a set of
+// Clients checks that no two reach the same server (see [NewRedLock]). Do not also lock the
+// same name with a [Mutex]
 // of one of the Clients: it would be a lock on one instance only.
 //
 // A nil or zero *RedLock, or one that NewRedLock refused, is no handle: its methods return
@@ -114,8 +115,8 @@ type RedLock struct {
 	set     string        // the Clients' ids: with the name and the owner, names a hold
 	err     error         // invalid: every method returns it
 
-	bad      atomic.Pointer[error] // the run_id check found two Clients on one server
-	verified atomic.Bool           // every Client's run_id is known and distinct
+	bad      atomic.Pointer[error] // the duplicate-server check found two Clients on one server
+	verified atomic.Bool           // the duplicate-server check is complete (verify)
 }
 
 // RedLockOption configures a [RedLock].
@@ -137,11 +138,16 @@ func WithInstanceTimeout(d time.Duration) RedLockOption {
 // rueidis client's Mode()): RedLock wants standalone masters; the name is empty; an option
 // is out of range.
 //
-// Two Clients on the same server are found with a round trip: the first acquire asks each
-// server's INFO server run_id (in parallel, bounded by the per-instance timeout) and, when
-// two are equal, fails with ErrInvalid and so does every later call. A server that does not
-// answer is asked again by the next acquire; one that answers INFO with an error (miniredis,
-// an ACL user without +info) is not compared.
+// Two Clients on the same server are found with two round trips, by the first acquire over
+// a set of Clients (the outcome is kept for the set, by its Clients): each instance writes its
+// Client's id under a probe key of its key prefix ("{<prefix>redlock-probe:<Client id>}:probe",
+// expiring after 10s), then reads the other instances' probe keys, in parallel, each step
+// bounded by the per-instance timeout: with commands and keys that [ACLRule] grants, and on
+// miniredis too. When a Client's probe key is found through another Client, the acquire fails
+// with ErrInvalid and so does every later call of a handle over that set. A server that does
+// not answer leaves the check to the next acquire. Not compared: a pair whose write or read
+// Redis refuses (two Clients with different key prefixes, each under its own ACL rule, cannot
+// read each other's keys).
 func NewRedLock(name string, clients []*Client, opts ...RedLockOption) *RedLock {
 	r := &RedLock{name: name}
 	for _, o := range opts {
@@ -1308,54 +1314,105 @@ func (r *RedLock) key(owner string) string {
 	return r.name + "\x00" + owner + "\x00" + r.set
 }
 
-// verify checks, once every server has told, that no two Clients reach the same server.
+// redProbeTTL is how long the probe key of the duplicate-server check lives.
+const redProbeTTL = 10 * time.Second
+
+// probeKey is the key of c's probe (RedLock.verify), under c's key prefix: its ACL rule
+// grants it. No lock of any kind uses the suffix ":probe".
+func (c *Client) probeKey() string {
+	return keysFor(c.opts.prefix, "redlock-probe:"+c.id).lock + ":probe"
+}
+
+// verify checks, once for every set of Clients (the result is kept by the set's first
+// Client), that no two of the Clients reach the same server, with commands ACLRule grants:
+// each instance writes its Client's id under a probe key of its own (SET PX redProbeTTL,
+// its key prefix), then each reads the other instances' probe keys (GET); a key found on
+// another instance's server means that both Clients reach one server (or servers that
+// replicate each other), and the handle is invalid. Each step is bounded by tmo; a server
+// that does not answer leaves the check incomplete, and the next acquire runs it again. A
+// pair that cannot be compared is not: an instance whose write is refused, a read refused
+// (an ACL user of one prefix cannot read another prefix's key: two Clients with different
+// key prefixes under ACL rules are not compared).
 func (r *RedLock) verify(ctx context.Context, tmo time.Duration) error {
 	if r.verified.Load() {
 		return nil
 	}
-	r.each(func(_ int, m *Mutex) {
+	first := r.insts[0].c
+	if v, ok := first.redChecked.Load(r.set); ok {
+		r.verified.Store(true)
+		if err, _ := v.(error); err != nil {
+			r.bad.CompareAndSwap(nil, &err)
+			return err
+		}
+		return nil
+	}
+	n := len(r.insts)
+	const (
+		unknown = iota // no answer: the check is incomplete
+		wrote
+		refused // a reply that refuses: not compared
+	)
+	state := make([]int, n)
+	r.each(func(i int, m *Mutex) {
 		c := m.c
-		if c.runID.Load() != nil {
+		ictx, cancel := context.WithTimeout(ctx, tmo)
+		defer cancel()
+		err := c.rc.Do(ictx, c.rc.B().Set().Key(c.probeKey()).Value(c.id).PxMilliseconds(redProbeTTL.Milliseconds()).Build()).Error()
+		switch _, isReply := rueidis.IsRedisErr(err); {
+		case err == nil:
+			state[i] = wrote
+		case isReply:
+			state[i] = refused
+		}
+	})
+	complete := !slices.Contains(state, unknown)
+	var found [][2]int // pairs (writer, reader) on one server
+	var mu sync.Mutex
+	r.each(func(j int, m *Mutex) {
+		if state[j] == unknown {
+			return
+		}
+		c := m.c
+		var who []int
+		var cmds rueidis.Commands
+		for i, o := range r.insts {
+			if i != j && state[i] == wrote {
+				who = append(who, i)
+				cmds = append(cmds, c.rc.B().Get().Key(o.c.probeKey()).Build())
+			}
+		}
+		if len(cmds) == 0 {
 			return
 		}
 		ictx, cancel := context.WithTimeout(ctx, tmo)
 		defer cancel()
-		info, err := c.rc.Do(ictx, c.rc.B().Info().Section("server").Build()).ToString()
-		if _, isReply := rueidis.IsRedisErr(err); isReply {
-			none := "" // the server does not tell (miniredis, no right to INFO): not compared
-			c.runID.CompareAndSwap(nil, &none)
-			return
-		}
-		if err != nil {
-			return // unreachable: asked again by the next acquire
-		}
-		id := ""
-		for _, line := range strings.Split(info, "\n") {
-			if v, ok := strings.CutPrefix(strings.TrimSpace(line), "run_id:"); ok {
-				id = v
+		for k, res := range c.rc.DoMulti(ictx, cmds...) {
+			v, err := res.ToString()
+			_, isReply := rueidis.IsRedisErr(err)
+			switch {
+			case err == nil && v == r.insts[who[k]].c.id:
+				mu.Lock()
+				found = append(found, [2]int{who[k], j})
+				mu.Unlock()
+			case err == nil, rueidis.IsRedisNil(err), isReply:
+				// another value, none, or refused: not the same server, or not compared
+			default:
+				mu.Lock()
+				complete = false // no answer: asked again by the next acquire
+				mu.Unlock()
 			}
 		}
-		c.runID.CompareAndSwap(nil, &id)
 	})
-	known := 0
-	seen := make(map[string]int, len(r.insts))
-	for i, m := range r.insts {
-		p := m.c.runID.Load()
-		if p == nil {
-			continue
-		}
-		known++
-		if *p == "" {
-			continue
-		}
-		if j, dup := seen[*p]; dup {
-			err := invalid("red lock %q: two of its Clients (%d and %d, by Client id) reach the same server (run_id %s): a red lock wants independent masters", r.name, j, i, *p)
-			r.bad.CompareAndSwap(nil, &err)
-			return *r.bad.Load()
-		}
-		seen[*p] = i
+	if len(found) > 0 {
+		slices.SortFunc(found, func(a, b [2]int) int { return cmp.Or(cmp.Compare(a[0], b[0]), cmp.Compare(a[1], b[1])) })
+		i, j := found[0][0], found[0][1]
+		err := invalid("red lock %q: two of its Clients (%d and %d, by Client id) reach the same server (Client %d's probe key was found through Client %d): a red lock wants independent masters", r.name, min(i, j), max(i, j), i, j)
+		first.redChecked.Store(r.set, err)
+		r.bad.CompareAndSwap(nil, &err)
+		return *r.bad.Load()
 	}
-	if known == len(r.insts) {
+	if complete {
+		first.redChecked.Store(r.set, nil)
 		r.verified.Store(true)
 	}
 	return nil
