@@ -62,6 +62,10 @@ type Client struct {
 	life    context.Context
 	endLife context.CancelCauseFunc
 	bg      sync.WaitGroup
+	// idle are the workers waiting for work (workers.go; guarded by mu); workers counts the
+	// workers' goroutines, so that Close can wait for them.
+	idle    []*worker
+	workers sync.WaitGroup
 }
 
 // New returns a Client that locks through client. relock borrows client and never closes
@@ -146,6 +150,7 @@ func (c *Client) Close() error {
 	c.endLife(ErrClosed)
 	c.deadlines.close() // first sends in flight end too
 	c.bg.Wait()
+	c.workers.Wait() // idle ones end with the Client's life; busy ones after their work
 	c.wd.Close()
 	c.sub.Close()
 	c.mu.Lock()

@@ -356,7 +356,7 @@ func (r *RedLock) round(ctx context.Context, idx []int, leases []time.Duration, 
 	st := &roundState{res: make([]instResult, len(r.insts)), answered: make([]bool, len(r.insts)), wake: make(chan struct{}, 1)}
 	for _, i := range idx {
 		m := r.insts[i]
-		m.c.background(func() {
+		m.c.spare(func() {
 			x := m.attemptOnce(rctx, leases[i], renew, queue, waiting)
 			st.mu.Lock()
 			if st.decided {
@@ -909,7 +909,7 @@ func (r *RedLock) giveBack(ctx, caller context.Context, idx []int, times []int) 
 			n = times[i]
 		}
 		m := r.insts[i]
-		m.c.background(func() {
+		m.c.spare(func() {
 			var err error
 			for k := 0; k < n && err == nil; k++ {
 				err = m.Unlock(ctx)
@@ -1620,16 +1620,21 @@ func (rh *redHold) instanceEnded(gen, i int, cause error) {
 		rh.mu.Unlock()
 		return
 	}
+	released := false
 	switch {
 	case errors.Is(cause, ErrLeaseExpired), errors.Is(cause, ErrClosed):
 	case errors.Is(cause, ErrLockLost):
 		cause = errorf("%w: fewer than a majority of the instances hold it (%w)", ErrLockLost, cause)
 	case errors.Is(cause, ErrNotHeld):
-		// Released by the owner's Unlock.
+		released = true // by the owner's Unlock, which resets rh
 	default:
 		cause = errorf("%w: fewer than a majority of the instances hold it (%w)", ErrLockLost, cause)
 	}
 	rh.ended = cause
+	if released {
+		rh.finishLocked()
+		return
+	}
 	rh.watchClose()
 	rh.finishLocked()
 	rh.drop() // a Client already closed: nobody will report the end
