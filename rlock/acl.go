@@ -23,13 +23,14 @@ var ErrNoPermission = errors.New("rlock: no permission")
 
 // clientCommands are the commands relock sends itself, beside its scripts: the scripts
 // (EVALSHA, and EVAL when the server lost them), the reads of IsLocked, HoldCount, TTL and the
-// latch and semaphore getters, the lease touch and WAIT of WithReplicaAck, and the pub/sub
+// latch and semaphore getters, the lease touch and WAIT of WithReplicaAck, the SET and GET of
+// a RedLock's duplicate-server check, and the pub/sub
 // connections' SUBSCRIBE and UNSUBSCRIBE (SSUBSCRIBE and SUNSUBSCRIBE, and CLUSTER SLOTS to
 // find a channel's node, with sharded pub/sub on a Cluster: WithPubSub). rueidis adds PING (health checks), SELECT for
 // a database other than 0, and, on a Cluster, reads of the slot map; HELLO and AUTH are always
 // allowed.
 var clientCommands = []string{
-	"evalsha", "eval", "type", "get", "hget", "pttl", "pexpire", "wait",
+	"evalsha", "eval", "type", "get", "set", "hget", "pttl", "pexpire", "wait",
 	"subscribe", "unsubscribe", "ssubscribe", "sunsubscribe", "ping", "cluster|slots", "cluster|shards",
 	"select", // a database other than 0 (rueidis's SelectDB, a URL's /n)
 }

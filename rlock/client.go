@@ -45,7 +45,10 @@ type Client struct {
 	reqs   atomic.Uint64 // request ids
 	flags  atomic.Bool   // the server takes "#!lua flags=" shebangs (until it refuses one)
 
-	runID atomic.Pointer[string] // INFO server run_id, learned by the first RedLock that used the Client (redlock.go)
+	// redChecked holds the outcome of the duplicate-server check of each set of RedLock
+	// Clients (their ids joined) that this Client is the first of, once complete: a nil
+	// error (distinct servers) or the ErrInvalid found (redlock.go, RedLock.verify).
+	redChecked sync.Map
 
 	mu       sync.Mutex
 	holds    map[holdKey]*hold
@@ -59,6 +62,10 @@ type Client struct {
 	life    context.Context
 	endLife context.CancelCauseFunc
 	bg      sync.WaitGroup
+	// idle are the workers waiting for work (workers.go; guarded by mu); workers counts the
+	// workers' goroutines, so that Close can wait for them.
+	idle    []*worker
+	workers sync.WaitGroup
 }
 
 // New returns a Client that locks through client. relock borrows client and never closes
@@ -143,6 +150,7 @@ func (c *Client) Close() error {
 	c.endLife(ErrClosed)
 	c.deadlines.close() // first sends in flight end too
 	c.bg.Wait()
+	c.workers.Wait() // idle ones end with the Client's life; busy ones after their work
 	c.wd.Close()
 	c.sub.Close()
 	c.mu.Lock()

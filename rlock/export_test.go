@@ -1,5 +1,7 @@
 package rlock
 
+import "strings"
+
 // Hooks for the external tests (package rlock_test) to wait for internal events instead of
 // sleeping.
 
@@ -23,3 +25,17 @@ func ParkedCandidates(c *Client, m *Mutex) int {
 
 // ChannelLive reports whether c's subscription to m's release channel is confirmed.
 func ChannelLive(c *Client, m *Mutex) bool { return c.sub.Live(m.keys.channel) }
+
+// RedHolds is the number of entries of the package's table of RedLock holds for the locks
+// whose name starts with prefix (every owner, every set of Clients).
+func RedHolds(prefix string) int {
+	redHolds.mu.Lock()
+	defer redHolds.mu.Unlock()
+	n := 0
+	for k := range redHolds.m {
+		if strings.HasPrefix(k, prefix) {
+			n++
+		}
+	}
+	return n
+}

@@ -51,7 +51,11 @@ const (
 // # Acquisition
 //
 // An attempt takes the start time on the monotonic clock and asks every instance at once,
-// each bounded by the per-instance timeout ([WithInstanceTimeout]). The lock is held iff at
+// each bounded by the per-instance timeout ([WithInstanceTimeout]); once the answers show
+// that a majority can no longer grant it (another owner holds it), the silent instances are
+// waited for only as long again as the answers took (at least a quarter of the per-instance
+// timeout), so that a minority that is down or paused does not cost a refused attempt the
+// whole timeout. The lock is held iff at
 // least N/2+1 instances granted it and the validity, lease - elapsed - drift (the drift
 // allowance is 1% of the lease + 2ms; the lease is the smallest of the Clients' watchdog
 // timeouts in watchdog mode), is still positive. Otherwise the attempt gives back what it
@@ -95,8 +99,9 @@ const (
 // (appendfsync always) or not before a lease has passed. See the README's RedLock section.
 //
 // The instances' Clients must reach distinct, independent masters (no replication between
-// them): NewRedLock refuses a Cluster or Sentinel client, and the first acquire compares the
-// servers' INFO run_id (see [NewRedLock]). Do not also lock the same name with a [Mutex]
+// them): NewRedLock refuses a Cluster or Sentinel client, and the first acquire over a set of
+// Clients checks that no two reach the same server (see [NewRedLock]). Do not also lock the
+// same name with a [Mutex]
 // of one of the Clients: it would be a lock on one instance only.
 //
 // A nil or zero *RedLock, or one that NewRedLock refused, is no handle: its methods return
@@ -110,8 +115,8 @@ type RedLock struct {
 	set     string        // the Clients' ids: with the name and the owner, names a hold
 	err     error         // invalid: every method returns it
 
-	bad      atomic.Pointer[error] // the run_id check found two Clients on one server
-	verified atomic.Bool           // every Client's run_id is known and distinct
+	bad      atomic.Pointer[error] // the duplicate-server check found two Clients on one server
+	verified atomic.Bool           // the duplicate-server check is complete (verify)
 }
 
 // RedLockOption configures a [RedLock].
@@ -133,11 +138,16 @@ func WithInstanceTimeout(d time.Duration) RedLockOption {
 // rueidis client's Mode()): RedLock wants standalone masters; the name is empty; an option
 // is out of range.
 //
-// Two Clients on the same server are found with a round trip: the first acquire asks each
-// server's INFO server run_id (in parallel, bounded by the per-instance timeout) and, when
-// two are equal, fails with ErrInvalid and so does every later call. A server that does not
-// answer is asked again by the next acquire; one that answers INFO with an error (miniredis,
-// an ACL user without +info) is not compared.
+// Two Clients on the same server are found with two round trips, by the first acquire over
+// a set of Clients (the outcome is kept for the set, by its Clients): each instance writes its
+// Client's id under a probe key of its key prefix ("{<prefix>redlock-probe:<Client id>}:probe",
+// expiring after 10s), then reads the other instances' probe keys, in parallel, each step
+// bounded by the per-instance timeout: with commands and keys that [ACLRule] grants, and on
+// miniredis too. When a Client's probe key is found through another Client, the acquire fails
+// with ErrInvalid and so does every later call of a handle over that set. A server that does
+// not answer leaves the check to the next acquire. Not compared: a pair whose write or read
+// Redis refuses (two Clients with different key prefixes, each under its own ACL rule, cannot
+// read each other's keys).
 func NewRedLock(name string, clients []*Client, opts ...RedLockOption) *RedLock {
 	r := &RedLock{name: name}
 	for _, o := range opts {
@@ -326,27 +336,138 @@ func (r *RedLock) leases(lease time.Duration) ([]time.Duration, time.Duration) {
 	return ls, least
 }
 
-// round asks the instances idx at once, each bounded by tmo.
+// round asks the instances idx at once, bounded by tmo, and returns once every instance
+// answered, or tmo ran out, or the round is lost and the rest had a little longer: once
+// fewer than a majority can still grant (refusals and errors beyond n-quorum) and the
+// silent instances cannot change whether a majority answered, the rest are waited for as
+// long again as the round took so far, and at least a quarter of tmo (within tmo from the
+// start): an instance that answers about when the others do is counted (its grant is given
+// back with the others'), a silent one (down, paused) is not waited for up to tmo. A round
+// that a majority granted waits for every instance up to tmo.
+//
+// An instance cut off by the decision has its request cancelled: its Mutex machinery
+// resolves it in the background (replayed until answered, within the cleanup timeout) and
+// gives back a grant it turns out to have made; a grant whose reply reached the round after
+// the decision is given back by the instance's goroutine (giveBackLate). Either way the
+// instance counts as not answered (ErrUnknownOutcome) in the result.
 func (r *RedLock) round(ctx context.Context, idx []int, leases []time.Duration, renew, queue, waiting bool, tmo time.Duration) []instResult {
-	res := make([]instResult, len(r.insts))
-	var wg sync.WaitGroup
+	start := time.Now()
+	rctx, cancel := context.WithDeadline(ctx, start.Add(tmo)) // one bound for the round's requests
+	st := &roundState{res: make([]instResult, len(r.insts)), answered: make([]bool, len(r.insts)), wake: make(chan struct{}, 1)}
 	for _, i := range idx {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			ictx, cancel := context.WithTimeout(ctx, tmo)
-			defer cancel()
-			x := r.insts[i].attemptOnce(ictx, leases[i], renew, queue, waiting)
-			if x.err != nil && ictx.Err() != nil && ctx.Err() == nil && errors.Is(x.err, context.DeadlineExceeded) {
-				// The instance's bound ran out, not the caller's: say so, without
-				// wrapping context.DeadlineExceeded (the caller's own deadline).
-				x.err = errorf("red lock %q: instance %d: %w: no answer within the instance timeout (%v)", r.name, i, ErrUnknownOutcome, tmo)
+		m := r.insts[i]
+		m.c.spare(func() {
+			x := m.attemptOnce(rctx, leases[i], renew, queue, waiting)
+			st.mu.Lock()
+			if st.decided {
+				st.mu.Unlock()
+				if x.ok {
+					m.giveBackLate(ctx)
+				}
+				return
 			}
-			res[i] = x
-		}()
+			st.res[i], st.answered[i] = x, true
+			st.mu.Unlock()
+			select {
+			case st.wake <- struct{}{}:
+			default:
+			}
+		})
 	}
-	wg.Wait()
-	return res
+	var straggle *time.Timer
+	var straggled <-chan time.Time
+	defer func() {
+		cancel()
+		if straggle != nil {
+			straggle.Stop()
+		}
+	}()
+	for {
+		st.mu.Lock()
+		granted, no, heard, asked := 0, 0, 0, 0
+		for _, i := range idx {
+			switch x := st.res[i]; {
+			case !st.answered[i]:
+				asked++
+			case x.ok:
+				granted++
+				heard++
+			case x.err == nil || errors.Is(x.err, errLateGrant): // refused, or granted too late
+				heard++
+				no++
+			default:
+				no++
+			}
+		}
+		// Lost (fewer than a majority can still grant, and whether a majority answered is
+		// settled): the silent instances cannot change the outcome. A round that a majority
+		// granted waits for the rest up to tmo: a hold on every instance is what survives
+		// the loss of a minority while held.
+		lost := len(idx)-no < r.quorum && (heard >= r.quorum || heard+asked < r.quorum)
+		if asked == 0 || (straggle != nil && straggled == nil) {
+			return r.decide(ctx, st, idx, tmo)
+		}
+		st.mu.Unlock()
+		if lost && straggle == nil {
+			took := time.Since(start)
+			straggle = time.NewTimer(min(max(took, tmo/4), tmo-took))
+			straggled = straggle.C
+		}
+		select {
+		case <-st.wake:
+		case <-straggled:
+			straggled = nil // the rest are not waited for any more
+		case <-rctx.Done():
+			st.mu.Lock()
+			return r.decide(ctx, st, idx, tmo)
+		}
+	}
+}
+
+// roundState is what a round's instance goroutines report to it; mu guards it.
+type roundState struct {
+	mu       sync.Mutex
+	res      []instResult // by instance
+	answered []bool       // res holds the instance's answer
+	decided  bool         // the round has returned: later answers are not read
+	wake     chan struct{}
+}
+
+// decide ends the round: later answers are not read. It returns the results, the instances
+// that had not answered marked as such. st.mu must be held; decide releases it.
+func (r *RedLock) decide(ctx context.Context, st *roundState, idx []int, tmo time.Duration) []instResult {
+	st.decided = true
+	defer st.mu.Unlock()
+	for _, i := range idx {
+		if st.answered[i] {
+			continue
+		}
+		if ctx.Err() != nil {
+			st.res[i].err = errorf("red lock %q: instance %d: %w", r.name, i, ctx.Err())
+		} else {
+			// The round's bound or its decision, not the caller's deadline: say so, without
+			// wrapping context.DeadlineExceeded.
+			st.res[i].err = errorf("red lock %q: instance %d: %w: no answer within the instance timeout (%v), or not needed", r.name, i, ErrUnknownOutcome, tmo)
+		}
+	}
+	return st.res
+}
+
+// giveBackLate gives back a grant whose reply reached a RedLock round after the round was
+// decided without it, on ctx's values (the owner) without its cancellation, within the
+// Client's cleanup timeout. A give-back that fails leaves the hold to expire with its
+// lease: this Client stops counting and renewing it (hold.abandon).
+func (m *Mutex) giveBackLate(ctx context.Context) {
+	ctx = context.WithoutCancel(ctx)
+	err := m.Unlock(ctx)
+	if err == nil || errors.Is(err, ErrNotHeld) {
+		return
+	}
+	if owner, oerr := m.ownerOf(ctx); oerr == nil {
+		if h := m.instHold(owner); h != nil {
+			h.abandon(err)
+		}
+	}
 }
 
 func (r *RedLock) all() []int {
@@ -384,7 +505,7 @@ func (r *RedLock) acquire(ctx context.Context, wait, lease time.Duration) (bool,
 	if err := r.verify(ctx, r.instanceTimeout(least)); err != nil {
 		return false, err
 	}
-	rh := refRed(r.key(owner), len(r.insts))
+	rh := r.refHold(owner)
 	defer unrefRed(rh)
 	if err := rh.lockOp(ctx); err != nil {
 		return false, errorf("red lock %q: %w", r.name, err)
@@ -788,7 +909,7 @@ func (r *RedLock) giveBack(ctx, caller context.Context, idx []int, times []int) 
 			n = times[i]
 		}
 		m := r.insts[i]
-		m.c.background(func() {
+		m.c.spare(func() {
 			var err error
 			for k := 0; k < n && err == nil; k++ {
 				err = m.Unlock(ctx)
@@ -856,13 +977,20 @@ func (r *RedLock) giveBackAll(ctx context.Context, rh *redHold, owner string) ([
 //  1. [ErrNotHeld] when the owner holds no hold (joined with the loss when the lock was
 //     lost; an error wrapping [ErrLeaseExpired] after a fixed lease ran its course);
 //  2. the instances' errors, joined, when fewer than a majority answered;
-//  3. [ErrInvalid] for an invalid handle or owner.
+//  3. [ErrClosed] when a Client's Close ended the hold, or the owner holds none and fewer
+//     than a majority of the Clients are open;
+//  4. [ErrInvalid] for an invalid handle or owner.
+//
+// The end of a hold that was lost, ran to the end of its fixed lease or was ended by Close
+// is reported by the owner's next Unlock (as case 1 or 3), until one of the Clients is
+// closed: the RedLock then forgets the hold (as a Client forgets its Mutex holds at Close),
+// and Unlock reports ErrClosed, or ErrNotHeld while a majority of the Clients are open.
 func (r *RedLock) Unlock(ctx context.Context) error {
 	owner, err := r.ownerOf(ctx)
 	if err != nil {
 		return err
 	}
-	rh := refRed(r.key(owner), len(r.insts))
+	rh := r.refHold(owner)
 	defer unrefRed(rh)
 	// The cleanup bound of an open Client: a closed one's has ended.
 	c := r.insts[0].c
@@ -882,6 +1010,15 @@ func (r *RedLock) Unlock(ctx context.Context) error {
 	count, ended := rh.count, rh.ended
 	rh.mu.Unlock()
 	if count == 0 {
+		open := 0
+		for _, c := range rh.cs {
+			if !c.isClosed() {
+				open++
+			}
+		}
+		if open < r.quorum {
+			return errorf("unlock red lock %q: %w", r.name, ErrClosed)
+		}
 		return errorf("unlock red lock %q: %w", r.name, ErrNotHeld)
 	}
 	var errs []error
@@ -1177,65 +1314,123 @@ func (r *RedLock) key(owner string) string {
 	return r.name + "\x00" + owner + "\x00" + r.set
 }
 
-// verify checks, once every server has told, that no two Clients reach the same server.
+// redProbeTTL is how long the probe key of the duplicate-server check lives.
+const redProbeTTL = 10 * time.Second
+
+// probeKey is the key of c's probe (RedLock.verify), under c's key prefix: its ACL rule
+// grants it. No lock of any kind uses the suffix ":probe".
+func (c *Client) probeKey() string {
+	return keysFor(c.opts.prefix, "redlock-probe:"+c.id).lock + ":probe"
+}
+
+// verify checks, once for every set of Clients (the result is kept by the set's first
+// Client), that no two of the Clients reach the same server, with commands ACLRule grants:
+// each instance writes its Client's id under a probe key of its own (SET PX redProbeTTL,
+// its key prefix), then each reads the other instances' probe keys (GET); a key found on
+// another instance's server means that both Clients reach one server (or servers that
+// replicate each other), and the handle is invalid. Each step is bounded by tmo; a server
+// that does not answer leaves the check incomplete, and the next acquire runs it again. A
+// pair that cannot be compared is not: an instance whose write is refused, a read refused
+// (an ACL user of one prefix cannot read another prefix's key: two Clients with different
+// key prefixes under ACL rules are not compared).
 func (r *RedLock) verify(ctx context.Context, tmo time.Duration) error {
 	if r.verified.Load() {
 		return nil
 	}
-	r.each(func(_ int, m *Mutex) {
+	first := r.insts[0].c
+	if v, ok := first.redChecked.Load(r.set); ok {
+		r.verified.Store(true)
+		if err, _ := v.(error); err != nil {
+			r.bad.CompareAndSwap(nil, &err)
+			return err
+		}
+		return nil
+	}
+	n := len(r.insts)
+	const (
+		unknown = iota // no answer: the check is incomplete
+		wrote
+		refused // a reply that refuses: not compared
+	)
+	state := make([]int, n)
+	r.each(func(i int, m *Mutex) {
 		c := m.c
-		if c.runID.Load() != nil {
+		ictx, cancel := context.WithTimeout(ctx, tmo)
+		defer cancel()
+		err := c.rc.Do(ictx, c.rc.B().Set().Key(c.probeKey()).Value(c.id).PxMilliseconds(redProbeTTL.Milliseconds()).Build()).Error()
+		switch _, isReply := rueidis.IsRedisErr(err); {
+		case err == nil:
+			state[i] = wrote
+		case isReply:
+			state[i] = refused
+		}
+	})
+	complete := !slices.Contains(state, unknown)
+	var found [][2]int // pairs (writer, reader) on one server
+	var mu sync.Mutex
+	r.each(func(j int, m *Mutex) {
+		if state[j] == unknown {
+			return
+		}
+		c := m.c
+		var who []int
+		var cmds rueidis.Commands
+		for i, o := range r.insts {
+			if i != j && state[i] == wrote {
+				who = append(who, i)
+				cmds = append(cmds, c.rc.B().Get().Key(o.c.probeKey()).Build())
+			}
+		}
+		if len(cmds) == 0 {
 			return
 		}
 		ictx, cancel := context.WithTimeout(ctx, tmo)
 		defer cancel()
-		info, err := c.rc.Do(ictx, c.rc.B().Info().Section("server").Build()).ToString()
-		if _, isReply := rueidis.IsRedisErr(err); isReply {
-			none := "" // the server does not tell (miniredis, no right to INFO): not compared
-			c.runID.CompareAndSwap(nil, &none)
-			return
-		}
-		if err != nil {
-			return // unreachable: asked again by the next acquire
-		}
-		id := ""
-		for _, line := range strings.Split(info, "\n") {
-			if v, ok := strings.CutPrefix(strings.TrimSpace(line), "run_id:"); ok {
-				id = v
+		for k, res := range c.rc.DoMulti(ictx, cmds...) {
+			v, err := res.ToString()
+			_, isReply := rueidis.IsRedisErr(err)
+			switch {
+			case err == nil && v == r.insts[who[k]].c.id:
+				mu.Lock()
+				found = append(found, [2]int{who[k], j})
+				mu.Unlock()
+			case err == nil, rueidis.IsRedisNil(err), isReply:
+				// another value, none, or refused: not the same server, or not compared
+			default:
+				mu.Lock()
+				complete = false // no answer: asked again by the next acquire
+				mu.Unlock()
 			}
 		}
-		c.runID.CompareAndSwap(nil, &id)
 	})
-	known := 0
-	seen := make(map[string]int, len(r.insts))
-	for i, m := range r.insts {
-		p := m.c.runID.Load()
-		if p == nil {
-			continue
-		}
-		known++
-		if *p == "" {
-			continue
-		}
-		if j, dup := seen[*p]; dup {
-			err := invalid("red lock %q: two of its Clients (%d and %d, by Client id) reach the same server (run_id %s): a red lock wants independent masters", r.name, j, i, *p)
-			r.bad.CompareAndSwap(nil, &err)
-			return *r.bad.Load()
-		}
-		seen[*p] = i
+	if len(found) > 0 {
+		slices.SortFunc(found, func(a, b [2]int) int { return cmp.Or(cmp.Compare(a[0], b[0]), cmp.Compare(a[1], b[1])) })
+		i, j := found[0][0], found[0][1]
+		err := invalid("red lock %q: two of its Clients (%d and %d, by Client id) reach the same server (Client %d's probe key was found through Client %d): a red lock wants independent masters", r.name, min(i, j), max(i, j), i, j)
+		first.redChecked.Store(r.set, err)
+		r.bad.CompareAndSwap(nil, &err)
+		return *r.bad.Load()
 	}
-	if known == len(r.insts) {
+	if complete {
+		first.redChecked.Store(r.set, nil)
 		r.verified.Store(true)
 	}
 	return nil
 }
 
 // redHold is one owner's hold of a RedLock over one set of Clients, shared by the handles
-// of that name and set (context owners). It lives in redHolds while an operation refers to
-// it or it counts a hold.
+// of that name and set (context owners).
+//
+// It lives in redHolds while an operation refers to it or it counts a hold, with one
+// exception, as the Mutex's holds of a Client do: a hold that ended by a loss, a fixed
+// lease's end or Clients' Close (ended set, count > 0) stays until the owner's Unlock has
+// reported the end, or until one of its Clients is closed, whichever comes first (the
+// Mutex's holds go with their Client's table at Close). After that, an Unlock finds no hold:
+// ErrNotHeld, or ErrClosed when fewer than a majority of the Clients are open.
 type redHold struct {
 	key  string
-	refs int // guarded by redHolds.mu
+	cs   []*Client // the instances' Clients, in the RedLock's order
+	refs int       // guarded by redHolds.mu
 	op   chan struct{}
 
 	mu      sync.Mutex
@@ -1250,6 +1445,7 @@ type redHold struct {
 	done    chan struct{}
 	subs    map[*func(error)]struct{}
 	quorum  int
+	closing []func() bool // stop the Close watches of an ended hold (see watchClose)
 }
 
 var redHolds = struct {
@@ -1257,12 +1453,19 @@ var redHolds = struct {
 	m  map[string]*redHold
 }{m: make(map[string]*redHold)}
 
-func refRed(key string, n int) *redHold {
+// refHold returns the hold of owner on r, creating it, and counts an operation on it.
+func (r *RedLock) refHold(owner string) *redHold {
+	key := r.key(owner)
 	redHolds.mu.Lock()
 	defer redHolds.mu.Unlock()
 	rh := redHolds.m[key]
 	if rh == nil {
-		rh = &redHold{key: key, op: make(chan struct{}, 1), n: make([]int, n), watched: make([]bool, n),
+		n := len(r.insts)
+		cs := make([]*Client, n)
+		for i, m := range r.insts {
+			cs[i] = m.c
+		}
+		rh = &redHold{key: key, cs: cs, op: make(chan struct{}, 1), n: make([]int, n), watched: make([]bool, n),
 			stops: make([]func(), n), subs: make(map[*func(error)]struct{})}
 		redHolds.m[key] = rh
 	}
@@ -1280,14 +1483,52 @@ func unrefRed(rh *redHold) {
 	redHolds.mu.Lock()
 	defer redHolds.mu.Unlock()
 	rh.refs--
-	if rh.refs > 0 {
+	rh.dropLocked()
+}
+
+// drop removes rh from redHolds when nothing keeps it there (see redHold).
+func (rh *redHold) drop() {
+	redHolds.mu.Lock()
+	defer redHolds.mu.Unlock()
+	rh.dropLocked()
+}
+
+// dropLocked is drop with redHolds.mu held.
+func (rh *redHold) dropLocked() {
+	if rh.refs > 0 || redHolds.m[rh.key] != rh {
 		return
 	}
 	rh.mu.Lock()
 	idle := rh.count == 0
+	if !idle && rh.ended != nil {
+		for _, c := range rh.cs {
+			if c.life.Err() != nil { // closed (c.mu is not taken: see instanceEnded's callers)
+				idle = true // reported by nobody now: its Clients are going
+				break
+			}
+		}
+	}
+	var stops []func() bool
+	if idle {
+		stops, rh.closing = rh.closing, nil
+	}
 	rh.mu.Unlock()
-	if idle && redHolds.m[rh.key] == rh {
+	if idle {
 		delete(redHolds.m, rh.key)
+		for _, stop := range stops {
+			stop()
+		}
+	}
+}
+
+// watchClose makes the Close of any of rh's Clients drop rh, which ended while it still
+// counts holds (kept for the owner's Unlock to report the end). rh.mu must be held.
+func (rh *redHold) watchClose() {
+	if rh.closing != nil {
+		return
+	}
+	for _, c := range rh.cs {
+		rh.closing = append(rh.closing, context.AfterFunc(c.life, rh.drop))
 	}
 }
 
@@ -1379,17 +1620,24 @@ func (rh *redHold) instanceEnded(gen, i int, cause error) {
 		rh.mu.Unlock()
 		return
 	}
+	released := false
 	switch {
 	case errors.Is(cause, ErrLeaseExpired), errors.Is(cause, ErrClosed):
 	case errors.Is(cause, ErrLockLost):
 		cause = errorf("%w: fewer than a majority of the instances hold it (%w)", ErrLockLost, cause)
 	case errors.Is(cause, ErrNotHeld):
-		// Released by the owner's Unlock.
+		released = true // by the owner's Unlock, which resets rh
 	default:
 		cause = errorf("%w: fewer than a majority of the instances hold it (%w)", ErrLockLost, cause)
 	}
 	rh.ended = cause
+	if released {
+		rh.finishLocked()
+		return
+	}
+	rh.watchClose()
 	rh.finishLocked()
+	rh.drop() // a Client already closed: nobody will report the end
 }
 
 // finishLocked closes the tenure's channel, cancels its contexts and stops following the
@@ -1431,7 +1679,12 @@ func (rh *redHold) reset() {
 	}
 	rh.count, rh.token, rh.ended, rh.done = 0, 0, nil, nil
 	clear(rh.n)
+	stops := rh.closing
+	rh.closing = nil
 	rh.mu.Unlock()
+	for _, stop := range stops {
+		stop()
+	}
 }
 
 // validity is the time until fewer than a majority of the instances surely hold the

@@ -32,7 +32,7 @@ func TestReviewRedLock_giveBackBoundedByCallerCtx(t *testing.T) {
 	w := rlock.NewRedLock(name, waiter, rlock.WithInstanceTimeout(3*time.Second))
 
 	require.NoError(t, h.Lock(bg))
-	ok, err := w.TryLock(bg, 0, 0) // the run_id check, before the latency
+	ok, err := w.TryLock(bg, 0, 0) // the duplicate-server check, before the latency
 	require.NoError(t, err)
 	require.False(t, ok)
 	ss[3].Do(t, "DEL", redKey(name))
