@@ -48,6 +48,7 @@ type options struct {
 	ackReplicas     int           // 0: no replica acknowledgement
 	ackTimeout      time.Duration // bound of each WAIT
 	pubsub          PubSubMode
+	clientInfo      *ClientInfo // WithClientInfo; nil: no record (clientinfo.go)
 }
 
 func defaultOptions() options {
@@ -215,5 +216,8 @@ func buildOptions(opts []Option) (options, error) {
 	for _, opt := range opts {
 		opt.apply(&o)
 	}
-	return o, o.validate()
+	if err := o.validate(); err != nil {
+		return o, err
+	}
+	return o, validateClientInfo(o.clientInfo)
 }
