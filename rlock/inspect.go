@@ -58,8 +58,9 @@ type Info struct {
 	// when the fence has expired or was never written.
 	Token, LastToken int64
 	// Holders are the holds in force: one per owner of a lock (one per owner and mode for a
-	// read-write lock), one per permit of a permit semaphore. Holds whose own lease has
-	// ended, which the next call on the lock drops, are left out.
+	// read-write lock: the write hold first, then the most holds first), one per permit of
+	// a permit semaphore. Holds whose own lease has ended, which the next call on the lock
+	// drops, are left out.
 	Holders []HolderInfo
 	// Waiters are the waiters Redis records, oldest first: a fair lock's queue, a read-write
 	// lock's waiting writers (readers are not recorded). Other kinds' waiters wait on the
@@ -368,7 +369,8 @@ func isOwnerField(f string) bool {
 	return strings.HasPrefix(f, "h:") || strings.HasPrefix(f, "u:")
 }
 
-// sortHolders puts the write hold first, then by owner: a stable order for readers.
+// sortHolders puts the write hold first, then the most holds, then by owner: a stable
+// order for readers.
 func sortHolders(hs []HolderInfo) {
 	for i := 1; i < len(hs); i++ {
 		for j := i; j > 0 && holderLess(hs[j], hs[j-1]); j-- {
@@ -380,6 +382,9 @@ func sortHolders(hs []HolderInfo) {
 func holderLess(a, b HolderInfo) bool {
 	if (a.Mode == "write") != (b.Mode == "write") {
 		return a.Mode == "write"
+	}
+	if a.Holds != b.Holds {
+		return a.Holds > b.Holds
 	}
 	return a.Owner < b.Owner
 }
