@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -437,13 +438,109 @@ func TestInspect_cluster(t *testing.T) {
 	require.Equal(t, int64(1), cl.MasterOf(t, f.Key()).ShardNumSub(t, f.Key()+":released"))
 	require.NoError(t, f.Unlock(bg))
 	require.NoError(t, await(t, w, 20*time.Second, "the waiter"))
+
+	// Classic pub/sub on a Cluster: a subscriber is counted by the node it is connected
+	// to, whichever that is: Inspect asks every node.
+	cc1, err := rlock.New(rc, rlock.WithPubSub(rlock.PubSubClassic))
+	require.NoError(t, err)
+	defer cc1.Close()
+	cc2, err := rlock.New(rc, rlock.WithPubSub(rlock.PubSubClassic))
+	require.NoError(t, err)
+	defer cc2.Close()
+	classic := base + "-classic"
+	cm := cc1.Mutex(classic)
+	require.NoError(t, cm.Lock(bg))
+	cw := parkedAcquire(t, func(ctx context.Context) error { return cc2.Mutex(classic).Lock(ctx) })
+	in = waitInfo(t, cc1, classic, "a subscribed waiter", func(in rlock.Info) bool { return in.Subscribers == 1 && in.Contended })
+	require.Equal(t, cc1.ID(), in.Holders[0].ClientID)
+	require.NoError(t, cm.Unlock(bg))
+	require.NoError(t, await(t, cw, 20*time.Second, "the classic waiter"))
+}
+
+// Inspect and List only read: on a server holding every kind of primitive, with waiters,
+// they send only read-only commands (no script), and the locks' holders and waiters go on
+// undisturbed.
+func TestInspect_readsOnly(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		c, c2 := b.client(t), b.client(t)
+		base := redistest.Name(t)
+		ctx := bg
+		fm := c.FairMutex(base + "-fair")
+		require.NoError(t, fm.Lock(ctx))
+		got := parkedAcquire(t, func(ctx context.Context) error { return c2.FairMutex(base + "-fair").Lock(ctx) })
+		waitInfo(t, c, base+"-fair", "a queued waiter", func(in rlock.Info) bool { return len(in.Waiters) == 1 })
+		rw := c.RWMutex(base + "-rw")
+		require.NoError(t, rw.RLock(ctx))
+		_, err := c.Semaphore(base+"-sem").TrySetPermits(ctx, 1)
+		require.NoError(t, err)
+		_, err = c.PermitSemaphore(base+"-psem").TrySetPermits(ctx, 1)
+		require.NoError(t, err)
+		_, err = c.CountDownLatch(base+"-latch").TrySetCount(ctx, 1)
+		require.NoError(t, err)
+
+		rec := &recordingClient{Client: b.rueidis(t), sent: map[string]int{}}
+		ins, err := rlock.New(rec)
+		require.NoError(t, err)
+		defer ins.Close()
+		n := 0
+		for name, err := range ins.List(ctx, base+"*") {
+			require.NoError(t, err)
+			_, err := ins.Inspect(ctx, name)
+			require.NoError(t, err)
+			n++
+		}
+		require.Equal(t, 5, n)
+		readOnly := map[string]bool{"TYPE": true, "PTTL": true, "HGETALL": true, "GET": true, "ZRANGE": true,
+			"EXISTS": true, "TIME": true, "PUBSUB NUMSUB": true, "SCAN": true}
+		rec.mu.Lock()
+		require.Contains(t, rec.sent, "SCAN")
+		require.Contains(t, rec.sent, "HGETALL")
+		for cmd := range rec.sent {
+			require.True(t, readOnly[cmd], "the inspector sent %s", cmd)
+		}
+		rec.mu.Unlock()
+		require.NoError(t, fm.Unlock(ctx))
+		require.NoError(t, await(t, got, 20*time.Second, "the fair waiter"))
+		require.NoError(t, rw.RUnlock(ctx))
+	})
+}
+
+// recordingClient records the commands sent through it (a PUBSUB with its subcommand).
+type recordingClient struct {
+	rueidis.Client
+	mu   sync.Mutex
+	sent map[string]int
+}
+
+func (r *recordingClient) note(cmd rueidis.Completed) {
+	args := cmd.Commands()
+	name := strings.ToUpper(args[0])
+	if name == "PUBSUB" && len(args) > 1 {
+		name += " " + strings.ToUpper(args[1])
+	}
+	r.mu.Lock()
+	r.sent[name]++
+	r.mu.Unlock()
+}
+
+func (r *recordingClient) Do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResult {
+	r.note(cmd)
+	return r.Client.Do(ctx, cmd)
+}
+
+func (r *recordingClient) DoMulti(ctx context.Context, multi ...rueidis.Completed) []rueidis.RedisResult {
+	for _, cmd := range multi {
+		r.note(cmd)
+	}
+	return r.Client.DoMulti(ctx, multi...)
 }
 
 // The rule InspectACLRule gives lets a user inspect and list, and nothing else; a user
 // with ACLRule alone may not SCAN, and List says so with ErrNoPermission.
 func TestInspectACLRule(t *testing.T) {
 	srv := redistest.Start(t)
-	owner := aclUser(t, srv, "locker", "")
+	// ACLRule allows a locker's Client record (a SET under the prefix).
+	owner := aclUser(t, srv, "locker", "", rlock.WithClientInfo(rlock.ClientInfo{App: "billing"}))
 	name := redistest.Name(t)
 	require.NoError(t, owner.Mutex(name).Lock(bg))
 	require.NoError(t, owner.RWMutex(name+"-rw").RLock(bg))
@@ -451,10 +548,11 @@ func TestInspectACLRule(t *testing.T) {
 	args := append([]string{"ACL", "SETUSER", "inspector", "reset", "on", ">pw"}, strings.Fields(rlock.InspectACLRule(""))...)
 	srv.Do(t, args...)
 	ins := dialAs(t, srv, "inspector", "pw")
-	in, err := ins.Inspect(bg, name)
-	require.NoError(t, err)
-	require.Len(t, in.Holders, 1)
-	in, err = ins.Inspect(bg, name+"-rw")
+	in := waitInfo(t, ins, name, "the holder's record", func(in rlock.Info) bool {
+		return len(in.Holders) == 1 && in.Holders[0].Client != nil
+	})
+	require.Equal(t, "billing", in.Holders[0].Client.App)
+	in, err := ins.Inspect(bg, name+"-rw")
 	require.NoError(t, err)
 	require.Equal(t, rlock.KindRWMutex, in.Kind)
 	var got []string
