@@ -16,7 +16,7 @@ import (
 // tables.
 func writeText(w io.Writer, in rlock.Info) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	field := func(k string, v any) { fmt.Fprintf(tw, "%s\t%v\n", k, v) }
+	field := func(k string, v any) { fmt.Fprintf(tw, "%-18s%v\n", k, v) }
 	field("name", quoteName(in.Name))
 	field("kind", in.Kind)
 	field("key", in.Key)
