@@ -250,7 +250,7 @@ func (e *env) list(ctx context.Context, pattern string) int {
 			fmt.Fprintf(e.stdout, listFormat, "NAME", "KIND", "TTL", "HOLDERS", "WAITERS", "HELD BY")
 			header = true
 		}
-		fmt.Fprintf(e.stdout, listFormat, quoteName(name), in.Kind, formatTTL(in), len(in.Holders), waiterCount(in), heldBy(in))
+		fmt.Fprintf(e.stdout, listFormat, quoteName(name), kindText(in), formatTTL(in), len(in.Holders), waiterCount(in), heldBy(in))
 	}
 	return exitOK
 }

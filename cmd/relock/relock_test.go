@@ -394,3 +394,42 @@ func TestRelock_cluster(t *testing.T) {
 	golden(t, "list", sortedLines(out))
 	require.Len(t, f.names, 7)
 }
+
+// Texts from Redis (names, owner ids, Client records) reach the terminal quoted when they
+// hold spaces or unprintable characters, so that none can forge a column or an escape
+// sequence; a key of another type under the prefix is shown for what it is.
+func TestRelock_hostileTexts(t *testing.T) {
+	srv := redistest.Start(t)
+	url := "redis://" + srv.Addr()
+	c, err := rlock.New(srv.Client(t), rlock.WithClientInfo(rlock.ClientInfo{App: "evil\x1b[2J", Host: "a b"}))
+	require.NoError(t, err)
+	defer c.Close()
+	require.NoError(t, c.Mutex("x\x1b]0;pwned\x07").Lock(rlock.WithOwner(bg, "job\r\nforged")))
+	m := c.Mutex("y")
+	require.NoError(t, m.Lock(bg))
+	srv.Do(t, "RPUSH", "{relock:z}", "v")
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		in, err := c.Inspect(bg, "y")
+		require.NoError(t, err)
+		if in.Holders[0].Client != nil {
+			break
+		}
+		require.True(t, time.Now().Before(deadline), "no Client record")
+		time.Sleep(5 * time.Millisecond)
+	}
+	out, errOut, code := relock(t, "", "list", "--url", url)
+	require.Equal(t, exitOK, code, errOut)
+	out2, errOut, code := relock(t, "", "inspect", "--url", url, "y")
+	require.Equal(t, exitOK, code, errOut)
+	for _, o := range []string{out, out2} {
+		require.NotContains(t, o, "\x1b")
+		require.NotContains(t, o, "\r")
+		require.NotContains(t, o, "\x07")
+	}
+	require.Contains(t, out, `"x\x1b]0;pwned\a"`)
+	require.Contains(t, out, `"u:job\r\nforged"`)
+	require.Contains(t, out, "not relock's: a list")
+	require.Contains(t, out2, `"evil\x1b[2J"`)
+	require.Contains(t, out2, ` on "a b"`)
+}

@@ -18,7 +18,7 @@ func writeText(w io.Writer, in rlock.Info) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	field := func(k string, v any) { fmt.Fprintf(tw, "%-18s%v\n", k, v) }
 	field("name", quoteName(in.Name))
-	field("kind", in.Kind)
+	field("kind", kindText(in))
 	field("key", in.Key)
 	field("ttl", formatTTL(in))
 	switch in.Kind {
@@ -46,7 +46,7 @@ func writeText(w io.Writer, in rlock.Info) error {
 	if len(in.Holders) > 0 {
 		fmt.Fprintln(tw, "  OWNER\tMODE\tHOLDS\tTTL\tSINCE\tCLIENT")
 		for _, h := range in.Holders {
-			fmt.Fprintf(tw, "  %s\t%s\t%d\t%s\t%s\t%s\n", h.Owner, orDash(h.Mode), h.Holds, formatDur(h.TTL), formatTime(h.Since), describeClient(h.ClientID, h.Client))
+			fmt.Fprintf(tw, "  %s\t%s\t%d\t%s\t%s\t%s\n", quoteName(h.Owner), orDash(h.Mode), h.Holds, formatDur(h.TTL), formatTime(h.Since), describeClient(h.ClientID, h.Client))
 		}
 		if err := tw.Flush(); err != nil {
 			return err
@@ -70,7 +70,7 @@ func writeText(w io.Writer, in rlock.Info) error {
 			if !wt.Since.IsZero() {
 				age = formatDur(wt.Age)
 			}
-			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\n", wt.Owner, orDash(wt.Mode), age, formatDur(wt.Expires), describeClient(wt.ClientID, wt.Client))
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\n", quoteName(wt.Owner), orDash(wt.Mode), age, formatDur(wt.Expires), describeClient(wt.ClientID, wt.Client))
 		}
 	}
 	return tw.Flush()
@@ -101,12 +101,14 @@ func tokenText(t int64) string {
 func describeClient(id string, c *rlock.ClientInfo) string {
 	switch {
 	case c != nil:
-		s := c.App
+		// The record's texts are anyone's who may write the key: shown quoted when they
+		// hold spaces or control characters, as names are.
+		s := quoteName(c.App)
 		if c.Version != "" {
-			s += " " + c.Version
+			s += " " + quoteName(c.Version)
 		}
 		if c.Host != "" {
-			s += " on " + c.Host
+			s += " on " + quoteName(c.Host)
 		}
 		if c.PID != 0 {
 			s += " pid " + strconv.Itoa(c.PID)
@@ -120,7 +122,7 @@ func describeClient(id string, c *rlock.ClientInfo) string {
 
 // describeHolder is one line about a hold.
 func describeHolder(h rlock.HolderInfo) string {
-	s := h.Owner
+	s := quoteName(h.Owner)
 	if h.Mode != "" {
 		s += " (" + h.Mode + ")"
 	}
@@ -142,7 +144,7 @@ func heldBy(in rlock.Info) string {
 	h := in.Holders[0]
 	s := describeClient(h.ClientID, h.Client)
 	if h.Client == nil {
-		s = h.Owner
+		s = quoteName(h.Owner)
 	}
 	if len(in.Holders) > 1 {
 		s += fmt.Sprintf(" +%d", len(in.Holders)-1)
@@ -187,12 +189,23 @@ func formatTime(t time.Time) string {
 	return t.UTC().Format("2006-01-02 15:04:05.000 MST")
 }
 
-// quoteName shows a name as it is, or quoted when it has spaces or unprintable bytes.
+// quoteName shows a text from Redis (a name, an owner id, a Client's record) as it is, or
+// quoted when it is empty or has spaces or unprintable bytes, so that no text can move the
+// columns or send escape sequences to the terminal.
 func quoteName(name string) string {
-	if strconv.CanBackquote(name) && !strings.ContainsAny(name, " \t`") {
+	q := strconv.Quote(name) // escapes every byte that is not printable (strconv.IsPrint)
+	if name != "" && q[1:len(q)-1] == name && !strings.Contains(name, " ") {
 		return name
 	}
-	return strconv.Quote(name)
+	return q
+}
+
+// kindText is in's kind, or what else its key holds.
+func kindText(in rlock.Info) string {
+	if in.Kind == "" {
+		return "not relock's: a " + in.Type
+	}
+	return string(in.Kind)
 }
 
 // The JSON views: durations in milliseconds, times in RFC 3339.
