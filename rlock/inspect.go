@@ -114,7 +114,9 @@ type WaiterInfo struct {
 	// Mode is "write" for a read-write lock's waiting writer, "" for a fair lock's waiter.
 	Mode string
 	// Since is when the waiter joined a fair lock's queue (server time), and Age how long
-	// ago that was; both zero for a waiting writer, whose arrival Redis does not record.
+	// ago that was (never negative: 0 when the clock that dated the arrival reads ahead of
+	// the one Inspect read, as another node's may on a Cluster); both zero for a waiting
+	// writer, whose arrival Redis does not record.
 	Since time.Time
 	Age   time.Duration
 	// Expires is how long the waiter's place (its claim, for a writer) lives unless the
@@ -283,7 +285,7 @@ func (c *Client) inspect(ctx context.Context, name string) (Info, error) {
 				continue // a dead place: the next attempt purges it
 			}
 			since := time.UnixMicro(int64(z.Score))
-			in.Waiters = append(in.Waiters, WaiterInfo{Owner: z.Member, Since: since, Age: now.Sub(since),
+			in.Waiters = append(in.Waiters, WaiterInfo{Owner: z.Member, Since: since, Age: max(now.Sub(since), 0),
 				Expires: time.Duration(int64(end)-nowMs) * time.Millisecond})
 		}
 	}

@@ -22,10 +22,15 @@
 //	--pubsub MODE      auto, classic or sharded: the pub/sub mode of those Clients, for the
 //	                   count of subscribers (default auto: sharded on a Cluster)
 //	--json             machine-readable output: one JSON object (list: one per line)
-//	--timeout D        bound of each command's work (default 10s)
+//	--timeout D        bound of the connection and of each command's work: the whole walk of
+//	                   list, each refresh of watch (default 10s)
 //	--interval D       watch: time between refreshes (default 1s)
 //	--count N          watch: stop after N refreshes (default 0: until interrupted)
 //	--yes              force-unlock: do not ask for confirmation
+//
+// list prints one line per name as it finds it (SCAN order: pipe it to sort), with its
+// kind, lease, holders and waiters ("?" where Redis does not record a kind's waiters: see
+// the subscribers of inspect), or one JSON object per line with --json.
 //
 // relock reads with read-only commands only (see rlock.Client.Inspect): inspect, list and
 // watch never block or slow a lock, and need no more than rlock.InspectACLRule's rights.

@@ -132,7 +132,7 @@ func (e *env) parse(cmd string, args []string) ([]string, error) {
 	fs.StringVar(&e.cfg.prefix, "prefix", rlock.DefaultKeyPrefix, "the key prefix of the Clients that made the locks")
 	fs.StringVar(&e.cfg.pubsub, "pubsub", "auto", "the pub/sub mode of those Clients: auto, classic or sharded")
 	fs.BoolVar(&e.cfg.json, "json", false, "machine-readable output (JSON)")
-	fs.DurationVar(&e.cfg.timeout, "timeout", 10*time.Second, "bound of each command's work")
+	fs.DurationVar(&e.cfg.timeout, "timeout", 10*time.Second, "bound of the connection and of each command's work (list: the whole walk; watch: each refresh)")
 	if cmd == "watch" {
 		fs.DurationVar(&e.cfg.interval, "interval", time.Second, "time between refreshes")
 		fs.IntVar(&e.cfg.count, "count", 0, "stop after this many refreshes (0: until interrupted)")
