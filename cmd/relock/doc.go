@@ -18,6 +18,8 @@
 //	                   redis://[user:password@]host:port[/db], rediss:// for TLS,
 //	                   ?master_set=NAME for Sentinel (host:port a sentinel), ?addr=host:port
 //	                   for more seed addresses; a Cluster is recognised by itself
+//	--cacert FILE      with rediss://, the PEM file of the CA that signed the server's
+//	                   certificate (default: the system's roots)
 //	--prefix PREFIX    the key prefix of the Clients that made the locks (default "relock:")
 //	--pubsub MODE      auto, classic or sharded: the pub/sub mode of those Clients, for the
 //	                   count of subscribers (default auto: sharded on a Cluster)

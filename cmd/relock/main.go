@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
@@ -46,6 +47,7 @@ func main() {
 // config is what the flags say.
 type config struct {
 	url, prefix, pubsub string
+	cacert              string
 	json, yes           bool
 	timeout, interval   time.Duration
 	count               int
@@ -129,6 +131,7 @@ func (e *env) parse(cmd string, args []string) ([]string, error) {
 		url = defaultURL
 	}
 	fs.StringVar(&e.cfg.url, "url", url, "the Redis to connect to: redis://[user:password@]host:port[/db], rediss:// for TLS, ?master_set=NAME for Sentinel (default $"+envURL+")")
+	fs.StringVar(&e.cfg.cacert, "cacert", "", "PEM file of the CA that signed the server's certificate (rediss:// URLs; default: the system's)")
 	fs.StringVar(&e.cfg.prefix, "prefix", rlock.DefaultKeyPrefix, "the key prefix of the Clients that made the locks")
 	fs.StringVar(&e.cfg.pubsub, "pubsub", "auto", "the pub/sub mode of those Clients: auto, classic or sharded")
 	fs.BoolVar(&e.cfg.json, "json", false, "machine-readable output (JSON)")
@@ -168,6 +171,23 @@ func (e *env) connect(ctx context.Context) int {
 	if err != nil {
 		fmt.Fprintf(e.stderr, "relock: --url: %v\n", err)
 		return exitUsage
+	}
+	if e.cfg.cacert != "" {
+		if opt.TLSConfig == nil {
+			fmt.Fprintf(e.stderr, "relock: --cacert needs a rediss:// URL\n")
+			return exitUsage
+		}
+		pem, err := os.ReadFile(e.cfg.cacert)
+		if err != nil {
+			fmt.Fprintf(e.stderr, "relock: --cacert: %v\n", err)
+			return exitUsage
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			fmt.Fprintf(e.stderr, "relock: --cacert: no PEM certificate in %s\n", e.cfg.cacert)
+			return exitUsage
+		}
+		opt.TLSConfig.RootCAs = pool
 	}
 	var mode rlock.PubSubMode
 	switch e.cfg.pubsub {

@@ -433,3 +433,37 @@ func TestRelock_hostileTexts(t *testing.T) {
 	require.Contains(t, out2, `"evil\x1b[2J"`)
 	require.Contains(t, out2, ` on "a b"`)
 }
+
+// --url takes what rueidis.ParseURL takes: TLS (rediss://, verified against --cacert) and
+// Sentinel (?master_set=).
+func TestRelock_urls(t *testing.T) {
+	tlsSrv := redistest.Start(t, redistest.WithTLS(redistest.TLSOptions{}))
+	c, err := rlock.New(tlsSrv.Client(t))
+	require.NoError(t, err)
+	defer c.Close()
+	m := c.Mutex("over-tls")
+	require.NoError(t, m.Lock(bg))
+	url := "rediss://" + tlsSrv.Addr()
+	out, errOut, code := relock(t, "", "inspect", "--url", url, "--cacert", tlsSrv.TLS().CAFile, "over-tls")
+	require.Equal(t, exitOK, code, errOut)
+	require.Contains(t, out, "holders           1")
+	_, errOut, code = relock(t, "", "inspect", "--url", url, "--timeout", "5s", "over-tls")
+	require.Equal(t, exitFailed, code, "the server's certificate is not signed by a system root")
+	require.Contains(t, errOut, "certificate")
+	_, _, code = relock(t, "", "inspect", "--url", "redis://"+tlsSrv.Addr(), "--cacert", tlsSrv.TLS().CAFile, "x")
+	require.Equal(t, exitUsage, code, "--cacert without TLS")
+
+	if testing.Short() {
+		return
+	}
+	master := redistest.Start(t)
+	sentinel := redistest.Start(t, redistest.WithSentinel(master, "relock"))
+	mc, err := rlock.New(master.Client(t))
+	require.NoError(t, err)
+	defer mc.Close()
+	sm := mc.Mutex("via-sentinel")
+	require.NoError(t, sm.Lock(bg))
+	out, errOut, code = relock(t, "", "inspect", "--url", "redis://"+sentinel.Addr()+"?master_set=relock", "via-sentinel")
+	require.Equal(t, exitOK, code, errOut)
+	require.Contains(t, out, "holders           1")
+}
