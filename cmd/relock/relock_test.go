@@ -331,6 +331,8 @@ func (w *firstWrite) Write(p []byte) (int, error) {
 // Bad usage exits 2 with a message, a Redis that cannot be reached 1, a refused command 1
 // with ErrNoPermission's message naming it.
 func TestRelock_usageAndFailures(t *testing.T) {
+	// A dial that fails leaves a topology refresh of rueidis's sleeping for up to a second.
+	t.Cleanup(redistest.WaitRueidisGoroutines)
 	for _, args := range [][]string{
 		{},
 		{"frobnicate"},
@@ -381,6 +383,9 @@ func TestRelock_cluster(t *testing.T) {
 	if testing.Short() {
 		t.Skip("long: a real 3-master, 3-replica Redis Cluster (run without -short)")
 	}
+	// Last: a topology refresh that a closed client of the command scheduled, or that the
+	// nodes' end set off, finishes before goleak looks.
+	t.Cleanup(redistest.WaitRueidisGoroutines)
 	cl := redistest.StartCluster(t)
 	url := "redis://" + cl.Addrs()[0]
 	f := script(t, cl.Client(t), url)
@@ -437,6 +442,7 @@ func TestRelock_hostileTexts(t *testing.T) {
 // --url takes what rueidis.ParseURL takes: TLS (rediss://, verified against --cacert) and
 // Sentinel (?master_set=).
 func TestRelock_urls(t *testing.T) {
+	t.Cleanup(redistest.WaitRueidisGoroutines) // as in TestRelock_usageAndFailures
 	tlsSrv := redistest.Start(t, redistest.WithTLS(redistest.TLSOptions{}))
 	c, err := rlock.New(tlsSrv.Client(t))
 	require.NoError(t, err)
