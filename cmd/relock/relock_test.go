@@ -277,6 +277,17 @@ func TestRelock_forceUnlockWakesWaiters(t *testing.T) {
 	}
 	f.waiting[3] <- nil
 
+	// A fair lock: the head of its queue is woken and takes it.
+	_, errOut, code = relock(t, "", "force-unlock", "--yes", "--url", url, "report")
+	require.Equal(t, exitOK, code, errOut)
+	select {
+	case err := <-f.waiting[1]:
+		require.NoError(t, err, "the head of report's queue took the lock")
+	case <-time.After(20 * time.Second):
+		t.Fatal("the head of report's queue was not woken")
+	}
+	f.waiting[1] <- nil
+
 	out, _, code = relock(t, "", "force-unlock", "--yes", "--url", url, "nothing-here")
 	require.Equal(t, exitNothing, code)
 	require.Contains(t, out, "not held")
