@@ -39,9 +39,10 @@ const (
 
 // Info is what Redis knows of one name, read by [Client.Inspect] at [Info.ServerTime].
 //
-// It is put together from a few pipelined reads, not one atomic snapshot: a change made
-// between them (a grant, a release) can show, for instance, a waiter that has just become
-// the holder in both lists. Every duration is measured by the Redis server's clock.
+// It is read with one pipeline of commands, not one atomic snapshot: a change that Redis
+// applies between two of them (a grant, a release) can show, for instance, a waiter that has
+// just become the holder in both lists. Every duration is measured by the Redis server's
+// clock.
 type Info struct {
 	Name string // as given to Inspect
 	Key  string // the key that holds the primitive's state (Mutex.Key and its kin)
@@ -132,10 +133,11 @@ type WaiterInfo struct {
 // Owners of Clients that keep a record ([WithClientInfo]) are described by it.
 //
 // Inspect only reads: it runs no script, takes no lock, and leaves nothing in the Client's
-// table of holds, so it neither blocks nor slows the primitive's users (it costs three
-// round trips of read-only commands: TYPE, PTTL, HGETALL or GET, ZRANGE, TIME, PUBSUB
-// NUMSUB or SHARDNUMSUB, and a GET per Client record). The commands it needs beside
-// [ACLRule]'s are given by [InspectACLRule].
+// table of holds, so it neither blocks nor slows the primitive's users. It costs one
+// pipeline of read-only commands (TYPE, PTTL, HGETALL, GET, ZRANGE, EXISTS, TIME, PUBSUB
+// NUMSUB or SHARDNUMSUB; with classic pub/sub on a Cluster, a NUMSUB per node besides), and
+// a second of one GET per Client record when owners show their Client. The commands it needs
+// beside [ACLRule]'s are given by [InspectACLRule].
 //
 // A name that holds nothing is no error: Info.Kind is [KindNone]. Errors:
 //  1. an empty name, or a nil or zero Client: an error wrapping [ErrInvalid];
@@ -171,6 +173,8 @@ func (c *Client) inspect(ctx context.Context, name string) (Info, error) {
 	leases, writers := rwKeys(k)
 	_, readCh := rwChannels(k)
 	rc := c.rc
+	// One pipeline reads every key a kind may have (a read of a key of another type is a
+	// WRONGTYPE reply, ignored), and the subscribers where one node answers for them.
 	cmds := rueidis.Commands{
 		rc.B().Time().Build(),                                                // 0
 		rc.B().Type().Key(lock).Build(),                                      // 1
@@ -181,6 +185,16 @@ func (c *Client) inspect(ctx context.Context, name string) (Info, error) {
 		rc.B().Zrange().Key(leases).Min("0").Max("-1").Withscores().Build(),  // 6
 		rc.B().Zrange().Key(writers).Min("0").Max("-1").Withscores().Build(), // 7
 		rc.B().Exists().Key(lock + ":log").Build(),                           // 8
+		rc.B().Hgetall().Key(lock).Build(),                                   // 9
+		rc.B().Get().Key(lock).Build(),                                       // 10
+	}
+	chans := []string{k.channel, readCh}
+	perNode := c.pubMark != "S" && rc.Mode() == rueidis.ClientModeCluster
+	switch {
+	case c.pubMark == "S":
+		cmds = append(cmds, rc.B().PubsubShardnumsub().Channel(chans...).Build()) // 11
+	case !perNode:
+		cmds = append(cmds, rc.B().PubsubNumsub().Channel(chans...).Build()) // 11
 	}
 	res := rc.DoMulti(ctx, cmds...)
 	now, err := serverTime(res[0])
@@ -215,6 +229,17 @@ func (c *Client) inspect(ctx context.Context, name string) (Info, error) {
 	if err != nil {
 		return Info{}, err
 	}
+	fields, err := res[9].AsStrMap()
+	if err != nil && !wrongType(err) {
+		return Info{}, err
+	}
+	str, err := res[10].ToString()
+	if err != nil && !wrongType(err) && !rueidis.IsRedisNil(err) {
+		return Info{}, err
+	}
+	if in.Type == "hash" && len(fields) == 0 || in.Type == "string" && err != nil {
+		in.Type = "none" // deleted (or replaced) between the reads: as if read after
+	}
 
 	switch in.Type {
 	case "none":
@@ -228,10 +253,6 @@ func (c *Client) inspect(ctx context.Context, name string) (Info, error) {
 			in.Kind = KindNone
 		}
 	case "hash":
-		fields, err := rc.Do(ctx, rc.B().Hgetall().Key(lock).Build()).AsStrMap()
-		if err != nil {
-			return Info{}, err
-		}
 		switch {
 		case fields["mode"] != "":
 			in.Kind = KindRWMutex
@@ -254,14 +275,7 @@ func (c *Client) inspect(ctx context.Context, name string) (Info, error) {
 			}
 		}
 	case "string":
-		v, err := rc.Do(ctx, rc.B().Get().Key(lock).Build()).ToString()
-		if rueidis.IsRedisNil(err) { // gone between the reads
-			in.Kind, in.Type, in.TTL = KindNone, "none", 0
-			break
-		} else if err != nil {
-			return Info{}, err
-		}
-		n, perr := strconv.ParseInt(v, 10, 64)
+		n, perr := strconv.ParseInt(str, 10, 64)
 		if perr != nil {
 			return in, errorf("a string that is not a count: %w", ErrWrongType)
 		}
@@ -296,7 +310,15 @@ func (c *Client) inspect(ctx context.Context, name string) (Info, error) {
 			}
 		}
 	}
-	if err := c.inspectSubscribers(ctx, &in, k.channel, readCh); err != nil {
+	var subs []rueidis.RedisResult
+	if perNode {
+		for _, n := range rc.Nodes() {
+			subs = append(subs, n.Do(ctx, n.B().PubsubNumsub().Channel(chans...).Build()))
+		}
+	} else {
+		subs = res[11:]
+	}
+	if err := in.countSubscribers(subs, chans); err != nil {
 		return Info{}, err
 	}
 	return in, c.describeOwners(ctx, &in)
@@ -401,18 +423,13 @@ func tokenTime(token int64) time.Time {
 	return time.UnixMicro(token)
 }
 
-// inspectSubscribers counts the connections that listen on the release channel (and the
-// read channel of a read-write lock): PUBSUB SHARDNUMSUB on the channel's master with
-// sharded pub/sub; PUBSUB NUMSUB on every node on a Cluster with classic pub/sub (a
-// classic subscriber is counted only by the node it is connected to), on the server
-// elsewhere.
-func (c *Client) inspectSubscribers(ctx context.Context, in *Info, channel, readCh string) error {
-	chans := []string{channel}
-	if in.Kind == KindRWMutex {
-		chans = append(chans, readCh)
-	}
+// countSubscribers adds up the replies to PUBSUB NUMSUB or SHARDNUMSUB of chans (the
+// release channel, then the read-write lock's readers' channel): one reply from the server,
+// or from the channel's master with sharded pub/sub; with classic pub/sub on a Cluster, one
+// per node (a classic subscriber is counted only by the node it is connected to).
+func (in *Info) countSubscribers(replies []rueidis.RedisResult, chans []string) error {
 	counts := make([]int64, len(chans))
-	add := func(res rueidis.RedisResult) error {
+	for _, res := range replies {
 		arr, err := res.ToArray()
 		if err != nil {
 			return err
@@ -426,26 +443,9 @@ func (c *Client) inspectSubscribers(ctx context.Context, in *Info, channel, read
 				}
 			}
 		}
-		return nil
-	}
-	switch {
-	case c.pubMark == "S":
-		if err := add(c.rc.Do(ctx, c.rc.B().PubsubShardnumsub().Channel(chans...).Build())); err != nil {
-			return err
-		}
-	case c.rc.Mode() == rueidis.ClientModeCluster:
-		for _, n := range c.rc.Nodes() {
-			if err := add(n.Do(ctx, n.B().PubsubNumsub().Channel(chans...).Build())); err != nil {
-				return err
-			}
-		}
-	default:
-		if err := add(c.rc.Do(ctx, c.rc.B().PubsubNumsub().Channel(chans...).Build())); err != nil {
-			return err
-		}
 	}
 	in.Subscribers = counts[0]
-	if len(counts) > 1 {
+	if in.Kind == KindRWMutex {
 		in.ReadSubscribers = counts[1]
 	}
 	return nil
