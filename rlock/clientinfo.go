@@ -29,13 +29,13 @@ type ClientInfo struct {
 // DefaultClientInfo describes the running process: its host name (os.Hostname), its pid,
 // the last element of its main package's path as App ("billing" for
 // example.com/billing/cmd/billing; the executable's base name when the binary carries no
-// build information) and its main module's version (debug.ReadBuildInfo; "(devel)" for a
+// main package path, as with go run file.go) and its main module's version (debug.ReadBuildInfo; "(devel)" for a
 // binary built inside its module).
 func DefaultClientInfo() ClientInfo {
 	info := ClientInfo{PID: os.Getpid()}
 	info.Host, _ = os.Hostname()
 	if bi, ok := debug.ReadBuildInfo(); ok {
-		if bi.Path != "" {
+		if bi.Path != "" && bi.Path != "command-line-arguments" { // go run file.go's
 			info.App = path.Base(bi.Path)
 		}
 		info.Version = bi.Main.Version
