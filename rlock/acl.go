@@ -26,13 +26,15 @@ var ErrNoPermission = errors.New("rlock: no permission")
 // latch and semaphore getters, the lease touch and WAIT of WithReplicaAck, the SET and GET of
 // a RedLock's duplicate-server check, and the pub/sub
 // connections' SUBSCRIBE and UNSUBSCRIBE (SSUBSCRIBE and SUNSUBSCRIBE, and CLUSTER SLOTS to
-// find a channel's node, with sharded pub/sub on a Cluster: WithPubSub). rueidis adds PING (health checks), SELECT for
+// find a channel's node, with sharded pub/sub on a Cluster: WithPubSub), and the SET of a
+// Client's record (WithClientInfo). rueidis adds PING (health checks), SELECT for
 // a database other than 0, and, on a Cluster, reads of the slot map; HELLO and AUTH are always
 // allowed.
 var clientCommands = []string{
 	"evalsha", "eval", "type", "get", "set", "hget", "pttl", "pexpire", "wait",
 	"subscribe", "unsubscribe", "ssubscribe", "sunsubscribe", "ping", "cluster|slots", "cluster|shards",
 	"select", // a database other than 0 (rueidis's SelectDB, a URL's /n)
+	"set",    // a Client's record (WithClientInfo), under the prefix
 }
 
 // ACLRule returns the Redis ACL rules that allow a user what relock does with the keys and

@@ -126,9 +126,15 @@ func TestACLRule_isEnough(t *testing.T) {
 	for i, prefix := range []string{"", "team*[a]?:"} {
 		t.Run(fmt.Sprintf("prefix=%q", prefix), func(t *testing.T) {
 			user := fmt.Sprintf("locker%d", i)
-			c := aclUser(t, b.srv, user, prefix, rlock.WithWatchdogTimeout(lease))
+			c := aclUser(t, b.srv, user, prefix, rlock.WithWatchdogTimeout(lease), rlock.WithClientInfo(rlock.ClientInfo{App: "acl"}))
 			c2 := aclUser(t, b.srv, user, prefix, rlock.WithWatchdogTimeout(lease))
 			exerciseFamily(t, c, c2, lease)
+			// The Client's record (WithClientInfo) is written under the rule too.
+			record := prefixOr(prefix) + "client:" + c.ID()
+			exists := func() bool { msg := b.srv.Do(t, "EXISTS", record); n, _ := msg.AsInt64(); return n == 1 }
+			for deadline := time.Now().Add(20 * time.Second); !exists(); time.Sleep(5 * time.Millisecond) {
+				require.True(t, time.Now().Before(deadline), "no record at %s", record)
+			}
 		})
 	}
 }

@@ -70,7 +70,8 @@ type Client struct {
 
 // New returns a Client that locks through client. relock borrows client and never closes
 // it; close it after [Client.Close]. The options are validated here: an invalid one is an
-// error wrapping [ErrInvalid]. New starts no goroutine and sends nothing to Redis.
+// error wrapping [ErrInvalid]. New starts no goroutine and sends nothing to Redis, unless
+// asked to keep a record of the Client ([WithClientInfo]).
 func New(client rueidis.Client, opts ...Option) (*Client, error) {
 	if client == nil {
 		return nil, invalid("nil rueidis client")
@@ -106,6 +107,7 @@ func New(client rueidis.Client, opts ...Option) (*Client, error) {
 	if c.sub, err = pubsub.New(client, psOpts...); err != nil {
 		return nil, invalid("%v", err)
 	}
+	c.startClientInfo() // WithClientInfo only
 	return c, nil
 }
 

@@ -107,6 +107,16 @@
 // A Client starts at most four goroutines, and only when needed: the watchdog scheduler,
 // one renewal goroutine while renewals are on the wire, and the subscriber of the shared
 // pub/sub connection with a watcher of that connection (rueidis runs its own for the
-// connections it opens). No goroutine is started per lock or per waiter. [Client.Close] stops
-// them all and waits.
+// connections it opens). No goroutine is started per lock or per waiter. [WithClientInfo]
+// adds one, started by New, that keeps the Client's record. [Client.Close] stops them all
+// and waits.
+//
+// # Inspecting
+//
+// [Client.Inspect] tells who holds a name, how often, since when and until when, who waits
+// and how many Clients listen, whatever the kind; [Client.List] walks the names with SCAN.
+// Both only read (no script, no lock), under [InspectACLRule]'s rights. Clients made
+// [WithClientInfo] describe themselves, so that Inspect names the program, host and pid
+// behind an owner id. The relock command (cmd/relock) does the same from a shell, and can
+// force a lock free.
 package rlock

@@ -47,21 +47,48 @@ type Observer struct {
 	Subscription func(e SubscriptionInfo)
 }
 
-// Kind names a primitive in events: the value of the kind attribute of metrics and spans.
+// Kind names a kind of primitive: in events (the kind attribute of metrics and spans), and
+// in what [Client.Inspect] reads from Redis. Events always name the primitive that acted;
+// Inspect reads the shape of keys, and Redis does not record which handle type made a key,
+// so some kinds cannot be told apart there (see each constant): Inspect answers KindNone,
+// KindMutex, KindFairMutex, KindRWMutex, KindSemaphore, KindCount or KindPermitSemaphore.
 type Kind string
 
 // The kinds of primitive.
 const (
-	KindMutex           Kind = "mutex"
-	KindFairMutex       Kind = "fair_mutex"
-	KindSpinMutex       Kind = "spin_mutex"
-	KindReadLock        Kind = "read_lock"  // an RWMutex's read side
-	KindWriteLock       Kind = "write_lock" // an RWMutex's write side
-	KindSemaphore       Kind = "semaphore"
+	// KindMutex: a [Mutex]. Inspect: a reentrant lock's hash, made by a Mutex, a
+	// [SpinMutex] (the same keys), or a [FairMutex] that nobody is queued for (its queue is
+	// the only trace of fairness).
+	KindMutex Kind = "mutex"
+	// KindFairMutex: a [FairMutex]. Inspect: a fair lock with a queue of waiters, or a free
+	// one whose queue still holds places.
+	KindFairMutex Kind = "fair_mutex"
+	// KindSpinMutex: a [SpinMutex] (events only: Inspect reads it as KindMutex).
+	KindSpinMutex Kind = "spin_mutex"
+	// KindReadLock and KindWriteLock: an [RWMutex]'s read and write sides (events).
+	KindReadLock  Kind = "read_lock"
+	KindWriteLock Kind = "write_lock"
+	// KindRWMutex: an [RWMutex] held in either mode, or a free one with waiting writers
+	// (Inspect).
+	KindRWMutex Kind = "rw_mutex"
+	// KindSemaphore: a [Semaphore]. Inspect: a count of available permits recognised as a
+	// semaphore's by its request log or by a count below 1 (a latch's count is always at
+	// least 1).
+	KindSemaphore Kind = "semaphore"
+	// KindPermitSemaphore: a [PermitSemaphore]'s permits and leases.
 	KindPermitSemaphore Kind = "permit_semaphore"
-	KindLatch           Kind = "latch"
-	KindMultiLock       Kind = "multi_lock"
-	KindRedLock         Kind = "red_lock"
+	// KindLatch: a [CountDownLatch] (events; Inspect reads a latch as KindCount).
+	KindLatch Kind = "latch"
+	// KindCount: a count that is a [Semaphore]'s available permits or a [CountDownLatch]'s
+	// count (Inspect): both keep a bare integer at the same key, and nothing else in Redis
+	// tells them apart once the semaphore's request log has expired.
+	KindCount Kind = "semaphore_or_latch"
+	// KindMultiLock and KindRedLock: a [MultiLock] and a [RedLock] (events).
+	KindMultiLock Kind = "multi_lock"
+	KindRedLock   Kind = "red_lock"
+	// KindNone: nothing is held, counted or queued at the name (Inspect; its fence may
+	// still record the last fencing token: [Info.LastToken]).
+	KindNone Kind = "none"
 )
 
 // Outcome is how an acquisition ended.

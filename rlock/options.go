@@ -50,6 +50,7 @@ type options struct {
 	pubsub          PubSubMode
 	observers       []*Observer // WithObserver, in the order given
 	nilObserver     bool        // WithObserver(nil) was given
+	clientInfo      *ClientInfo // WithClientInfo; nil: no record (clientinfo.go)
 }
 
 func defaultOptions() options {
@@ -219,5 +220,8 @@ func buildOptions(opts []Option) (options, error) {
 	for _, opt := range opts {
 		opt.apply(&o)
 	}
-	return o, o.validate()
+	if err := o.validate(); err != nil {
+		return o, err
+	}
+	return o, validateClientInfo(o.clientInfo)
 }

@@ -1,0 +1,56 @@
+// Command relock inspects and operates relock's locks in Redis: who holds a lock, since
+// when, from which host, how many wait, how long its lease has to run.
+//
+// Install it with
+//
+//	go install github.com/relock-go/relock/cmd/relock@latest
+//
+// # Usage
+//
+//	relock inspect [flags] NAME          what Redis knows of NAME, whatever its kind
+//	relock list [flags] [PATTERN]        the names matching PATTERN (a Redis glob; default *)
+//	relock watch [flags] NAME            inspect NAME again every --interval until Ctrl-C
+//	relock force-unlock [flags] NAME     free the lock NAME whoever holds it, and wake its waiters
+//
+// Flags (every command takes them, before or after its arguments):
+//
+//	--url URL          the Redis to connect to (default $RELOCK_URL, else redis://127.0.0.1:6379):
+//	                   redis://[user:password@]host:port[/db], rediss:// for TLS,
+//	                   ?master_set=NAME for Sentinel (host:port a sentinel), ?addr=host:port
+//	                   for more seed addresses; a Cluster is recognised by itself
+//	--cacert FILE      with rediss://, the PEM file of the CA that signed the server's
+//	                   certificate (default: the system's roots)
+//	--prefix PREFIX    the key prefix of the Clients that made the locks (default "relock:")
+//	--pubsub MODE      auto, classic or sharded: the pub/sub mode of those Clients, for the
+//	                   count of subscribers (default auto: sharded on a Cluster)
+//	--json             machine-readable output: one JSON object (list: one per line)
+//	--timeout D        bound of the connection and of each command's work: the whole walk of
+//	                   list, each refresh of watch (default 10s)
+//	--interval D       watch: time between refreshes (default 1s)
+//	--count N          watch: stop after N refreshes (default 0: until interrupted)
+//	--yes              force-unlock: do not ask for confirmation
+//
+// list prints one line per name as it finds it (SCAN order: pipe it to sort), with its
+// kind, lease, holders and waiters ("?" where Redis does not record a kind's waiters: see
+// the subscribers of inspect), or one JSON object per line with --json.
+//
+// relock reads with read-only commands only (see rlock.Client.Inspect): inspect, list and
+// watch never block or slow a lock, and need no more than rlock.InspectACLRule's rights.
+// force-unlock runs relock's force scripts, which publish on the lock's channel so that its
+// waiters (of every Client) wake and try again; it asks for confirmation on standard input
+// unless --yes is given, and prints what it freed. It frees locks only (a Mutex, SpinMutex,
+// FairMutex or RWMutex), never a semaphore's permits or a latch.
+//
+// relock writes nothing else to Redis: in particular it keeps no Client record
+// (rlock.WithClientInfo).
+//
+// # Exit codes
+//
+//	0  done
+//	1  failed: Redis unreachable, a command refused (ACL), a key of another type, a name
+//	   that is not a lock given to force-unlock
+//	2  bad usage: an unknown command or flag, a missing or extra argument
+//	3  nothing there: inspect of a name that holds nothing, force-unlock of a lock that
+//	   is not held
+//	4  force-unlock not confirmed
+package main

@@ -1,0 +1,390 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"crypto/x509"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/relock-go/relock/rlock"
+)
+
+// Exit codes (doc.go).
+const (
+	exitOK        = 0
+	exitFailed    = 1
+	exitUsage     = 2
+	exitNothing   = 3
+	exitAborted   = 4
+	defaultURL    = "redis://127.0.0.1:6379"
+	envURL        = "RELOCK_URL"
+	usageCommands = `usage:
+  relock inspect [flags] NAME
+  relock list [flags] [PATTERN]
+  relock watch [flags] NAME
+  relock force-unlock [flags] NAME
+run "relock COMMAND -h" for the flags; exit codes: 0 done, 1 failed, 2 bad usage,
+3 nothing there, 4 not confirmed`
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// config is what the flags say.
+type config struct {
+	url, prefix, pubsub string
+	cacert              string
+	json, yes           bool
+	timeout, interval   time.Duration
+	count               int
+}
+
+// env is one run of the command: its streams and the Redis it reads.
+type env struct {
+	cfg    config
+	stdin  *bufio.Reader
+	stdout io.Writer
+	stderr io.Writer
+	client *rlock.Client
+}
+
+// run runs the command line args (without the program's name) and returns the exit code.
+func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprintln(stderr, usageCommands)
+		return exitUsage
+	}
+	cmd, args := args[0], args[1:]
+	var nargs [2]int // least and most arguments
+	switch cmd {
+	case "inspect", "watch", "force-unlock":
+		nargs = [2]int{1, 1}
+	case "list":
+		nargs = [2]int{0, 1}
+	case "help", "-h", "-help", "--help":
+		fmt.Fprintln(stdout, usageCommands)
+		return exitOK
+	default:
+		fmt.Fprintf(stderr, "relock: unknown command %q\n%s\n", cmd, usageCommands)
+		return exitUsage
+	}
+	e := &env{stdin: bufio.NewReader(stdin), stdout: stdout, stderr: stderr}
+	pos, err := e.parse(cmd, args)
+	if errors.Is(err, flag.ErrHelp) {
+		return exitOK
+	}
+	if err == nil && (len(pos) < nargs[0] || len(pos) > nargs[1]) {
+		want := "one NAME"
+		if cmd == "list" {
+			want = "at most one PATTERN"
+		}
+		err = fmt.Errorf("%s takes %s, got %d arguments", cmd, want, len(pos))
+	}
+	if err == nil && pos != nil && cmd != "list" && pos[0] == "" {
+		err = errors.New("empty NAME")
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "relock %s: %v\n%s\n", cmd, err, usageCommands)
+		return exitUsage
+	}
+	if code := e.connect(ctx); code != exitOK {
+		return code
+	}
+	defer e.client.Close()
+	switch cmd {
+	case "inspect":
+		return e.inspect(ctx, pos[0])
+	case "list":
+		pattern := ""
+		if len(pos) == 1 {
+			pattern = pos[0]
+		}
+		return e.list(ctx, pattern)
+	case "watch":
+		return e.watch(ctx, pos[0])
+	default:
+		return e.forceUnlock(ctx, pos[0])
+	}
+}
+
+// parse parses the flags of cmd, which may come before, between or after its positional
+// arguments, and returns those.
+func (e *env) parse(cmd string, args []string) ([]string, error) {
+	fs := flag.NewFlagSet("relock "+cmd, flag.ContinueOnError)
+	fs.SetOutput(e.stderr)
+	url := os.Getenv(envURL)
+	if url == "" {
+		url = defaultURL
+	}
+	fs.StringVar(&e.cfg.url, "url", url, "the Redis to connect to: redis://[user:password@]host:port[/db], rediss:// for TLS, ?master_set=NAME for Sentinel (default $"+envURL+")")
+	fs.StringVar(&e.cfg.cacert, "cacert", "", "PEM file of the CA that signed the server's certificate (rediss:// URLs; default: the system's)")
+	fs.StringVar(&e.cfg.prefix, "prefix", rlock.DefaultKeyPrefix, "the key prefix of the Clients that made the locks")
+	fs.StringVar(&e.cfg.pubsub, "pubsub", "auto", "the pub/sub mode of those Clients: auto, classic or sharded")
+	fs.BoolVar(&e.cfg.json, "json", false, "machine-readable output (JSON)")
+	fs.DurationVar(&e.cfg.timeout, "timeout", 10*time.Second, "bound of the connection and of each command's work (list: the whole walk; watch: each refresh)")
+	if cmd == "watch" {
+		fs.DurationVar(&e.cfg.interval, "interval", time.Second, "time between refreshes")
+		fs.IntVar(&e.cfg.count, "count", 0, "stop after this many refreshes (0: until interrupted)")
+	}
+	if cmd == "force-unlock" {
+		fs.BoolVar(&e.cfg.yes, "yes", false, "do not ask for confirmation")
+	}
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		args = fs.Args()
+		if len(args) == 0 {
+			break
+		}
+		pos, args = append(pos, args[0]), args[1:]
+	}
+	switch {
+	case e.cfg.timeout <= 0:
+		return nil, fmt.Errorf("--timeout %v is not positive", e.cfg.timeout)
+	case cmd == "watch" && e.cfg.interval <= 0:
+		return nil, fmt.Errorf("--interval %v is not positive", e.cfg.interval)
+	case e.cfg.count < 0:
+		return nil, fmt.Errorf("--count %d is negative", e.cfg.count)
+	}
+	return pos, nil
+}
+
+// connect makes the Client, or reports why it cannot.
+func (e *env) connect(ctx context.Context) int {
+	opt, err := rueidis.ParseURL(e.cfg.url)
+	if err != nil {
+		fmt.Fprintf(e.stderr, "relock: --url: %v\n", err)
+		return exitUsage
+	}
+	if e.cfg.cacert != "" {
+		if opt.TLSConfig == nil {
+			fmt.Fprintf(e.stderr, "relock: --cacert needs a rediss:// URL\n")
+			return exitUsage
+		}
+		pem, err := os.ReadFile(e.cfg.cacert)
+		if err != nil {
+			fmt.Fprintf(e.stderr, "relock: --cacert: %v\n", err)
+			return exitUsage
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			fmt.Fprintf(e.stderr, "relock: --cacert: no PEM certificate in %s\n", e.cfg.cacert)
+			return exitUsage
+		}
+		opt.TLSConfig.RootCAs = pool
+	}
+	var mode rlock.PubSubMode
+	switch e.cfg.pubsub {
+	case "auto":
+		mode = rlock.PubSubAuto
+	case "classic":
+		mode = rlock.PubSubClassic
+	case "sharded":
+		mode = rlock.PubSubSharded
+	default:
+		fmt.Fprintf(e.stderr, "relock: --pubsub %q is not auto, classic or sharded\n", e.cfg.pubsub)
+		return exitUsage
+	}
+	dctx, cancel := context.WithTimeout(ctx, e.cfg.timeout)
+	defer cancel()
+	c, err := rlock.DialContext(dctx, opt, rlock.WithKeyPrefix(e.cfg.prefix), rlock.WithPubSub(mode))
+	if err != nil {
+		fmt.Fprintf(e.stderr, "relock: %v\n", err)
+		if errors.Is(err, rlock.ErrInvalid) {
+			return exitUsage
+		}
+		return exitFailed
+	}
+	e.client = c
+	return exitOK
+}
+
+// fail reports err and returns its exit code.
+func (e *env) fail(err error) int {
+	fmt.Fprintf(e.stderr, "relock: %v\n", err)
+	if errors.Is(err, rlock.ErrInvalid) {
+		return exitUsage
+	}
+	return exitFailed
+}
+
+func (e *env) inspect(ctx context.Context, name string) int {
+	ctx, cancel := context.WithTimeout(ctx, e.cfg.timeout)
+	defer cancel()
+	in, err := e.client.Inspect(ctx, name)
+	if err != nil {
+		return e.fail(err)
+	}
+	if err := e.show(in); err != nil {
+		return e.fail(err)
+	}
+	if in.Kind == rlock.KindNone {
+		return exitNothing
+	}
+	return exitOK
+}
+
+// show writes in, as text or JSON.
+func (e *env) show(in rlock.Info) error {
+	if e.cfg.json {
+		return writeJSON(e.stdout, jsonInfo(in))
+	}
+	return writeText(e.stdout, in)
+}
+
+func (e *env) list(ctx context.Context, pattern string) int {
+	ctx, cancel := context.WithTimeout(ctx, e.cfg.timeout)
+	defer cancel()
+	header := false
+	for name, err := range e.client.List(ctx, pattern) {
+		if err != nil {
+			return e.fail(err)
+		}
+		in, err := e.client.Inspect(ctx, name)
+		if err != nil && !errors.Is(err, rlock.ErrWrongType) {
+			return e.fail(err)
+		}
+		if e.cfg.json {
+			if err := writeJSON(e.stdout, jsonInfo(in)); err != nil {
+				return e.fail(err)
+			}
+			continue
+		}
+		if !header {
+			fmt.Fprintf(e.stdout, listFormat, "NAME", "KIND", "TTL", "HOLDERS", "WAITERS", "HELD BY")
+			header = true
+		}
+		fmt.Fprintf(e.stdout, listFormat, quoteName(name), kindText(in), formatTTL(in), len(in.Holders), waiterCount(in), heldBy(in))
+	}
+	return exitOK
+}
+
+const listFormat = "%-32s %-30s %-8s %-8v %-8v %s\n"
+
+func (e *env) watch(ctx context.Context, name string) int {
+	tty := isTerminal(e.stdout)
+	t := time.NewTimer(0)
+	defer t.Stop()
+	for n := 0; e.cfg.count == 0 || n < e.cfg.count; n++ {
+		select {
+		case <-ctx.Done():
+			return exitOK // Ctrl-C: the end of a watch
+		case <-t.C:
+		}
+		rctx, cancel := context.WithTimeout(ctx, e.cfg.timeout)
+		in, err := e.client.Inspect(rctx, name)
+		cancel()
+		if err != nil {
+			if ctx.Err() != nil {
+				return exitOK
+			}
+			return e.fail(err)
+		}
+		switch {
+		case e.cfg.json:
+		case tty:
+			fmt.Fprint(e.stdout, "\x1b[H\x1b[2J") // home, clear the screen
+			fmt.Fprintf(e.stdout, "every %v, Ctrl-C to stop\n\n", e.cfg.interval)
+		case n > 0:
+			fmt.Fprintln(e.stdout)
+		}
+		if err := e.show(in); err != nil {
+			return e.fail(err)
+		}
+		t.Reset(e.cfg.interval)
+	}
+	return exitOK
+}
+
+func (e *env) forceUnlock(ctx context.Context, name string) int {
+	ctx, cancel := context.WithTimeout(ctx, e.cfg.timeout)
+	defer cancel()
+	in, err := e.client.Inspect(ctx, name)
+	if err != nil {
+		return e.fail(err)
+	}
+	var force func(context.Context) (bool, error)
+	switch in.Kind {
+	case rlock.KindMutex, rlock.KindFairMutex:
+		// The fair lock's force tells every waiter of every Client (a Mutex's would wake
+		// one per Client), and a Mutex's and a SpinMutex's waiters wake to it as well.
+		force = e.client.FairMutex(name).ForceUnlock
+	case rlock.KindRWMutex:
+		force = e.client.RWMutex(name).ForceUnlock
+	case rlock.KindNone:
+	default:
+		return e.fail(fmt.Errorf("force-unlock %q: a %s is not a lock: force-unlock frees locks only", name, in.Kind))
+	}
+	if force == nil || len(in.Holders) == 0 {
+		fmt.Fprintf(e.stdout, "%s is not held: nothing to free\n", quoteName(name))
+		return exitNothing
+	}
+	if !e.cfg.yes {
+		// The question goes to stderr, so that stdout says only what was done.
+		fmt.Fprintf(e.stderr, "%s (%s) is held by:\n", quoteName(name), in.Kind)
+		for _, h := range in.Holders {
+			fmt.Fprintf(e.stderr, "  %s\n", describeHolder(h))
+		}
+		fmt.Fprintf(e.stderr, "Free it and wake its waiters? The holders learn of the loss at their next renewal. [y/N] ")
+		answer, _ := e.stdin.ReadString('\n')
+		answer = strings.ToLower(strings.TrimSpace(answer))
+		if answer != "y" && answer != "yes" {
+			fmt.Fprintln(e.stdout, "not confirmed: nothing freed")
+			return exitAborted
+		}
+	}
+	freed, err := force(ctx)
+	if err != nil {
+		return e.fail(err)
+	}
+	if !freed {
+		fmt.Fprintf(e.stdout, "%s was freed meanwhile: nothing to free\n", quoteName(name))
+		return exitNothing
+	}
+	if e.cfg.json {
+		return jsonCode(e, writeJSON(e.stdout, jsonForced{Name: name, Kind: string(in.Kind), Freed: jsonInfo(in).Holders}))
+	}
+	token := ""
+	if in.Token != 0 {
+		token = fmt.Sprintf(", token %d", in.Token)
+	}
+	fmt.Fprintf(e.stdout, "freed %s (%s%s), held by:\n", quoteName(name), in.Kind, token)
+	for _, h := range in.Holders {
+		fmt.Fprintf(e.stdout, "  %s\n", describeHolder(h))
+	}
+	fmt.Fprintf(e.stdout, "its waiters were told (Clients subscribed: %d)\n", in.Subscribers+in.ReadSubscribers)
+	return exitOK
+}
+
+func jsonCode(e *env, err error) int {
+	if err != nil {
+		return e.fail(err)
+	}
+	return exitOK
+}
+
+// isTerminal reports whether w is a terminal (a character device).
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}

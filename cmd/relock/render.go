@@ -1,0 +1,298 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/relock-go/relock/rlock"
+)
+
+// writeText writes in for a reader: a block of fields, then the holders and waiters as
+// tables.
+func writeText(w io.Writer, in rlock.Info) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	field := func(k string, v any) { fmt.Fprintf(tw, "%-18s%v\n", k, v) }
+	field("name", quoteName(in.Name))
+	field("kind", kindText(in))
+	field("key", in.Key)
+	field("ttl", formatTTL(in))
+	switch in.Kind {
+	case rlock.KindMutex, rlock.KindFairMutex, rlock.KindRWMutex, rlock.KindNone:
+		field("token", tokenText(in.Token))
+		field("last token", tokenText(in.LastToken))
+	case rlock.KindPermitSemaphore:
+		field("permits", in.Count)
+		field("available", in.Count-int64(len(in.Holders)))
+	default:
+		field("count", in.Count)
+	}
+	if in.Kind == rlock.KindMutex || in.Kind == rlock.KindFairMutex {
+		field("contended", yesNo(in.Contended, "a waiter was refused during this tenure"))
+	}
+	field("subscribers", in.Subscribers)
+	if in.Kind == rlock.KindRWMutex {
+		field("read subscribers", in.ReadSubscribers)
+	}
+	field("server time", formatTime(in.ServerTime))
+	field("holders", len(in.Holders))
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if len(in.Holders) > 0 {
+		fmt.Fprintln(tw, "  OWNER\tMODE\tHOLDS\tTTL\tSINCE\tCLIENT")
+		for _, h := range in.Holders {
+			fmt.Fprintf(tw, "  %s\t%s\t%d\t%s\t%s\t%s\n", quoteName(h.Owner), orDash(h.Mode), h.Holds, formatDur(h.TTL), formatTime(h.Since), describeClient(h.ClientID, h.Client))
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
+	switch in.Kind {
+	case rlock.KindFairMutex, rlock.KindRWMutex:
+		field("waiters", len(in.Waiters))
+	case rlock.KindNone:
+		field("waiters", 0)
+	default:
+		field("waiters", "not recorded in Redis for a "+string(in.Kind)+" (see subscribers)")
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if len(in.Waiters) > 0 {
+		fmt.Fprintln(tw, "  OWNER\tMODE\tAGE\tEXPIRES\tCLIENT")
+		for _, wt := range in.Waiters {
+			age := "-"
+			if !wt.Since.IsZero() {
+				age = formatDur(wt.Age)
+			}
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\n", quoteName(wt.Owner), orDash(wt.Mode), age, formatDur(wt.Expires), describeClient(wt.ClientID, wt.Client))
+		}
+	}
+	return tw.Flush()
+}
+
+func yesNo(b bool, why string) string {
+	if b {
+		return "yes: " + why
+	}
+	return "no"
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func tokenText(t int64) string {
+	if t == 0 {
+		return "-"
+	}
+	return strconv.FormatInt(t, 10)
+}
+
+// describeClient is who a Client is: its record, or its id alone.
+func describeClient(id string, c *rlock.ClientInfo) string {
+	switch {
+	case c != nil:
+		// The record's texts are anyone's who may write the key: shown quoted when they
+		// hold spaces or control characters, as names are.
+		s := quoteName(c.App)
+		if c.Version != "" {
+			s += " " + quoteName(c.Version)
+		}
+		if c.Host != "" {
+			s += " on " + quoteName(c.Host)
+		}
+		if c.PID != 0 {
+			s += " pid " + strconv.Itoa(c.PID)
+		}
+		return strings.TrimSpace(s)
+	case id != "":
+		return "client " + id + " (no record: WithClientInfo)"
+	}
+	return "-"
+}
+
+// describeHolder is one line about a hold.
+func describeHolder(h rlock.HolderInfo) string {
+	s := quoteName(h.Owner)
+	if h.Mode != "" {
+		s += " (" + h.Mode + ")"
+	}
+	s += fmt.Sprintf(", %d hold(s), lease %s", h.Holds, formatDur(h.TTL))
+	if !h.Since.IsZero() {
+		s += ", since " + formatTime(h.Since)
+	}
+	if d := describeClient(h.ClientID, h.Client); d != "-" {
+		s += ": " + d
+	}
+	return s
+}
+
+// heldBy is the list's summary of the holders.
+func heldBy(in rlock.Info) string {
+	if len(in.Holders) == 0 {
+		return "-"
+	}
+	h := in.Holders[0]
+	s := describeClient(h.ClientID, h.Client)
+	if h.Client == nil {
+		s = quoteName(h.Owner)
+	}
+	if len(in.Holders) > 1 {
+		s += fmt.Sprintf(" +%d", len(in.Holders)-1)
+	}
+	return s
+}
+
+func waiterCount(in rlock.Info) string {
+	switch in.Kind {
+	case rlock.KindFairMutex, rlock.KindRWMutex, rlock.KindNone:
+		return strconv.Itoa(len(in.Waiters))
+	}
+	return "?"
+}
+
+// formatTTL is the key's time to live: "-" for no key, "none" for no expiry.
+func formatTTL(in rlock.Info) string {
+	switch {
+	case in.Type == "none" || in.Type == "":
+		return "-"
+	case in.TTL < 0:
+		return "none"
+	}
+	return formatDur(in.TTL)
+}
+
+// formatDur shows d to the millisecond below a second, to the tenth below a minute.
+func formatDur(d time.Duration) string {
+	switch {
+	case d < time.Second:
+		return strconv.FormatInt(d.Milliseconds(), 10) + "ms"
+	case d < time.Minute:
+		return strconv.FormatFloat(d.Seconds(), 'f', 1, 64) + "s"
+	}
+	return d.Round(time.Second).String()
+}
+
+func formatTime(t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return t.UTC().Format("2006-01-02 15:04:05.000 MST")
+}
+
+// quoteName shows a text from Redis (a name, an owner id, a Client's record) as it is, or
+// quoted when it is empty or has spaces or unprintable bytes, so that no text can move the
+// columns or send escape sequences to the terminal.
+func quoteName(name string) string {
+	q := strconv.Quote(name) // escapes every byte that is not printable (strconv.IsPrint)
+	if name != "" && q[1:len(q)-1] == name && !strings.Contains(name, " ") {
+		return name
+	}
+	return q
+}
+
+// kindText is in's kind, or what else its key holds.
+func kindText(in rlock.Info) string {
+	if in.Kind == "" {
+		return "not relock's: a " + in.Type
+	}
+	return string(in.Kind)
+}
+
+// The JSON views: durations in milliseconds, times in RFC 3339.
+type (
+	jsonView struct {
+		Name            string       `json:"name"`
+		Key             string       `json:"key"`
+		Kind            string       `json:"kind"`
+		Type            string       `json:"type"`
+		TTLMs           int64        `json:"ttl_ms"` // -1: no expiry; 0: no key
+		Token           int64        `json:"token"`
+		LastToken       int64        `json:"last_token"`
+		Count           int64        `json:"count"`
+		Contended       bool         `json:"contended"`
+		Subscribers     int64        `json:"subscribers"`
+		ReadSubscribers int64        `json:"read_subscribers"`
+		ServerTime      time.Time    `json:"server_time"`
+		Holders         []jsonHolder `json:"holders"`
+		Waiters         []jsonWaiter `json:"waiters"`
+	}
+	jsonHolder struct {
+		Owner    string      `json:"owner"`
+		Mode     string      `json:"mode,omitempty"`
+		Holds    int64       `json:"holds"`
+		TTLMs    int64       `json:"ttl_ms"`
+		Since    *time.Time  `json:"since,omitempty"`
+		ClientID string      `json:"client_id,omitempty"`
+		Client   *jsonClient `json:"client,omitempty"`
+	}
+	jsonWaiter struct {
+		Owner     string      `json:"owner"`
+		Mode      string      `json:"mode,omitempty"`
+		Since     *time.Time  `json:"since,omitempty"`
+		AgeMs     int64       `json:"age_ms"`
+		ExpiresMs int64       `json:"expires_ms"`
+		ClientID  string      `json:"client_id,omitempty"`
+		Client    *jsonClient `json:"client,omitempty"`
+	}
+	jsonClient struct {
+		App     string    `json:"app"`
+		Version string    `json:"version"`
+		Host    string    `json:"host"`
+		PID     int       `json:"pid"`
+		Started time.Time `json:"started"`
+	}
+	jsonForced struct {
+		Name  string       `json:"name"`
+		Kind  string       `json:"kind"`
+		Freed []jsonHolder `json:"freed"`
+	}
+)
+
+func jsonInfo(in rlock.Info) jsonView {
+	v := jsonView{Name: in.Name, Key: in.Key, Kind: string(in.Kind), Type: in.Type, TTLMs: in.TTL.Milliseconds(),
+		Token: in.Token, LastToken: in.LastToken, Count: in.Count, Contended: in.Contended,
+		Subscribers: in.Subscribers, ReadSubscribers: in.ReadSubscribers, ServerTime: in.ServerTime.UTC(),
+		Holders: []jsonHolder{}, Waiters: []jsonWaiter{}}
+	if in.TTL < 0 {
+		v.TTLMs = -1
+	}
+	for _, h := range in.Holders {
+		v.Holders = append(v.Holders, jsonHolder{Owner: h.Owner, Mode: h.Mode, Holds: h.Holds, TTLMs: h.TTL.Milliseconds(),
+			Since: timePtr(h.Since), ClientID: h.ClientID, Client: clientJSON(h.Client)})
+	}
+	for _, w := range in.Waiters {
+		v.Waiters = append(v.Waiters, jsonWaiter{Owner: w.Owner, Mode: w.Mode, Since: timePtr(w.Since), AgeMs: w.Age.Milliseconds(),
+			ExpiresMs: w.Expires.Milliseconds(), ClientID: w.ClientID, Client: clientJSON(w.Client)})
+	}
+	return v
+}
+
+func timePtr(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	t = t.UTC()
+	return &t
+}
+
+func clientJSON(c *rlock.ClientInfo) *jsonClient {
+	if c == nil {
+		return nil
+	}
+	return &jsonClient{App: c.App, Version: c.Version, Host: c.Host, PID: c.PID, Started: c.Started.UTC()}
+}
+
+// writeJSON writes v as one line of JSON.
+func writeJSON(w io.Writer, v any) error {
+	return json.NewEncoder(w).Encode(v)
+}

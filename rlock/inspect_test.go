@@ -1,0 +1,590 @@
+package rlock_test
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/rueidis"
+	"github.com/stretchr/testify/require"
+
+	"github.com/relock-go/relock/internal/redistest"
+	"github.com/relock-go/relock/rlock"
+)
+
+// waitInfo polls c.Inspect(name) until cond holds (state another goroutine is making, such
+// as a waiter that parks), failing t after a generous bound.
+func waitInfo(t *testing.T, c *rlock.Client, name string, what string, cond func(rlock.Info) bool) rlock.Info {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		in, err := c.Inspect(bg, name)
+		require.NoError(t, err)
+		if cond(in) {
+			return in
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Inspect(%q) never showed %s; last: %+v", name, what, in)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// parkedAcquire starts fn (a blocking acquire of another Client) and returns a channel of its
+// result; the test's cleanup cancels it.
+func parkedAcquire(t *testing.T, fn func(ctx context.Context) error) <-chan error {
+	ctx, cancel := context.WithCancel(bg)
+	got, done := make(chan error, 1), make(chan struct{})
+	go func() { defer close(done); got <- fn(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return got
+}
+
+// Inspect shows, for every primitive of the family, the kind, the holders with their hold
+// counts and modes, the lease, the fencing token, the recorded waiters and the subscribers,
+// as the scripts left them in Redis.
+func TestInspect_family(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		c, c2 := b.client(t), b.client(t)
+		base := redistest.Name(t)
+		ctx := bg
+
+		t.Run("none", func(t *testing.T) {
+			in, err := c.Inspect(ctx, base+"-none")
+			require.NoError(t, err)
+			require.Equal(t, rlock.KindNone, in.Kind)
+			require.Equal(t, "none", in.Type)
+			require.Empty(t, in.Holders)
+			require.Zero(t, in.TTL)
+			require.False(t, in.ServerTime.IsZero())
+		})
+
+		t.Run("mutex", func(t *testing.T) {
+			name := base + "-mutex"
+			m := c.Mutex(name)
+			require.NoError(t, m.Lock(ctx))
+			require.NoError(t, m.Lock(ctx))
+			token, err := m.Token(ctx)
+			require.NoError(t, err)
+			in, err := c.Inspect(ctx, name)
+			require.NoError(t, err)
+			require.Equal(t, rlock.KindMutex, in.Kind)
+			require.Equal(t, m.Key(), in.Key)
+			require.Equal(t, token, in.Token)
+			require.Equal(t, token, in.LastToken)
+			require.Len(t, in.Holders, 1)
+			h := in.Holders[0]
+			require.True(t, strings.HasPrefix(h.Owner, "h:"+c.ID()+":"), h.Owner)
+			require.Equal(t, int64(2), h.Holds)
+			require.Equal(t, c.ID(), h.ClientID)
+			require.Nil(t, h.Client, "no record without WithClientInfo")
+			require.Greater(t, h.TTL, time.Duration(0))
+			require.LessOrEqual(t, h.TTL, rlock.DefaultWatchdogTimeout)
+			require.WithinDuration(t, in.ServerTime, h.Since, time.Minute, "the grant time read from the token")
+			require.False(t, in.Contended)
+
+			// A waiter of another Client: it subscribes, and its refusal marks the lock.
+			got := parkedAcquire(t, func(ctx context.Context) error { return c2.Mutex(name).Lock(ctx) })
+			in = waitInfo(t, c, name, "a subscribed, refused waiter", func(in rlock.Info) bool {
+				return in.Subscribers == 1 && in.Contended
+			})
+			require.Empty(t, in.Waiters, "a Mutex's waiters are not recorded")
+			require.NoError(t, m.Unlock(ctx))
+			require.NoError(t, m.Unlock(ctx))
+			require.NoError(t, await(t, got, 20*time.Second, "the waiter"))
+			in = waitInfo(t, c, name, "the waiter as holder", func(in rlock.Info) bool { return len(in.Holders) == 1 && in.Holders[0].ClientID == c2.ID() })
+			require.Greater(t, in.Token, token)
+		})
+
+		t.Run("context owner", func(t *testing.T) {
+			name := base + "-owner"
+			octx := rlock.WithOwner(ctx, "job-7")
+			require.NoError(t, c.Mutex(name).Lock(octx))
+			in, err := c.Inspect(ctx, name)
+			require.NoError(t, err)
+			require.Len(t, in.Holders, 1)
+			require.Equal(t, "u:job-7", in.Holders[0].Owner)
+			require.Empty(t, in.Holders[0].ClientID)
+			nctx := c2.WithNewOwner(ctx)
+			require.NoError(t, c2.Mutex(name+"-new").Lock(nctx))
+			in, err = c.Inspect(ctx, name+"-new")
+			require.NoError(t, err)
+			require.Equal(t, c2.ID(), in.Holders[0].ClientID, "WithNewOwner's ids name their Client")
+		})
+
+		t.Run("spin", func(t *testing.T) {
+			name := base + "-spin"
+			require.NoError(t, c.SpinMutex(name).Lock(ctx))
+			in, err := c.Inspect(ctx, name)
+			require.NoError(t, err)
+			require.Equal(t, rlock.KindMutex, in.Kind, "a spin lock is a Mutex in Redis")
+			require.Len(t, in.Holders, 1)
+		})
+
+		t.Run("fair", func(t *testing.T) {
+			name := base + "-fair"
+			f := c.FairMutex(name)
+			require.NoError(t, f.Lock(ctx))
+			w1 := c2.FairMutex(name)
+			got1 := parkedAcquire(t, func(ctx context.Context) error { return w1.Lock(ctx) })
+			in := waitInfo(t, c, name, "one queued waiter", func(in rlock.Info) bool { return len(in.Waiters) == 1 })
+			got2 := parkedAcquire(t, func(ctx context.Context) error { return c2.FairMutex(name).Lock(ctx) })
+			in = waitInfo(t, c, name, "two queued waiters", func(in rlock.Info) bool { return len(in.Waiters) == 2 })
+			require.Equal(t, rlock.KindFairMutex, in.Kind)
+			require.Len(t, in.Holders, 1)
+			require.Equal(t, c.ID(), in.Holders[0].ClientID)
+			for i, w := range in.Waiters {
+				require.Equal(t, c2.ID(), w.ClientID)
+				require.GreaterOrEqual(t, w.Age, time.Duration(0))
+				require.False(t, w.Since.IsZero())
+				require.Greater(t, w.Expires, time.Duration(0))
+				require.LessOrEqual(t, w.Expires, rlock.DefaultWaiterTimeout+time.Second, "a refresh may land between the reads")
+				if i > 0 {
+					require.False(t, w.Since.Before(in.Waiters[i-1].Since), "oldest first")
+				}
+			}
+			require.NoError(t, f.Unlock(ctx))
+			require.NoError(t, await(t, got1, 20*time.Second, "the head of the queue"))
+			in = waitInfo(t, c, name, "the head as holder", func(in rlock.Info) bool { return len(in.Waiters) == 1 && len(in.Holders) == 1 })
+			require.Equal(t, c2.ID(), in.Holders[0].ClientID)
+			require.NoError(t, w1.Unlock(ctx))
+			require.NoError(t, await(t, got2, 20*time.Second, "the second waiter"))
+		})
+
+		t.Run("rwmutex", func(t *testing.T) {
+			name := base + "-rw"
+			r1, r2 := c.RWMutex(name), c.RWMutex(name)
+			require.NoError(t, r1.RLock(ctx))
+			require.NoError(t, r1.RLock(ctx))
+			require.NoError(t, r2.RLock(ctx))
+			got := parkedAcquire(t, func(ctx context.Context) error { return c2.RWMutex(name).Lock(ctx) })
+			in := waitInfo(t, c, name, "a waiting writer", func(in rlock.Info) bool { return len(in.Waiters) == 1 })
+			require.Equal(t, rlock.KindRWMutex, in.Kind)
+			require.Len(t, in.Holders, 2)
+			counts := []int64{in.Holders[0].Holds, in.Holders[1].Holds}
+			slices.Sort(counts)
+			require.Equal(t, []int64{1, 2}, counts)
+			for _, h := range in.Holders {
+				require.Equal(t, "read", h.Mode)
+				require.True(t, h.Since.IsZero(), "read holds carry no token")
+				require.Greater(t, h.TTL, time.Duration(0))
+			}
+			w := in.Waiters[0]
+			require.Equal(t, "write", w.Mode)
+			require.Equal(t, c2.ID(), w.ClientID)
+			require.Zero(t, w.Age, "a writer's arrival is not recorded")
+			require.Greater(t, w.Expires, time.Duration(0))
+			require.Zero(t, in.Token)
+			require.NoError(t, r1.RUnlock(ctx))
+			require.NoError(t, r1.RUnlock(ctx))
+			require.NoError(t, r2.RUnlock(ctx))
+			require.NoError(t, await(t, got, 20*time.Second, "the writer"))
+			in, err := c.Inspect(ctx, name)
+			require.NoError(t, err)
+			require.Len(t, in.Holders, 1)
+			require.Equal(t, "write", in.Holders[0].Mode)
+			require.Equal(t, int64(1), in.Holders[0].Holds)
+			require.Positive(t, in.Token)
+			require.Empty(t, in.Waiters)
+		})
+
+		t.Run("semaphore", func(t *testing.T) {
+			name := base + "-sem"
+			s := c.Semaphore(name)
+			ok, err := s.TrySetPermits(ctx, 3)
+			require.NoError(t, err)
+			require.True(t, ok)
+			require.NoError(t, s.Acquire(ctx, 1))
+			in, err := c.Inspect(ctx, name)
+			require.NoError(t, err)
+			require.Equal(t, rlock.KindSemaphore, in.Kind, "its request log tells it from a latch")
+			require.Equal(t, int64(2), in.Count)
+			require.Less(t, in.TTL, time.Duration(0), "no expiry")
+		})
+
+		t.Run("permits", func(t *testing.T) {
+			name := base + "-psem"
+			p := c.PermitSemaphore(name)
+			ok, err := p.TrySetPermits(ctx, 2)
+			require.NoError(t, err)
+			require.True(t, ok)
+			permit, err := p.Acquire(ctx, time.Minute)
+			require.NoError(t, err)
+			in, err := c.Inspect(ctx, name)
+			require.NoError(t, err)
+			require.Equal(t, rlock.KindPermitSemaphore, in.Kind)
+			require.Equal(t, int64(2), in.Count)
+			require.Len(t, in.Holders, 1)
+			require.Equal(t, permit.ID, in.Holders[0].Owner)
+			require.Equal(t, "permit", in.Holders[0].Mode)
+			require.Equal(t, c.ID(), in.Holders[0].ClientID)
+			require.Greater(t, in.Holders[0].TTL, 30*time.Second)
+		})
+
+		t.Run("latch", func(t *testing.T) {
+			name := base + "-latch"
+			l := c.CountDownLatch(name)
+			ok, err := l.TrySetCount(ctx, 3)
+			require.NoError(t, err)
+			require.True(t, ok)
+			require.NoError(t, l.CountDown(ctx))
+			got := parkedAcquire(t, func(ctx context.Context) error { return c2.CountDownLatch(name).Await(ctx) })
+			in := waitInfo(t, c, name, "a subscribed waiter", func(in rlock.Info) bool { return in.Subscribers == 1 })
+			require.Equal(t, rlock.KindCount, in.Kind, "a latch looks like a semaphore")
+			require.Equal(t, int64(2), in.Count)
+			require.NoError(t, l.CountDown(ctx))
+			require.NoError(t, l.CountDown(ctx))
+			require.NoError(t, await(t, got, 20*time.Second, "the latch's waiter"))
+		})
+
+		t.Run("wrong type", func(t *testing.T) {
+			name := base + "-list"
+			key := c.Mutex(name).Key()
+			_, err := b.do(t, "RPUSH", key, "x")
+			require.NoError(t, err)
+			in, err := c.Inspect(ctx, name)
+			require.ErrorIs(t, err, rlock.ErrWrongType)
+			require.Equal(t, "list", in.Type)
+			require.Equal(t, key, in.Key)
+		})
+	})
+}
+
+// Inspect refuses bad input with ErrInvalid and a closed Client with ErrClosed, and never
+// panics on a nil Client.
+func TestInspect_invalid(t *testing.T) {
+	var nilClient *rlock.Client
+	_, err := nilClient.Inspect(bg, "x")
+	require.ErrorIs(t, err, rlock.ErrInvalid)
+	for _, err := range nilClient.List(bg, "") {
+		require.ErrorIs(t, err, rlock.ErrInvalid)
+	}
+	_, rc := redistest.Miniredis(t)
+	c, err := rlock.New(rc)
+	require.NoError(t, err)
+	_, err = c.Inspect(bg, "")
+	require.ErrorIs(t, err, rlock.ErrInvalid)
+	require.NoError(t, c.Close())
+	_, err = c.Inspect(bg, "x")
+	require.ErrorIs(t, err, rlock.ErrClosed)
+	n := 0
+	for _, err := range c.List(bg, "*") {
+		require.ErrorIs(t, err, rlock.ErrClosed)
+		n++
+	}
+	require.Equal(t, 1, n)
+}
+
+// A Client made WithClientInfo keeps a record that Inspect shows beside the owner ids it
+// made; the record expires by itself (three watchdog timeouts), and Close stops its writer.
+func TestWithClientInfo_inspectShowsTheHolder(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		info := rlock.ClientInfo{App: "billing", Version: "v1.4.2", Host: "host-a", PID: 4121}
+		c := b.client(t, rlock.WithClientInfo(info))
+		plain := b.client(t)
+		name := redistest.Name(t)
+		m := c.Mutex(name)
+		require.NoError(t, m.Lock(bg))
+		in := waitInfo(t, plain, name, "the holder's record", func(in rlock.Info) bool {
+			return len(in.Holders) == 1 && in.Holders[0].Client != nil
+		})
+		got := in.Holders[0].Client
+		require.Equal(t, c.ID(), got.ID)
+		require.Equal(t, "billing", got.App)
+		require.Equal(t, "v1.4.2", got.Version)
+		require.Equal(t, "host-a", got.Host)
+		require.Equal(t, 4121, got.PID)
+		require.WithinDuration(t, time.Now(), got.Started, time.Minute)
+
+		ttl, err := b.do(t, "PTTL", rlock.DefaultKeyPrefix+"client:"+c.ID())
+		require.NoError(t, err)
+		ms, _ := ttl.AsInt64()
+		require.Greater(t, ms, int64(0))
+		require.LessOrEqual(t, ms, (3 * rlock.DefaultWatchdogTimeout).Milliseconds())
+		require.NoError(t, m.Unlock(bg))
+	})
+}
+
+// WithClientInfo fills what it is not told from the process, and refuses what it cannot
+// keep with ErrInvalid.
+func TestWithClientInfo_defaultsAndInvalid(t *testing.T) {
+	d := rlock.DefaultClientInfo()
+	require.NotZero(t, d.PID)
+	require.NotEmpty(t, d.App)
+	_, rc := redistest.Miniredis(t)
+	_, err := rlock.New(rc, rlock.WithClientInfo(rlock.ClientInfo{PID: -1}))
+	require.ErrorIs(t, err, rlock.ErrInvalid)
+	_, err = rlock.New(rc, rlock.WithClientInfo(rlock.ClientInfo{App: strings.Repeat("a", 257)}))
+	require.ErrorIs(t, err, rlock.ErrInvalid)
+
+	c, err := rlock.New(rc, rlock.WithClientInfo(rlock.ClientInfo{App: "x"}), rlock.WithKeyPrefix("ci:"))
+	require.NoError(t, err)
+	defer c.Close()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		v, err := rc.Do(bg, rc.B().Get().Key("ci:client:"+c.ID()).Build()).ToString()
+		if err == nil {
+			require.Contains(t, v, `"app":"x"`)
+			require.Contains(t, v, `"host":"`+d.Host+`"`, "the host from the process")
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no record written: %v", err)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// List yields every name under the prefix that matches the pattern, of every kind, once,
+// names with their own hash tag and escaped braces included, and free locks that only have
+// waiters recorded; it skips fences and Client records, and stops when the loop breaks.
+func TestList(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		prefix := "ls" + strings.ReplaceAll(redistest.Name(t), "/", "-") + ":"
+		c := b.client(t, rlock.WithKeyPrefix(prefix), rlock.WithClientInfo(rlock.ClientInfo{}))
+		ctx := bg
+		names := []string{"inv:1", "inv:2", "{user42}:cart", "a}b{c", "100%", "inv:[x]"}
+		for _, n := range names {
+			require.NoError(t, c.Mutex(n).Lock(ctx))
+		}
+		ok, err := c.Semaphore("sem").TrySetPermits(ctx, 1)
+		require.NoError(t, err)
+		require.True(t, ok)
+		ok, err = c.CountDownLatch("latch").TrySetCount(ctx, 1)
+		require.NoError(t, err)
+		require.True(t, ok)
+		require.NoError(t, c.RWMutex("rw").RLock(ctx))
+		freed := c.Mutex("freed")
+		require.NoError(t, freed.Lock(ctx)) // leaves a fence only
+		require.NoError(t, freed.Unlock(ctx))
+		// A free fair lock whose queue still holds a (dead) place.
+		_, err = b.do(t, "ZADD", c.FairMutex("queued").Key()+":queue", "1", "h:x")
+		require.NoError(t, err)
+
+		list := func(pattern string) []string {
+			var got []string
+			for n, err := range c.List(ctx, pattern) {
+				require.NoError(t, err)
+				got = append(got, n)
+			}
+			slices.Sort(got)
+			return got
+		}
+		all := append(slices.Clone(names), "sem", "latch", "rw", "queued")
+		slices.Sort(all)
+		require.Equal(t, all, list(""))
+		require.Equal(t, all, list("*"))
+		require.Equal(t, []string{"inv:1", "inv:2", "inv:[x]"}, list("inv:*"))
+		require.Equal(t, []string{"inv:1"}, list("inv:[1]"))
+		require.Equal(t, []string{"inv:[x]"}, list(`inv:\[*`))
+		require.Equal(t, []string{"{user42}:cart"}, list("{user42}*"))
+		require.Equal(t, []string{"a}b{c"}, list("a}*"))
+		require.Equal(t, []string{"100%"}, list("1?0%"))
+		require.Empty(t, list("nothing*"))
+
+		n := 0
+		for range c.List(ctx, "") {
+			n++
+			break
+		}
+		require.Equal(t, 1, n)
+	})
+}
+
+// Inspect and List work on a Redis Cluster: List walks every master once (rueidis's Nodes
+// also lists replicas), and Inspect counts the subscribers of the name's sharded channel on
+// its slot's master.
+func TestInspect_cluster(t *testing.T) {
+	skipShortCluster(t)
+	cl := redistest.StartCluster(t)
+	rc := cl.Client(t)
+	c, err := rlock.New(rc)
+	require.NoError(t, err)
+	defer c.Close()
+	c2, err := rlock.New(rc)
+	require.NoError(t, err)
+	defer c2.Close()
+	base := redistest.Name(t)
+	var names []string
+	masters := map[string]bool{}
+	for i := 0; len(masters) < 3 || len(names) < 12; i++ {
+		n := base + "-" + string(rune('a'+i%26)) + strings.Repeat("x", i/26)
+		names = append(names, n)
+		masters[cl.MasterOf(t, c.Mutex(n).Key()).Addr()] = true
+		require.NoError(t, c.Mutex(n).Lock(bg))
+	}
+	var got []string
+	for n, err := range c.List(bg, base+"-*") {
+		require.NoError(t, err)
+		got = append(got, n)
+	}
+	slices.Sort(got)
+	slices.Sort(names)
+	require.Equal(t, names, got, "every name once, from every master")
+
+	fair := base + "-fair"
+	f := c.FairMutex(fair)
+	require.NoError(t, f.Lock(bg))
+	w := parkedAcquire(t, func(ctx context.Context) error { return c2.FairMutex(fair).Lock(ctx) })
+	in := waitInfo(t, c, fair, "a queued, subscribed waiter", func(in rlock.Info) bool {
+		return len(in.Waiters) == 1 && in.Subscribers == 1
+	})
+	require.Equal(t, rlock.KindFairMutex, in.Kind)
+	require.Equal(t, c.ID(), in.Holders[0].ClientID)
+	require.Equal(t, c2.ID(), in.Waiters[0].ClientID)
+	require.Equal(t, int64(1), cl.MasterOf(t, f.Key()).ShardNumSub(t, f.Key()+":released"))
+	require.NoError(t, f.Unlock(bg))
+	require.NoError(t, await(t, w, 20*time.Second, "the waiter"))
+
+	// Classic pub/sub on a Cluster: a subscriber is counted by the node it is connected
+	// to, whichever that is: Inspect asks every node.
+	cc1, err := rlock.New(rc, rlock.WithPubSub(rlock.PubSubClassic))
+	require.NoError(t, err)
+	defer cc1.Close()
+	cc2, err := rlock.New(rc, rlock.WithPubSub(rlock.PubSubClassic))
+	require.NoError(t, err)
+	defer cc2.Close()
+	classic := base + "-classic"
+	cm := cc1.Mutex(classic)
+	require.NoError(t, cm.Lock(bg))
+	cw := parkedAcquire(t, func(ctx context.Context) error { return cc2.Mutex(classic).Lock(ctx) })
+	in = waitInfo(t, cc1, classic, "a subscribed waiter", func(in rlock.Info) bool { return in.Subscribers == 1 && in.Contended })
+	require.Equal(t, cc1.ID(), in.Holders[0].ClientID)
+	require.NoError(t, cm.Unlock(bg))
+	require.NoError(t, await(t, cw, 20*time.Second, "the classic waiter"))
+}
+
+// Inspect and List only read: on a server holding every kind of primitive, with waiters,
+// they send only read-only commands (no script), and the locks' holders and waiters go on
+// undisturbed.
+func TestInspect_readsOnly(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		c, c2 := b.client(t), b.client(t)
+		base := redistest.Name(t)
+		ctx := bg
+		fm := c.FairMutex(base + "-fair")
+		require.NoError(t, fm.Lock(ctx))
+		got := parkedAcquire(t, func(ctx context.Context) error { return c2.FairMutex(base + "-fair").Lock(ctx) })
+		waitInfo(t, c, base+"-fair", "a queued waiter", func(in rlock.Info) bool { return len(in.Waiters) == 1 })
+		rw := c.RWMutex(base + "-rw")
+		require.NoError(t, rw.RLock(ctx))
+		_, err := c.Semaphore(base+"-sem").TrySetPermits(ctx, 1)
+		require.NoError(t, err)
+		_, err = c.PermitSemaphore(base+"-psem").TrySetPermits(ctx, 1)
+		require.NoError(t, err)
+		_, err = c.CountDownLatch(base+"-latch").TrySetCount(ctx, 1)
+		require.NoError(t, err)
+
+		rec := &recordingClient{Client: b.rueidis(t), sent: map[string]int{}}
+		ins, err := rlock.New(rec)
+		require.NoError(t, err)
+		defer ins.Close()
+		n := 0
+		for name, err := range ins.List(ctx, base+"*") {
+			require.NoError(t, err)
+			_, err := ins.Inspect(ctx, name)
+			require.NoError(t, err)
+			n++
+		}
+		require.Equal(t, 5, n)
+		readOnly := map[string]bool{"TYPE": true, "PTTL": true, "HGETALL": true, "GET": true, "ZRANGE": true,
+			"EXISTS": true, "TIME": true, "PUBSUB NUMSUB": true, "SCAN": true}
+		rec.mu.Lock()
+		require.Contains(t, rec.sent, "SCAN")
+		require.Contains(t, rec.sent, "HGETALL")
+		for cmd := range rec.sent {
+			require.True(t, readOnly[cmd], "the inspector sent %s", cmd)
+		}
+		rec.mu.Unlock()
+		require.NoError(t, fm.Unlock(ctx))
+		require.NoError(t, await(t, got, 20*time.Second, "the fair waiter"))
+		require.NoError(t, rw.RUnlock(ctx))
+	})
+}
+
+// recordingClient records the commands sent through it (a PUBSUB with its subcommand).
+type recordingClient struct {
+	rueidis.Client
+	mu   sync.Mutex
+	sent map[string]int
+}
+
+func (r *recordingClient) note(cmd rueidis.Completed) {
+	args := cmd.Commands()
+	name := strings.ToUpper(args[0])
+	if name == "PUBSUB" && len(args) > 1 {
+		name += " " + strings.ToUpper(args[1])
+	}
+	r.mu.Lock()
+	r.sent[name]++
+	r.mu.Unlock()
+}
+
+func (r *recordingClient) Do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResult {
+	r.note(cmd)
+	return r.Client.Do(ctx, cmd)
+}
+
+func (r *recordingClient) DoMulti(ctx context.Context, multi ...rueidis.Completed) []rueidis.RedisResult {
+	for _, cmd := range multi {
+		r.note(cmd)
+	}
+	return r.Client.DoMulti(ctx, multi...)
+}
+
+// The rule InspectACLRule gives lets a user inspect and list, and nothing else; a user
+// with ACLRule alone may not SCAN, and List says so with ErrNoPermission.
+func TestInspectACLRule(t *testing.T) {
+	srv := redistest.Start(t)
+	// ACLRule allows a locker's Client record (a SET under the prefix).
+	owner := aclUser(t, srv, "locker", "", rlock.WithClientInfo(rlock.ClientInfo{App: "billing"}))
+	name := redistest.Name(t)
+	require.NoError(t, owner.Mutex(name).Lock(bg))
+	require.NoError(t, owner.RWMutex(name+"-rw").RLock(bg))
+
+	args := append([]string{"ACL", "SETUSER", "inspector", "reset", "on", ">pw"}, strings.Fields(rlock.InspectACLRule(""))...)
+	srv.Do(t, args...)
+	ins := dialAs(t, srv, "inspector", "pw")
+	in := waitInfo(t, ins, name, "the holder's record", func(in rlock.Info) bool {
+		return len(in.Holders) == 1 && in.Holders[0].Client != nil
+	})
+	require.Equal(t, "billing", in.Holders[0].Client.App)
+	in, err := ins.Inspect(bg, name+"-rw")
+	require.NoError(t, err)
+	require.Equal(t, rlock.KindRWMutex, in.Kind)
+	var got []string
+	for n, err := range ins.List(bg, "") {
+		require.NoError(t, err)
+		got = append(got, n)
+	}
+	require.ElementsMatch(t, []string{name, name + "-rw"}, got)
+	_, err = ins.Mutex(name).ForceUnlock(bg)
+	require.ErrorIs(t, err, rlock.ErrNoPermission, "an inspector changes nothing")
+
+	for _, err := range owner.List(bg, "") {
+		require.ErrorIs(t, err, rlock.ErrNoPermission)
+		require.Contains(t, err.Error(), "SCAN")
+	}
+	// The operator's rule of InspectACLRule's doc: ACLRule's, and the inspector's commands.
+	op := append([]string{"ACL", "SETUSER", "operator", "reset", "on", ">pw"}, strings.Fields(rlock.ACLRule(""))...)
+	op = append(op, "+scan", "+hgetall", "+zrange", "+time", "+exists", "+pubsub|numsub", "+pubsub|shardnumsub")
+	srv.Do(t, op...)
+	opc := dialAs(t, srv, "operator", "pw")
+	_, err = opc.Inspect(bg, name)
+	require.NoError(t, err)
+	freed, err := opc.FairMutex(name).ForceUnlock(bg)
+	require.NoError(t, err)
+	require.True(t, freed)
+}
+
+// dialAs returns a Client that logs in to srv as user, closed at cleanup.
+func dialAs(t *testing.T, srv *redistest.Server, user, pw string) *rlock.Client {
+	t.Helper()
+	c, err := rlock.Dial(rueidis.ClientOption{InitAddress: []string{srv.Addr()}, Username: user, Password: pw})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}

@@ -1,0 +1,293 @@
+package rlock
+
+import (
+	"context"
+	"iter"
+	"net"
+	"strconv"
+	"strings"
+
+	"github.com/redis/rueidis"
+)
+
+// listCount is the COUNT hint of List's SCAN calls: how many keys Redis looks at per call.
+const listCount = 1000
+
+// List iterates over the names under the Client's key prefix that match pattern, a Redis
+// glob pattern over names (* any text, ? one character, [abc] and [^a-z] classes, \ quotes
+// the next character; "" matches every name): those of every kind with a state key (held
+// locks, semaphores, latches), and free fair and read-write locks that still have waiters
+// recorded. A name that only left a fence, a record of a release or a Client record behind
+// is not listed.
+//
+// It walks the keyspace with SCAN (never KEYS), on every master of a Cluster in turn, and
+// yields names as it finds them, in no particular order. It has SCAN's guarantees: a name
+// present from the start to the end of the walk is yielded, one created or deleted meanwhile
+// may or may not be, and a name may be yielded twice (when Redis rehashes during the walk).
+// Like [Client.Inspect] it only reads and holds no lock. Each SCAN call looks at about 1000
+// keys; the walk stops when the loop body breaks or ctx ends.
+//
+// On error the iterator yields ("", err) once and stops: an error wrapping [ErrInvalid] for a
+// nil or zero Client, [ErrClosed] for a closed one, an error wrapping [ErrNoPermission] when
+// the user may not run SCAN (see [InspectACLRule]), ctx's or the connection's error wrapped.
+func (c *Client) List(ctx context.Context, pattern string) iter.Seq2[string, error] {
+	return func(yield func(string, error) bool) {
+		if err := c.usable(); err != nil {
+			yield("", err)
+			return
+		}
+		if c.isClosed() {
+			yield("", ErrClosed)
+			return
+		}
+		if pattern == "" {
+			pattern = "*"
+		}
+		nodes, err := c.scanNodes(ctx)
+		if err != nil {
+			yield("", classify("list", pattern, err))
+			return
+		}
+		lit := globLiteralPrefix(pattern)
+		p := aclEscape(c.opts.prefix)
+		matches := []string{
+			"{" + p + aclEscape(escapeBraces(lit)) + "*", // wrapped names: {prefix<name>}...
+			p + aclEscape(lit) + "*",                     // names with a hash tag: prefix<name>:lock...
+		}
+		for _, n := range nodes {
+			for i, m := range matches {
+				if err := c.scanNode(ctx, n, m, i == 0, pattern, yield); err != nil {
+					if err != errStopped {
+						yield("", classify("list", pattern, err))
+					}
+					return
+				}
+			}
+		}
+	}
+}
+
+// errStopped ends a walk whose consumer broke out of the loop.
+var errStopped = errorf("stopped")
+
+// scanNode walks one node's keys that match match and yields the names matching pattern.
+// Only names of one form (wrapped or not: nameOfKey) count, since with an empty prefix
+// both forms' keys match the second form's MATCH.
+func (c *Client) scanNode(ctx context.Context, n rueidis.Client, match string, wrapped bool, pattern string, yield func(string, error) bool) error {
+	var cursor uint64
+	for {
+		e, err := n.Do(ctx, n.B().Scan().Cursor(cursor).Match(match).Count(listCount).Build()).AsScanEntry()
+		if err != nil {
+			return err
+		}
+		var names, bases []string // names found by a waiters' key: listed when their state key is absent
+		for _, key := range e.Elements {
+			name, suffix, w, ok := c.nameOfKey(key)
+			if !ok || w != wrapped || !globMatch(pattern, name) {
+				continue
+			}
+			switch suffix {
+			case "":
+				if !yield(name, nil) {
+					return errStopped
+				}
+			case ":queue", ":writers":
+				names, bases = append(names, name), append(bases, key[:len(key)-len(suffix)])
+			}
+		}
+		if len(names) > 0 {
+			cmds := make(rueidis.Commands, len(bases))
+			for i, b := range bases {
+				cmds[i] = n.B().Exists().Key(b).Build()
+			}
+			for i, res := range n.DoMulti(ctx, cmds...) {
+				x, err := res.AsInt64()
+				if err != nil {
+					return err
+				}
+				if x == 0 && !yield(names[i], nil) {
+					return errStopped
+				}
+			}
+		}
+		if e.Cursor == 0 {
+			return nil
+		}
+		cursor = e.Cursor
+	}
+}
+
+// nameOfKey returns the name whose key key is under the Client's prefix, with the suffix
+// after the name's state key ("" for the state key itself, ":queue" or ":writers" for a
+// waiters' key) and whether the name is wrapped in a tag of relock's (keysFor); ok is false
+// for any other key (another suffix, a Client record, another application's key).
+func (c *Client) nameOfKey(key string) (name, suffix string, wrapped, ok bool) {
+	prefix := c.opts.prefix
+	if rest, found := strings.CutPrefix(key, "{"+prefix); found {
+		// {prefix<escaped name>}<suffix>: the escaped name holds no brace.
+		if j := strings.IndexByte(rest, '}'); j > 0 {
+			esc, sfx := rest[:j], rest[j+1:]
+			name = unescapeBraces(esc)
+			if listedSuffix(sfx) && !strings.ContainsRune(esc, '{') && escapeBraces(name) == esc {
+				return name, sfx, true, true
+			}
+		}
+	}
+	rest, found := strings.CutPrefix(key, prefix)
+	if !found {
+		return "", "", false, false
+	}
+	// <prefix><name>:lock<suffix>, the name with a hash tag of its own.
+	for _, s := range []string{"", ":queue", ":writers"} {
+		if base, ok := strings.CutSuffix(rest, ":lock"+s); ok && hasHashTag(base) {
+			return base, s, false, true
+		}
+	}
+	return "", "", false, false
+}
+
+// listedSuffix reports whether a key with suffix sfx after its name's state key makes List
+// yield the name.
+func listedSuffix(sfx string) bool { return sfx == "" || sfx == ":queue" || sfx == ":writers" }
+
+// unescapeBraces undoes escapeBraces.
+func unescapeBraces(s string) string {
+	if !strings.Contains(s, "%") {
+		return s
+	}
+	return braceUnescaper.Replace(s)
+}
+
+var braceUnescaper = strings.NewReplacer("%25", "%", "%7B", "{", "%7D", "}")
+
+// scanNodes returns the nodes to SCAN: the Client's rueidis client, or on a Cluster one
+// client per master that serves slots (found by CLUSTER SLOTS: rueidis's Nodes also lists
+// replicas).
+func (c *Client) scanNodes(ctx context.Context) ([]rueidis.Client, error) {
+	if c.rc.Mode() != rueidis.ClientModeCluster {
+		return []rueidis.Client{c.rc}, nil
+	}
+	slots, err := c.rc.Do(ctx, c.rc.B().ClusterSlots().Build()).ToArray()
+	if err != nil {
+		return nil, err
+	}
+	nodes := c.rc.Nodes()
+	var out []rueidis.Client
+	seen := map[string]bool{}
+	for _, s := range slots {
+		r, err := s.ToArray()
+		if err != nil || len(r) < 3 {
+			return nil, errorf("malformed CLUSTER SLOTS reply")
+		}
+		m, err := r[2].ToArray()
+		if err != nil || len(m) < 2 {
+			return nil, errorf("malformed CLUSTER SLOTS reply")
+		}
+		host, _ := m[0].ToString()
+		port, _ := m[1].AsInt64()
+		addr := net.JoinHostPort(host, strconv.FormatInt(port, 10))
+		if seen[addr] {
+			continue
+		}
+		seen[addr] = true
+		n, ok := nodes[addr]
+		if !ok {
+			return nil, errorf("master %s of the cluster is not among the client's nodes (its slot map is being refreshed: try again)", addr)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+// globLiteralPrefix is the text pattern's matches all begin with: up to its first special
+// character.
+func globLiteralPrefix(pattern string) string {
+	if i := strings.IndexAny(pattern, `*?[\`); i >= 0 {
+		return pattern[:i]
+	}
+	return pattern
+}
+
+// globMatch reports whether s matches pattern, as Redis's stringmatchlen does (the glob of
+// KEYS, SCAN MATCH and PSUBSCRIBE).
+func globMatch(pattern, s string) bool {
+	for len(pattern) > 0 {
+		switch pattern[0] {
+		case '*':
+			for len(pattern) > 1 && pattern[1] == '*' {
+				pattern = pattern[1:]
+			}
+			if len(pattern) == 1 {
+				return true
+			}
+			for i := 0; i <= len(s); i++ {
+				if globMatch(pattern[1:], s[i:]) {
+					return true
+				}
+			}
+			return false
+		case '?':
+			if len(s) == 0 {
+				return false
+			}
+			s = s[1:]
+		case '[':
+			if len(s) == 0 {
+				return false
+			}
+			pattern = pattern[1:]
+			not := len(pattern) > 0 && pattern[0] == '^'
+			if not {
+				pattern = pattern[1:]
+			}
+			match := false
+			for {
+				if len(pattern) == 0 {
+					break // an unclosed class ends with the pattern, as in Redis
+				}
+				if pattern[0] == '\\' && len(pattern) >= 2 {
+					pattern = pattern[1:]
+					if pattern[0] == s[0] {
+						match = true
+					}
+				} else if pattern[0] == ']' {
+					break
+				} else if len(pattern) >= 3 && pattern[1] == '-' {
+					lo, hi := pattern[0], pattern[2]
+					if lo > hi {
+						lo, hi = hi, lo
+					}
+					if lo <= s[0] && s[0] <= hi {
+						match = true
+					}
+					pattern = pattern[2:]
+				} else if pattern[0] == s[0] {
+					match = true
+				}
+				pattern = pattern[1:]
+			}
+			if not {
+				match = !match
+			}
+			if !match {
+				return false
+			}
+			s = s[1:]
+			if len(pattern) == 0 {
+				return len(s) == 0
+			}
+		case '\\':
+			if len(pattern) >= 2 {
+				pattern = pattern[1:]
+			}
+			fallthrough
+		default:
+			if len(s) == 0 || pattern[0] != s[0] {
+				return false
+			}
+			s = s[1:]
+		}
+		pattern = pattern[1:]
+	}
+	return len(s) == 0
+}
