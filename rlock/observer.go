@@ -45,6 +45,11 @@ type Observer struct {
 	// (its connection broke, its node went away, Redis refused the subscription) and when
 	// it is served again.
 	Subscription func(e SubscriptionInfo)
+	// GiveBack is called when the Client gave back, on its own, holds or permits that no
+	// caller keeps: a grant that reached a caller who had gone, a grant that came back too
+	// late for its lease or with too few replica acknowledgements, holds Redis counted for
+	// the owner that were nobody's (orphans).
+	GiveBack func(e GiveBackInfo)
 }
 
 // Kind names a primitive in events: the value of the kind attribute of metrics and spans.
@@ -192,6 +197,40 @@ type SubscriptionInfo struct {
 	// woken to try again (they fall back to timers until it is back).
 	Up  bool
 	Err error // why it stopped (nil when Up)
+}
+
+// GiveBackReason is why the Client gave back a grant on its own.
+type GiveBackReason string
+
+// The reasons for a give-back.
+const (
+	// GiveBackCanceled: the grant reached a caller whose context had ended (an acquire
+	// resolved by a replay, or a hand-off, that came as the caller gave up).
+	GiveBackCanceled GiveBackReason = "canceled"
+	// GiveBackLate: the grant came back after its lease had run out on the Client's clock.
+	GiveBackLate GiveBackReason = "late"
+	// GiveBackNoReplicaAck: too few replicas acknowledged the grant ([WithReplicaAck]).
+	GiveBackNoReplicaAck GiveBackReason = "no_replica_ack"
+	// GiveBackLost: Redis granted afresh what the owner believed it held (its hold had been
+	// lost unnoticed): the grant is given back and the loss reported.
+	GiveBackLost GiveBackReason = "lost"
+	// GiveBackOrphan: Redis counted holds of the owner that nobody keeps (their own
+	// give-back had failed, or they outlived their local end by the drift allowance).
+	GiveBackOrphan GiveBackReason = "orphan"
+)
+
+// GiveBackInfo describes a give-back the Client made on its own.
+type GiveBackInfo struct {
+	Kind  Kind
+	Name  string
+	Owner string // "" for semaphores
+	// Holds is how many holds (or permits) were to be given back.
+	Holds  int
+	Reason GiveBackReason
+	// Err is nil when Redis took them back; otherwise why not: the Client stopped counting
+	// them, and Redis lets them expire with their lease (permits of a [Semaphore] do not
+	// expire: see its Replays section).
+	Err error
 }
 
 // WithObserver sets o to receive the Client's events. Given more than once, every Observer
