@@ -24,6 +24,8 @@ type waitSpec struct {
 	leave func()
 	// parker, when set, is a waiter that a release may pass the lock to directly (handoff.go).
 	parker parker
+	// waited, when set, is set to true before the wait first sleeps (for the observer).
+	waited *bool
 }
 
 // parker is told around each sleep of a wait: park before it (it returns a channel that
@@ -142,6 +144,9 @@ func (c *Client) waitLoop(ctx context.Context, wait time.Duration, spec waitSpec
 			sleepFor = min(sleepFor, left)
 		}
 		timer.Reset(sleepFor)
+		if spec.waited != nil {
+			*spec.waited = true
+		}
 		var poke <-chan struct{}
 		if spec.parker != nil {
 			poke = spec.parker.park()
@@ -201,6 +206,9 @@ func (c *Client) spinLoop(ctx context.Context, deadline time.Time, wait time.Dur
 			sleepFor = min(sleepFor, left)
 		}
 		timer.Reset(sleepFor)
+		if spec.waited != nil {
+			*spec.waited = true
+		}
 		select {
 		case <-timer.C:
 		case <-ctx.Done():
