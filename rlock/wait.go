@@ -24,7 +24,9 @@ type waitSpec struct {
 	leave func()
 	// parker, when set, is a waiter that a release may pass the lock to directly (handoff.go).
 	parker parker
-	// waited, when set, is set to true before the wait first sleeps (for the observer).
+	// waited, when set, is set to true once the call waits: its first attempt was refused
+	// (or it queued behind this Client's waiters without one), and it watches for a release
+	// (for the observer).
 	waited *bool
 }
 
@@ -115,6 +117,9 @@ func (c *Client) waitLoop(ctx context.Context, wait time.Duration, spec waitSpec
 		return false, errorf("%s %q: %w", spec.op, spec.name, ErrClosed)
 	}
 	defer w.Close()
+	if spec.waited != nil {
+		*spec.waited = true // refused (or queued behind others): the call waits for a release
+	}
 	// Try (again) now unless a release is sure to wake some waiter of this Client: when the
 	// waiters we queued behind are gone, or when a release may have been published between
 	// the first attempt and the subscription.
@@ -144,9 +149,6 @@ func (c *Client) waitLoop(ctx context.Context, wait time.Duration, spec waitSpec
 			sleepFor = min(sleepFor, left)
 		}
 		timer.Reset(sleepFor)
-		if spec.waited != nil {
-			*spec.waited = true
-		}
 		var poke <-chan struct{}
 		if spec.parker != nil {
 			poke = spec.parker.park()
@@ -188,6 +190,9 @@ func (c *Client) spinLoop(ctx context.Context, deadline time.Time, wait time.Dur
 	if ok, err, done := try(false); done || wait == 0 {
 		return ok, err
 	}
+	if spec.waited != nil {
+		*spec.waited = true // refused: the call waits for the lock
+	}
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	step := spinMin
@@ -206,9 +211,6 @@ func (c *Client) spinLoop(ctx context.Context, deadline time.Time, wait time.Dur
 			sleepFor = min(sleepFor, left)
 		}
 		timer.Reset(sleepFor)
-		if spec.waited != nil {
-			*spec.waited = true
-		}
 		select {
 		case <-timer.C:
 		case <-ctx.Done():
