@@ -62,7 +62,8 @@ type tenure struct {
 	end   time.Time // conservative end of the lease as last granted (fixed leases)
 	gone  time.Time // by then Redis has surely let the lease as last granted expire (fixed leases)
 	// start is when the grant's reply came, on the observation clock (observer.now); set
-	// only when the Client has an observer, for HoldEnd's Held.
+	// only when the Client has an observer, for HoldEnd's Held. -1: a tenure no caller was
+	// told of (hideTenure), whose end is not reported.
 	start time.Duration
 }
 
@@ -366,6 +367,22 @@ func (h *hold) released(remaining int64) (extra int64, known int) {
 	return extra, known
 }
 
+// hideTenure marks h's current tenure as one that no caller was told of: a fresh grant
+// that reached a caller who had gone, about to be given back. Its end is not reported
+// (HoldEnd), so that the observer's tenures begun (AcquireDone acquired, not re-entered) and
+// ended balance; the give-back is reported instead (GiveBack canceled). Only with an
+// observer; h.op must be held (no other grant of the owner runs meanwhile).
+func (h *hold) hideTenure() {
+	if h.c.obs == nil {
+		return
+	}
+	h.mu.Lock()
+	if h.cur != nil {
+		h.cur.start = -1
+	}
+	h.mu.Unlock()
+}
+
 // end ends the current tenure, if any, with cause.
 func (h *hold) end(cause error) {
 	h.mu.Lock()
@@ -394,7 +411,7 @@ func (h *hold) endLocked(cause error) {
 		h.lost = cause
 	}
 	t.finish(cause)
-	if o := h.c.obs; o != nil && h.v.obs != "" {
+	if o := h.c.obs; o != nil && h.v.obs != "" && t.start >= 0 {
 		o.holdEnd(HoldEndInfo{Kind: h.v.obs, Name: h.name, Owner: h.owner, Token: t.token,
 			Held: o.now() - t.start, Cause: endCause(cause), Err: cause})
 	}

@@ -94,34 +94,46 @@ const (
 // tenures to theirs. It reports no tenure of its own (no HoldEnd): its members' are its.
 type MultiLock struct {
 	locks []Locker
-	order []int     // indexes into locks: the first round's order
-	err   error     // invalid members: every method returns it
-	obs   *observer // the first member's Client's observer, nil when none
-	name  string    // the members' names joined with ",", for events
+	order []int   // indexes into locks: the first round's order
+	err   error   // invalid members: every method returns it
+	obsc  *Client // the first member's Client that has an observer, nil when none
+	name  string  // the members' names joined with ",", for events
 }
 
-// observed is implemented by the locks of this package: the observer of their Client (nil
-// when it has none), and their name.
+// observed is implemented by the locks of this package: their Client when it has an
+// observer (else nil), and their name.
 type observed interface {
-	observedBy() (*observer, string)
+	observedBy() (*Client, string)
 }
 
-func (m *Mutex) observedBy() (*observer, string) {
+func (m *Mutex) observedBy() (*Client, string) {
 	if m == nil || m.c == nil {
 		return nil, ""
 	}
-	return m.c.obs, m.name
+	if m.c.obs == nil {
+		return nil, m.name
+	}
+	return m.c, m.name
 }
 
-func (rw *RWMutex) observedBy() (*observer, string) { return rw.write().observedBy() }
+func (rw *RWMutex) observedBy() (*Client, string) { return rw.write().observedBy() }
 
-func (l *ReadLocker) observedBy() (*observer, string) { return l.rwm().read().observedBy() }
+func (l *ReadLocker) observedBy() (*Client, string) { return l.rwm().read().observedBy() }
 
-func (ml *MultiLock) observedBy() (*observer, string) {
+func (ml *MultiLock) observedBy() (*Client, string) {
 	if ml == nil {
 		return nil, ""
 	}
-	return ml.obs, ml.name
+	return ml.obsc, ml.name
+}
+
+// observer is the observer the MultiLock reports to now: nil when none, or when its Client
+// is closed (a call then tells nothing).
+func (ml *MultiLock) observer() *observer {
+	if c := ml.obsc; c != nil && !c.isClosed() {
+		return c.obs
+	}
+	return nil
 }
 
 // NewMultiLock returns a MultiLock of locks (see [MultiLock] for the order it takes them
@@ -137,9 +149,9 @@ func NewMultiLock(locks ...Locker) *MultiLock {
 	names := make([]string, 0, len(locks))
 	for _, l := range ml.locks {
 		if ob, ok := l.(observed); ok {
-			o, name := ob.observedBy()
-			if ml.obs == nil {
-				ml.obs = o
+			c, name := ob.observedBy()
+			if ml.obsc == nil {
+				ml.obsc = c
 			}
 			names = append(names, name)
 		} else if n, ok := l.(interface{ Name() string }); ok {
@@ -279,7 +291,7 @@ func (ml *MultiLock) acquire(ctx context.Context, wait, lease time.Duration) (bo
 	if err := ml.check(ctx); err != nil {
 		return false, err
 	}
-	if o := ml.obs; o != nil {
+	if o := ml.observer(); o != nil {
 		si := AcquireStartInfo{Kind: KindMultiLock, Name: ml.name, Wait: waitBound(wait)}
 		if lease > 0 {
 			si.Lease = lease
@@ -448,7 +460,7 @@ func (ml *MultiLock) Unlock(ctx context.Context) error {
 	if err := ml.check(ctx); err != nil {
 		return err
 	}
-	o := ml.obs
+	o := ml.observer()
 	if o == nil {
 		return ml.giveBack(ctx, ml.order)
 	}

@@ -353,6 +353,7 @@ func (m *Mutex) claimedAtEnd(ctx context.Context, h *hold, cand *candidate, g *g
 			cctx, cancel := m.c.cleanupCtx(ctx)
 			defer cancel()
 			if gok, _, _ := m.handedOff(cctx, h, cand, nil, nil, nil); gok {
+				h.hideTenure() // a hand-off is a fresh grant
 				m.gaveBack(h, GiveBackCanceled, m.release1(cctx, h))
 			}
 		})
@@ -368,6 +369,7 @@ func (m *Mutex) claimedAtEnd(ctx context.Context, h *hold, cand *candidate, g *g
 		return true, nil // the wait bound ran out as the lock came: take it
 	case gok:
 		// The caller is gone: give it back.
+		h.hideTenure() // a hand-off is a fresh grant
 		m.later(ctx, o, g, func() { m.gaveBack(h, GiveBackCanceled, m.release1(ctx, h)) })
 	case err == nil:
 		err = gerr
@@ -673,7 +675,11 @@ func (m *Mutex) unresolved(h *hold, lease time.Duration) {
 // fails, this Client stops counting and renewing the hold (h.abandon): Redis lets it expire
 // within its lease. h.op must be held; undo runs in the background.
 func (m *Mutex) undo(ctx context.Context, h *hold, vals []int64, sent time.Time, lease time.Duration, renew bool) {
-	if err := m.grant(ctx, h, vals, sent, lease, renew, nil, nil, nil); err == nil {
+	var tr acqTrace
+	if err := m.grant(ctx, h, vals, sent, lease, renew, nil, nil, &tr); err == nil {
+		if !tr.reentered {
+			h.hideTenure()
+		}
 		m.gaveBack(h, GiveBackCanceled, m.release1(ctx, h))
 	}
 }
