@@ -50,8 +50,8 @@ import (
 // replays and give-backs, and no HoldEnd: the Client keeps no tenure of theirs (a
 // PermitSemaphore's permits expire in Redis unseen). A [MultiLock] reports its own calls
 // and its members report theirs (see [MultiLock]). A [RedLock] reports its Lock, LockLease,
-// TryLock and Unlock to the Observer of its first instance's Client; its instances' holds
-// are not reported on their own.
+// TryLock and Unlock to the Observer of the first of its Clients (in the order of their ids)
+// that has one, and no HoldEnd; its instances' holds are not reported on their own.
 type Observer struct {
 	// AcquireStart is called when a call that takes a lock or permits starts (Lock,
 	// LockLease, TryLock, RLock, Acquire, TryAcquire, Await), after its arguments were
@@ -160,18 +160,18 @@ type AcquireDoneInfo struct {
 	Took time.Duration
 	// Attempts counts the scripts the call sent to take the lock (replays excluded); a call
 	// granted by a hand-off may count fewer than one per wake-up. For Await, the reads of
-	// the count; for a MultiLock, its members' TryLock calls; for a RedLock, its rounds.
+	// the count; for a MultiLock, its members' TryLock calls. Not counted (0) for a RedLock.
 	Attempts int
 	// Waited: the first attempt was refused (or the call queued behind waiters of its
 	// Client without one), and the call waited for a release. For a MultiLock: it took more
-	// than one round.
+	// than one round. Not known (false) for a RedLock.
 	Waited bool
 	// HandedOff: the grant came from a release that passed the lock to this caller (a
 	// [Mutex]'s direct hand-off within a Client).
 	HandedOff bool
 	// Reentered: the owner already held the lock; the grant added a hold to its tenure
 	// (no HoldEnd will follow for it). Always false for the semaphores, the latch and a
-	// MultiLock.
+	// MultiLock; for a RedLock, whether the owner held it when the call began.
 	Reentered bool
 	// Token is the fencing token of the tenure granted; 0 unless acquired, and for
 	// primitives without tokens (read holds, semaphores, the latch, a MultiLock).
