@@ -161,9 +161,9 @@ func (o *observer) done(ctx, octx context.Context, si AcquireStartInfo, start ti
 		e.Err = err
 	}
 	if tr != nil {
-		e.Attempts, e.Waited, e.HandedOff = tr.attempts, tr.waited, tr.handedOff
-		if ok {
-			e.Reentered, e.Token = tr.reentered, tr.token
+		e.Attempts, e.Waited = tr.attempts, tr.waited
+		if ok { // a grant that came as the call failed is given back: it is not the caller's
+			e.HandedOff, e.Reentered, e.Token = tr.handedOff, tr.reentered, tr.token
 		}
 	}
 	o.acquireDone(octx, e)
