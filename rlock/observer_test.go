@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/rueidis"
 	"github.com/stretchr/testify/require"
 
 	"github.com/relock-go/relock/internal/redistest"
@@ -691,4 +692,62 @@ func TestObserver_nilIsInvalid(t *testing.T) {
 	_, err = rlock.New(b.rueidis(t), rlock.WithLogger(nil))
 	require.ErrorIs(t, err, rlock.ErrInvalid)
 	require.True(t, errors.Is(err, rlock.ErrInvalid))
+}
+
+// A subscription Redis refuses (an ACL user without the channel) is told down once, with
+// the refusal, however often the subscriber tries again; it never comes up.
+func TestObserver_subscriptionRefused(t *testing.T) {
+	b := realBackend(t)
+	const prefix = "norelease:"
+	var rule []string
+	for _, r := range strings.Fields(rlock.ACLRule(prefix)) {
+		if !strings.HasPrefix(r, "&") { // no channel: SUBSCRIBE is refused
+			rule = append(rule, r)
+		}
+	}
+	b.srv.Do(t, append([]string{"ACL", "SETUSER", "nochan", "reset", "on", ">pw"}, rule...)...)
+	r := &recorder{}
+	c, err := rlock.Dial(rueidis.ClientOption{InitAddress: []string{b.srv.Addr()}, Username: "nochan", Password: "pw"},
+		rlock.WithKeyPrefix(prefix), rlock.WithObserver(r.observer()))
+	require.NoError(t, err)
+	defer c.Close()
+	name := redistest.Name(t)
+	holder := b.client(t, rlock.WithKeyPrefix(prefix)).Mutex(name)
+	require.NoError(t, holder.Lock(bg))
+	ctx, cancel := context.WithCancel(bg)
+	got := make(chan error, 1)
+	go func() { got <- c.Mutex(name).Lock(ctx) }()
+	e := r.waitEvent(t, "the refusal", func(e any) bool { _, ok := e.(rlock.SubscriptionInfo); return ok })
+	s := e.(rlock.SubscriptionInfo)
+	require.False(t, s.Up)
+	require.Equal(t, holder.Key()+":released", s.Channel)
+	require.ErrorContains(t, s.Err, "NOPERM")
+	// The subscriber tries again (10ms backoff, doubling): wait until Redis refused it three
+	// times (its ACL LOG counts refusals of one kind in one entry).
+	redistest.WaitFor(t, 10*time.Second, "three refused subscriptions", func() bool {
+		log := b.srv.Do(t, "ACL", "LOG")
+		entries, err := log.ToArray()
+		require.NoError(t, err)
+		for _, en := range entries {
+			m, err := en.AsMap()
+			require.NoError(t, err)
+			rm, cm := m["reason"], m["count"]
+			reason, _ := rm.ToString()
+			n, _ := cm.AsInt64()
+			if reason == "channel" && n >= 3 {
+				return true
+			}
+		}
+		return false
+	})
+	cancel()
+	require.ErrorIs(t, await(t, got, 10*time.Second, "the waiter"), context.Canceled)
+	var subs int
+	for _, e := range r.all() {
+		if _, ok := e.(rlock.SubscriptionInfo); ok {
+			subs++
+		}
+	}
+	require.Equal(t, 1, subs, "one down, no repeat, no up")
+	require.NoError(t, holder.Unlock(bg))
 }
