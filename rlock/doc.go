@@ -119,4 +119,13 @@
 // [WithClientInfo] describe themselves, so that Inspect names the program, host and pid
 // behind an owner id. The relock command (cmd/relock) does the same from a shell, and can
 // force a lock free.
+//
+// # Observing
+//
+// [WithObserver] gives a Client an [Observer]: hooks told of every acquisition and release,
+// of the end of every tenure (with its cause: unlock, lease expired, lost, closed), of the
+// watchdog's rounds, of replays, give-backs and subscription changes; see Observer for what
+// each primitive reports and the guarantees (every Start has its Done, tenures begun and
+// ended balance, nothing after Close). [WithLogger] is an Observer that logs to an
+// [slog.Logger]. A Client without an Observer pays nothing for them.
 package rlock

@@ -51,6 +51,7 @@ type options struct {
 	observers       []*Observer // WithObserver, in the order given
 	nilObserver     bool        // WithObserver(nil) was given
 	clientInfo      *ClientInfo // WithClientInfo; nil: no record (clientinfo.go)
+	nilLogger       bool        // WithLogger(nil) was given
 }
 
 func defaultOptions() options {
@@ -91,6 +92,8 @@ func (o *options) validate() error {
 		return invalid("pub/sub mode %d is not PubSubAuto, PubSubClassic or PubSubSharded", o.pubsub)
 	case o.nilObserver:
 		return invalid("nil Observer")
+	case o.nilLogger:
+		return invalid("nil logger")
 	}
 	return nil
 }

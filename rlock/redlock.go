@@ -259,7 +259,7 @@ func (r *RedLock) instanceTimeout(lease time.Duration) time.Duration {
 //     more than a minority of the instances. Instances that cannot be reached are ridden
 //     out: Lock retries until ctx ends.
 func (r *RedLock) Lock(ctx context.Context) error {
-	_, err := r.acquire(ctx, -1, 0)
+	_, err := r.acquireObserved(ctx, -1, 0)
 	return err
 }
 
@@ -270,7 +270,7 @@ func (r *RedLock) LockLease(ctx context.Context, lease time.Duration) error {
 	if err := checkLease("lease", lease); err != nil {
 		return err
 	}
-	_, err := r.acquire(ctx, -1, lease)
+	_, err := r.acquireObserved(ctx, -1, lease)
 	return err
 }
 
@@ -286,7 +286,7 @@ func (r *RedLock) TryLock(ctx context.Context, wait, lease time.Duration) (bool,
 	if wait < 0 {
 		return false, invalid("negative wait %v", wait)
 	}
-	return r.acquire(ctx, wait, lease)
+	return r.acquireObserved(ctx, wait, lease)
 }
 
 // instResult is one instance's answer to one attempt.
@@ -985,7 +985,10 @@ func (r *RedLock) giveBackAll(ctx context.Context, rh *redHold, owner string) ([
 // is reported by the owner's next Unlock (as case 1 or 3), until one of the Clients is
 // closed: the RedLock then forgets the hold (as a Client forgets its Mutex holds at Close),
 // and Unlock reports ErrClosed, or ErrNotHeld while a majority of the Clients are open.
-func (r *RedLock) Unlock(ctx context.Context) error {
+func (r *RedLock) Unlock(ctx context.Context) (err error) {
+	if done := r.observeUnlock(ctx); done != nil {
+		defer func() { done(err) }()
+	}
 	owner, err := r.ownerOf(ctx)
 	if err != nil {
 		return err
