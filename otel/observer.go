@@ -1,0 +1,413 @@
+package relockotel
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/relock-go/relock/rlock"
+)
+
+// ScopeName is the instrumentation scope of the Meter and the Tracer that [Observer] gets
+// from its providers: the module's import path.
+const ScopeName = "github.com/relock-go/relock/otel"
+
+// The names of the spans [Observer] starts. Both are fixed: the lock's name and kind are
+// attributes, never part of the span name, so that the names stay few (as OpenTelemetry
+// asks of span names) and a query for "every acquisition" is one name.
+const (
+	// SpanAcquire spans one acquisition call (Lock, LockLease, TryLock, RLock, Acquire,
+	// TryAcquire, Await), from its AcquireStart to its AcquireDone.
+	SpanAcquire = "relock.acquire"
+	// SpanRelease spans one release call (Unlock, RUnlock, Release, CountDown), from its
+	// ReleaseStart to its ReleaseDone.
+	SpanRelease = "relock.release"
+)
+
+// The names of the metrics. The README's "OpenTelemetry" section has them as a table.
+const (
+	MetricAcquireDuration     = "relock.acquire.duration"     // histogram, s
+	MetricWaitDuration        = "relock.wait.duration"        // histogram, s
+	MetricHoldDuration        = "relock.hold.duration"        // histogram, s
+	MetricReleaseDuration     = "relock.release.duration"     // histogram, s
+	MetricRenewalDuration     = "relock.renewal.duration"     // histogram, s
+	MetricGrants              = "relock.acquire.grants"       // counter, {grant}
+	MetricContended           = "relock.acquire.contended"    // counter, {acquisition}
+	MetricLosses              = "relock.hold.losses"          // counter, {loss}
+	MetricRenewals            = "relock.renewal.leases"       // counter, {lease}
+	MetricRenewalFailures     = "relock.renewal.failures"     // counter, {lease}
+	MetricRenewalScripts      = "relock.renewal.scripts"      // counter, {script}
+	MetricReplays             = "relock.replays"              // counter, {replay}
+	MetricSubscriptionChanges = "relock.subscription.changes" // counter, {change}
+	MetricHoldsActive         = "relock.hold.active"          // up-down counter, {hold}
+	MetricAcquiresActive      = "relock.acquire.active"       // up-down counter, {call}
+)
+
+// The attribute keys of metrics and spans.
+const (
+	// AttrKind is the primitive's kind ([rlock.Kind]: "mutex", "read_lock"...), on every
+	// per-lock metric and every span.
+	AttrKind = attribute.Key("relock.kind")
+	// AttrOutcome is how an acquisition ended ([rlock.Outcome]: "acquired", "busy",
+	// "canceled", "error").
+	AttrOutcome = attribute.Key("relock.outcome")
+	// AttrEndCause is why a tenure ended ([rlock.EndCause]: "unlock", "lease_expired",
+	// "lost", "closed").
+	AttrEndCause = attribute.Key("relock.end_cause")
+	// AttrLockName is the lock's name as given to the Client: on every span, and on the
+	// per-lock metrics only with [WithNameAttribute].
+	AttrLockName = attribute.Key("relock.lock.name")
+	// AttrReentered: the grant added a hold to the owner's tenure (a re-entry).
+	AttrReentered = attribute.Key("relock.reentered")
+	// AttrHandedOff: the grant came from a release that passed the lock on (acquisitions),
+	// or the release passed it on (releases).
+	AttrHandedOff = attribute.Key("relock.handed_off")
+	// AttrReplayOp is what a replay sent again: "acquire", "release" or "renew".
+	AttrReplayOp = attribute.Key("relock.replay.op")
+	// AttrReplayResult is what came of a replay: "answered" (the outcome is known) or
+	// "unknown" (it stayed unknown: the call returned an error wrapping
+	// [rlock.ErrUnknownOutcome]).
+	AttrReplayResult = attribute.Key("relock.replay.result")
+	// AttrSubscriptionState is "down" when a channel that waiters listen on stopped being
+	// served, "up" when it is served again.
+	AttrSubscriptionState = attribute.Key("relock.subscription.state")
+	// AttrErrorType classifies a failure, as OpenTelemetry's error.type does: one of
+	// "unknown_outcome", "closed", "lock_lost", "not_held", "no_replica_ack", "wrong_type",
+	// "no_permission", "upgrade", "invalid", "canceled", "deadline_exceeded" or "_OTHER".
+	// It is on failed acquisitions (outcome "error") and failed releases, metrics and spans.
+	AttrErrorType = attribute.Key("error.type")
+
+	// AttrToken is the fencing token of the tenure granted (spans of acquisitions that
+	// acquired).
+	AttrToken = attribute.Key("relock.token")
+	// AttrWaited: the first attempt was refused and the call waited (acquisition spans).
+	AttrWaited = attribute.Key("relock.waited")
+	// AttrAttempts counts the acquire scripts the call sent (acquisition spans).
+	AttrAttempts = attribute.Key("relock.attempts")
+	// AttrWait is the bound on the call's wait in seconds, -1 for none (acquisition spans).
+	AttrWait = attribute.Key("relock.wait")
+	// AttrLease is the fixed lease asked for in seconds, 0 for watchdog mode (acquisition
+	// spans).
+	AttrLease = attribute.Key("relock.lease")
+	// AttrPermits is how many permits the call takes or gives back (spans of semaphore
+	// calls; absent for locks).
+	AttrPermits = attribute.Key("relock.permits")
+	// AttrFreed: the release gave back the owner's last hold, ending its tenure (release
+	// spans).
+	AttrFreed = attribute.Key("relock.freed")
+)
+
+// Histogram bucket boundaries, in seconds. The SDK's default boundaries (0 to 10000) are
+// meant for milliseconds; these follow OpenTelemetry's HTTP duration buckets for calls, and
+// reach an hour for holds.
+var (
+	callBuckets = []float64{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}
+	holdBuckets = []float64{0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 600, 1800, 3600}
+)
+
+// Observer returns an [rlock.Observer] that records relock's metrics on a Meter and starts
+// spans on a Tracer, both named [ScopeName], from the providers the options give (the
+// global ones by default). Pass it to [rlock.WithObserver]:
+//
+//	obs, err := relockotel.Observer()
+//	if err != nil { ... }
+//	c, err := rlock.Dial(opt, rlock.WithObserver(obs))
+//
+// The Observer has every hook set. It keeps no state of its own (every figure lives in the
+// instruments) and starts no goroutine, so there is nothing to close; one Observer may serve
+// many Clients, whose figures then add up. Its hooks never block and never panic, whatever
+// the events; a Done hook given a context that its Start hook did not return records its
+// metrics and ends no span.
+//
+// Observer returns an error wrapping [rlock.ErrInvalid] for a nil Option or a nil provider,
+// or the error of the Meter when it refuses an instrument (the Observer is then not made).
+func Observer(opts ...Option) (*rlock.Observer, error) {
+	for i, opt := range opts {
+		if opt == nil {
+			return nil, fmt.Errorf("relockotel: option %d is nil: %w", i, rlock.ErrInvalid)
+		}
+	}
+	o := buildOptions(opts)
+	if o.nilMP {
+		return nil, fmt.Errorf("relockotel: nil MeterProvider: %w", rlock.ErrInvalid)
+	}
+	if o.nilTP {
+		return nil, fmt.Errorf("relockotel: nil TracerProvider: %w", rlock.ErrInvalid)
+	}
+	r, err := newRecorder(o)
+	if err != nil {
+		return nil, err
+	}
+	return &rlock.Observer{
+		AcquireStart: r.acquireStart,
+		AcquireDone:  r.acquireDone,
+		ReleaseStart: r.releaseStart,
+		ReleaseDone:  r.releaseDone,
+		HoldEnd:      r.holdEnd,
+		RenewalRound: r.renewalRound,
+		Replay:       r.replay,
+		Subscription: r.subscription,
+	}, nil
+}
+
+// recorder holds the instruments; its methods are the Observer's hooks. Every field is set
+// by newRecorder and never changed, so the hooks may run concurrently.
+type recorder struct {
+	withName bool
+	tracer   trace.Tracer
+
+	acquireDur, waitDur, holdDur, releaseDur, renewDur                     metric.Float64Histogram
+	grants, contended, losses, renewals, renewFails, renewScripts, replays metric.Int64Counter
+	subChanges                                                             metric.Int64Counter
+	holdsActive, acquiresActive                                            metric.Int64UpDownCounter
+}
+
+func newRecorder(o options) (*recorder, error) {
+	m := o.mp.Meter(ScopeName)
+	r := &recorder{withName: o.withName, tracer: o.tp.Tracer(ScopeName)}
+	var errs []error
+	hist := func(name, desc string, buckets []float64) metric.Float64Histogram {
+		h, err := m.Float64Histogram(name, metric.WithUnit("s"), metric.WithDescription(desc),
+			metric.WithExplicitBucketBoundaries(buckets...))
+		errs = append(errs, err)
+		return h
+	}
+	counter := func(name, unit, desc string) metric.Int64Counter {
+		c, err := m.Int64Counter(name, metric.WithUnit(unit), metric.WithDescription(desc))
+		errs = append(errs, err)
+		return c
+	}
+	upDown := func(name, unit, desc string) metric.Int64UpDownCounter {
+		c, err := m.Int64UpDownCounter(name, metric.WithUnit(unit), metric.WithDescription(desc))
+		errs = append(errs, err)
+		return c
+	}
+	r.acquireDur = hist(MetricAcquireDuration, "Duration of lock and permit acquisition calls, whatever their outcome.", callBuckets)
+	r.waitDur = hist(MetricWaitDuration, "Duration of the acquisition calls that waited for a release (their first attempt was refused).", callBuckets)
+	r.holdDur = hist(MetricHoldDuration, "How long tenures lasted, from the grant to their end.", holdBuckets)
+	r.releaseDur = hist(MetricReleaseDuration, "Duration of release calls.", callBuckets)
+	r.renewDur = hist(MetricRenewalDuration, "Duration of the watchdog's renewal rounds.", callBuckets)
+	r.grants = counter(MetricGrants, "{grant}", "Acquisitions that acquired, re-entries included.")
+	r.contended = counter(MetricContended, "{acquisition}", "Acquisitions that found the lock taken and waited.")
+	r.losses = counter(MetricLosses, "{loss}", "Tenures lost while held (the owner was told with ErrLockLost).")
+	r.renewals = counter(MetricRenewals, "{lease}", "Leases the watchdog renewed or tried to.")
+	r.renewFails = counter(MetricRenewalFailures, "{lease}", "Leases whose renewal failed (lost, or to be retried).")
+	r.renewScripts = counter(MetricRenewalScripts, "{script}", "Renew scripts the watchdog sent.")
+	r.replays = counter(MetricReplays, "{replay}", "Requests sent again because their reply was lost.")
+	r.subChanges = counter(MetricSubscriptionChanges, "{change}", "Channels that waiters listen on going down or coming back.")
+	r.holdsActive = upDown(MetricHoldsActive, "{hold}", "Tenures held now (a re-entry does not count twice).")
+	r.acquiresActive = upDown(MetricAcquiresActive, "{call}", "Acquisition calls in flight: sending their first attempt or waiting.")
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("relockotel: make instruments: %w", err)
+	}
+	return r, nil
+}
+
+// spanKey is the context key under which a Start hook leaves its span for the Done hook. A
+// key of its own (rather than trace.SpanFromContext) keeps a Done hook from ending a span
+// that another Observer, or the caller, put in the context.
+type spanKey struct{}
+
+// hasTenure reports whether acquisitions of kind start tenures that end with a HoldEnd
+// event: the locks do; counted permits and latches are not held by an owner.
+func hasTenure(k rlock.Kind) bool {
+	switch k {
+	case rlock.KindSemaphore, rlock.KindPermitSemaphore, rlock.KindLatch:
+		return false
+	}
+	return true
+}
+
+// lockAttrs returns the attributes every per-lock metric carries, then extra.
+func (r *recorder) lockAttrs(kind rlock.Kind, name string, extra ...attribute.KeyValue) metric.MeasurementOption {
+	kv := make([]attribute.KeyValue, 0, 2+len(extra))
+	kv = append(kv, AttrKind.String(string(kind)))
+	if r.withName {
+		kv = append(kv, AttrLockName.String(name))
+	}
+	kv = append(kv, extra...)
+	return metric.WithAttributeSet(attribute.NewSet(kv...))
+}
+
+func (r *recorder) acquireStart(ctx context.Context, e rlock.AcquireStartInfo) context.Context {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	r.acquiresActive.Add(ctx, 1, r.lockAttrs(e.Kind, e.Name))
+	ctx, span := r.tracer.Start(ctx, SpanAcquire, trace.WithSpanKind(trace.SpanKindInternal))
+	if span.IsRecording() {
+		wait := -1.0
+		if e.Wait >= 0 {
+			wait = e.Wait.Seconds()
+		}
+		span.SetAttributes(AttrLockName.String(e.Name), AttrKind.String(string(e.Kind)),
+			AttrWait.Float64(wait), AttrLease.Float64(e.Lease.Seconds()))
+		if e.Permits != 0 {
+			span.SetAttributes(AttrPermits.Int(e.Permits))
+		}
+	}
+	return context.WithValue(ctx, spanKey{}, span)
+}
+
+func (r *recorder) acquireDone(ctx context.Context, e rlock.AcquireDoneInfo) {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	r.acquiresActive.Add(ctx, -1, r.lockAttrs(e.Kind, e.Name))
+	outcome := AttrOutcome.String(string(e.Outcome))
+	errType := attribute.KeyValue{}
+	if e.Outcome == rlock.OutcomeError {
+		errType = AttrErrorType.String(errorType(e.Err))
+		r.acquireDur.Record(ctx, e.Took.Seconds(), r.lockAttrs(e.Kind, e.Name, outcome, errType))
+	} else {
+		r.acquireDur.Record(ctx, e.Took.Seconds(), r.lockAttrs(e.Kind, e.Name, outcome))
+	}
+	if e.Waited {
+		at := r.lockAttrs(e.Kind, e.Name, outcome)
+		r.waitDur.Record(ctx, e.Took.Seconds(), at)
+		r.contended.Add(ctx, 1, at)
+	}
+	if e.Outcome == rlock.OutcomeAcquired {
+		r.grants.Add(ctx, 1, r.lockAttrs(e.Kind, e.Name, AttrReentered.Bool(e.Reentered), AttrHandedOff.Bool(e.HandedOff)))
+		if !e.Reentered && hasTenure(e.Kind) {
+			r.holdsActive.Add(ctx, 1, r.lockAttrs(e.Kind, e.Name))
+		}
+	}
+
+	span, ok := ctx.Value(spanKey{}).(trace.Span)
+	if !ok {
+		return
+	}
+	if span.IsRecording() {
+		span.SetAttributes(outcome, AttrWaited.Bool(e.Waited), AttrAttempts.Int(e.Attempts),
+			AttrHandedOff.Bool(e.HandedOff), AttrReentered.Bool(e.Reentered))
+		if e.Outcome == rlock.OutcomeAcquired {
+			span.SetAttributes(AttrToken.Int64(e.Token))
+		}
+		if e.Outcome == rlock.OutcomeError {
+			span.SetAttributes(errType)
+			fail(span, e.Err)
+		}
+	}
+	span.End()
+}
+
+func (r *recorder) releaseStart(ctx context.Context, e rlock.ReleaseStartInfo) context.Context {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	ctx, span := r.tracer.Start(ctx, SpanRelease, trace.WithSpanKind(trace.SpanKindInternal))
+	if span.IsRecording() {
+		span.SetAttributes(AttrLockName.String(e.Name), AttrKind.String(string(e.Kind)))
+		if e.Permits != 0 {
+			span.SetAttributes(AttrPermits.Int(e.Permits))
+		}
+	}
+	return context.WithValue(ctx, spanKey{}, span)
+}
+
+func (r *recorder) releaseDone(ctx context.Context, e rlock.ReleaseDoneInfo) {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	errType := attribute.KeyValue{}
+	if e.Err != nil {
+		errType = AttrErrorType.String(errorType(e.Err))
+		r.releaseDur.Record(ctx, e.Took.Seconds(), r.lockAttrs(e.Kind, e.Name, errType))
+	} else {
+		r.releaseDur.Record(ctx, e.Took.Seconds(), r.lockAttrs(e.Kind, e.Name))
+	}
+	span, ok := ctx.Value(spanKey{}).(trace.Span)
+	if !ok {
+		return
+	}
+	if span.IsRecording() {
+		span.SetAttributes(AttrFreed.Bool(e.Freed), AttrHandedOff.Bool(e.HandedOff))
+		if e.Err != nil {
+			span.SetAttributes(errType)
+			fail(span, e.Err)
+		}
+	}
+	span.End()
+}
+
+func (r *recorder) holdEnd(e rlock.HoldEndInfo) {
+	ctx := context.Background()
+	r.holdDur.Record(ctx, e.Held.Seconds(), r.lockAttrs(e.Kind, e.Name, AttrEndCause.String(string(e.Cause))))
+	if hasTenure(e.Kind) {
+		r.holdsActive.Add(ctx, -1, r.lockAttrs(e.Kind, e.Name))
+	}
+	if e.Cause == rlock.EndLost {
+		r.losses.Add(ctx, 1, r.lockAttrs(e.Kind, e.Name))
+	}
+}
+
+func (r *recorder) renewalRound(e rlock.RenewalRoundInfo) {
+	ctx := context.Background()
+	r.renewDur.Record(ctx, e.Took.Seconds())
+	r.renewals.Add(ctx, int64(e.Leases))
+	r.renewFails.Add(ctx, int64(e.Failures))
+	r.renewScripts.Add(ctx, int64(e.Scripts))
+}
+
+func (r *recorder) replay(e rlock.ReplayInfo) {
+	result := "answered"
+	if e.Err != nil {
+		result = "unknown"
+	}
+	r.replays.Add(context.Background(), 1, r.lockAttrs(e.Kind, e.Name,
+		AttrReplayOp.String(e.Op), AttrReplayResult.String(result)))
+}
+
+func (r *recorder) subscription(e rlock.SubscriptionInfo) {
+	state := "down"
+	if e.Up {
+		state = "up"
+	}
+	r.subChanges.Add(context.Background(), 1, metric.WithAttributeSet(attribute.NewSet(AttrSubscriptionState.String(state))))
+}
+
+// fail marks span as failed with err (a nil err still marks it: the event said so).
+func fail(span trace.Span, err error) {
+	msg := "failed"
+	if err != nil {
+		msg = err.Error()
+		span.RecordError(err)
+	}
+	span.SetStatus(codes.Error, msg)
+}
+
+// errorTypes maps relock's sentinels to error.type values, the most telling first: an
+// error that wraps several (an unknown outcome because the Client closed) gets the first.
+var errorTypes = []struct {
+	err  error
+	name string
+}{
+	{rlock.ErrUnknownOutcome, "unknown_outcome"},
+	{rlock.ErrClosed, "closed"},
+	{rlock.ErrLockLost, "lock_lost"},
+	{rlock.ErrNotHeld, "not_held"},
+	{rlock.ErrNoReplicaAck, "no_replica_ack"},
+	{rlock.ErrWrongType, "wrong_type"},
+	{rlock.ErrNoPermission, "no_permission"},
+	{rlock.ErrUpgrade, "upgrade"},
+	{rlock.ErrInvalid, "invalid"},
+	{context.Canceled, "canceled"},
+	{context.DeadlineExceeded, "deadline_exceeded"},
+}
+
+// errorType returns the error.type value of err: a bounded set of names, "_OTHER" for an
+// error relock has no sentinel for (OpenTelemetry's fallback value).
+func errorType(err error) string {
+	for _, t := range errorTypes {
+		if errors.Is(err, t.err) {
+			return t.name
+		}
+	}
+	return "_OTHER"
+}
