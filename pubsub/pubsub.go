@@ -69,6 +69,36 @@ func (f optionFunc) apply(s *Subscriber) { f(s) }
 // WithLinger sets how long a channel stays subscribed after its last waiter left (>= 0).
 func WithLinger(d time.Duration) Option { return optionFunc(func(s *Subscriber) { s.linger = d }) }
 
+// WithNotify sets f to be told when a channel that waiters listen on stops being served
+// (up false, with why: its connection broke, Redis refused the subscription, or ended it
+// because the channel's slot moved) and when it is served again (up true, err nil: Redis
+// confirmed the subscription anew). Only channels with waiters are reported, each down at
+// most once until it is up again; a channel whose last waiter leaves while it is down is
+// reported no further. Nothing is reported as the Subscriber closes. f runs on the
+// Subscriber's goroutines (or rueidis's reader), outside its locks: it must be quick and
+// must not block, nor call the Subscriber.
+func WithNotify(f func(channel string, up bool, err error)) Option {
+	return optionFunc(func(s *Subscriber) { s.notify = f })
+}
+
+// errUnsubscribed is why a sharded channel that Redis unsubscribed on its own (its slot
+// moved) stopped being served.
+var errUnsubscribed = errors.New("pubsub: the server ended the subscription (its slot moved)")
+
+// notice is one report for WithNotify, made under Subscriber.mu and told after it.
+type notice struct {
+	channel string
+	up      bool
+	err     error
+}
+
+// tell reports ns (WithNotify). Subscriber.mu must not be held.
+func (s *Subscriber) tell(ns []notice) {
+	for _, n := range ns {
+		s.notify(n.channel, n.up, n.err)
+	}
+}
+
 // WithSharded makes the channels sharded channels (SSUBSCRIBE; their messages must be sent
 // with SPUBLISH), for a client in Cluster mode on Redis 7 or later. New refuses it for a
 // client in another mode.
@@ -80,6 +110,7 @@ type Subscriber struct {
 	client  rueidis.Client
 	linger  time.Duration
 	sharded bool
+	notify  func(channel string, up bool, err error) // WithNotify; nil: nobody is told
 
 	mu      sync.Mutex
 	chans   map[string]*channel
@@ -112,6 +143,7 @@ type channel struct {
 	live       bool      // Redis confirmed the subscription on the current connection
 	seq        uint64    // messages received
 	idleSince  time.Time // when the last waiter left
+	down       bool      // reported down (WithNotify) and not up since
 }
 
 // New returns a Subscriber for client. It starts nothing until the first Watch.
@@ -421,20 +453,31 @@ func (s *Subscriber) onMessage(cn *conn, gen uint64, m rueidis.PubSubMessage) {
 
 // onSubscription runs on rueidis's reader goroutine: it must not block.
 func (s *Subscriber) onSubscription(cn *conn, gen uint64, e rueidis.PubSubSubscription) {
+	if n, ok := s.subscription(cn, gen, e); ok {
+		s.tell([]notice{n})
+	}
+}
+
+// subscription is onSubscription under Subscriber.mu; it returns what to tell (WithNotify).
+func (s *Subscriber) subscription(cn *conn, gen uint64, e rueidis.PubSubSubscription) (n notice, tell bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if gen != cn.gen {
-		return
+		return n, false
 	}
 	c := s.chans[e.Channel]
 	if c == nil || c.home != cn || !c.subscribed {
-		return
+		return n, false
 	}
 	switch e.Kind {
 	case "subscribe", "ssubscribe":
 		if !c.live {
 			c.live = true
 			c.wakeAll()
+			if c.down && s.notify != nil && !s.closed {
+				c.down = false
+				return notice{channel: c.name, up: true}, true
+			}
 		}
 	case "sunsubscribe":
 		// Not asked for (a channel this Subscriber unsubscribes is forgotten first): Redis
@@ -448,8 +491,13 @@ func (s *Subscriber) onSubscription(cn *conn, gen uint64, e rueidis.PubSubSubscr
 		c.wakeAll()
 		if len(c.waiters) > 0 {
 			cn.poke()
+			if !c.down && s.notify != nil && !s.closed {
+				c.down = true
+				return notice{channel: c.name, err: errUnsubscribed}, true
+			}
 		}
 	}
+	return n, false
 }
 
 // router finds the homes of sharded channels that have none: it reads where every slot
@@ -685,19 +733,32 @@ func (s *Subscriber) serve(cn *conn) {
 		OnSubscription: func(e rueidis.PubSubSubscription) { s.onSubscription(cn, gen, e) },
 	})
 	lost := make(chan struct{})
+	broke := make(chan error, 1) // why the connection broke, sent before cancel
 	go func() {
 		defer close(lost)
 		select {
-		case <-errs:
+		case err := <-errs:
+			broke <- err
 			cancel()
 		case <-ctx.Done():
 		}
 	}()
+	var why error // why serve ends: a refused or failed (un)subscription
+
 	defer func() {
 		cancel()
 		<-lost
 	}()
 	defer func() {
+		select {
+		case err := <-broke:
+			why = err
+		default:
+		}
+		if why == nil {
+			why = errors.New("pubsub: connection lost")
+		}
+		var ns []notice
 		s.mu.Lock()
 		if cn.gen == gen {
 			cn.gen++ // messages of this connection are stale from now on
@@ -706,9 +767,14 @@ func (s *Subscriber) serve(cn *conn) {
 			if c.home == cn {
 				c.subscribed, c.live = false, false
 				c.wakeAll()
+				if len(c.waiters) > 0 && !c.down && s.notify != nil && s.ctx.Err() == nil {
+					c.down = true
+					ns = append(ns, notice{channel: c.name, err: why})
+				}
 			}
 		}
 		s.mu.Unlock()
+		s.tell(ns)
 	}()
 
 	timer := time.NewTimer(time.Hour)
@@ -718,11 +784,13 @@ func (s *Subscriber) serve(cn *conn) {
 		if !s.sharded {
 			if len(unsub) > 0 {
 				if err := dc.Do(ctx, dc.B().Unsubscribe().Channel(unsub...).Build()).Error(); err != nil {
+					why = err
 					return
 				}
 			}
 			if len(sub) > 0 {
 				if err := dc.Do(ctx, dc.B().Subscribe().Channel(sub...).Build()).Error(); err != nil {
+					why = err
 					return
 				}
 			}
@@ -731,6 +799,7 @@ func (s *Subscriber) serve(cn *conn) {
 			for _, ch := range unsub {
 				if err := dc.Do(ctx, dc.B().Sunsubscribe().Channel(ch).Build()).Error(); err != nil {
 					if !s.moved(cn, ch, err) {
+						why = err
 						return
 					}
 				}
@@ -738,6 +807,7 @@ func (s *Subscriber) serve(cn *conn) {
 			for _, ch := range sub {
 				if err := dc.Do(ctx, dc.B().Ssubscribe().Channel(ch).Build()).Error(); err != nil {
 					if !s.moved(cn, ch, err) {
+						why = err
 						return
 					}
 				}

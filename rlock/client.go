@@ -37,6 +37,9 @@ type Client struct {
 
 	wd  *watchdog.Watchdog
 	sub *pubsub.Subscriber
+	// obs dispatches events to the Observers (WithObserver, WithLogger); nil when there is
+	// none, and then no event is built (observe.go).
+	obs *observer
 	// pubMark is the first byte of every channel argument of a script: "P" to PUBLISH, "S"
 	// to SPUBLISH (sharded pub/sub; see WithPubSub and lua/lib_publish.lua).
 	pubMark string
@@ -80,6 +83,7 @@ func New(client rueidis.Client, opts ...Option) (*Client, error) {
 		handoffs: make(map[string]*handoffQueue),
 		stale:    make(map[holdKey]staleRec),
 	}
+	c.obs = newObserver(o.observers)
 	c.wdLease = strconv.FormatInt(o.watchdogTimeout.Milliseconds(), 10)
 	c.life, c.endLife = context.WithCancelCause(context.Background())
 	c.flags.Store(true)
@@ -95,6 +99,11 @@ func New(client rueidis.Client, opts ...Option) (*Client, error) {
 	if o.pubsub == PubSubSharded || o.pubsub == PubSubAuto && cluster {
 		c.pubMark = "S"
 		psOpts = append(psOpts, pubsub.WithSharded())
+	}
+	if obs := c.obs; obs != nil {
+		psOpts = append(psOpts, pubsub.WithNotify(func(channel string, up bool, err error) {
+			obs.subscription(SubscriptionInfo{Channel: channel, Up: up, Err: err})
+		}))
 	}
 	if c.sub, err = pubsub.New(client, psOpts...); err != nil {
 		return nil, invalid("%v", err)
@@ -401,7 +410,35 @@ type renewer struct{ c *Client }
 // trip per node rather than one per slot. A slot's script that Redis cannot run while the
 // slot migrates (TRYAGAIN: some of its keys moved, others not) is sent again as one script
 // per lease, each of which the node that has its key serves (rueidis follows ASK).
+//
+// With an observer, each call is one round told to RenewalRound.
 func (r renewer) Renew(ctx context.Context, leases []*watchdog.Lease) []error {
+	o := r.c.obs
+	if o == nil {
+		errs, _ := r.renew(ctx, leases)
+		return errs
+	}
+	start := o.now()
+	errs, scripts := r.renew(ctx, leases)
+	e := RenewalRoundInfo{Leases: len(leases), Scripts: scripts, Took: o.now() - start}
+	for _, err := range errs {
+		if err == nil {
+			continue
+		}
+		e.Failures++
+		if e.Err == nil {
+			e.Err = err
+		}
+		if errors.Is(err, watchdog.ErrGone) {
+			e.Lost++
+		}
+	}
+	o.renewalRound(e)
+	return errs
+}
+
+// renew is Renew; it also returns how many renew scripts it sent.
+func (r renewer) renew(ctx context.Context, leases []*watchdog.Lease) ([]error, int) {
 	type group struct {
 		v    *variant
 		ttl  time.Duration
@@ -420,7 +457,7 @@ func (r renewer) Renew(ctx context.Context, leases []*watchdog.Lease) []error {
 		if same {
 			v := first.Data.(*hold).v
 			keys, args := r.keysArgs(v, leases)
-			return r.parse(r.c.exec(ctx, v.renew, keys, args), len(leases))
+			return r.parse(r.c.exec(ctx, v.renew, keys, args), len(leases)), 1
 		}
 	}
 	at := make(map[group]int)
@@ -472,7 +509,7 @@ func (r renewer) Renew(ctx context.Context, leases []*watchdog.Lease) []error {
 			errs[single[k]] = r.parse(res, 1)[0]
 		}
 	}
-	return errs
+	return errs, len(groups) + len(single)
 }
 
 // slotSplit reports whether err is Redis declining a multi-key script because its keys'

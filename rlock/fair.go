@@ -74,7 +74,7 @@ type FairMutex struct {
 
 // fairVariant is the first-come, first-served Mutex.
 var fairVariant = &variant{
-	kind: "fair lock", acquire: lua.FairAcquire, release: lua.FairRelease, renew: lua.Renew,
+	kind: "fair lock", obs: KindFairMutex, acquire: lua.FairAcquire, release: lua.FairRelease, renew: lua.Renew,
 	force: lua.ForceRelease, forceMessage: pubsub.WakeAll, tagged: true,
 	acquireExtra: fairAcquireExtra, releaseExtra: fairReleaseExtra, leave: fairLeave,
 }

@@ -21,6 +21,7 @@ type hold struct {
 	c     *Client
 	keys  lockKeys
 	v     *variant
+	name  string // the lock's name, for events
 	owner string
 	refs  int // operations in progress; guarded by c.mu
 
@@ -60,6 +61,10 @@ type tenure struct {
 	renew bool
 	end   time.Time // conservative end of the lease as last granted (fixed leases)
 	gone  time.Time // by then Redis has surely let the lease as last granted expire (fixed leases)
+	// start is when the grant's reply came, on the observation clock (observer.now); set
+	// only when the Client has an observer, for HoldEnd's Held. -1: a tenure no caller was
+	// told of (hideTenure), whose end is not reported.
+	start time.Duration
 }
 
 // lockOp takes h.op, waiting at most until ctx ends.
@@ -113,7 +118,7 @@ func (c *Client) ref(m *Mutex, owner string) (*hold, error) {
 		if sp := m.spare; sp != nil && sp.owner == owner && sp.refs == 0 {
 			h = sp
 		} else {
-			h = &hold{c: c, keys: m.keys, v: m.v, owner: owner, op: make(chan struct{}, 1)}
+			h = &hold{c: c, keys: m.keys, v: m.v, name: m.name, owner: owner, op: make(chan struct{}, 1)}
 		}
 		c.holds[k] = h
 	}
@@ -193,8 +198,8 @@ func (c *Client) forgetLocked(h *hold) {
 // Redis; holds whose give-back failed), which the grant has now joined to a live tenure, or
 // holds of the same owner id taken through another Client. granted records its own hold
 // and returns how many holds Redis counts beyond this Client's: the caller decides which of
-// them to give back.
-func (h *hold) granted(token, holds int64, sent time.Time, lease time.Duration, renew bool) (extra int64, err error) {
+// them to give back. fresh reports that the grant began a tenure (else it re-entered one).
+func (h *hold) granted(token, holds int64, sent time.Time, lease time.Duration, renew bool) (fresh bool, extra int64, err error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.lost != nil {
@@ -204,7 +209,7 @@ func (h *hold) granted(token, holds int64, sent time.Time, lease time.Duration, 
 		// recording it would start a new tenure over the lost holds, and the end of its
 		// lease would then wipe their count and the loss with it. The grant is refused like
 		// any acquire after a loss, and given back (grant).
-		return 0, h.lost
+		return false, 0, h.lost
 	}
 	if holds == 1 && h.count > 0 {
 		cause := errorf("%w: it was gone from Redis when the owner re-entered", ErrLockLost)
@@ -214,11 +219,11 @@ func (h *hold) granted(token, holds int64, sent time.Time, lease time.Duration, 
 		} else if h.lost == nil {
 			h.lost = cause
 		}
-		return 0, cause
+		return false, 0, cause
 	}
 	extra = max(0, holds-int64(h.count)-1)
 	t := h.cur
-	fresh := t == nil
+	fresh = t == nil
 	if fresh {
 		t = &tenure{token: token}
 		h.expired = false
@@ -227,7 +232,7 @@ func (h *hold) granted(token, holds int64, sent time.Time, lease time.Duration, 
 	gone := goneBy(lease)
 	if !fresh && (t.renew || (!renew && !end.After(t.end))) {
 		h.count++
-		return extra, nil // the lease in force already covers this hold
+		return false, extra, nil // the lease in force already covers this hold
 	}
 	// A fresh tenure, or a re-entry that extends a fixed lease or turns the watchdog on.
 	var l *watchdog.Lease
@@ -243,15 +248,15 @@ func (h *hold) granted(token, holds int64, sent time.Time, lease time.Duration, 
 			// The re-entry's own lease ran out before its reply came back: the lease in
 			// force still covers the hold.
 			h.count++
-			return extra, nil
+			return false, extra, nil
 		}
 		// The grant came back after its lease had run out on this clock (Redis stalled),
 		// or the Client is closing: it is of no use and not recorded.
 		t.finish(ErrNotHeld)
 		if errors.Is(err, watchdog.ErrClosed) {
-			return 0, err
+			return false, 0, err
 		}
-		return 0, errorf("%w: %w", errLateGrant, err)
+		return false, 0, errorf("%w: %w", errLateGrant, err)
 	}
 	if t.lease != nil {
 		h.c.wd.Remove(t.lease)
@@ -260,9 +265,12 @@ func (h *hold) granted(token, holds int64, sent time.Time, lease time.Duration, 
 	if gone.After(t.gone) {
 		t.gone = gone
 	}
+	if fresh && h.c.obs != nil {
+		t.start = h.c.obs.now()
+	}
 	h.cur = t
 	h.count++
-	return extra, nil
+	return fresh, extra, nil
 }
 
 // errLateGrant: a grant arrived too late to be used; the caller gives it back. It wraps
@@ -359,6 +367,22 @@ func (h *hold) released(remaining int64) (extra int64, known int) {
 	return extra, known
 }
 
+// hideTenure marks h's current tenure as one that no caller was told of: a fresh grant
+// that reached a caller who had gone, about to be given back. Its end is not reported
+// (HoldEnd), so that the observer's tenures begun (AcquireDone acquired, not re-entered) and
+// ended balance; the give-back is reported instead (GiveBack canceled). Only with an
+// observer; h.op must be held (no other grant of the owner runs meanwhile).
+func (h *hold) hideTenure() {
+	if h.c.obs == nil {
+		return
+	}
+	h.mu.Lock()
+	if h.cur != nil {
+		h.cur.start = -1
+	}
+	h.mu.Unlock()
+}
+
 // end ends the current tenure, if any, with cause.
 func (h *hold) end(cause error) {
 	h.mu.Lock()
@@ -376,7 +400,9 @@ func (h *hold) stopLease() {
 	}
 }
 
-// endLocked ends the current tenure with cause. h.mu must be held.
+// endLocked ends the current tenure with cause. h.mu must be held. It is the one place
+// where a recorded tenure ends, so the observer's HoldEnd is told here, once per tenure,
+// after the tenure's Done and HoldContext have been told.
 func (h *hold) endLocked(cause error) {
 	t := h.cur
 	h.cur = nil
@@ -385,6 +411,10 @@ func (h *hold) endLocked(cause error) {
 		h.lost = cause
 	}
 	t.finish(cause)
+	if o := h.c.obs; o != nil && h.v.obs != "" && t.start >= 0 {
+		o.holdEnd(HoldEndInfo{Kind: h.v.obs, Name: h.name, Owner: h.owner, Token: t.token,
+			Held: o.now() - t.start, Cause: endCause(cause), Err: cause})
+	}
 }
 
 // finish closes the tenure's done channel and, before it returns, cancels every context

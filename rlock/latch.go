@@ -123,7 +123,8 @@ func (l *CountDownLatch) run(ctx context.Context, op string, s *lua.Script, args
 		cctx, cancel := l.c.cleanupCtx(ctx)
 		defer cancel()
 		var res rueidis.RedisResult
-		if res, err = l.c.replay(cctx, ctx, s, keys, args, err); err == nil {
+		site := replaySite{kind: KindLatch, name: l.name, op: replayOp(op)}
+		if res, err = l.c.replay(cctx, ctx, site, s, keys, args, err); err == nil {
 			n, err = res.AsInt64()
 		}
 	}
@@ -167,7 +168,16 @@ func (l *CountDownLatch) CountDown(ctx context.Context) error {
 	if err := l.check(ctx, "count down latch"); err != nil {
 		return err
 	}
-	_, err := l.run(ctx, "count down latch", lua.LatchCountDown, l.keys.pub, pubsub.WakeAll)
+	o := l.c.obs
+	if o == nil {
+		_, err := l.run(ctx, "count down latch", lua.LatchCountDown, l.keys.pub, pubsub.WakeAll)
+		return err
+	}
+	si := ReleaseStartInfo{Kind: KindLatch, Name: l.name, Permits: 1}
+	start := o.now()
+	octx := o.releaseStart(ctx, si)
+	n, err := l.run(ctx, "count down latch", lua.LatchCountDown, l.keys.pub, pubsub.WakeAll)
+	o.releaseDone(octx, ReleaseDoneInfo{ReleaseStartInfo: si, Err: err, Took: o.now() - start, Freed: err == nil && n == 0})
 	return err
 }
 
@@ -244,8 +254,29 @@ func (l *CountDownLatch) await(ctx context.Context, wait time.Duration) (bool, e
 	if err := l.check(ctx, "await latch"); err != nil {
 		return false, err
 	}
+	if o := l.c.obs; o != nil {
+		si := AcquireStartInfo{Kind: KindLatch, Name: l.name, Wait: waitBound(wait)}
+		start := o.now()
+		octx := o.acquireStart(ctx, si)
+		tr := &acqTrace{}
+		ok, err := l.awaitAs(ctx, wait, tr)
+		o.done(ctx, octx, si, start, ok, err, tr)
+		return ok, err
+	}
+	return l.awaitAs(ctx, wait, nil)
+}
+
+// awaitAs is await with its arguments checked; tr, when not nil, traces it for the
+// observer.
+func (l *CountDownLatch) awaitAs(ctx context.Context, wait time.Duration, tr *acqTrace) (bool, error) {
 	spec := waitSpec{op: "await latch", name: l.name, channel: l.keys.channel}
+	if tr != nil {
+		spec.waited = &tr.waited
+	}
 	return l.c.waitLoop(ctx, wait, spec, attemptFunc(func(bool) (bool, time.Duration, error) {
+		if tr != nil {
+			tr.attempts++
+		}
 		n, ttl, err := l.read(ctx)
 		if err != nil {
 			return false, 0, err

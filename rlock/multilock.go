@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"reflect"
 	"sort"
+	"strings"
 	"time"
 )
 
@@ -84,10 +85,55 @@ const (
 // the same handle twice and two handles of one Client on one lock name, but two Clients on
 // the same server, each with a handle on one name, are two owners of one lock: such a
 // MultiLock can never hold both (TryLock fails when its wait ends; Lock waits until ctx ends).
+//
+// # Observation
+//
+// A MultiLock reports its own Lock, TryLock and Unlock (kind [KindMultiLock], named by its
+// members' names joined with ",") to the [Observer] of the Client of its first member (in
+// the order given) that has one; its members report their own acquisitions, releases and
+// tenures to theirs. It reports no tenure of its own (no HoldEnd): its members' are its.
 type MultiLock struct {
 	locks []Locker
-	order []int // indexes into locks: the first round's order
-	err   error // invalid members: every method returns it
+	order []int   // indexes into locks: the first round's order
+	err   error   // invalid members: every method returns it
+	obsc  *Client // the first member's Client that has an observer, nil when none
+	name  string  // the members' names joined with ",", for events
+}
+
+// observed is implemented by the locks of this package: their Client when it has an
+// observer (else nil), and their name.
+type observed interface {
+	observedBy() (*Client, string)
+}
+
+func (m *Mutex) observedBy() (*Client, string) {
+	if m == nil || m.c == nil {
+		return nil, ""
+	}
+	if m.c.obs == nil {
+		return nil, m.name
+	}
+	return m.c, m.name
+}
+
+func (rw *RWMutex) observedBy() (*Client, string) { return rw.write().observedBy() }
+
+func (l *ReadLocker) observedBy() (*Client, string) { return l.rwm().read().observedBy() }
+
+func (ml *MultiLock) observedBy() (*Client, string) {
+	if ml == nil {
+		return nil, ""
+	}
+	return ml.obsc, ml.name
+}
+
+// observer is the observer the MultiLock reports to now: nil when none, or when its Client
+// is closed (a call then tells nothing).
+func (ml *MultiLock) observer() *observer {
+	if c := ml.obsc; c != nil && !c.isClosed() {
+		return c.obs
+	}
+	return nil
 }
 
 // NewMultiLock returns a MultiLock of locks (see [MultiLock] for the order it takes them
@@ -100,6 +146,21 @@ func NewMultiLock(locks ...Locker) *MultiLock {
 	if ml.err = validateMembers(ml.locks); ml.err != nil {
 		return ml
 	}
+	names := make([]string, 0, len(locks))
+	for _, l := range ml.locks {
+		if ob, ok := l.(observed); ok {
+			c, name := ob.observedBy()
+			if ml.obsc == nil {
+				ml.obsc = c
+			}
+			names = append(names, name)
+		} else if n, ok := l.(interface{ Name() string }); ok {
+			names = append(names, n.Name())
+		} else {
+			names = append(names, "?")
+		}
+	}
+	ml.name = strings.Join(names, ",")
 	ml.order = make([]int, len(locks))
 	keys := make([]string, len(locks))
 	sorted := true
@@ -230,6 +291,25 @@ func (ml *MultiLock) acquire(ctx context.Context, wait, lease time.Duration) (bo
 	if err := ml.check(ctx); err != nil {
 		return false, err
 	}
+	if o := ml.observer(); o != nil {
+		si := AcquireStartInfo{Kind: KindMultiLock, Name: ml.name, Wait: waitBound(wait)}
+		if lease > 0 {
+			si.Lease = lease
+		}
+		start := o.now()
+		octx := o.acquireStart(ctx, si)
+		tr := &acqTrace{}
+		ok, err := ml.acquireAs(ctx, wait, lease, tr)
+		o.done(ctx, octx, si, start, ok, err, tr)
+		return ok, err
+	}
+	return ml.acquireAs(ctx, wait, lease, nil)
+}
+
+// acquireAs is acquire for a checked MultiLock; tr, when not nil, traces it for the
+// observer: its attempts are the members' TryLock calls, and it waited when it took more
+// than one round.
+func (ml *MultiLock) acquireAs(ctx context.Context, wait, lease time.Duration, tr *acqTrace) (bool, error) {
 	if err := ctx.Err(); err != nil {
 		return false, errorf("multi-lock: %w", err)
 	}
@@ -251,7 +331,7 @@ func (ml *MultiLock) acquire(ctx context.Context, wait, lease time.Duration) (bo
 	step := multiBackoffMin
 	var timer *time.Timer
 	for {
-		blocker, err := ml.round(ctx, order, left, lease)
+		blocker, err := ml.round(ctx, order, left, lease, tr)
 		if err != nil {
 			return false, err
 		}
@@ -261,6 +341,9 @@ func (ml *MultiLock) acquire(ctx context.Context, wait, lease time.Duration) (bo
 		rem := left()
 		if rem == 0 {
 			return false, nil
+		}
+		if tr != nil {
+			tr.waited = true
 		}
 		// Pause, jittered, so that MultiLocks that stopped each other spread out.
 		pause := step/2 + rand.N(step/2+1)
@@ -293,7 +376,7 @@ func (ml *MultiLock) acquire(ctx context.Context, wait, lease time.Duration) (bo
 // round makes one pass over the members in order: the first with all the wait left, the
 // others with a short one. It returns -1 when all are held; otherwise it has given back what
 // it took and returns the member that could not be had in time, or an error.
-func (ml *MultiLock) round(ctx context.Context, order []int, left func() time.Duration, lease time.Duration) (int, error) {
+func (ml *MultiLock) round(ctx context.Context, order []int, left func() time.Duration, lease time.Duration, tr *acqTrace) (int, error) {
 	taken := 0
 	for k, i := range order {
 		rem := left()
@@ -303,7 +386,7 @@ func (ml *MultiLock) round(ctx context.Context, order []int, left func() time.Du
 				w = short
 			}
 		}
-		ok, err := ml.tryMember(ctx, i, w, lease)
+		ok, err := ml.tryMember(ctx, i, w, lease, tr)
 		if ok {
 			taken++
 			continue
@@ -320,12 +403,15 @@ func (ml *MultiLock) round(ctx context.Context, order []int, left func() time.Du
 }
 
 // tryMember takes member i within w (w < 0: no bound).
-func (ml *MultiLock) tryMember(ctx context.Context, i int, w, lease time.Duration) (bool, error) {
+func (ml *MultiLock) tryMember(ctx context.Context, i int, w, lease time.Duration, tr *acqTrace) (bool, error) {
 	l := ml.locks[i]
 	for {
 		chunk := w
 		if w < 0 {
 			chunk = multiLockChunk
+		}
+		if tr != nil {
+			tr.attempts++
 		}
 		ok, err := l.TryLock(ctx, chunk, lease)
 		switch {
@@ -374,5 +460,14 @@ func (ml *MultiLock) Unlock(ctx context.Context) error {
 	if err := ml.check(ctx); err != nil {
 		return err
 	}
-	return ml.giveBack(ctx, ml.order)
+	o := ml.observer()
+	if o == nil {
+		return ml.giveBack(ctx, ml.order)
+	}
+	si := ReleaseStartInfo{Kind: KindMultiLock, Name: ml.name}
+	start := o.now()
+	octx := o.releaseStart(ctx, si)
+	err := ml.giveBack(ctx, ml.order)
+	o.releaseDone(octx, ReleaseDoneInfo{ReleaseStartInfo: si, Err: err, Took: o.now() - start})
+	return err
 }

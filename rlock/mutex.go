@@ -235,6 +235,41 @@ func (m *Mutex) acquire(ctx context.Context, wait, lease time.Duration) (bool, e
 	} else if err := checkLease("lease", lease); err != nil {
 		return false, err
 	}
+	if o := m.c.obs; o != nil && m.v.obs != "" {
+		return m.acquireObserved(ctx, o, owner, wait, lease, renew)
+	}
+	return m.acquireAs(ctx, owner, wait, lease, renew, nil)
+}
+
+// acquireObserved is acquire told to the Client's observer: AcquireStart, then the
+// acquisition traced (tr), then AcquireDone. A Client that is already closed tells nothing.
+func (m *Mutex) acquireObserved(ctx context.Context, o *observer, owner string, wait, lease time.Duration, renew bool) (bool, error) {
+	if m.c.isClosed() {
+		return false, ErrClosed
+	}
+	si := AcquireStartInfo{Kind: m.v.obs, Name: m.name, Owner: owner, Wait: waitBound(wait)}
+	if !renew {
+		si.Lease = lease
+	}
+	start := o.now()
+	octx := o.acquireStart(ctx, si)
+	tr := &acqTrace{}
+	ok, err := m.acquireAs(ctx, owner, wait, lease, renew, tr)
+	o.done(ctx, octx, si, start, ok, err, tr)
+	return ok, err
+}
+
+// acquireAs is acquire for owner, with the lease checked; tr, when not nil, traces it for
+// the observer.
+func (m *Mutex) acquireAs(ctx context.Context, owner string, wait, lease time.Duration, renew bool, tr *acqTrace) (bool, error) {
+	ok, err := m.acquireAs1(ctx, owner, wait, lease, renew, tr)
+	if err != nil && m.v.acquireErr != nil {
+		err = m.v.acquireErr(m.name, err)
+	}
+	return ok, err
+}
+
+func (m *Mutex) acquireAs1(ctx context.Context, owner string, wait, lease time.Duration, renew bool, tr *acqTrace) (bool, error) {
 	if err := ctx.Err(); err != nil {
 		return false, errorf("lock %q: %w", m.name, err)
 	}
@@ -244,7 +279,7 @@ func (m *Mutex) acquire(ctx context.Context, wait, lease time.Duration) (bool, e
 	}
 	defer m.c.unref(h)
 	// One allocation for what the call's attempts, its wait and its hand-off share.
-	a := &acquisition{m: m, ctx: ctx, h: h, lease: lease, renew: renew, queue: wait != 0}
+	a := &acquisition{m: m, ctx: ctx, h: h, lease: lease, renew: renew, queue: wait != 0, tr: tr}
 	g := &a.g // shared by every step of this call that waits past ctx's end
 
 	// A re-entry never waits: an owner that holds the lock through this Client goes to Redis
@@ -254,6 +289,9 @@ func (m *Mutex) acquire(ctx context.Context, wait, lease time.Duration) (bool, e
 	if m.v.tagged {
 		spec.tag = owner
 	}
+	if tr != nil {
+		spec.waited = &tr.waited
+	}
 	if m.v.leave != nil && wait != 0 {
 		// A single attempt (wait 0) never joins a queue: nothing to leave.
 		spec.leave = func() { m.leave(ctx, h, owner, g) }
@@ -261,13 +299,13 @@ func (m *Mutex) acquire(ctx context.Context, wait, lease time.Duration) (bool, e
 	var hw *handoffWait
 	if m.v.handoff && wait != 0 && m.c.opts.ackReplicas == 0 && !reentry {
 		hw = &a.hw
-		*hw = handoffWait{m: m, ctx: ctx, h: h, lease: lease, renew: renew, g: g}
+		hw.a = a
 		spec.parker = hw
 	}
 	ok, err := m.c.waitLoop(ctx, wait, spec, a)
 	if hw != nil && hw.cand != nil && m.c.drop(hw.cand) {
 		// A release claimed this waiter as the wait was ending: it may have passed the lock on.
-		return m.claimedAtEnd(ctx, h, hw.cand, g, ok, err)
+		return m.claimedAtEnd(ctx, h, hw.cand, g, ok, err, tr)
 	}
 	return ok, err
 }
@@ -283,10 +321,11 @@ type acquisition struct {
 	g            grace
 	hw           handoffWait
 	buf          attemptBuf
+	tr           *acqTrace // the observer's trace; nil without an observer
 }
 
 func (a *acquisition) attempt(waiting bool) (bool, time.Duration, error) {
-	return a.m.attempt(a.ctx, a.h, a.lease, a.renew, a.queue, waiting, &a.g, &a.buf)
+	return a.m.attempt(a.ctx, a.h, a.lease, a.renew, a.queue, waiting, &a.g, &a.buf, a.tr)
 }
 
 // attemptBuf is the memory one attempt needs for its request and reply, reused by the
@@ -302,7 +341,7 @@ type attemptBuf struct {
 // candidate cand (and taken h.op for it). While ctx lives it waits for the release's
 // outcome: a grant that came as the wait bound ran out is taken. Once ctx has ended, the
 // outcome is waited for, and a grant given back, in the background.
-func (m *Mutex) claimedAtEnd(ctx context.Context, h *hold, cand *candidate, g *grace, ok bool, err error) (bool, error) {
+func (m *Mutex) claimedAtEnd(ctx context.Context, h *hold, cand *candidate, g *grace, ok bool, err error, tr *acqTrace) (bool, error) {
 	o := &opHold{h: h, held: true} // the claim took h.op for this call
 	defer o.unlock()
 	select {
@@ -313,8 +352,9 @@ func (m *Mutex) claimedAtEnd(ctx context.Context, h *hold, cand *candidate, g *g
 			cand.state.Store(candIdle)
 			cctx, cancel := m.c.cleanupCtx(ctx)
 			defer cancel()
-			if gok, _, _ := m.handedOff(cctx, h, cand, nil, nil); gok {
-				m.release1(cctx, h)
+			if gok, _, _ := m.handedOff(cctx, h, cand, nil, nil, nil); gok {
+				h.hideTenure() // a hand-off is a fresh grant
+				m.gaveBack(h, GiveBackCanceled, m.release1(cctx, h))
 			}
 		})
 		if err == nil {
@@ -323,12 +363,14 @@ func (m *Mutex) claimedAtEnd(ctx context.Context, h *hold, cand *candidate, g *g
 		return false, err
 	}
 	cand.state.Store(candIdle)
-	gok, gerr, _ := m.handedOff(ctx, h, cand, o, g)
+	gok, gerr, _ := m.handedOff(ctx, h, cand, o, g, tr)
 	switch {
 	case gok && ctx.Err() == nil && err == nil:
 		return true, nil // the wait bound ran out as the lock came: take it
 	case gok:
-		m.later(ctx, o, g, func() { m.release1(ctx, h) }) // the caller is gone: give it back
+		// The caller is gone: give it back.
+		h.hideTenure() // a hand-off is a fresh grant
+		m.later(ctx, o, g, func() { m.gaveBack(h, GiveBackCanceled, m.release1(ctx, h)) })
 	case err == nil:
 		err = gerr
 	}
@@ -338,20 +380,16 @@ func (m *Mutex) claimedAtEnd(ctx context.Context, h *hold, cand *candidate, g *g
 // handoffWait is a Lock's wait seen as a hand-off candidate (the parker of its waitSpec). Its
 // candidate is made on the first park: a Lock that gets the lock at once allocates none.
 type handoffWait struct {
-	m     *Mutex
-	ctx   context.Context
-	h     *hold
-	lease time.Duration
-	renew bool
-	g     *grace
-	cand  *candidate
+	a    *acquisition // the Lock call whose wait this is (it holds this handoffWait)
+	cand *candidate
 }
 
 func (w *handoffWait) park() <-chan struct{} {
+	a := w.a
 	if w.cand == nil {
-		w.cand = &candidate{h: w.h, lease: w.lease, renew: w.renew, ready: make(chan struct{}, 1), poke: make(chan struct{}, 1)}
+		w.cand = &candidate{h: a.h, lease: a.lease, renew: a.renew, ready: make(chan struct{}, 1), poke: make(chan struct{}, 1)}
 	}
-	w.m.c.park(w.cand)
+	a.m.c.park(w.cand)
 	return w.cand.poke
 }
 
@@ -361,15 +399,16 @@ func (w *handoffWait) unpark() (bool, error, bool) {
 	}
 	// A release claimed it: wait for its outcome while ctx lives. If ctx ends first, the
 	// wait ends and acquire settles the claim (claimedAtEnd).
+	a := w.a
 	select {
 	case <-w.cand.ready:
-	case <-w.ctx.Done():
-		return false, errorf("lock %q: %w", w.m.name, w.ctx.Err()), true
+	case <-a.ctx.Done():
+		return false, errorf("lock %q: %w", a.m.name, a.ctx.Err()), true
 	}
 	w.cand.state.Store(candIdle)
-	o := &opHold{h: w.h, held: true} // the claim took h.op for this wait
+	o := &opHold{h: a.h, held: true} // the claim took h.op for this wait
 	defer o.unlock()
-	return w.m.handedOff(w.ctx, w.h, w.cand, o, w.g)
+	return a.m.handedOff(a.ctx, a.h, w.cand, o, &a.g, a.tr)
 }
 
 // handedOff records the outcome of a release that passed the lock to cand: (true, nil, true)
@@ -377,8 +416,9 @@ func (w *handoffWait) unpark() (bool, error, bool) {
 // nil, false) when the lock was not passed on, or its grant came too late to use (given
 // back): the wait goes on. h.op must be held: the release that claimed cand took it, so
 // that no other script of the owner runs between the grant and its record here. o is the
-// caller's hold of it (nil: work already in the background), g its grace (see grant).
-func (m *Mutex) handedOff(ctx context.Context, h *hold, cand *candidate, o *opHold, g *grace) (bool, error, bool) {
+// caller's hold of it (nil: work already in the background), g its grace (see grant), tr
+// the observer's trace of the call (nil: none).
+func (m *Mutex) handedOff(ctx context.Context, h *hold, cand *candidate, o *opHold, g *grace, tr *acqTrace) (bool, error, bool) {
 	if cand.err != nil {
 		// The lock may have passed to this owner, unrecorded: if so, it expires.
 		m.unresolved(h, cand.lease)
@@ -387,7 +427,7 @@ func (m *Mutex) handedOff(ctx context.Context, h *hold, cand *candidate, o *opHo
 	if cand.token <= 0 {
 		return false, nil, false
 	}
-	switch err := m.grant(ctx, h, []int64{1, cand.token, 1}, cand.sent, cand.lease, cand.renew, o, g); {
+	switch err := m.grant(ctx, h, []int64{1, cand.token, 1}, cand.sent, cand.lease, cand.renew, o, g, tr); {
 	case errors.Is(err, watchdog.ErrClosed):
 		return false, ErrClosed, true
 	case errors.Is(err, errLateGrant):
@@ -395,15 +435,28 @@ func (m *Mutex) handedOff(ctx context.Context, h *hold, cand *candidate, o *opHo
 	case err != nil:
 		return false, errorf("lock %q: %w", m.name, err), true
 	}
+	if tr != nil {
+		tr.handedOff = true
+	}
 	return true, nil, true
 }
 
 // release1 gives back one hold of h on behalf of a caller that has gone. If the give-back
 // fails, this Client stops counting and renewing the hold (h.abandon): Redis lets it expire
-// within its lease. h.op must be held.
-func (m *Mutex) release1(ctx context.Context, h *hold) {
-	if err := m.release(ctx, h); err != nil && !errors.Is(err, ErrNotHeld) {
+// within its lease; the error is returned (for the observer). h.op must be held.
+func (m *Mutex) release1(ctx context.Context, h *hold) error {
+	err := m.release(ctx, h, nil)
+	if err != nil && !errors.Is(err, ErrNotHeld) {
 		h.abandon(err)
+	}
+	return err
+}
+
+// gaveBack tells the observer that one hold of h was given back on the Client's own
+// initiative for reason (err: how the give-back failed).
+func (m *Mutex) gaveBack(h *hold, reason GiveBackReason, err error) {
+	if m.c.obs != nil && m.v.obs != "" {
+		m.c.gaveBack(m.v.obs, m.name, h.owner, 1, reason, err)
 	}
 }
 
@@ -502,7 +555,9 @@ const (
 // attempt never outlives ctx by more than returnGrace: when ctx ends before an ambiguous
 // acquire (its reply lost) is resolved, the resolution goes on in the background, and a hold
 // it turns out to have granted is given back there.
-func (m *Mutex) attempt(ctx context.Context, h *hold, lease time.Duration, renew, queue, waiting bool, g *grace, b *attemptBuf) (bool, time.Duration, error) {
+//
+// tr, when not nil, counts the attempt and records a grant for the observer.
+func (m *Mutex) attempt(ctx context.Context, h *hold, lease time.Duration, renew, queue, waiting bool, g *grace, b *attemptBuf, tr *acqTrace) (bool, time.Duration, error) {
 	if err := h.lockOp(ctx); err != nil {
 		return false, 0, errorf("lock %q: %w", m.name, err)
 	}
@@ -532,6 +587,9 @@ func (m *Mutex) attempt(ctx context.Context, h *hold, lease time.Duration, renew
 		actx, cancel = context.WithDeadline(ctx, sent.Add(m.c.opts.cleanupTimeout))
 		defer cancel()
 	}
+	if tr != nil {
+		tr.attempts++
+	}
 	vals, acked, err := m.c.execAcquire(actx, m.v.acquire, keys, args, b.vals[:0])
 	if err != nil && !definitive(err) {
 		// The request may or may not have been applied: replay it (same request id) until
@@ -541,14 +599,15 @@ func (m *Mutex) attempt(ctx context.Context, h *hold, lease time.Duration, renew
 		stop := context.AfterFunc(ctx, wcancel)
 		first := err
 		var res rueidis.RedisResult
-		res, err = m.c.replay(wctx, nil, m.v.acquire, keys, args, first)
+		site := replaySite{kind: m.v.obs, name: m.name, owner: h.owner, op: "acquire"}
+		res, err = m.c.replay(wctx, nil, site, m.v.acquire, keys, args, first)
 		stop()
 		wcancel()
 		if _, isReply := rueidis.IsRedisErr(err); err != nil && !isReply && ctx.Err() != nil && cctx.Err() == nil && !errors.Is(err, ErrClosed) {
 			// The caller has gone first: resolve the request in the background.
 			m.later(ctx, o, g, func() {
 				defer cancel()
-				res, err := m.c.replay(cctx, nil, m.v.acquire, keys, args, first)
+				res, err := m.c.replay(cctx, nil, site, m.v.acquire, keys, args, first)
 				if err != nil {
 					if !definitive(err) {
 						m.unresolved(h, lease)
@@ -583,10 +642,13 @@ func (m *Mutex) attempt(ctx context.Context, h *hold, lease time.Duration, renew
 	case len(vals) == 3 && vals[0] == 1:
 		if vals[2] == 1 && acked < int64(m.c.opts.ackReplicas) {
 			// Too few replicas have the fresh grant: a failover now could lose it.
-			m.later(ctx, o, g, func() { _, _, _ = m.sendRelease(ctx, h.owner, nil, nil, nil) })
+			m.later(ctx, o, g, func() {
+				_, _, err := m.sendRelease(ctx, h.owner, nil, nil, nil)
+				m.gaveBack(h, GiveBackNoReplicaAck, err)
+			})
 			return false, 0, errorf("lock %q: %w (%d of %d acknowledged)", m.name, ErrNoReplicaAck, acked, m.c.opts.ackReplicas)
 		}
-		switch err := m.grant(ctx, h, vals, sent, lease, renew, o, g); {
+		switch err := m.grant(ctx, h, vals, sent, lease, renew, o, g, tr); {
 		case errors.Is(err, watchdog.ErrClosed):
 			return false, 0, ErrClosed
 		case err != nil:
@@ -613,8 +675,12 @@ func (m *Mutex) unresolved(h *hold, lease time.Duration) {
 // fails, this Client stops counting and renewing the hold (h.abandon): Redis lets it expire
 // within its lease. h.op must be held; undo runs in the background.
 func (m *Mutex) undo(ctx context.Context, h *hold, vals []int64, sent time.Time, lease time.Duration, renew bool) {
-	if err := m.grant(ctx, h, vals, sent, lease, renew, nil, nil); err == nil {
-		m.release1(ctx, h)
+	var tr acqTrace
+	if err := m.grant(ctx, h, vals, sent, lease, renew, nil, nil, &tr); err == nil {
+		if !tr.reentered {
+			h.hideTenure()
+		}
+		m.gaveBack(h, GiveBackCanceled, m.release1(ctx, h))
 	}
 }
 
@@ -626,14 +692,19 @@ func (m *Mutex) undo(ctx context.Context, h *hold, vals []int64, sent time.Time,
 // (orphans: see hold.granted), grant gives them back, so that Redis's count is this
 // Client's again. h.op must be held; through o (nil when grant already runs in the
 // background), the give-backs take it over and run in the background after the call's
-// grace g (see later).
-func (m *Mutex) grant(ctx context.Context, h *hold, vals []int64, sent time.Time, lease time.Duration, renew bool, o *opHold, g *grace) error {
-	extra, err := h.granted(vals[1], vals[2], sent, lease, renew)
-	if errors.Is(err, ErrLockLost) || errors.Is(err, errLateGrant) {
-		extra = 1 // the grant itself
-	} else if err != nil {
+// grace g (see later). tr, when not nil, records the grant for the observer.
+func (m *Mutex) grant(ctx context.Context, h *hold, vals []int64, sent time.Time, lease time.Duration, renew bool, o *opHold, g *grace, tr *acqTrace) error {
+	fresh, extra, err := h.granted(vals[1], vals[2], sent, lease, renew)
+	reason := GiveBackOrphan
+	switch {
+	case errors.Is(err, ErrLockLost):
+		extra, reason = 1, GiveBackLost // the grant itself
+	case errors.Is(err, errLateGrant):
+		extra, reason = 1, GiveBackLate
+	case err != nil:
 		return err
-	} else {
+	default:
+		tr.granted(fresh, vals[1])
 		extra = m.c.orphans(h, extra, sent)
 	}
 	if extra <= 0 {
@@ -643,7 +714,10 @@ func (m *Mutex) grant(ctx context.Context, h *hold, vals []int64, sent time.Time
 		// Orphans: each gives back one hold and never the last (this grant's), so the lock
 		// stays held. One that fails leaves the orphan to the end of this tenure, whose last
 		// Unlock stops renewing whatever Redis still counts (hold.released).
-		m.releaseN(ctx, h.owner, extra)
+		n, rerr := m.releaseN(ctx, h.owner, extra)
+		if m.c.obs != nil && m.v.obs != "" {
+			m.c.gaveBack(m.v.obs, m.name, h.owner, int(n), reason, rerr)
+		}
 	}
 	if o == nil {
 		giveBack()
@@ -654,15 +728,16 @@ func (m *Mutex) grant(ctx context.Context, h *hold, vals []int64, sent time.Time
 }
 
 // releaseN gives back n holds of owner, one release each, within one cleanup timeout; it
-// stops at the first that fails.
-func (m *Mutex) releaseN(ctx context.Context, owner string, n int64) {
+// stops at the first that fails. It returns n and that failure.
+func (m *Mutex) releaseN(ctx context.Context, owner string, n int64) (int64, error) {
 	cctx, cancel := m.c.cleanupCtx(ctx)
 	defer cancel()
-	for ; n > 0; n-- {
+	for i := n; i > 0; i-- {
 		if _, _, err := m.sendRelease(cctx, owner, nil, nil, nil); err != nil {
-			return
+			return n, err
 		}
 	}
+	return n, nil
 }
 
 // replay re-sends a script whose first send failed with first (not a Redis reply) until it
@@ -674,13 +749,27 @@ func (m *Mutex) releaseN(ctx context.Context, owner string, n int64) {
 // timeout for nothing, and the caller is owed a prompt answer. ctx must come from
 // cleanupCtx: replaying then also stops when the Client is closed, and when the rueidis
 // client is; the error then wraps ErrClosed (and ErrUnknownOutcome).
-func (c *Client) replay(ctx, caller context.Context, s *lua.Script, keys, args []string, first error) (rueidis.RedisResult, error) {
-	res, _, err := c.replayAt(ctx, caller, s, keys, args, first)
+//
+// site names the request for the observer's Replay event, told once the replaying ends.
+func (c *Client) replay(ctx, caller context.Context, site replaySite, s *lua.Script, keys, args []string, first error) (rueidis.RedisResult, error) {
+	res, _, err := c.replayAt(ctx, caller, site, s, keys, args, first)
 	return res, err
 }
 
 // replayAt is replay that also returns when the send that was answered left.
-func (c *Client) replayAt(ctx, caller context.Context, s *lua.Script, keys, args []string, first error) (rueidis.RedisResult, time.Time, error) {
+func (c *Client) replayAt(ctx, caller context.Context, site replaySite, s *lua.Script, keys, args []string, first error) (res rueidis.RedisResult, at time.Time, err error) {
+	if o := c.obs; o != nil && site.kind != "" {
+		sends := 1 // the first send
+		defer func() {
+			o.replay(ReplayInfo{Kind: site.kind, Name: site.name, Owner: site.owner, Op: site.op, Sends: sends, Err: err})
+		}()
+		return c.replayLoop(ctx, caller, s, keys, args, first, &sends)
+	}
+	return c.replayLoop(ctx, caller, s, keys, args, first, nil)
+}
+
+// replayLoop is replayAt; sends, when not nil, counts the sends.
+func (c *Client) replayLoop(ctx, caller context.Context, s *lua.Script, keys, args []string, first error, sends *int) (rueidis.RedisResult, time.Time, error) {
 	rctx, cancel := context.WithCancelCause(ctx) // ctx is a cleanupCtx: it ends with Close
 	defer cancel(nil)
 	backoff := 5 * time.Millisecond
@@ -697,6 +786,9 @@ func (c *Client) replayAt(ctx, caller context.Context, s *lua.Script, keys, args
 		}
 		backoff = min(2*backoff, 250*time.Millisecond)
 		sent := time.Now()
+		if sends != nil {
+			*sends++
+		}
 		res := c.exec(rctx, s, keys, args)
 		err := res.Error()
 		if re, isReply := rueidis.IsRedisErr(err); err == nil || isReply && answers(re) {
@@ -733,6 +825,27 @@ func (m *Mutex) Unlock(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if o := m.c.obs; o != nil && m.v.obs != "" {
+		if m.c.isClosed() {
+			return ErrClosed
+		}
+		si := ReleaseStartInfo{Kind: m.v.obs, Name: m.name, Owner: owner}
+		start := o.now()
+		octx := o.releaseStart(ctx, si)
+		rt := &relTrace{}
+		err := m.unlock(ctx, owner, rt)
+		o.releaseDone(octx, ReleaseDoneInfo{ReleaseStartInfo: si, Err: err, Took: o.now() - start,
+			Freed: rt.freed && err == nil, HandedOff: rt.handedOff && err == nil})
+		return err
+	}
+	return m.unlock(ctx, owner, nil)
+}
+
+// relTrace is what an observed release learns, for its ReleaseDone.
+type relTrace struct{ freed, handedOff bool }
+
+// unlock is Unlock for owner; rt, when not nil, traces it for the observer.
+func (m *Mutex) unlock(ctx context.Context, owner string, rt *relTrace) error {
 	h, err := m.c.ref(m, owner)
 	if err != nil {
 		return err
@@ -749,7 +862,7 @@ func (m *Mutex) Unlock(ctx context.Context) error {
 		ctx = cctx
 	}
 	defer h.unlockOp()
-	err = m.release(ctx, h)
+	err = m.release(ctx, h, rt)
 	if errors.Is(err, ErrNoPermission) {
 		// Redis refuses the give-back for want of rights, and would refuse it again: this
 		// Client stops counting and renewing the hold, and Redis lets it expire with its
@@ -761,8 +874,9 @@ func (m *Mutex) Unlock(ctx context.Context) error {
 
 // release gives back one hold of h and updates h. h.op must be held. When it gives back the
 // last hold and a waiter of this Client is parked on the lock, it passes the lock to that
-// waiter in the same script (handoff.go).
-func (m *Mutex) release(ctx context.Context, h *hold) error {
+// waiter in the same script (handoff.go). rt, when not nil, records for the observer
+// whether the release ended the tenure and whether it passed the lock on.
+func (m *Mutex) release(ctx context.Context, h *hold, rt *relTrace) error {
 	t, lost := h.snapshot()
 	_, why := h.why()
 	expired := errors.Is(why, ErrLeaseExpired)
@@ -789,6 +903,10 @@ func (m *Mutex) release(ctx context.Context, h *hold) error {
 	if err != nil {
 		return err
 	}
+	if rt != nil {
+		rt.freed = last && n >= 0
+		rt.handedOff = cand != nil && n == 0 && token > 0
+	}
 	if extra, known := h.released(n); extra > 0 {
 		// This Client's last hold is given back, and Redis still counts holds of the owner:
 		// those that are surely nobody's (orphans) go too, so the lock is free now rather
@@ -796,7 +914,12 @@ func (m *Mutex) release(ctx context.Context, h *hold) error {
 		if !m.c.minted(h.owner) {
 			extra = min(extra, int64(known))
 		}
-		m.releaseN(ctx, h.owner, extra)
+		if extra > 0 {
+			_, rerr := m.releaseN(ctx, h.owner, extra)
+			if m.c.obs != nil && m.v.obs != "" {
+				m.c.gaveBack(m.v.obs, m.name, h.owner, int(extra), GiveBackOrphan, rerr)
+			}
+		}
 	}
 	switch {
 	case lost != nil:
@@ -894,7 +1017,8 @@ func (m *Mutex) sendRelease(ctx context.Context, owner string, next *candidate, 
 				args[3] = strconv.FormatInt(t.token, 10)
 			}
 		}
-		res, sent, err = m.c.replayAt(cctx, ctx, m.v.release, keys, args, err)
+		site := replaySite{kind: m.v.obs, name: m.name, owner: owner, op: "release"}
+		res, sent, err = m.c.replayAt(cctx, ctx, site, m.v.release, keys, args, err)
 	}
 	var n, token int64
 	if err == nil {

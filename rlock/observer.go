@@ -19,8 +19,39 @@ import (
 // with the work it observes). A panic in a hook is not recovered.
 //
 // The Start hooks return the context their Done hook receives: an Observer that opens a
-// span in AcquireStart finds it again in AcquireDone. Returning ctx unchanged is fine. The
-// returned context is not used for Redis requests.
+// span in AcquireStart finds it again in AcquireDone. Returning ctx unchanged is fine (so is
+// nil, taken as ctx). With several Observers, each Start hook receives the context the one
+// before it returned, and every Done hook the last one. The returned context is not used
+// for Redis requests.
+//
+// # Guarantees
+//
+//   - Every AcquireStart is followed by exactly one AcquireDone, every ReleaseStart by exactly
+//     one ReleaseDone, on the caller's goroutine, when the call returns.
+//   - HoldEnd is called exactly once per tenure of a lock that a call reported (an
+//     AcquireDone with [OutcomeAcquired] and Reentered false begins one), whatever ends it:
+//     tenures begun and ended balance. A grant that reached a caller who had gone is given
+//     back (GiveBack, [GiveBackCanceled]) and its tenure, which no caller was told of, is not
+//     reported. An Unlock that ends a tenure calls HoldEnd before its ReleaseDone. It is called just after the tenure's Done channel
+//     closed and its HoldContext was cancelled, while the Client holds its internal lock of
+//     that owner's hold: it must not call the lock's methods.
+//   - A Client without an Observer builds no event, reads no clock for one and allocates
+//     nothing for one (BenchmarkMutex_UncontendedObserver, bench/).
+//   - Once [Client.Close] has returned, no hook is called, except the AcquireDone or
+//     ReleaseDone of a call that was under way when Close began (it returns ErrClosed). A call
+//     made after Close is refused without an event. Close itself calls HoldEnd (cause closed)
+//     for every tenure it ends, before it returns.
+//
+// # What each primitive reports
+//
+// The locks ([Mutex], [FairMutex], [SpinMutex], both sides of [RWMutex]) report every hook.
+// [Semaphore], [PermitSemaphore] and [CountDownLatch] report their acquisitions
+// (Acquire, TryAcquire, Await, TryAwait), releases (Release, ReleaseIfExists, CountDown),
+// replays and give-backs, and no HoldEnd: the Client keeps no tenure of theirs (a
+// PermitSemaphore's permits expire in Redis unseen). A [MultiLock] reports its own calls
+// and its members report theirs (see [MultiLock]). A [RedLock] reports its Lock, LockLease,
+// TryLock and Unlock to the Observer of the first of its Clients (in the order of their ids)
+// that has one, and no HoldEnd; its instances' holds are not reported on their own.
 type Observer struct {
 	// AcquireStart is called when a call that takes a lock or permits starts (Lock,
 	// LockLease, TryLock, RLock, Acquire, TryAcquire, Await), after its arguments were
@@ -34,7 +65,8 @@ type Observer struct {
 	// ReleaseDone is called once for every ReleaseStart, when the call returns.
 	ReleaseDone func(ctx context.Context, e ReleaseDoneInfo)
 	// HoldEnd is called when a tenure ends (the owner's last hold was given back, its fixed
-	// lease ran out, it was lost, or the Client closed), once per tenure.
+	// lease ran out, it was lost, or the Client closed), once per tenure a call reported
+	// (see Guarantees).
 	HoldEnd func(e HoldEndInfo)
 	// RenewalRound is called after each round of the Client's watchdog.
 	RenewalRound func(e RenewalRoundInfo)
@@ -45,6 +77,11 @@ type Observer struct {
 	// (its connection broke, its node went away, Redis refused the subscription) and when
 	// it is served again.
 	Subscription func(e SubscriptionInfo)
+	// GiveBack is called when the Client gave back, on its own, holds or permits that no
+	// caller keeps: a grant that reached a caller who had gone, a grant that came back too
+	// late for its lease or with too few replica acknowledgements, holds Redis counted for
+	// the owner that were nobody's (orphans).
+	GiveBack func(e GiveBackInfo)
 }
 
 // Kind names a primitive in events: the value of the kind attribute of metrics and spans.
@@ -97,14 +134,20 @@ const (
 
 // AcquireStartInfo describes an acquisition as it starts.
 type AcquireStartInfo struct {
-	Kind  Kind
-	Name  string // the lock's name, as given to the Client (not the key)
-	Owner string // the owner id the call acts for (a handle's own id or a context owner's)
+	Kind Kind
+	// Name is the lock's name, as given to the Client (not the key); for a MultiLock, its
+	// members' names joined with ",".
+	Name string
+	// Owner is the owner id the call acts for, as Redis knows it: "h:<Client ID>:<n>" for a
+	// handle's own, "u:" and the id for a context owner ([WithOwner]). It is "" for the
+	// semaphores, the latch and a MultiLock, which act for no single owner.
+	Owner string
 	// Wait bounds the call (TryLock's wait); negative: no bound (Lock).
 	Wait time.Duration
 	// Lease is the fixed lease asked for; 0: watchdog mode (or no lease: semaphores).
 	Lease time.Duration
-	// Permits is how many permits the call asks for; 0 for locks.
+	// Permits is how many permits the call asks for (1 for a PermitSemaphore); 0 for locks
+	// and the latch.
 	Permits int
 }
 
@@ -116,25 +159,31 @@ type AcquireDoneInfo struct {
 	// Took is the time from AcquireStart to the return.
 	Took time.Duration
 	// Attempts counts the scripts the call sent to take the lock (replays excluded); a call
-	// granted by a hand-off may count fewer than one per wake-up.
+	// granted by a hand-off may count fewer than one per wake-up. For Await, the reads of
+	// the count; for a MultiLock, its members' TryLock calls. Not counted (0) for a RedLock.
 	Attempts int
-	// Waited: the first attempt was refused, and the call waited for a release.
+	// Waited: the first attempt was refused (or the call queued behind waiters of its
+	// Client without one), and the call waited for a release. For a MultiLock: it took more
+	// than one round. Not known (false) for a RedLock.
 	Waited bool
-	// HandedOff: the grant came from a release that passed the lock to this caller.
+	// HandedOff: the grant came from a release that passed the lock to this caller (a
+	// [Mutex]'s direct hand-off within a Client).
 	HandedOff bool
-	// Reentered: the owner already held the lock; the grant added a hold to its tenure.
+	// Reentered: the owner already held the lock; the grant added a hold to its tenure
+	// (no HoldEnd will follow for it). Always false for the semaphores, the latch and a
+	// MultiLock; for a RedLock, whether the owner held it when the call began.
 	Reentered bool
-	// Token is the fencing token of the tenure granted; 0 unless acquired (and for
-	// primitives without tokens).
+	// Token is the fencing token of the tenure granted; 0 unless acquired, and for
+	// primitives without tokens (read holds, semaphores, the latch, a MultiLock).
 	Token int64
 }
 
 // ReleaseStartInfo describes a release as it starts.
 type ReleaseStartInfo struct {
 	Kind    Kind
-	Name    string
-	Owner   string
-	Permits int // how many permits the call gives back; 0 for locks
+	Name    string // as in AcquireStartInfo
+	Owner   string // as in AcquireStartInfo
+	Permits int    // how many permits the call gives back (1 for a CountDown); 0 for locks
 }
 
 // ReleaseDoneInfo describes how a release ended.
@@ -142,7 +191,9 @@ type ReleaseDoneInfo struct {
 	ReleaseStartInfo
 	Err  error // what the call returned
 	Took time.Duration
-	// Freed: the call gave back the owner's last hold (the tenure ended with EndUnlocked).
+	// Freed: the call gave back the owner's last hold (the tenure ended with EndUnlocked);
+	// for a CountDown, the count reached zero and the latch opened. Always false for the
+	// semaphores and a MultiLock (whose members tell their own).
 	Freed bool
 	// HandedOff: the release passed the lock on to a waiter of the same Client.
 	HandedOff bool
@@ -158,15 +209,23 @@ type HoldEndInfo struct {
 	// its end.
 	Held  time.Duration
 	Cause EndCause
-	Err   error // the tenure's cause as Err and Done report it (ErrLockLost and its reason...)
+	// Err is the tenure's cause as HoldContext's context.Cause reports it: ErrNotHeld for
+	// an unlock, ErrLeaseExpired, an error wrapping ErrLockLost and its reason, ErrClosed.
+	// EndUnlocked also covers a last hold whose give-back Redis refused (it expires there
+	// with its lease, see [ErrNoPermission]), or that was taken by a caller who had gone.
+	Err error
 }
 
 // RenewalRoundInfo describes one round of a Client's watchdog.
+//
+// A round is one batch the watchdog hands to the Client (up to its batch size); several may
+// follow each other when many leases are due. A lease whose deadline passes before a round
+// confirms it is lost without a round: its HoldEnd (cause lost) tells it.
 type RenewalRoundInfo struct {
 	Leases   int           // leases the round renewed or tried to
 	Scripts  int           // renew scripts sent (a batch counts one; a fallback adds one per lease)
 	Failures int           // leases whose renewal failed this round (lost, or to be retried)
-	Lost     int           // leases the round found lost
+	Lost     int           // leases the round found gone from Redis (their HoldEnd follows)
 	Took     time.Duration // from the first send to the last reply
 	Err      error         // the first failure's error, if any
 }
@@ -176,27 +235,70 @@ type ReplayInfo struct {
 	Kind  Kind
 	Name  string
 	Owner string
-	// Op is what was replayed: "acquire", "release" or "renew".
+	// Op is what was replayed: "acquire" or "release" (a lock's, a semaphore's or a
+	// permit's), or a semaphore's "set", "add", "drain", "delete" or "extend", or a latch's
+	// "set", "count_down" or "delete". Renewals are not replayed: the next round renews.
 	Op string
 	// Sends is how many times the request went out, the first send included.
 	Sends int
 	// Err is nil when a replay was answered (the outcome is known), else why it stayed
-	// unknown (it wraps ErrUnknownOutcome).
+	// unknown (it wraps ErrUnknownOutcome). An acquire whose caller gave up is reported so
+	// (its context ended) and its resolution goes on in the background, reported by a
+	// second Replay.
 	Err error
 }
 
 // SubscriptionInfo describes a change in the service of a channel waiters listen on.
+//
+// Only channels with waiters are reported, each down once until it is up again; a channel
+// whose last waiter left while it was down is reported no further, and nothing is reported
+// as the Client closes.
 type SubscriptionInfo struct {
-	Channel string
+	Channel string // the Redis channel (a lock's Key()+":released", ...)
 	// Up: the channel is served again; false: it stopped being served, and its waiters were
 	// woken to try again (they fall back to timers until it is back).
 	Up  bool
 	Err error // why it stopped (nil when Up)
 }
 
+// GiveBackReason is why the Client gave back a grant on its own.
+type GiveBackReason string
+
+// The reasons for a give-back.
+const (
+	// GiveBackCanceled: the grant reached a caller whose context had ended (an acquire
+	// resolved by a replay, or a hand-off, that came as the caller gave up).
+	GiveBackCanceled GiveBackReason = "canceled"
+	// GiveBackLate: the grant came back after its lease had run out on the Client's clock.
+	GiveBackLate GiveBackReason = "late"
+	// GiveBackNoReplicaAck: too few replicas acknowledged the grant ([WithReplicaAck]).
+	GiveBackNoReplicaAck GiveBackReason = "no_replica_ack"
+	// GiveBackLost: Redis granted afresh what the owner believed it held (its hold had been
+	// lost unnoticed): the grant is given back and the loss reported.
+	GiveBackLost GiveBackReason = "lost"
+	// GiveBackOrphan: Redis counted holds of the owner that nobody keeps (their own
+	// give-back had failed, or they outlived their local end by the drift allowance).
+	GiveBackOrphan GiveBackReason = "orphan"
+)
+
+// GiveBackInfo describes a give-back the Client made on its own.
+type GiveBackInfo struct {
+	Kind  Kind
+	Name  string
+	Owner string // "" for semaphores
+	// Holds is how many holds (or permits) were to be given back.
+	Holds  int
+	Reason GiveBackReason
+	// Err is nil when Redis took them back; otherwise why not: the Client stopped counting
+	// them, and Redis lets them expire with their lease (permits of a [Semaphore] do not
+	// expire: see its Replays section).
+	Err error
+}
+
 // WithObserver sets o to receive the Client's events. Given more than once, every Observer
-// receives every event, in the order the options were given. A nil Observer is an error
-// wrapping [ErrInvalid] from [New].
+// receives every event, in the order the options were given ([WithLogger] counts as one).
+// New copies *o: later changes to it are not seen. A nil Observer is an error wrapping
+// [ErrInvalid] from [New].
 func WithObserver(o *Observer) Option {
 	return optionFunc(func(opts *options) {
 		if o == nil {

@@ -50,6 +50,7 @@ type options struct {
 	pubsub          PubSubMode
 	observers       []*Observer // WithObserver, in the order given
 	nilObserver     bool        // WithObserver(nil) was given
+	nilLogger       bool        // WithLogger(nil) was given
 }
 
 func defaultOptions() options {
@@ -90,6 +91,8 @@ func (o *options) validate() error {
 		return invalid("pub/sub mode %d is not PubSubAuto, PubSubClassic or PubSubSharded", o.pubsub)
 	case o.nilObserver:
 		return invalid("nil Observer")
+	case o.nilLogger:
+		return invalid("nil logger")
 	}
 	return nil
 }

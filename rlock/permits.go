@@ -132,7 +132,7 @@ func (p *PermitSemaphore) TrySetPermits(ctx context.Context, n int) (bool, error
 		return false, err
 	}
 	args := []string{strconv.Itoa(n), p.c.newRequest(), p.c.semKeep(), p.c.pubArg(p.keys.channel)}
-	got, _, err := p.c.semInt(ctx, op, p.name, false, lua.PsemSet, p.keys.logged(), args)
+	got, _, err := p.c.semInt(ctx, KindPermitSemaphore, op, p.name, false, lua.PsemSet, p.keys.logged(), args)
 	return got == 1, err
 }
 
@@ -152,7 +152,7 @@ func (p *PermitSemaphore) AddPermits(ctx context.Context, n int) error {
 		return err
 	}
 	args := []string{strconv.Itoa(n), p.c.newRequest(), p.c.semKeep(), p.c.pubArg(p.keys.channel)}
-	_, _, err := p.c.semInt(ctx, op, p.name, false, lua.PsemAdd, p.keys.logged(), args)
+	_, _, err := p.c.semInt(ctx, KindPermitSemaphore, op, p.name, false, lua.PsemAdd, p.keys.logged(), args)
 	return err
 }
 
@@ -189,10 +189,31 @@ func (p *PermitSemaphore) acquire(ctx context.Context, wait, lease time.Duration
 	if err := checkLease("permit lease", lease); err != nil {
 		return Permit{}, false, err
 	}
+	if o := p.c.obs; o != nil {
+		si := AcquireStartInfo{Kind: KindPermitSemaphore, Name: p.name, Wait: waitBound(wait), Lease: lease, Permits: 1}
+		start := o.now()
+		octx := o.acquireStart(ctx, si)
+		tr := &acqTrace{}
+		permit, ok, err := p.acquireAs(ctx, wait, lease, tr)
+		o.done(ctx, octx, si, start, ok, err, tr)
+		return permit, ok, err
+	}
+	return p.acquireAs(ctx, wait, lease, nil)
+}
+
+// acquireAs is acquire with its arguments checked; tr, when not nil, traces it for the
+// observer.
+func (p *PermitSemaphore) acquireAs(ctx context.Context, wait, lease time.Duration, tr *acqTrace) (Permit, bool, error) {
 	// One id for every attempt of this call: a failed attempt leaves nothing under it.
 	permit := Permit{ID: p.c.newRequest()}
-	spec := waitSpec{op: op, name: p.name, channel: p.keys.channel}
+	spec := waitSpec{op: "acquire", name: p.name, channel: p.keys.channel}
+	if tr != nil {
+		spec.waited = &tr.waited
+	}
 	ok, err := p.c.waitLoop(ctx, wait, spec, attemptFunc(func(bool) (bool, time.Duration, error) {
+		if tr != nil {
+			tr.attempts++
+		}
 		sent := time.Now() // the lease is counted from the first send
 		ok, ttl, err := p.attempt(ctx, permit.ID, lease)
 		if ok {
@@ -211,7 +232,7 @@ func (p *PermitSemaphore) acquire(ctx context.Context, wait, lease time.Duration
 func (p *PermitSemaphore) attempt(ctx context.Context, id string, lease time.Duration) (bool, time.Duration, error) {
 	keys := []string{p.keys.sem, p.keys.leases}
 	args := []string{id, strconv.FormatInt(lease.Milliseconds(), 10)}
-	res, replayed, err := p.c.semRun(ctx, false, lua.PsemAcquire, keys, args)
+	res, replayed, err := p.c.semRun(ctx, replaySite{kind: KindPermitSemaphore, name: p.name, op: "acquire"}, false, lua.PsemAcquire, keys, args)
 	var vals []int64
 	if err == nil {
 		vals, err = res.AsIntSlice()
@@ -223,7 +244,11 @@ func (p *PermitSemaphore) attempt(ctx context.Context, id string, lease time.Dur
 	case len(vals) == 1 && vals[0] == 1:
 		if replayed && ctx.Err() != nil {
 			// Granted by a resend while the caller gave up: give it back.
-			_ = p.Release(ctx, id)
+			err := p.ready(ctx, "release", true)
+			if err == nil {
+				err = p.release(ctx, id)
+			}
+			p.c.gaveBack(KindPermitSemaphore, p.name, "", 1, GiveBackCanceled, err)
 			return false, 0, errorf("acquire %q: %w", p.name, ctx.Err())
 		}
 		return true, 0, nil
@@ -254,9 +279,24 @@ func (p *PermitSemaphore) Release(ctx context.Context, id string) error {
 	if id == "" {
 		return invalid("%s: empty permit id", op)
 	}
+	o := p.c.obs
+	if o == nil {
+		return p.release(ctx, id)
+	}
+	si := ReleaseStartInfo{Kind: KindPermitSemaphore, Name: p.name, Permits: 1}
+	start := o.now()
+	octx := o.releaseStart(ctx, si)
+	err := p.release(ctx, id)
+	o.releaseDone(octx, ReleaseDoneInfo{ReleaseStartInfo: si, Err: err, Took: o.now() - start})
+	return err
+}
+
+// release is Release with its arguments checked.
+func (p *PermitSemaphore) release(ctx context.Context, id string) error {
+	const op = "release"
 	keys := []string{p.keys.sem, p.keys.leases, p.keys.log, p.keys.logx}
 	args := []string{id, p.c.newRequest(), p.c.semKeep(), p.c.pubArg(p.keys.channel)}
-	got, _, err := p.c.semInt(ctx, op, p.name, true, lua.PsemRelease, keys, args)
+	got, _, err := p.c.semInt(ctx, KindPermitSemaphore, op, p.name, true, lua.PsemRelease, keys, args)
 	if err != nil {
 		return err
 	}
@@ -288,7 +328,7 @@ func (p *PermitSemaphore) Extend(ctx context.Context, id string, lease time.Dura
 	}
 	keys := []string{p.keys.sem, p.keys.leases}
 	args := []string{id, strconv.FormatInt(lease.Milliseconds(), 10), p.c.pubArg(p.keys.channel)}
-	got, _, err := p.c.semInt(ctx, op, p.name, false, lua.PsemExtend, keys, args)
+	got, _, err := p.c.semInt(ctx, KindPermitSemaphore, op, p.name, false, lua.PsemExtend, keys, args)
 	if err != nil {
 		return err
 	}
@@ -366,6 +406,6 @@ func (p *PermitSemaphore) Delete(ctx context.Context) (bool, error) {
 	if err := p.ready(ctx, op, false); err != nil {
 		return false, err
 	}
-	got, _, err := p.c.semInt(ctx, op, p.name, false, lua.PsemDelete, []string{p.keys.sem, p.keys.leases}, nil)
+	got, _, err := p.c.semInt(ctx, KindPermitSemaphore, op, p.name, false, lua.PsemDelete, []string{p.keys.sem, p.keys.leases}, nil)
 	return got == 1, err
 }

@@ -249,7 +249,7 @@ func (r *RedLock) instanceTimeout(lease time.Duration) time.Duration {
 //     more than a minority of the instances. Instances that cannot be reached are ridden
 //     out: Lock retries until ctx ends.
 func (r *RedLock) Lock(ctx context.Context) error {
-	_, err := r.acquire(ctx, -1, 0)
+	_, err := r.acquireObserved(ctx, -1, 0)
 	return err
 }
 
@@ -260,7 +260,7 @@ func (r *RedLock) LockLease(ctx context.Context, lease time.Duration) error {
 	if err := checkLease("lease", lease); err != nil {
 		return err
 	}
-	_, err := r.acquire(ctx, -1, lease)
+	_, err := r.acquireObserved(ctx, -1, lease)
 	return err
 }
 
@@ -276,7 +276,7 @@ func (r *RedLock) TryLock(ctx context.Context, wait, lease time.Duration) (bool,
 	if wait < 0 {
 		return false, invalid("negative wait %v", wait)
 	}
-	return r.acquire(ctx, wait, lease)
+	return r.acquireObserved(ctx, wait, lease)
 }
 
 // instResult is one instance's answer to one attempt.
@@ -857,7 +857,10 @@ func (r *RedLock) giveBackAll(ctx context.Context, rh *redHold, owner string) ([
 //     lost; an error wrapping [ErrLeaseExpired] after a fixed lease ran its course);
 //  2. the instances' errors, joined, when fewer than a majority answered;
 //  3. [ErrInvalid] for an invalid handle or owner.
-func (r *RedLock) Unlock(ctx context.Context) error {
+func (r *RedLock) Unlock(ctx context.Context) (err error) {
+	if done := r.observeUnlock(ctx); done != nil {
+		defer func() { done(err) }()
+	}
 	owner, err := r.ownerOf(ctx)
 	if err != nil {
 		return err

@@ -138,12 +138,12 @@ type ReadLocker struct {
 // Neither is force-unlocked through Mutex.ForceUnlock: RWMutex.ForceUnlock runs RWForce.
 var (
 	rwWriteVariant = &variant{
-		kind: "read-write lock", acquire: lua.RWAcquire, release: lua.RWRelease, renew: lua.RWRenewWrite,
+		kind: "read-write lock", obs: KindWriteLock, acquire: lua.RWAcquire, release: lua.RWRelease, renew: lua.RWRenewWrite,
 		forceMessage: pubsub.WakeAll, acquireExtra: rwAcquireExtra("w"), releaseExtra: rwReleaseExtra("w"),
-		renewKeys: rwRenewKeys, holdSuffix: ":w", leave: rwLeave,
+		renewKeys: rwRenewKeys, holdSuffix: ":w", leave: rwLeave, acquireErr: upgradeErr,
 	}
 	rwReadVariant = &variant{
-		kind: "read-write lock", acquire: lua.RWAcquire, release: lua.RWRelease, renew: lua.RWRenewRead,
+		kind: "read-write lock", obs: KindReadLock, acquire: lua.RWAcquire, release: lua.RWRelease, renew: lua.RWRenewRead,
 		forceMessage: pubsub.WakeAll, acquireExtra: rwAcquireExtra("r"), releaseExtra: rwReleaseExtra("r"),
 		renewKeys: rwRenewKeys, holdSuffix: ":r",
 	}
@@ -268,10 +268,14 @@ func (rw *RWMutex) TryLock(ctx context.Context, wait, lease time.Duration) (bool
 }
 
 // upgradeErr turns the acquire script's UPGRADE refusal into ErrUpgrade.
-func (rw *RWMutex) upgradeErr(err error) error {
+func (rw *RWMutex) upgradeErr(err error) error { return upgradeErr(rw.write().Name(), err) }
+
+// upgradeErr turns the acquire script's UPGRADE refusal into ErrUpgrade (the write side's
+// variant.acquireErr; RWMutex.upgradeErr then finds nothing left to turn).
+func upgradeErr(name string, err error) error {
 	var re *rueidis.RedisError
 	if errors.As(err, &re) && strings.HasPrefix(re.Error(), "UPGRADE") {
-		return errorf("lock %q: %w", rw.write().Name(), ErrUpgrade)
+		return errorf("lock %q: %w", name, ErrUpgrade)
 	}
 	return err
 }

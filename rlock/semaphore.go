@@ -163,7 +163,9 @@ func (c *Client) semKeep() string {
 // requests they applied for twice the cleanup timeout, so every resend is answered truly.
 // detached sends even the first request on a context that ignores ctx's end (giving permits
 // back). replayed reports whether the answer came from a resend.
-func (c *Client) semRun(ctx context.Context, detached bool, s *lua.Script, keys, args []string) (res rueidis.RedisResult, replayed bool, err error) {
+//
+// site names the request for the observer's Replay event.
+func (c *Client) semRun(ctx context.Context, site replaySite, detached bool, s *lua.Script, keys, args []string) (res rueidis.RedisResult, replayed bool, err error) {
 	var sctx context.Context
 	var cancel context.CancelFunc
 	if detached {
@@ -184,13 +186,13 @@ func (c *Client) semRun(ctx context.Context, detached bool, s *lua.Script, keys,
 	}
 	cctx, cancel := c.cleanupCtx(ctx)
 	defer cancel()
-	res, err = c.replay(cctx, ctx, s, keys, args, err)
+	res, err = c.replay(cctx, ctx, site, s, keys, args, err)
 	return res, true, err
 }
 
 // semInt runs a semaphore script (see semRun) that answers an integer.
-func (c *Client) semInt(ctx context.Context, op, name string, detached bool, s *lua.Script, keys, args []string) (n int64, replayed bool, err error) {
-	res, replayed, err := c.semRun(ctx, detached, s, keys, args)
+func (c *Client) semInt(ctx context.Context, kind Kind, op, name string, detached bool, s *lua.Script, keys, args []string) (n int64, replayed bool, err error) {
+	res, replayed, err := c.semRun(ctx, replaySite{kind: kind, name: name, op: replayOp(op)}, detached, s, keys, args)
 	if err == nil {
 		n, err = res.AsInt64()
 	}
@@ -231,7 +233,7 @@ func (s *Semaphore) trySet(ctx context.Context, n int, ttl time.Duration) (bool,
 		return false, err
 	}
 	args := []string{strconv.Itoa(n), s.c.newRequest(), s.c.semKeep(), s.c.pubArg(s.keys.channel), strconv.FormatInt(ttl.Milliseconds(), 10)}
-	got, _, err := s.c.semInt(ctx, op, s.name, false, lua.SemSet, s.keys.counted(), args)
+	got, _, err := s.c.semInt(ctx, KindSemaphore, op, s.name, false, lua.SemSet, s.keys.counted(), args)
 	return got == 1, err
 }
 
@@ -273,8 +275,29 @@ func (s *Semaphore) acquire(ctx context.Context, n int, wait time.Duration) (boo
 	if err := semCount(op, n, 1); err != nil {
 		return false, err
 	}
-	spec := waitSpec{op: op, name: s.name, channel: s.keys.channel}
+	if o := s.c.obs; o != nil {
+		si := AcquireStartInfo{Kind: KindSemaphore, Name: s.name, Wait: waitBound(wait), Permits: n}
+		start := o.now()
+		octx := o.acquireStart(ctx, si)
+		tr := &acqTrace{}
+		ok, err := s.acquireAs(ctx, n, wait, tr)
+		o.done(ctx, octx, si, start, ok, err, tr)
+		return ok, err
+	}
+	return s.acquireAs(ctx, n, wait, nil)
+}
+
+// acquireAs is acquire with its arguments checked; tr, when not nil, traces it for the
+// observer.
+func (s *Semaphore) acquireAs(ctx context.Context, n int, wait time.Duration, tr *acqTrace) (bool, error) {
+	spec := waitSpec{op: "acquire", name: s.name, channel: s.keys.channel}
+	if tr != nil {
+		spec.waited = &tr.waited
+	}
 	return s.c.waitLoop(ctx, wait, spec, attemptFunc(func(bool) (bool, time.Duration, error) {
+		if tr != nil {
+			tr.attempts++
+		}
 		return s.attempt(ctx, n)
 	}))
 }
@@ -283,7 +306,7 @@ func (s *Semaphore) acquire(ctx context.Context, n int, wait time.Duration) (boo
 // nothing of when permits come back: only a release, which publishes, brings them.
 func (s *Semaphore) attempt(ctx context.Context, n int) (bool, time.Duration, error) {
 	args := []string{strconv.Itoa(n), s.c.newRequest(), s.c.semKeep()}
-	got, replayed, err := s.c.semInt(ctx, "acquire", s.name, false, lua.SemAcquire, s.keys.counted(), args)
+	got, replayed, err := s.c.semInt(ctx, KindSemaphore, "acquire", s.name, false, lua.SemAcquire, s.keys.counted(), args)
 	switch {
 	case err != nil:
 		return false, 0, err
@@ -291,7 +314,8 @@ func (s *Semaphore) attempt(ctx context.Context, n int) (bool, time.Duration, er
 		return false, -1, nil
 	case replayed && ctx.Err() != nil:
 		// Taken by a resend while the caller gave up: give them back.
-		_, _ = s.add(ctx, "release", n, false, true)
+		_, err := s.add(ctx, "release", n, false, true)
+		s.c.gaveBack(KindSemaphore, s.name, "", n, GiveBackCanceled, err)
 		return false, 0, errorf("acquire %q: %w", s.name, ctx.Err())
 	}
 	return true, 0, nil
@@ -313,8 +337,23 @@ func (s *Semaphore) Release(ctx context.Context, n int) error {
 	if err := semCount(op, n, 1); err != nil {
 		return err
 	}
-	_, err := s.add(ctx, op, n, false, true)
+	_, err := s.release(ctx, n, false)
 	return err
+}
+
+// release is Release (ifExists: ReleaseIfExists) with its arguments checked, told to the
+// observer.
+func (s *Semaphore) release(ctx context.Context, n int, ifExists bool) (bool, error) {
+	o := s.c.obs
+	if o == nil {
+		return s.add(ctx, "release", n, ifExists, true)
+	}
+	si := ReleaseStartInfo{Kind: KindSemaphore, Name: s.name, Permits: n}
+	start := o.now()
+	octx := o.releaseStart(ctx, si)
+	ok, err := s.add(ctx, "release", n, ifExists, true)
+	o.releaseDone(octx, ReleaseDoneInfo{ReleaseStartInfo: si, Err: err, Took: o.now() - start})
+	return ok, err
 }
 
 // ReleaseIfExists is [Semaphore.Release] for a semaphore that exists: it reports false, and
@@ -328,7 +367,7 @@ func (s *Semaphore) ReleaseIfExists(ctx context.Context, n int) (bool, error) {
 	if err := semCount(op, n, 1); err != nil {
 		return false, err
 	}
-	return s.add(ctx, op, n, true, true)
+	return s.release(ctx, n, true)
 }
 
 // AddPermits adds n to the count of available permits: n > 0 is a Release of n (and wakes
@@ -358,7 +397,7 @@ func (s *Semaphore) add(ctx context.Context, op string, n int, ifExists, detache
 		only = "1"
 	}
 	args := []string{strconv.Itoa(n), s.c.newRequest(), s.c.semKeep(), s.c.pubArg(s.keys.channel), only}
-	got, _, err := s.c.semInt(ctx, op, s.name, detached, lua.SemRelease, s.keys.counted(), args)
+	got, _, err := s.c.semInt(ctx, KindSemaphore, op, s.name, detached, lua.SemRelease, s.keys.counted(), args)
 	return got == 1, err
 }
 
@@ -371,7 +410,7 @@ func (s *Semaphore) DrainPermits(ctx context.Context) (int, error) {
 	if err := s.ready(ctx, op, false); err != nil {
 		return 0, err
 	}
-	got, _, err := s.c.semInt(ctx, op, s.name, false, lua.SemDrain, s.keys.counted(), []string{s.c.newRequest(), s.c.semKeep()})
+	got, _, err := s.c.semInt(ctx, KindSemaphore, op, s.name, false, lua.SemDrain, s.keys.counted(), []string{s.c.newRequest(), s.c.semKeep()})
 	return int(got), err
 }
 
@@ -406,6 +445,6 @@ func (s *Semaphore) Delete(ctx context.Context) (bool, error) {
 	if err := s.ready(ctx, op, false); err != nil {
 		return false, err
 	}
-	got, _, err := s.c.semInt(ctx, op, s.name, false, lua.SemDelete, []string{s.keys.sem}, nil)
+	got, _, err := s.c.semInt(ctx, KindSemaphore, op, s.name, false, lua.SemDelete, []string{s.keys.sem}, nil)
 	return got == 1, err
 }

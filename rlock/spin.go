@@ -22,7 +22,7 @@ type SpinMutex struct {
 
 // spinVariant is the Mutex with polling waiters.
 var spinVariant = &variant{
-	kind: "spin lock", acquire: lua.Acquire, release: lua.Release, renew: lua.Renew,
+	kind: "spin lock", obs: KindSpinMutex, acquire: lua.Acquire, release: lua.Release, renew: lua.Renew,
 	force: lua.ForceRelease, spin: true, forced: true,
 }
 

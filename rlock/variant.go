@@ -20,7 +20,10 @@ import (
 // script takes KEYS {lock} and ARGV {channel, message}, or with forced KEYS {lock, forced
 // record} and ARGV {channel, message, keep_ms}.
 type variant struct {
-	kind                           string // "lock", "fair lock", ...: for messages
+	kind string // "lock", "fair lock", ...: for messages
+	// obs is the kind in events (Observer); "" for a RedLock's instances, which are not
+	// reported on their own (the RedLock is).
+	obs                            Kind
 	acquire, release, renew, force *lua.Script
 	forceMessage                   string // what the force script publishes
 	// acquireExtra and releaseExtra return the keys and arguments the variant's scripts take
@@ -44,6 +47,9 @@ type variant struct {
 	// forced: the release script keeps no record per request; a replay asks the lock's
 	// forced record instead, which the force script writes (release.lua).
 	forced bool
+	// acquireErr, when set, turns an acquire's error into the one the call returns (the
+	// write side's UPGRADE refusal into ErrUpgrade).
+	acquireErr func(name string, err error) error
 	// leave, when set, runs when a wait gives up after attempts that may have registered
 	// the waiter in Redis (a fair queue slot).
 	leave func(ctx context.Context, m *Mutex, owner string)
@@ -51,7 +57,7 @@ type variant struct {
 
 // mutexVariant is the plain reentrant lock.
 var mutexVariant = &variant{
-	kind: "lock", acquire: lua.Acquire, release: lua.Release, renew: lua.Renew,
+	kind: "lock", obs: KindMutex, acquire: lua.Acquire, release: lua.Release, renew: lua.Renew,
 	force: lua.ForceRelease, forceMessage: "0", queue: true, handoff: true, forced: true,
 	marks: true,
 }

@@ -24,6 +24,10 @@ type waitSpec struct {
 	leave func()
 	// parker, when set, is a waiter that a release may pass the lock to directly (handoff.go).
 	parker parker
+	// waited, when set, is set to true once the call waits: its first attempt was refused
+	// (or it queued behind this Client's waiters without one), and it watches for a release
+	// (for the observer).
+	waited *bool
 }
 
 // parker is told around each sleep of a wait: park before it (it returns a channel that
@@ -113,6 +117,9 @@ func (c *Client) waitLoop(ctx context.Context, wait time.Duration, spec waitSpec
 		return false, errorf("%s %q: %w", spec.op, spec.name, ErrClosed)
 	}
 	defer w.Close()
+	if spec.waited != nil {
+		*spec.waited = true // refused (or queued behind others): the call waits for a release
+	}
 	// Try (again) now unless a release is sure to wake some waiter of this Client: when the
 	// waiters we queued behind are gone, or when a release may have been published between
 	// the first attempt and the subscription.
@@ -182,6 +189,9 @@ func (c *Client) spinLoop(ctx context.Context, deadline time.Time, wait time.Dur
 	try func(bool) (bool, error, bool), pttl *time.Duration, passing *error) (bool, error) {
 	if ok, err, done := try(false); done || wait == 0 {
 		return ok, err
+	}
+	if spec.waited != nil {
+		*spec.waited = true // refused: the call waits for the lock
 	}
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()

@@ -1,0 +1,110 @@
+package rlock
+
+import (
+	"context"
+	"log/slog"
+)
+
+// WithLogger makes the Client log to l what goes wrong with its locks and what it does on
+// its own, through an [Observer] built in (it composes with those of [WithObserver], in the
+// order the options were given). A nil l is an error wrapping [ErrInvalid] from [New].
+//
+// What it logs, with the attributes kind, name, owner, token and cause where they apply:
+//   - Error "relock: lock lost": a tenure ended by a loss (cause "lost", with error: the
+//     loss as [Mutex.Err] reports it, and held: how long the tenure lasted);
+//   - Warn "relock: renewal failed": a watchdog round in which renewals failed (leases,
+//     failures, lost, error: the first failure);
+//   - Warn "relock: subscription lost": a channel that waiters listen on stopped being
+//     served (channel, error); Info "relock: subscription restored" when it is served again;
+//   - Info "relock: lease expired": a fixed lease that ran its course before Unlock;
+//   - Debug "relock: request replayed" (op, sends; Warn with error when the outcome stayed
+//     unknown), Debug "relock: given back" (holds, reason; Warn with error when the give-back
+//     failed), Debug "relock: hold ended by close".
+//
+// Nothing else is logged: an acquisition, a release, an unlock that ends a tenure and a
+// successful renewal log nothing at any level, so an uncontended Lock and Unlock costs the
+// logger nothing but the observer's dispatch.
+func WithLogger(l *slog.Logger) Option {
+	return optionFunc(func(o *options) {
+		if l == nil {
+			o.nilLogger = true
+			return
+		}
+		o.observers = append(o.observers, logObserver(l))
+	})
+}
+
+// logObserver is the Observer of WithLogger.
+func logObserver(l *slog.Logger) *Observer {
+	bg := context.Background()
+	return &Observer{
+		HoldEnd: func(e HoldEndInfo) {
+			var level slog.Level
+			var msg string
+			switch e.Cause {
+			case EndLost:
+				level, msg = slog.LevelError, "relock: lock lost"
+			case EndLeaseExpired:
+				level, msg = slog.LevelInfo, "relock: lease expired"
+			case EndClosed:
+				level, msg = slog.LevelDebug, "relock: hold ended by close"
+			default:
+				return // an unlock: the hot path logs nothing
+			}
+			if !l.Enabled(bg, level) {
+				return
+			}
+			l.LogAttrs(bg, level, msg,
+				slog.String("kind", string(e.Kind)), slog.String("name", e.Name),
+				slog.String("owner", e.Owner), slog.Int64("token", e.Token),
+				slog.String("cause", string(e.Cause)), slog.Duration("held", e.Held),
+				slog.Any("error", e.Err))
+		},
+		RenewalRound: func(e RenewalRoundInfo) {
+			if e.Failures == 0 || !l.Enabled(bg, slog.LevelWarn) {
+				return
+			}
+			l.LogAttrs(bg, slog.LevelWarn, "relock: renewal failed",
+				slog.Int("leases", e.Leases), slog.Int("failures", e.Failures),
+				slog.Int("lost", e.Lost), slog.Any("error", e.Err))
+		},
+		Replay: func(e ReplayInfo) {
+			level := slog.LevelDebug
+			if e.Err != nil {
+				level = slog.LevelWarn
+			}
+			if !l.Enabled(bg, level) {
+				return
+			}
+			attrs := []slog.Attr{slog.String("kind", string(e.Kind)), slog.String("name", e.Name),
+				slog.String("owner", e.Owner), slog.String("op", e.Op), slog.Int("sends", e.Sends)}
+			if e.Err != nil {
+				attrs = append(attrs, slog.Any("error", e.Err))
+			}
+			l.LogAttrs(bg, level, "relock: request replayed", attrs...)
+		},
+		GiveBack: func(e GiveBackInfo) {
+			level := slog.LevelDebug
+			if e.Err != nil {
+				level = slog.LevelWarn
+			}
+			if !l.Enabled(bg, level) {
+				return
+			}
+			attrs := []slog.Attr{slog.String("kind", string(e.Kind)), slog.String("name", e.Name),
+				slog.String("owner", e.Owner), slog.Int("holds", e.Holds),
+				slog.String("reason", string(e.Reason))}
+			if e.Err != nil {
+				attrs = append(attrs, slog.Any("error", e.Err))
+			}
+			l.LogAttrs(bg, level, "relock: given back", attrs...)
+		},
+		Subscription: func(e SubscriptionInfo) {
+			if e.Up {
+				l.LogAttrs(bg, slog.LevelInfo, "relock: subscription restored", slog.String("channel", e.Channel))
+				return
+			}
+			l.LogAttrs(bg, slog.LevelWarn, "relock: subscription lost", slog.String("channel", e.Channel), slog.Any("error", e.Err))
+		},
+	}
+}

@@ -1,0 +1,157 @@
+package rlock_test
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/relock-go/relock/internal/redistest"
+	"github.com/relock-go/relock/rlock"
+)
+
+// logBuffer collects slog lines (text, without the time) safely across goroutines.
+type logBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.Write(p)
+}
+
+func (l *logBuffer) lines() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	s := strings.TrimSpace(l.buf.String())
+	if s == "" {
+		return nil
+	}
+	return strings.Split(s, "\n")
+}
+
+func newTestLogger(level slog.Level) (*slog.Logger, *logBuffer) {
+	lb := &logBuffer{}
+	return slog.New(slog.NewTextHandler(lb, &slog.HandlerOptions{Level: level, ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
+		if a.Key == slog.TimeKey || a.Key == "held" {
+			return slog.Attr{}
+		}
+		return a
+	}})), lb
+}
+
+// The hot path logs nothing, even at Debug: an uncontended cycle, a re-entry, contention.
+func TestWithLogger_hotPathIsSilent(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		l, lb := newTestLogger(slog.LevelDebug)
+		c := b.client(t, rlock.WithLogger(l))
+		name := redistest.Name(t)
+		m := c.Mutex(name)
+		for i := 0; i < 3; i++ {
+			require.NoError(t, m.Lock(bg))
+			require.NoError(t, m.Lock(bg))
+			ok, err := c.Mutex(name).TryLock(bg, 0, 0)
+			require.NoError(t, err)
+			require.False(t, ok)
+			require.NoError(t, m.Unlock(bg))
+			require.NoError(t, m.Unlock(bg))
+		}
+		require.Empty(t, lb.lines())
+	})
+}
+
+// A loss is an Error with kind, name, owner, token and cause; the renewal that found it a
+// Warn; both at once, nothing else.
+func TestWithLogger_loss(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		l, lb := newTestLogger(slog.LevelInfo)
+		c := b.client(t, rlock.WithLogger(l), rlock.WithWatchdogTimeout(300*time.Millisecond))
+		name := redistest.Name(t)
+		m := c.Mutex(name)
+		require.NoError(t, m.Lock(bg))
+		tok, err := m.Token(bg)
+		require.NoError(t, err)
+		_, err = b.do(t, "DEL", m.Key())
+		require.NoError(t, err)
+		within(t, 10*time.Second, "the loss", m.Done(bg))
+		// HoldEnd is told right after Done closes.
+		redistest.WaitFor(t, 10*time.Second, "the loss to be logged", func() bool { return len(lb.lines()) >= 2 })
+		lines := lb.lines()
+		require.Len(t, lines, 2, "%q", lines)
+		require.Equal(t, `level=WARN msg="relock: renewal failed" leases=1 failures=1 lost=1 error="watchdog: lease gone"`, lines[0])
+		require.Regexp(t, `^level=ERROR msg="relock: lock lost" kind=mutex name=`+name+` owner=h:`+c.ID()+`:\d+ token=`+
+			strconv.FormatInt(tok, 10)+` cause=lost error="rlock: lock lost: lease gone"$`, lines[1])
+	})
+}
+
+// A fixed lease that runs out is an Info line; replays and give-backs are Debug.
+func TestWithLogger_leaseReplayGiveBack(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		l, lb := newTestLogger(slog.LevelDebug)
+		lc := &lossyClient{Client: b.rueidis(t)}
+		c, err := rlock.New(lc, rlock.WithLogger(l))
+		require.NoError(t, err)
+		name := redistest.Name(t)
+		m := c.Mutex(name)
+		require.NoError(t, m.LockLease(bg, 100*time.Millisecond))
+		within(t, 10*time.Second, "the lease to run out", m.Done(bg))
+		redistest.WaitFor(t, 10*time.Second, "the expiry to be logged", func() bool { return len(lb.lines()) == 1 })
+		require.ErrorIs(t, m.Unlock(bg), rlock.ErrLeaseExpired)
+		lc.drop.Store(1)
+		require.NoError(t, m.Lock(bg))
+		require.NoError(t, m.Unlock(bg))
+
+		ctx, cancel := context.WithCancel(bg)
+		defer cancel()
+		lc.onDrop = cancel
+		lc.drop.Store(1)
+		ok, err := m.TryLock(ctx, time.Second, 0)
+		require.False(t, ok)
+		require.ErrorIs(t, err, context.Canceled)
+		require.NoError(t, c.Close())
+		lines := lb.lines()
+		require.Len(t, lines, 5, "%q", lines)
+		require.Regexp(t, `^level=INFO msg="relock: lease expired" kind=mutex name=\S+ owner=h:\S+ token=\d+ cause=lease_expired error="rlock: not held: its fixed lease ran out"$`, lines[0])
+		require.Regexp(t, `^level=DEBUG msg="relock: request replayed" kind=mutex name=\S+ owner=h:\S+ op=acquire sends=2$`, lines[1])
+		require.Regexp(t, `^level=WARN msg="relock: request replayed" kind=mutex name=\S+ owner=h:\S+ op=acquire sends=\d+ error="rlock: outcome unknown: .*"$`, lines[2])
+		require.Regexp(t, `^level=DEBUG msg="relock: request replayed" kind=mutex name=\S+ owner=h:\S+ op=acquire sends=\d+$`, lines[3])
+		require.Regexp(t, `^level=DEBUG msg="relock: given back" kind=mutex name=\S+ owner=h:\S+ holds=1 reason=canceled$`, lines[4])
+	})
+}
+
+// A lost subscription is a Warn, its return an Info.
+func TestWithLogger_subscription(t *testing.T) {
+	b := realBackend(t)
+	l, lb := newTestLogger(slog.LevelInfo)
+	name := redistest.Name(t)
+	holder := b.client(t).Mutex(name)
+	require.NoError(t, holder.Lock(bg))
+	c := b.client(t, rlock.WithLogger(l))
+	waiter := c.Mutex(name)
+	got := make(chan error, 1)
+	go func() { got <- waiter.Lock(bg) }()
+	parked(t, b, waiter, 1)
+	_, err := b.do(t, "CLIENT", "KILL", "TYPE", "pubsub")
+	require.NoError(t, err)
+	redistest.WaitFor(t, 10*time.Second, "the subscription to come back", func() bool { return len(lb.lines()) == 2 })
+	lines := lb.lines()
+	ch := waiter.Key() + ":released"
+	require.Regexp(t, `^level=WARN msg="relock: subscription lost" channel=`+regexpQuote(ch)+` error=.+$`, lines[0])
+	require.Equal(t, `level=INFO msg="relock: subscription restored" channel=`+ch, lines[1])
+	require.NoError(t, holder.Unlock(bg))
+	require.NoError(t, await(t, got, 10*time.Second, "the waiter"))
+	require.NoError(t, waiter.Unlock(bg))
+}
+
+func regexpQuote(s string) string {
+	r := strings.NewReplacer(`{`, `\{`, `}`, `\}`, `.`, `\.`, `:`, `:`)
+	return r.Replace(s)
+}
