@@ -36,6 +36,7 @@
 //	relock.renewal.scripts    counter    {script}    (none)
 //	relock.replays            counter    {replay}    kind, replay.op, replay.result
 //	relock.subscription.changes counter  {change}    subscription.state
+//	relock.givebacks          counter    {giveback}  kind, giveback.reason, giveback.result
 //	relock.hold.active        up-down    {hold}      kind: tenures held now
 //	relock.acquire.active     up-down    {call}      kind: acquisition calls in flight
 //
@@ -43,11 +44,14 @@
 // waiting for a release and the ones sending their first attempt (the Observer API has no
 // event for the moment a call starts to wait, so this is the exact figure nearest to "the
 // waiters"). relock.hold.active goes up at a grant that starts a tenure (not a re-entry)
-// and down at the tenure's end (HoldEnd), for the kinds that have tenures: every lock, not
-// the counted permits of Semaphore and PermitSemaphore nor a CountDownLatch's Await.
+// and down at the tenure's end (HoldEnd), for the kinds whose tenures the core reports:
+// Mutex, FairMutex, SpinMutex and both sides of RWMutex. Semaphore and PermitSemaphore
+// permits, a CountDownLatch's Await, a MultiLock (whose members count on their own) and a
+// RedLock report no tenure's end, so they are not counted there.
 //
 // Figures add up across the Clients that share one Observer; a MultiLock's members, being
-// locks of their own, are counted beside the MultiLock.
+// locks of their own, are counted beside the MultiLock (whose name attribute, when asked
+// for, is its members' names joined with ",").
 //
 // # Spans
 //

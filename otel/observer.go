@@ -44,6 +44,7 @@ const (
 	MetricRenewalScripts      = "relock.renewal.scripts"      // counter, {script}
 	MetricReplays             = "relock.replays"              // counter, {replay}
 	MetricSubscriptionChanges = "relock.subscription.changes" // counter, {change}
+	MetricGiveBacks           = "relock.givebacks"            // counter, {giveback}
 	MetricHoldsActive         = "relock.hold.active"          // up-down counter, {hold}
 	MetricAcquiresActive      = "relock.acquire.active"       // up-down counter, {call}
 )
@@ -76,6 +77,12 @@ const (
 	// AttrSubscriptionState is "down" when a channel that waiters listen on stopped being
 	// served, "up" when it is served again.
 	AttrSubscriptionState = attribute.Key("relock.subscription.state")
+	// AttrGiveBackReason is why the Client gave a grant back on its own
+	// ([rlock.GiveBackReason]: "canceled", "late", "no_replica_ack", "lost", "orphan").
+	AttrGiveBackReason = attribute.Key("relock.giveback.reason")
+	// AttrGiveBackResult is "returned" when Redis took a give-back, "failed" when it did not
+	// (the holds expire there with their lease).
+	AttrGiveBackResult = attribute.Key("relock.giveback.result")
 	// AttrErrorType classifies a failure, as OpenTelemetry's error.type does: one of
 	// "unknown_outcome", "closed", "lock_lost", "not_held", "no_replica_ack", "wrong_type",
 	// "no_permission", "upgrade", "invalid", "canceled", "deadline_exceeded" or "_OTHER".
@@ -152,6 +159,7 @@ func Observer(opts ...Option) (*rlock.Observer, error) {
 		RenewalRound: r.renewalRound,
 		Replay:       r.replay,
 		Subscription: r.subscription,
+		GiveBack:     r.giveBack,
 	}, nil
 }
 
@@ -163,7 +171,7 @@ type recorder struct {
 
 	acquireDur, waitDur, holdDur, releaseDur, renewDur                     metric.Float64Histogram
 	grants, contended, losses, renewals, renewFails, renewScripts, replays metric.Int64Counter
-	subChanges                                                             metric.Int64Counter
+	subChanges, giveBacks                                                  metric.Int64Counter
 	holdsActive, acquiresActive                                            metric.Int64UpDownCounter
 }
 
@@ -200,6 +208,7 @@ func newRecorder(o options) (*recorder, error) {
 	r.renewScripts = counter(MetricRenewalScripts, "{script}", "Renew scripts the watchdog sent.")
 	r.replays = counter(MetricReplays, "{replay}", "Requests sent again because their reply was lost.")
 	r.subChanges = counter(MetricSubscriptionChanges, "{change}", "Channels that waiters listen on going down or coming back.")
+	r.giveBacks = counter(MetricGiveBacks, "{giveback}", "Grants the Client gave back on its own (their caller had gone, they came too late...).")
 	r.holdsActive = upDown(MetricHoldsActive, "{hold}", "Tenures held now (a re-entry does not count twice).")
 	r.acquiresActive = upDown(MetricAcquiresActive, "{call}", "Acquisition calls in flight: sending their first attempt or waiting.")
 	if err := errors.Join(errs...); err != nil {
@@ -213,14 +222,16 @@ func newRecorder(o options) (*recorder, error) {
 // that another Observer, or the caller, put in the context.
 type spanKey struct{}
 
-// hasTenure reports whether acquisitions of kind start tenures that end with a HoldEnd
-// event: the locks do; counted permits and latches are not held by an owner.
+// hasTenure reports whether acquisitions of kind begin tenures that end with a HoldEnd
+// event: the locks do (Mutex, FairMutex, SpinMutex, both sides of an RWMutex). The
+// semaphores, the latch, a MultiLock (whose members report their own tenures) and a
+// RedLock report no HoldEnd (see rlock.Observer's "What each primitive reports").
 func hasTenure(k rlock.Kind) bool {
 	switch k {
-	case rlock.KindSemaphore, rlock.KindPermitSemaphore, rlock.KindLatch:
-		return false
+	case rlock.KindMutex, rlock.KindFairMutex, rlock.KindSpinMutex, rlock.KindReadLock, rlock.KindWriteLock:
+		return true
 	}
-	return true
+	return false
 }
 
 // lockAttrs returns the attributes every per-lock metric carries, then extra.
@@ -370,6 +381,15 @@ func (r *recorder) subscription(e rlock.SubscriptionInfo) {
 		state = "up"
 	}
 	r.subChanges.Add(context.Background(), 1, metric.WithAttributeSet(attribute.NewSet(AttrSubscriptionState.String(state))))
+}
+
+func (r *recorder) giveBack(e rlock.GiveBackInfo) {
+	result := "returned"
+	if e.Err != nil {
+		result = "failed"
+	}
+	r.giveBacks.Add(context.Background(), 1, r.lockAttrs(e.Kind, e.Name,
+		AttrGiveBackReason.String(string(e.Reason)), AttrGiveBackResult.String(result)))
 }
 
 // fail marks span as failed with err (a nil err still marks it: the event said so).

@@ -29,7 +29,8 @@ const (
 
 // TestObserver_metrics_scripted plays a scripted scenario through the hooks (a contended
 // mutex handed off, a re-entry, a busy TryLock, a canceled and a failed acquisition, a loss,
-// a late Unlock, semaphore permits, renewal rounds, replays, a subscription outage) and
+// a late Unlock, semaphore permits, a RedLock, renewal rounds, replays, a subscription
+// outage, give-backs) and
 // checks every metric's every point: instrument, unit, attribute set, count and sum, with
 // the up-down counters also read mid-way.
 func TestObserver_metrics_scripted(t *testing.T) {
@@ -97,13 +98,19 @@ func TestObserver_metrics_scripted(t *testing.T) {
 	r.release(ctx, rlock.ReleaseStartInfo{Kind: rlock.KindSemaphore, Name: "pool", Owner: "o3", Permits: 2},
 		rlock.ReleaseDoneInfo{Took: d125})
 
-	// The watchdog, replays, the subscription.
+	// A RedLock reports no HoldEnd, so its grant begins no counted hold.
+	r.acquire(ctx, lock(rlock.KindRedLock, "r", "o3", -1),
+		rlock.AcquireDoneInfo{Outcome: rlock.OutcomeAcquired, Took: d125})
+
+	// The watchdog, replays, the subscription, give-backs.
 	r.obs.RenewalRound(rlock.RenewalRoundInfo{Leases: 3, Scripts: 1, Took: d250})
 	r.obs.RenewalRound(rlock.RenewalRoundInfo{Leases: 2, Scripts: 3, Failures: 1, Lost: 1, Took: d500, Err: rlock.ErrLockLost})
 	r.obs.Replay(rlock.ReplayInfo{Kind: rlock.KindMutex, Name: "invoice:1", Owner: "o1", Op: "acquire", Sends: 2})
 	r.obs.Replay(rlock.ReplayInfo{Kind: rlock.KindMutex, Name: "invoice:1", Owner: "o1", Op: "release", Sends: 3, Err: rlock.ErrUnknownOutcome})
 	r.obs.Subscription(rlock.SubscriptionInfo{Channel: "relock:{invoice:1}:ch", Err: errors.New("connection reset")})
 	r.obs.Subscription(rlock.SubscriptionInfo{Channel: "relock:{invoice:1}:ch", Up: true})
+	r.obs.GiveBack(rlock.GiveBackInfo{Kind: rlock.KindMutex, Name: "invoice:1", Owner: "o1", Holds: 1, Reason: rlock.GiveBackCanceled})
+	r.obs.GiveBack(rlock.GiveBackInfo{Kind: rlock.KindSemaphore, Name: "pool", Holds: 2, Reason: rlock.GiveBackLate, Err: errors.New("i/o timeout")})
 
 	got, metas = r.collect(t)
 	expect(t, got, snapshot{
@@ -113,6 +120,7 @@ func TestObserver_metrics_scripted(t *testing.T) {
 			"relock.kind=read_lock,relock.outcome=canceled":                 hist{1, 0.25},
 			"error.type=closed,relock.kind=write_lock,relock.outcome=error": hist{1, 0.125},
 			"relock.kind=semaphore,relock.outcome=acquired":                 hist{1, 0.125},
+			"relock.kind=red_lock,relock.outcome=acquired":                  hist{1, 0.125},
 		},
 		relockotel.MetricWaitDuration: {
 			"relock.kind=mutex,relock.outcome=acquired":     hist{1, 0.5},
@@ -139,6 +147,7 @@ func TestObserver_metrics_scripted(t *testing.T) {
 			"relock.handed_off=false,relock.kind=mutex,relock.reentered=true":      int64(1),
 			"relock.handed_off=true,relock.kind=mutex,relock.reentered=false":      int64(1),
 			"relock.handed_off=false,relock.kind=semaphore,relock.reentered=false": int64(1),
+			"relock.handed_off=false,relock.kind=red_lock,relock.reentered=false":  int64(1),
 		},
 		relockotel.MetricLosses:          {"relock.kind=mutex": int64(1)},
 		relockotel.MetricRenewals:        {"": int64(5)},
@@ -152,7 +161,11 @@ func TestObserver_metrics_scripted(t *testing.T) {
 			"relock.subscription.state=down": int64(1),
 			"relock.subscription.state=up":   int64(1),
 		},
-		// Two tenures began and ended; the semaphore's permits are no tenure.
+		relockotel.MetricGiveBacks: {
+			"relock.giveback.reason=canceled,relock.giveback.result=returned,relock.kind=mutex": int64(1),
+			"relock.giveback.reason=late,relock.giveback.result=failed,relock.kind=semaphore":   int64(1),
+		},
+		// Two tenures began and ended; the semaphore's permits and the RedLock report none.
 		relockotel.MetricHoldsActive: {"relock.kind=mutex": int64(0)},
 		relockotel.MetricAcquiresActive: {
 			"relock.kind=mutex":      int64(0),
@@ -160,6 +173,7 @@ func TestObserver_metrics_scripted(t *testing.T) {
 			"relock.kind=read_lock":  int64(0),
 			"relock.kind=write_lock": int64(0),
 			"relock.kind=semaphore":  int64(0),
+			"relock.kind=red_lock":   int64(0),
 		},
 	})
 	want := map[string]meta{
@@ -176,6 +190,7 @@ func TestObserver_metrics_scripted(t *testing.T) {
 		relockotel.MetricRenewalScripts:      {"{script}", "counter"},
 		relockotel.MetricReplays:             {"{replay}", "counter"},
 		relockotel.MetricSubscriptionChanges: {"{change}", "counter"},
+		relockotel.MetricGiveBacks:           {"{giveback}", "counter"},
 		relockotel.MetricHoldsActive:         {"{hold}", "updown"},
 		relockotel.MetricAcquiresActive:      {"{call}", "updown"},
 	}
