@@ -353,3 +353,103 @@ func closePoints(got, want map[string]any) bool {
 	}
 	return true
 }
+
+// plain returns a Client without an Observer on a fresh server of b's kind (a RedLock's
+// other masters).
+func plain(t *testing.T, b backend) *rlock.Client {
+	t.Helper()
+	c, err := rlock.New(b.client(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// TestE2E_family runs one cycle of every primitive of the family (the five locks, both
+// semaphores, the latch, a MultiLock and a RedLock) on miniredis and redis-server, and
+// checks that every point the Observer exports is what the events say, and that the
+// figures of what is held or in flight come back to zero for every kind: the kinds the
+// module counts as tenures are exactly the ones whose ends the core reports.
+func TestE2E_family(t *testing.T) {
+	for _, b := range backends {
+		t.Run(b.name, func(t *testing.T) {
+			rc := b.client(t)
+			r := newRig(t)
+			ta := &tally{}
+			c, err := rlock.New(rc, rlock.WithObserver(r.obs), rlock.WithObserver(ta.observer()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			name := redistest.Name(t)
+			bg := context.Background()
+			type locker interface {
+				Lock(context.Context) error
+				Unlock(context.Context) error
+			}
+			rw := c.RWMutex(name + ":rw")
+			for _, l := range []locker{c.Mutex(name + ":m"), c.FairMutex(name + ":f"), c.SpinMutex(name + ":s"), rw,
+				c.MultiLock(name+":a", name+":b"), rlock.NewRedLock(name+":red", []*rlock.Client{c, plain(t, b), plain(t, b)})} {
+				must(t, l.Lock(bg))
+				must(t, l.Unlock(bg))
+			}
+			must(t, rw.RLock(bg))
+			must(t, rw.RUnlock(bg))
+
+			sem := c.Semaphore(name + ":sem")
+			if _, err := sem.TrySetPermits(bg, 2); err != nil {
+				t.Fatal(err)
+			}
+			must(t, sem.Acquire(bg, 2))
+			must(t, sem.Release(bg, 2))
+			ps := c.PermitSemaphore(name + ":ps")
+			if _, err := ps.TrySetPermits(bg, 1); err != nil {
+				t.Fatal(err)
+			}
+			p, err := ps.Acquire(bg, time.Minute)
+			must(t, err)
+			must(t, ps.Release(bg, p.ID))
+			latch := c.CountDownLatch(name + ":latch")
+			if _, err := latch.TrySetCount(bg, 1); err != nil {
+				t.Fatal(err)
+			}
+			must(t, latch.CountDown(bg))
+			must(t, latch.Await(bg))
+			c.Close()
+
+			snap, _ := r.collect(t)
+			want := expected(ta.all())
+			for name, pts := range want {
+				if !closePoints(snap[name], pts) {
+					t.Errorf("%s:\n got %s\nwant (from the events) %s", name, show(snap[name]), show(pts))
+				}
+			}
+			for name := range snap {
+				if _, ok := want[name]; !ok {
+					t.Errorf("metric %s not explained by the events: %s", name, show(snap[name]))
+				}
+			}
+			for _, metric := range []string{relockotel.MetricHoldsActive, relockotel.MetricAcquiresActive} {
+				for k, v := range snap[metric] {
+					if v != int64(0) {
+						t.Errorf("%s{%s} = %v after every cycle, want 0", metric, k, v)
+					}
+				}
+			}
+			kinds := map[string]bool{}
+			for k := range snap[relockotel.MetricAcquireDuration] {
+				kinds[k] = true
+			}
+			for _, k := range []rlock.Kind{rlock.KindMutex, rlock.KindFairMutex, rlock.KindSpinMutex, rlock.KindReadLock,
+				rlock.KindWriteLock, rlock.KindSemaphore, rlock.KindPermitSemaphore, rlock.KindLatch, rlock.KindMultiLock, rlock.KindRedLock} {
+				if !kinds["relock.kind="+string(k)+",relock.outcome=acquired"] {
+					t.Errorf("no acquisition of kind %s recorded: %v", k, kinds)
+				}
+			}
+			if got := len(snap[relockotel.MetricHoldsActive]); got != 5 {
+				t.Errorf("hold.active has %d kinds, want the 5 locks (their members count for a MultiLock): %s", got, show(snap[relockotel.MetricHoldsActive]))
+			}
+		})
+	}
+}
