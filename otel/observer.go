@@ -217,10 +217,12 @@ func newRecorder(o options) (*recorder, error) {
 	return r, nil
 }
 
-// spanKey is the context key under which a Start hook leaves its span for the Done hook. A
-// key of its own (rather than trace.SpanFromContext) keeps a Done hook from ending a span
-// that another Observer, or the caller, put in the context.
-type spanKey struct{}
+// spanKey is the context key under which a Start hook leaves its span for the Done hook.
+// A key of its own (rather than trace.SpanFromContext) keeps a Done hook from ending a span
+// that the caller put in the context; its recorder field keeps two Observers on one Client
+// apart: the core hands each Start hook the context the one before it returned, and every
+// Done hook the last one, which then carries both spans.
+type spanKey struct{ r *recorder }
 
 // hasTenure reports whether acquisitions of kind begin tenures that end with a HoldEnd
 // event: the locks do (Mutex, FairMutex, SpinMutex, both sides of an RWMutex). The
@@ -262,7 +264,7 @@ func (r *recorder) acquireStart(ctx context.Context, e rlock.AcquireStartInfo) c
 			span.SetAttributes(AttrPermits.Int(e.Permits))
 		}
 	}
-	return context.WithValue(ctx, spanKey{}, span)
+	return context.WithValue(ctx, spanKey{r}, span)
 }
 
 func (r *recorder) acquireDone(ctx context.Context, e rlock.AcquireDoneInfo) {
@@ -290,7 +292,7 @@ func (r *recorder) acquireDone(ctx context.Context, e rlock.AcquireDoneInfo) {
 		}
 	}
 
-	span, ok := ctx.Value(spanKey{}).(trace.Span)
+	span, ok := ctx.Value(spanKey{r}).(trace.Span)
 	if !ok {
 		return
 	}
@@ -319,7 +321,7 @@ func (r *recorder) releaseStart(ctx context.Context, e rlock.ReleaseStartInfo) c
 			span.SetAttributes(AttrPermits.Int(e.Permits))
 		}
 	}
-	return context.WithValue(ctx, spanKey{}, span)
+	return context.WithValue(ctx, spanKey{r}, span)
 }
 
 func (r *recorder) releaseDone(ctx context.Context, e rlock.ReleaseDoneInfo) {
@@ -333,7 +335,7 @@ func (r *recorder) releaseDone(ctx context.Context, e rlock.ReleaseDoneInfo) {
 	} else {
 		r.releaseDur.Record(ctx, e.Took.Seconds(), r.lockAttrs(e.Kind, e.Name))
 	}
-	span, ok := ctx.Value(spanKey{}).(trace.Span)
+	span, ok := ctx.Value(spanKey{r}).(trace.Span)
 	if !ok {
 		return
 	}

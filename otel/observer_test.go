@@ -496,3 +496,41 @@ func TestObserver_hammer(t *testing.T) {
 		t.Errorf("%d spans, want %d", got, 2*n)
 	}
 }
+
+// TestObserver_twoObservers: two relockotel Observers on one Client (say, two providers)
+// each end their own span, once, as the core chains their contexts (each Start hook gets the
+// context the one before returned; every Done hook the last one); the second's span is a
+// child of the first's.
+func TestObserver_twoObservers(t *testing.T) {
+	a, b := newRig(t), newRig(t)
+	s := rlock.AcquireStartInfo{Kind: rlock.KindMutex, Name: "n", Owner: "o", Wait: -1}
+	ctxA := a.obs.AcquireStart(context.Background(), s)
+	ctxB := b.obs.AcquireStart(ctxA, s)
+	d := rlock.AcquireDoneInfo{AcquireStartInfo: s, Outcome: rlock.OutcomeAcquired, Took: d125, Token: 9}
+	a.obs.AcquireDone(ctxB, d)
+	b.obs.AcquireDone(ctxB, d)
+	rs := rlock.ReleaseStartInfo{Kind: rlock.KindMutex, Name: "n", Owner: "o"}
+	ctxA = a.obs.ReleaseStart(context.Background(), rs)
+	ctxB = b.obs.ReleaseStart(ctxA, rs)
+	a.obs.ReleaseDone(ctxB, rlock.ReleaseDoneInfo{ReleaseStartInfo: rs, Took: d125, Freed: true})
+	b.obs.ReleaseDone(ctxB, rlock.ReleaseDoneInfo{ReleaseStartInfo: rs, Took: d125, Freed: true})
+
+	for name, r := range map[string]*rig{"first": a, "second": b} {
+		if n, m := len(r.spans.Started()), len(r.spans.Ended()); n != 2 || m != 2 {
+			t.Errorf("%s Observer: %d spans started, %d ended, want 2 and 2", name, n, m)
+		}
+		got, _ := r.collect(t)
+		if h := got[relockotel.MetricAcquireDuration]["relock.kind=mutex,relock.outcome=acquired"]; h != (hist{1, 0.125}) {
+			t.Errorf("%s Observer: acquire.duration %+v, want {1 0.125}", name, h)
+		}
+	}
+	ea, eb := a.spans.Ended(), b.spans.Ended()
+	if len(ea) == 2 && len(eb) == 2 {
+		if eb[0].Parent().SpanID() != ea[0].SpanContext().SpanID() {
+			t.Errorf("the second Observer's acquire span is not the first's child")
+		}
+		if v := attrs(ea[0].Attributes())[relockotel.AttrToken]; v.AsInt64() != 9 {
+			t.Errorf("the first Observer's span lacks its end attributes: token %v", v.AsInt64())
+		}
+	}
+}
