@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -163,10 +164,12 @@ func Observer(opts ...Option) (*rlock.Observer, error) {
 	}, nil
 }
 
-// recorder holds the instruments; its methods are the Observer's hooks. Every field is set
-// by newRecorder and never changed, so the hooks may run concurrently.
+// recorder holds the instruments; its methods are the Observer's hooks. Every field but
+// sets is set by newRecorder and never changed, and sets is a sync.Map, so the hooks may run
+// concurrently.
 type recorder struct {
 	withName bool
+	sets     sync.Map // attrKey -> *attrOpts, without the name attribute (lockAttrs)
 	tracer   trace.Tracer
 
 	acquireDur, waitDur, holdDur, releaseDur, renewDur                     metric.Float64Histogram
@@ -236,22 +239,56 @@ func hasTenure(k rlock.Kind) bool {
 	return false
 }
 
-// lockAttrs returns the attributes every per-lock metric carries, then extra.
-func (r *recorder) lockAttrs(kind rlock.Kind, name string, extra ...attribute.KeyValue) metric.MeasurementOption {
+// maxExtra is the most attributes a metric adds to the kind (and the name).
+const maxExtra = 3
+
+// attrKey identifies a set of per-lock attributes without the name: the kind and up to
+// maxExtra more (string and bool values only, so the key is comparable).
+type attrKey struct {
+	kind  rlock.Kind
+	extra [maxExtra]attribute.KeyValue
+}
+
+// lockAttrs returns the attributes every per-lock metric carries, then extra (at most
+// maxExtra). Without the name attribute the sets are few (kinds x outcomes x causes...) and
+// each is built once and cached, so that a hook allocates nothing for its attributes; with
+// the name, a set is built per call (a cache would grow with the names).
+func (r *recorder) lockAttrs(kind rlock.Kind, name string, extra ...attribute.KeyValue) *attrOpts {
+	if !r.withName && len(extra) <= maxExtra {
+		k := attrKey{kind: kind}
+		copy(k.extra[:], extra)
+		if opt, ok := r.sets.Load(k); ok {
+			return opt.(*attrOpts)
+		}
+		opt, _ := r.sets.LoadOrStore(k, r.buildAttrs(kind, name, extra))
+		return opt.(*attrOpts)
+	}
+	return r.buildAttrs(kind, name, extra)
+}
+
+// attrOpts is an attribute set as the options of Add and Record, made once: passing a
+// slice that exists already spares each call a variadic slice.
+type attrOpts struct {
+	add []metric.AddOption
+	rec []metric.RecordOption
+}
+
+func (r *recorder) buildAttrs(kind rlock.Kind, name string, extra []attribute.KeyValue) *attrOpts {
 	kv := make([]attribute.KeyValue, 0, 2+len(extra))
 	kv = append(kv, AttrKind.String(string(kind)))
 	if r.withName {
 		kv = append(kv, AttrLockName.String(name))
 	}
 	kv = append(kv, extra...)
-	return metric.WithAttributeSet(attribute.NewSet(kv...))
+	opt := metric.WithAttributeSet(attribute.NewSet(kv...))
+	return &attrOpts{add: []metric.AddOption{opt}, rec: []metric.RecordOption{opt}}
 }
 
 func (r *recorder) acquireStart(ctx context.Context, e rlock.AcquireStartInfo) context.Context {
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	r.acquiresActive.Add(ctx, 1, r.lockAttrs(e.Kind, e.Name))
+	r.acquiresActive.Add(ctx, 1, r.lockAttrs(e.Kind, e.Name).add...)
 	ctx, span := r.tracer.Start(ctx, SpanAcquire, trace.WithSpanKind(trace.SpanKindInternal))
 	if span.IsRecording() {
 		wait := -1.0
@@ -271,24 +308,24 @@ func (r *recorder) acquireDone(ctx context.Context, e rlock.AcquireDoneInfo) {
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	r.acquiresActive.Add(ctx, -1, r.lockAttrs(e.Kind, e.Name))
+	r.acquiresActive.Add(ctx, -1, r.lockAttrs(e.Kind, e.Name).add...)
 	outcome := AttrOutcome.String(string(e.Outcome))
 	errType := attribute.KeyValue{}
 	if e.Outcome == rlock.OutcomeError {
 		errType = AttrErrorType.String(errorType(e.Err))
-		r.acquireDur.Record(ctx, e.Took.Seconds(), r.lockAttrs(e.Kind, e.Name, outcome, errType))
+		r.acquireDur.Record(ctx, e.Took.Seconds(), r.lockAttrs(e.Kind, e.Name, outcome, errType).rec...)
 	} else {
-		r.acquireDur.Record(ctx, e.Took.Seconds(), r.lockAttrs(e.Kind, e.Name, outcome))
+		r.acquireDur.Record(ctx, e.Took.Seconds(), r.lockAttrs(e.Kind, e.Name, outcome).rec...)
 	}
 	if e.Waited {
 		at := r.lockAttrs(e.Kind, e.Name, outcome)
-		r.waitDur.Record(ctx, e.Took.Seconds(), at)
-		r.contended.Add(ctx, 1, at)
+		r.waitDur.Record(ctx, e.Took.Seconds(), at.rec...)
+		r.contended.Add(ctx, 1, at.add...)
 	}
 	if e.Outcome == rlock.OutcomeAcquired {
-		r.grants.Add(ctx, 1, r.lockAttrs(e.Kind, e.Name, AttrReentered.Bool(e.Reentered), AttrHandedOff.Bool(e.HandedOff)))
+		r.grants.Add(ctx, 1, r.lockAttrs(e.Kind, e.Name, AttrReentered.Bool(e.Reentered), AttrHandedOff.Bool(e.HandedOff)).add...)
 		if !e.Reentered && hasTenure(e.Kind) {
-			r.holdsActive.Add(ctx, 1, r.lockAttrs(e.Kind, e.Name))
+			r.holdsActive.Add(ctx, 1, r.lockAttrs(e.Kind, e.Name).add...)
 		}
 	}
 
@@ -331,9 +368,9 @@ func (r *recorder) releaseDone(ctx context.Context, e rlock.ReleaseDoneInfo) {
 	errType := attribute.KeyValue{}
 	if e.Err != nil {
 		errType = AttrErrorType.String(errorType(e.Err))
-		r.releaseDur.Record(ctx, e.Took.Seconds(), r.lockAttrs(e.Kind, e.Name, errType))
+		r.releaseDur.Record(ctx, e.Took.Seconds(), r.lockAttrs(e.Kind, e.Name, errType).rec...)
 	} else {
-		r.releaseDur.Record(ctx, e.Took.Seconds(), r.lockAttrs(e.Kind, e.Name))
+		r.releaseDur.Record(ctx, e.Took.Seconds(), r.lockAttrs(e.Kind, e.Name).rec...)
 	}
 	span, ok := ctx.Value(spanKey{r}).(trace.Span)
 	if !ok {
@@ -351,12 +388,12 @@ func (r *recorder) releaseDone(ctx context.Context, e rlock.ReleaseDoneInfo) {
 
 func (r *recorder) holdEnd(e rlock.HoldEndInfo) {
 	ctx := context.Background()
-	r.holdDur.Record(ctx, e.Held.Seconds(), r.lockAttrs(e.Kind, e.Name, AttrEndCause.String(string(e.Cause))))
+	r.holdDur.Record(ctx, e.Held.Seconds(), r.lockAttrs(e.Kind, e.Name, AttrEndCause.String(string(e.Cause))).rec...)
 	if hasTenure(e.Kind) {
-		r.holdsActive.Add(ctx, -1, r.lockAttrs(e.Kind, e.Name))
+		r.holdsActive.Add(ctx, -1, r.lockAttrs(e.Kind, e.Name).add...)
 	}
 	if e.Cause == rlock.EndLost {
-		r.losses.Add(ctx, 1, r.lockAttrs(e.Kind, e.Name))
+		r.losses.Add(ctx, 1, r.lockAttrs(e.Kind, e.Name).add...)
 	}
 }
 
@@ -374,7 +411,7 @@ func (r *recorder) replay(e rlock.ReplayInfo) {
 		result = "unknown"
 	}
 	r.replays.Add(context.Background(), 1, r.lockAttrs(e.Kind, e.Name,
-		AttrReplayOp.String(e.Op), AttrReplayResult.String(result)))
+		AttrReplayOp.String(e.Op), AttrReplayResult.String(result)).add...)
 }
 
 func (r *recorder) subscription(e rlock.SubscriptionInfo) {
@@ -382,7 +419,7 @@ func (r *recorder) subscription(e rlock.SubscriptionInfo) {
 	if e.Up {
 		state = "up"
 	}
-	r.subChanges.Add(context.Background(), 1, metric.WithAttributeSet(attribute.NewSet(AttrSubscriptionState.String(state))))
+	r.subChanges.Add(context.Background(), 1, metric.WithAttributeSet(attribute.NewSet(AttrSubscriptionState.String(state)))) // rare: not cached
 }
 
 func (r *recorder) giveBack(e rlock.GiveBackInfo) {
@@ -391,7 +428,7 @@ func (r *recorder) giveBack(e rlock.GiveBackInfo) {
 		result = "failed"
 	}
 	r.giveBacks.Add(context.Background(), 1, r.lockAttrs(e.Kind, e.Name,
-		AttrGiveBackReason.String(string(e.Reason)), AttrGiveBackResult.String(result)))
+		AttrGiveBackReason.String(string(e.Reason)), AttrGiveBackResult.String(result)).add...)
 }
 
 // fail marks span as failed with err (a nil err still marks it: the event said so).
