@@ -9,6 +9,7 @@ import (
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
+	"github.com/relock-go/relock/internal/redistest"
 	relockotel "github.com/relock-go/relock/otel"
 	"github.com/relock-go/relock/rlock"
 )
@@ -49,6 +50,45 @@ func BenchmarkObserver_cycle(b *testing.B) {
 				rctx := obs.ReleaseStart(ctx, rs)
 				obs.HoldEnd(he)
 				obs.ReleaseDone(rctx, rd)
+			}
+		})
+	}
+}
+
+// BenchmarkMutex_cycle is an uncontended Lock+Unlock on a real redis-server, without an
+// Observer and with relockotel's on the SDK (spans not sampled): the Observer's share of a
+// real cycle.
+func BenchmarkMutex_cycle(b *testing.B) {
+	srv := redistest.Start(b)
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	defer mp.Shutdown(context.Background())
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.NeverSample()))
+	defer tp.Shutdown(context.Background())
+	obs, err := relockotel.Observer(relockotel.WithMeterProvider(mp), relockotel.WithTracerProvider(tp))
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, c := range []struct {
+		name string
+		opts []rlock.Option
+	}{{"none", nil}, {"relockotel", []rlock.Option{rlock.WithObserver(obs)}}} {
+		b.Run(c.name, func(b *testing.B) {
+			cl, err := rlock.New(srv.Client(b), c.opts...)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer cl.Close()
+			m := cl.Mutex(redistest.Name(b))
+			ctx := context.Background()
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := m.Lock(ctx); err != nil {
+					b.Fatal(err)
+				}
+				if err := m.Unlock(ctx); err != nil {
+					b.Fatal(err)
+				}
 			}
 		})
 	}
