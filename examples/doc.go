@@ -23,7 +23,8 @@
 // The package's test runs every example and checks that it exits cleanly; httplock also has
 // tests of its own (its middleware, with httptest).
 //
-// The OpenTelemetry module has its own example, a leader loop that exports metrics to
-// stdout: go run ./otel/examples/leader from the otel directory (cd otel && go run
-// ./examples/leader).
+// The OpenTelemetry module (otel/, a module of its own) has its example beside it: a
+// periodic job with one runner across replicas, exporting its metrics to stdout:
+//
+//	cd otel && go run ./examples/leader
 package examples
