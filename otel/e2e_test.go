@@ -321,7 +321,7 @@ func errorTypeOf(err error) string {
 		name string
 	}{
 		{rlock.ErrUnknownOutcome, "unknown_outcome"}, {rlock.ErrClosed, "closed"}, {rlock.ErrLockLost, "lock_lost"},
-		{rlock.ErrNotHeld, "not_held"}, {rlock.ErrNoReplicaAck, "no_replica_ack"}, {rlock.ErrWrongType, "wrong_type"},
+		{rlock.ErrLeaseExpired, "lease_expired"}, {rlock.ErrNotHeld, "not_held"}, {rlock.ErrNoReplicaAck, "no_replica_ack"}, {rlock.ErrWrongType, "wrong_type"},
 		{rlock.ErrNoPermission, "no_permission"}, {rlock.ErrUpgrade, "upgrade"}, {rlock.ErrInvalid, "invalid"},
 		{context.Canceled, "canceled"}, {context.DeadlineExceeded, "deadline_exceeded"},
 	} {

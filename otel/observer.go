@@ -85,8 +85,9 @@ const (
 	// (the holds expire there with their lease).
 	AttrGiveBackResult = attribute.Key("relock.giveback.result")
 	// AttrErrorType classifies a failure, as OpenTelemetry's error.type does: one of
-	// "unknown_outcome", "closed", "lock_lost", "not_held", "no_replica_ack", "wrong_type",
-	// "no_permission", "upgrade", "invalid", "canceled", "deadline_exceeded" or "_OTHER".
+	// "unknown_outcome", "closed", "lock_lost", "lease_expired", "not_held",
+	// "no_replica_ack", "wrong_type", "no_permission", "upgrade", "invalid", "canceled",
+	// "deadline_exceeded" or "_OTHER" (the first sentinel the error wraps, in this order).
 	// It is on failed acquisitions (outcome "error") and failed releases, metrics and spans.
 	AttrErrorType = attribute.Key("error.type")
 
@@ -450,6 +451,7 @@ var errorTypes = []struct {
 	{rlock.ErrUnknownOutcome, "unknown_outcome"},
 	{rlock.ErrClosed, "closed"},
 	{rlock.ErrLockLost, "lock_lost"},
+	{rlock.ErrLeaseExpired, "lease_expired"}, // before not_held, which it wraps
 	{rlock.ErrNotHeld, "not_held"},
 	{rlock.ErrNoReplicaAck, "no_replica_ack"},
 	{rlock.ErrWrongType, "wrong_type"},

@@ -92,6 +92,10 @@ func TestObserver_metrics_scripted(t *testing.T) {
 	r.release(ctx, rlock.ReleaseStartInfo{Kind: rlock.KindMutex, Name: "invoice:1", Owner: "o2"},
 		rlock.ReleaseDoneInfo{Took: d125, Err: fmt.Errorf("rlock: unlock %q: %w", "invoice:1", rlock.ErrNotHeld)})
 
+	// An Unlock after a fixed lease ran out.
+	r.release(ctx, rlock.ReleaseStartInfo{Kind: rlock.KindFairMutex, Name: "report", Owner: "o3"},
+		rlock.ReleaseDoneInfo{Took: d125, Err: fmt.Errorf("rlock: unlock %q: %w", "report", rlock.ErrLeaseExpired)})
+
 	// Counted permits: granted and given back, no tenure.
 	r.acquire(ctx, rlock.AcquireStartInfo{Kind: rlock.KindSemaphore, Name: "pool", Owner: "o3", Wait: -1, Permits: 2},
 		rlock.AcquireDoneInfo{Outcome: rlock.OutcomeAcquired, Took: d125, Attempts: 1})
@@ -137,9 +141,10 @@ func TestObserver_metrics_scripted(t *testing.T) {
 			"relock.end_cause=lost,relock.kind=mutex":   hist{1, 4},
 		},
 		relockotel.MetricReleaseDuration: {
-			"relock.kind=mutex":                     hist{2, 0.5},
-			"error.type=not_held,relock.kind=mutex": hist{1, 0.125},
-			"relock.kind=semaphore":                 hist{1, 0.125},
+			"relock.kind=mutex":                               hist{2, 0.5},
+			"error.type=not_held,relock.kind=mutex":           hist{1, 0.125},
+			"error.type=lease_expired,relock.kind=fair_mutex": hist{1, 0.125},
+			"relock.kind=semaphore":                           hist{1, 0.125},
 		},
 		relockotel.MetricRenewalDuration: {"": hist{2, 0.75}},
 		relockotel.MetricGrants: {
