@@ -92,7 +92,8 @@ const (
 	AttrErrorType = attribute.Key("error.type")
 
 	// AttrToken is the fencing token of the tenure granted (spans of acquisitions that
-	// acquired).
+	// acquired a lock with tokens; absent for read holds, semaphores, the latch and a
+	// MultiLock, which have none).
 	AttrToken = attribute.Key("relock.token")
 	// AttrWaited: the first attempt was refused and the call waited (acquisition spans).
 	AttrWaited = attribute.Key("relock.waited")
@@ -290,6 +291,8 @@ func (r *recorder) acquireStart(ctx context.Context, e rlock.AcquireStartInfo) c
 		ctx = context.Background()
 	}
 	r.acquiresActive.Add(ctx, 1, r.lockAttrs(e.Kind, e.Name).add...)
+	// Attributes are set only on a recording span: an unsampled acquisition pays for none
+	// (a sampler sees the span's name and parent, not the lock's name).
 	ctx, span := r.tracer.Start(ctx, SpanAcquire, trace.WithSpanKind(trace.SpanKindInternal))
 	if span.IsRecording() {
 		wait := -1.0
@@ -337,7 +340,7 @@ func (r *recorder) acquireDone(ctx context.Context, e rlock.AcquireDoneInfo) {
 	if span.IsRecording() {
 		span.SetAttributes(outcome, AttrWaited.Bool(e.Waited), AttrAttempts.Int(e.Attempts),
 			AttrHandedOff.Bool(e.HandedOff), AttrReentered.Bool(e.Reentered))
-		if e.Outcome == rlock.OutcomeAcquired {
+		if e.Outcome == rlock.OutcomeAcquired && e.Token != 0 {
 			span.SetAttributes(AttrToken.Int64(e.Token))
 		}
 		if e.Outcome == rlock.OutcomeError {
