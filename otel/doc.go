@@ -62,10 +62,9 @@
 // relock.lease and relock.permits at the start; relock.outcome, relock.waited,
 // relock.attempts, relock.handed_off, relock.reentered and relock.token (when a lock with
 // tokens was acquired) at the end; relock.freed and relock.handed_off for a release. A
-// failed acquisition (outcome
-// "error") or release has status Error, the error recorded as an event, and error.type; a
-// busy or canceled acquisition is not an error (contention is not a failure, and the caller
-// chose to stop).
+// failed acquisition (outcome "error") or release has status Error, the error recorded as
+// an event, and error.type; a busy or canceled acquisition is not an error (contention is
+// not a failure, and the caller chose to stop).
 //
 // Attributes are set only on spans that record: an unsampled call pays for none, and a
 // sampler sees the span's name and parent but not the lock's name.
