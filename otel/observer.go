@@ -30,24 +30,42 @@ const (
 	SpanRelease = "relock.release"
 )
 
-// The names of the metrics. The README's "OpenTelemetry" section has them as a table.
+// The names of the metrics, their instrument and unit. The package doc and the README's
+// "OpenTelemetry" section have them as a table with their attributes.
 const (
-	MetricAcquireDuration     = "relock.acquire.duration"     // histogram, s
-	MetricWaitDuration        = "relock.wait.duration"        // histogram, s
-	MetricHoldDuration        = "relock.hold.duration"        // histogram, s
-	MetricReleaseDuration     = "relock.release.duration"     // histogram, s
-	MetricRenewalDuration     = "relock.renewal.duration"     // histogram, s
-	MetricGrants              = "relock.acquire.grants"       // counter, {grant}
-	MetricContended           = "relock.acquire.contended"    // counter, {acquisition}
-	MetricLosses              = "relock.hold.losses"          // counter, {loss}
-	MetricRenewals            = "relock.renewal.leases"       // counter, {lease}
-	MetricRenewalFailures     = "relock.renewal.failures"     // counter, {lease}
-	MetricRenewalScripts      = "relock.renewal.scripts"      // counter, {script}
-	MetricReplays             = "relock.replays"              // counter, {replay}
-	MetricSubscriptionChanges = "relock.subscription.changes" // counter, {change}
-	MetricGiveBacks           = "relock.givebacks"            // counter, {giveback}
-	MetricHoldsActive         = "relock.hold.active"          // up-down counter, {hold}
-	MetricAcquiresActive      = "relock.acquire.active"       // up-down counter, {call}
+	// MetricAcquireDuration: histogram, s; every acquisition call, whatever its outcome.
+	MetricAcquireDuration = "relock.acquire.duration"
+	// MetricWaitDuration: histogram, s; the acquisition calls that waited for a release.
+	MetricWaitDuration = "relock.wait.duration"
+	// MetricHoldDuration: histogram, s; tenures, from the grant to their end.
+	MetricHoldDuration = "relock.hold.duration"
+	// MetricReleaseDuration: histogram, s; every release call.
+	MetricReleaseDuration = "relock.release.duration"
+	// MetricRenewalDuration: histogram, s; the watchdog's rounds (its count: the rounds).
+	MetricRenewalDuration = "relock.renewal.duration"
+	// MetricGrants: counter, {grant}; acquisitions that acquired, re-entries included.
+	MetricGrants = "relock.acquire.grants"
+	// MetricContended: counter, {acquisition}; acquisitions that found the lock taken and
+	// waited.
+	MetricContended = "relock.acquire.contended"
+	// MetricLosses: counter, {loss}; tenures lost while held.
+	MetricLosses = "relock.hold.losses"
+	// MetricRenewals: counter, {lease}; leases the watchdog renewed or tried to.
+	MetricRenewals = "relock.renewal.leases"
+	// MetricRenewalFailures: counter, {lease}; leases whose renewal failed.
+	MetricRenewalFailures = "relock.renewal.failures"
+	// MetricRenewalScripts: counter, {script}; renew scripts the watchdog sent.
+	MetricRenewalScripts = "relock.renewal.scripts"
+	// MetricReplays: counter, {replay}; requests sent again because their reply was lost.
+	MetricReplays = "relock.replays"
+	// MetricSubscriptionChanges: counter, {change}; release channels going down or up.
+	MetricSubscriptionChanges = "relock.subscription.changes"
+	// MetricGiveBacks: counter, {giveback}; grants the Client gave back on its own.
+	MetricGiveBacks = "relock.givebacks"
+	// MetricHoldsActive: up-down counter, {hold}; tenures held now.
+	MetricHoldsActive = "relock.hold.active"
+	// MetricAcquiresActive: up-down counter, {call}; acquisition calls in flight.
+	MetricAcquiresActive = "relock.acquire.active"
 )
 
 // The attribute keys of metrics and spans.
@@ -69,7 +87,9 @@ const (
 	// AttrHandedOff: the grant came from a release that passed the lock on (acquisitions),
 	// or the release passed it on (releases).
 	AttrHandedOff = attribute.Key("relock.handed_off")
-	// AttrReplayOp is what a replay sent again: "acquire", "release" or "renew".
+	// AttrReplayOp is what a replay sent again ([rlock.ReplayInfo]'s Op): "acquire",
+	// "release", or a semaphore's or latch's "set", "add", "drain", "delete", "extend",
+	// "count_down".
 	AttrReplayOp = attribute.Key("relock.replay.op")
 	// AttrReplayResult is what came of a replay: "answered" (the outcome is known) or
 	// "unknown" (it stayed unknown: the call returned an error wrapping
