@@ -139,7 +139,7 @@ func TestLeader_oneAtATime(t *testing.T) {
 // context is cancelled with cause ErrLockLost, the term ends with that cause, and the
 // replica competes again and leads a new term with a higher token.
 func TestLeader_lossStepsDown(t *testing.T) {
-	cs, opt := newClients(t, 1, rlock.WithWatchdogTimeout(300*time.Millisecond))
+	cs, opt := newClients(t, 1, rlock.WithWatchdogTimeout(time.Second))
 	m := cs[0].Mutex("test:leader:" + t.Name())
 	var (
 		mu        sync.Mutex
