@@ -243,3 +243,39 @@ func TestRun_demo(t *testing.T) {
 		}
 	}
 }
+
+// TestLeader_clientClosed: when the replica's Client closes, a leading Run ends its term
+// (the job's context is cancelled with cause ErrClosed) and returns an error wrapping
+// rlock.ErrClosed, and so does a Run waiting for the lock.
+func TestLeader_clientClosed(t *testing.T) {
+	cs, _ := newClients(t, 2)
+	name := "test:leader:" + t.Name()
+	started := make(chan struct{})
+	var jobCause error
+	leading := &Leader{Mutex: cs[0].Mutex(name), Period: time.Hour,
+		Job: func(ctx context.Context) error {
+			close(started)
+			<-ctx.Done()
+			jobCause = context.Cause(ctx)
+			return nil
+		}}
+	waiting := &Leader{Mutex: cs[1].Mutex(name), Period: time.Hour, Job: func(context.Context) error { return nil }}
+	var leadErr, waitErr error
+	var wg sync.WaitGroup
+	wg.Go(func() { leadErr = leading.Run(context.Background()) })
+	select {
+	case <-started:
+	case <-time.After(ceiling):
+		t.Fatal("no term began")
+	}
+	wg.Go(func() { waitErr = waiting.Run(context.Background()) })
+	cs[1].Close()
+	cs[0].Close()
+	wg.Wait()
+	if !errors.Is(leadErr, rlock.ErrClosed) || !errors.Is(jobCause, rlock.ErrClosed) {
+		t.Errorf("leading Run: %v, job's cause %v; want both ErrClosed", leadErr, jobCause)
+	}
+	if !errors.Is(waitErr, rlock.ErrClosed) {
+		t.Errorf("waiting Run: %v, want ErrClosed", waitErr)
+	}
+}
