@@ -109,4 +109,13 @@
 // pub/sub connection with a watcher of that connection (rueidis runs its own for the
 // connections it opens). No goroutine is started per lock or per waiter. [Client.Close] stops
 // them all and waits.
+//
+// # Observing
+//
+// [WithObserver] gives a Client an [Observer]: hooks told of every acquisition and release,
+// of the end of every tenure (with its cause: unlock, lease expired, lost, closed), of the
+// watchdog's rounds, of replays, give-backs and subscription changes; see Observer for what
+// each primitive reports and the guarantees (every Start has its Done, tenures begun and
+// ended balance, nothing after Close). [WithLogger] is an Observer that logs to an
+// [slog.Logger]. A Client without an Observer pays nothing for them.
 package rlock

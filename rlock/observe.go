@@ -153,7 +153,8 @@ func (tr *acqTrace) granted(fresh bool, token int64) {
 	}
 }
 
-// acquireDone is the AcquireDone of an acquisition started at start (observation clock).
+// done tells AcquireDone of an acquisition on ctx that started at start (observation
+// clock) and whose AcquireStart returned octx; tr is its trace (nil: none).
 func (o *observer) done(ctx, octx context.Context, si AcquireStartInfo, start time.Duration, ok bool, err error, tr *acqTrace) {
 	e := AcquireDoneInfo{AcquireStartInfo: si, Outcome: outcome(ctx, ok, err), Took: o.now() - start}
 	if e.Outcome != OutcomeAcquired && e.Outcome != OutcomeBusy {
