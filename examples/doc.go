@@ -11,6 +11,7 @@
 //	go run ./examples/latch        # CountDownLatch: wait until n events happened
 //	go run ./examples/multilock    # MultiLock: several locks, all or nothing
 //	go run ./examples/spinlock     # SpinMutex: the lock without pub/sub
+//	go run ./examples/httplock     # HTTP middleware: one request per resource, 423 Locked
 //
 // Each runs on an embedded miniredis, or on a real Redis named by $REDIS_URL
 // (redis://user:pass@host:port/db, rediss:// for TLS; it wins when both are set) or
@@ -19,5 +20,11 @@
 //
 //	c, err := rlock.Dial(rueidis.ClientOption{InitAddress: []string{"127.0.0.1:6379"}})
 //
-// The package's test runs every example and checks that it exits cleanly.
+// The package's test runs every example and checks that it exits cleanly; httplock also has
+// tests of its own (its middleware, with httptest).
+//
+// The OpenTelemetry module (otel/, a module of its own) has its example beside it: a
+// periodic job with one runner across replicas, exporting its metrics to stdout:
+//
+//	cd otel && go run ./examples/leader
 package examples
