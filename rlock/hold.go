@@ -334,6 +334,29 @@ func (h *hold) abandon(cause error) {
 	h.c.noteStale(h, 1, gone)
 }
 
+// abandonAll ends this Client's part in every hold of h's owner: holds whose give-back
+// failed, or that nothing will give back, because the one that took them no longer counts
+// them (a RedLock's instance holds after a failed round, or after an Unlock whose give-back
+// failed: the RedLock forgets them). Nothing renews them any more and Redis lets them expire
+// within their lease; the tenure, if any, ends (cause ErrNotHeld), and the holds Redis may
+// still count are noted as stale until surely gone.
+func (h *hold) abandonAll() {
+	h.mu.Lock()
+	n := h.count + h.orphans
+	h.count = 0
+	h.lost = nil
+	gone := goneBy(h.c.opts.watchdogTimeout)
+	if h.cur != nil {
+		if h.cur.gone.After(gone) {
+			gone = h.cur.gone
+		}
+		h.stopLease()
+		h.endLocked(ErrNotHeld)
+	}
+	h.mu.Unlock()
+	h.c.noteStale(h, n, gone)
+}
+
 // released records that Redis reports remaining holds for the owner after a release (0 when
 // the lock was freed, -1 when the owner held none). When this Client's last hold is given
 // back while Redis still counts holds of the owner, the tenure ends all the same, so that

@@ -557,7 +557,7 @@ func (r *RedLock) reenter(ctx context.Context, rh *redHold, leases []time.Durati
 		rh.mu.Unlock()
 		return true, nil
 	}
-	r.giveBack(ctx, ctx, got, nil)
+	r.giveBack(ctx, ctx, got, nil, abandonOne)
 	if err := ctx.Err(); err != nil {
 		return false, errorf("red lock %q: %w", r.name, err)
 	}
@@ -659,7 +659,7 @@ func (r *RedLock) fresh(ctx context.Context, rh *redHold, owner string, wait tim
 				return true, nil
 			}
 		}
-		r.giveBack(ctx, ctx, got, nil)
+		r.giveBack(ctx, ctx, got, nil, abandonAll)
 		if err := ctx.Err(); err != nil {
 			pass()
 			return false, errorf("red lock %q: %w", r.name, err)
@@ -891,7 +891,22 @@ func (r *RedLock) sleep(ctx context.Context, timer *time.Timer, ws []*pubsub.Wai
 // or, when caller (an acquire's ctx; nil for Unlock) ends, returnGrace more; the rest go on
 // in the background (counted for their Client's Close). It returns each instance's error
 // (nil: given back), and which answered in time.
-func (r *RedLock) giveBack(ctx, caller context.Context, idx []int, times []int) ([]error, []bool) {
+// giveBack's failure modes: what becomes of an instance hold whose give-back failed.
+type giveBackFail int
+
+const (
+	// keepFailed: the RedLock still counts it (a re-entry's give-back): it stays held and
+	// renewed, and the owner's last Unlock gives it back.
+	keepFailed giveBackFail = iota
+	// abandonOne: nothing counts it (a failed re-entry round): it becomes an orphan of the
+	// instance's tenure (hold.abandon), given back with its last hold.
+	abandonOne
+	// abandonAll: nothing counts any hold of the owner on the instance (a failed fresh
+	// round, the last Unlock): they are no longer renewed and expire (hold.abandonAll).
+	abandonAll
+)
+
+func (r *RedLock) giveBack(ctx, caller context.Context, idx []int, times []int, fail giveBackFail) ([]error, []bool) {
 	errs := make([]error, len(r.insts))
 	answered := make([]bool, len(r.insts))
 	if len(idx) == 0 {
@@ -913,6 +928,18 @@ func (r *RedLock) giveBack(ctx, caller context.Context, idx []int, times []int) 
 			var err error
 			for k := 0; k < n && err == nil; k++ {
 				err = m.Unlock(ctx)
+			}
+			if err != nil && !errors.Is(err, ErrNotHeld) && fail != keepFailed {
+				// Nothing will give it back: stop renewing it, let it expire.
+				if owner, oerr := m.ownerOf(ctx); oerr == nil {
+					if h := m.instHold(owner); h != nil {
+						if fail == abandonOne {
+							h.abandon(err)
+						} else {
+							h.abandonAll()
+						}
+					}
+				}
 			}
 			ch <- done{i, err}
 		})
@@ -960,7 +987,7 @@ func (r *RedLock) giveBackAll(ctx context.Context, rh *redHold, owner string) ([
 			idx = append(idx, i)
 		}
 	}
-	errs, answered := r.giveBack(ctx, nil, idx, times)
+	errs, answered := r.giveBack(ctx, nil, idx, times, abandonAll)
 	rh.reset()
 	return errs, answered
 }
@@ -1035,7 +1062,7 @@ func (r *RedLock) Unlock(ctx context.Context) (err error) {
 			}
 		}
 		rh.mu.Unlock()
-		errs, answered = r.giveBack(ctx, nil, idx, nil)
+		errs, answered = r.giveBack(ctx, nil, idx, nil, keepFailed)
 		rh.mu.Lock()
 		rh.count--
 		for _, i := range idx {

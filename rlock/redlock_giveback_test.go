@@ -1,0 +1,125 @@
+package rlock_test
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/rueidis"
+	"github.com/stretchr/testify/require"
+
+	"github.com/relock-go/relock/internal/redistest"
+	"github.com/relock-go/relock/rlock"
+)
+
+// failingScripts is a rueidis client whose scripts, once armed, pass through pass more
+// and then fail without being sent, as if the server could not be reached: the Client
+// cannot tell whether they were applied.
+type failingScripts struct {
+	rueidis.Client
+	armed atomic.Bool
+	pass  atomic.Int32
+}
+
+func (f *failingScripts) Do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResult {
+	if !f.armed.Load() || !isScript(cmd) {
+		return f.Client.Do(ctx, cmd)
+	}
+	if f.pass.Load() <= 0 {
+		return rueidis.NewErrorResult(context.DeadlineExceeded)
+	}
+	res := f.Client.Do(ctx, cmd)
+	if re, ok := rueidis.IsRedisErr(res.Error()); !ok || !re.IsNoScript() {
+		f.pass.Add(-1) // a NOSCRIPT answer is followed by the script itself: not counted
+	}
+	return res
+}
+
+// A grant that a failed RedLock round gives back, and whose give-back fails, is nobody's:
+// the RedLock does not count it and nothing will give it back. It must not be renewed: it
+// expires with its lease, and the instance is free again. Before the fix the instance's
+// Mutex kept the hold and the watchdog renewed it for as long as the Client lived, so the
+// instance stayed locked for good (and a few such rounds could lock a majority).
+func TestRedLock_failedGiveBackIsNotRenewed(t *testing.T) {
+	ss := redServers(t, 3)
+	const lease = time.Second
+	opts := []rlock.Option{rlock.WithWatchdogTimeout(lease), rlock.WithCleanupTimeout(100 * time.Millisecond)}
+	cs, fs := failingFirstClients(t, ss, opts...)
+	name := redistest.Name(t)
+	key := redKey(name)
+	// Another owner holds the name on instances 1 and 2: a round can win only instance 0.
+	others := redClients(t, addrsOf(ss[1:]), opts...)
+	for _, c := range others {
+		require.NoError(t, c.Mutex(name).Lock(bg))
+	}
+
+	r := rlock.NewRedLock(name, cs)
+	fs.pass.Store(1) // the acquire on instance 0 goes through; its give-back fails
+	fs.armed.Store(true)
+	ok, err := r.TryLock(bg, 0, 0)
+	fs.armed.Store(false)
+	require.NoError(t, err)
+	require.False(t, ok, "a round granted by 1 of 3 instances")
+	require.True(t, existsOn(t, ss[0], key), "the grant on instance 0 was not given back (its give-back failed)")
+
+	// Nothing renews it now: it is gone within its lease (and its drift allowance).
+	require.Eventually(t, func() bool { return !existsOn(t, ss[0], key) }, 5*lease, 20*time.Millisecond,
+		"instance 0 still holds the grant a failed round could not give back: it is being renewed")
+	// And the instance is anyone's again.
+	m := cs[0].Mutex(name)
+	ok, err = m.TryLock(bg, 0, 0)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.NoError(t, m.Unlock(bg))
+}
+
+// The same after the owner's last Unlock: an instance whose give-back failed is forgotten by
+// the RedLock (a majority freed the lock, Unlock succeeded), so its hold must not be renewed.
+func TestRedLock_failedUnlockIsNotRenewed(t *testing.T) {
+	ss := redServers(t, 3)
+	const lease = time.Second
+	opts := []rlock.Option{rlock.WithWatchdogTimeout(lease), rlock.WithCleanupTimeout(100 * time.Millisecond)}
+	cs, fs := failingFirstClients(t, ss, opts...)
+	name := redistest.Name(t)
+	key := redKey(name)
+	r := rlock.NewRedLock(name, cs)
+	require.NoError(t, r.Lock(bg))
+	require.NoError(t, r.Lock(bg)) // a re-entry: the instance's give-back is of two holds
+	require.NoError(t, r.Unlock(bg))
+	require.Equal(t, 3, holdersOn(t, ss, key))
+
+	fs.armed.Store(true) // every script to instance 0 fails from now on
+	require.NoError(t, r.Unlock(bg), "two of three instances freed it")
+	fs.armed.Store(false)
+	require.True(t, existsOn(t, ss[0], key), "instance 0's give-back failed")
+	require.Eventually(t, func() bool { return !existsOn(t, ss[0], key) }, 5*lease, 20*time.Millisecond,
+		"instance 0 still holds what a failed Unlock could not give back: it is being renewed")
+	ok, err := r.TryLock(bg, 0, 0)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.NoError(t, r.Unlock(bg))
+}
+
+// failingFirstClients returns a Client per server, the first one's scripts going through a
+// failingScripts (returned).
+func failingFirstClients(t *testing.T, ss []*redistest.Server, opts ...rlock.Option) ([]*rlock.Client, *failingScripts) {
+	t.Helper()
+	fs := &failingScripts{}
+	cs := make([]*rlock.Client, len(ss))
+	for i, s := range ss {
+		rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{s.Addr()}, DisableCache: true, ForceSingleClient: true})
+		require.NoError(t, err)
+		t.Cleanup(rc.Close)
+		var inner rueidis.Client = rc
+		if i == 0 {
+			fs.Client = rc
+			inner = fs
+		}
+		c, err := rlock.New(inner, opts...)
+		require.NoError(t, err)
+		t.Cleanup(func() { c.Close() })
+		cs[i] = c
+	}
+	return cs, fs
+}
