@@ -19,25 +19,7 @@ const maxCycleAllocs = 11
 // TestMutex_uncontendedCycleAllocations keeps the client path's allocations from creeping
 // back (a change once added two per cycle by asking errors.As about a nil error).
 func TestMutex_uncontendedCycleAllocations(t *testing.T) {
-	b := realBackend(t)
-	c, err := rlock.Dial(rueidis.ClientOption{InitAddress: []string{b.srv.Addr()}})
-	require.NoError(t, err)
-	defer c.Close()
-	m := c.Mutex(t.Name())
-	ctx, cancel := context.WithCancel(bg)
-	defer cancel()
-	cycle := func() {
-		if err := m.Lock(ctx); err != nil {
-			t.Fatal(err)
-		}
-		if err := m.Unlock(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for i := 0; i < 100; i++ {
-		cycle()
-	}
-	got := testing.AllocsPerRun(500, cycle)
+	got := cycleAllocs(t)
 	limit := float64(maxCycleAllocs)
 	if raceEnabled {
 		limit += 3 // 13.0 measured: the race detector's sync.Pool drops
