@@ -293,6 +293,12 @@ func TestHardening_ExpiredFixedLeasesLeaveTheTable(t *testing.T) {
 		for i := range locks {
 			locks[i] = c.Mutex(fmt.Sprintf("%s-%d", base, i))
 			ok, err := locks[i].TryLock(bg, 0, 50*time.Millisecond)
+			if errors.Is(err, rlock.ErrLeaseExpired) {
+				// On a loaded machine the grant can come back after its 50ms lease ran out:
+				// it was given back, and nothing is held (TryLock's documented outcome).
+				require.False(t, ok)
+				continue
+			}
 			require.NoError(t, err)
 			if ok {
 				granted++
