@@ -1,0 +1,78 @@
+package main
+
+import (
+	"bytes"
+	"io"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/relock-go/relock/internal/redistest"
+	"github.com/relock-go/relock/rlock"
+)
+
+// promptWriter signals once the confirmation question has been written.
+type promptWriter struct {
+	mu     sync.Mutex
+	buf    bytes.Buffer
+	asked  chan struct{}
+	closed bool
+}
+
+func (w *promptWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.buf.Write(p)
+	if !w.closed && strings.Contains(w.buf.String(), "[y/N]") {
+		w.closed = true
+		close(w.asked)
+	}
+	return len(p), nil
+}
+
+// TestReviewOps_forceUnlockFreesAHolderItNeverShowed: DEFECT. `relock force-unlock NAME`
+// shows the holders it read, asks for confirmation, and then forces whatever holds the lock
+// when the operator answers, which may be minutes later: if the holder it showed released
+// meanwhile and another owner took the lock, the new owner's tenure is destroyed without
+// ever having been shown, and stdout then claims it "freed ... held by:" the old holder.
+// The confirmation confirms nothing. Expected: force only the tenure shown (compare the
+// fencing token / owner in the force script), or re-read after the answer and refuse
+// ("changed meanwhile") when the holders differ.
+func TestReviewOps_forceUnlockFreesAHolderItNeverShowed(t *testing.T) {
+	srv := redistest.Start(t)
+	url := "redis://" + srv.Addr()
+	a, err := rlock.New(srv.Client(t))
+	require.NoError(t, err)
+	defer a.Close()
+	b, err := rlock.New(srv.Client(t))
+	require.NoError(t, err)
+	defer b.Close()
+	ma, mb := a.Mutex("job"), b.Mutex("job")
+	require.NoError(t, ma.Lock(bg))
+
+	pr, pw := io.Pipe()
+	stderr := &promptWriter{asked: make(chan struct{})}
+	var stdout bytes.Buffer
+	code := make(chan int, 1)
+	go func() {
+		code <- run(bg, []string{"force-unlock", "--url", url, "--timeout", "20s", "job"}, pr, &stdout, stderr)
+	}()
+	select {
+	case <-stderr.asked:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no confirmation question")
+	}
+	// While the operator reads the question, the holder shown finishes and another takes it.
+	require.NoError(t, ma.Unlock(bg))
+	require.NoError(t, mb.Lock(bg))
+	_, _ = pw.Write([]byte("y\n"))
+	got := <-code
+	t.Logf("exit %d\nstderr:\n%s\nstdout:\n%s", got, stderr.buf.String(), stdout.String())
+	in, err := b.Inspect(bg, "job")
+	require.NoError(t, err)
+	require.Len(t, in.Holders, 1, "force-unlock destroyed a tenure (client %s) it never showed nor was confirmed for; it reported freeing client %s's", b.ID(), a.ID())
+	require.Equal(t, b.ID(), in.Holders[0].ClientID)
+}
