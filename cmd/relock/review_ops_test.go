@@ -76,3 +76,34 @@ func TestReviewOps_forceUnlockFreesAHolderItNeverShowed(t *testing.T) {
 	require.Len(t, in.Holders, 1, "force-unlock destroyed a tenure (client %s) it never showed nor was confirmed for; it reported freeing client %s's", b.ID(), a.ID())
 	require.Equal(t, b.ID(), in.Holders[0].ClientID)
 }
+
+// TestReviewOps_forceUnlockConfirmationCountsAgainstTimeout: DEFECT. force-unlock starts its
+// --timeout (default 10s, documented as the bound "of each command's work") before it asks
+// the question, so the time the operator takes to read the holders and answer is spent from
+// it: an operator who answers "y" after more than 10s gets "context deadline exceeded" and
+// exit 1, and nothing is freed. Expected: the deadline covers the reads and the force, not
+// the wait for the answer (start a fresh context after the answer).
+func TestReviewOps_forceUnlockConfirmationCountsAgainstTimeout(t *testing.T) {
+	srv := redistest.Start(t)
+	url := "redis://" + srv.Addr()
+	a, err := rlock.New(srv.Client(t))
+	require.NoError(t, err)
+	defer a.Close()
+	require.NoError(t, a.Mutex("job").Lock(bg))
+	pr, pw := io.Pipe()
+	stderr := &promptWriter{asked: make(chan struct{})}
+	var stdout bytes.Buffer
+	code := make(chan int, 1)
+	go func() {
+		code <- run(bg, []string{"force-unlock", "--url", url, "--timeout", "1s", "job"}, pr, &stdout, stderr)
+	}()
+	select {
+	case <-stderr.asked:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no confirmation question")
+	}
+	time.Sleep(1500 * time.Millisecond) // the operator reads the holders (1.5 x --timeout)
+	_, _ = pw.Write([]byte("y\n"))
+	got := <-code
+	require.Equal(t, exitOK, got, "confirmed force-unlock failed:\n%s", stderr.buf.String())
+}
