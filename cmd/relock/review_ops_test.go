@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"io"
 	"strings"
 	"sync"
@@ -106,4 +107,19 @@ func TestReviewOps_forceUnlockConfirmationCountsAgainstTimeout(t *testing.T) {
 	_, _ = pw.Write([]byte("y\n"))
 	got := <-code
 	require.Equal(t, exitOK, got, "confirmed force-unlock failed:\n%s", stderr.buf.String())
+}
+
+// TestReviewOps_forceUnlockJSONPrintsText: DEFECT. With --json, stdout is documented as
+// machine-readable ("one JSON object"), but force-unlock prints plain English on stdout
+// when there is nothing to free ("... is not held: nothing to free"), when the lock was
+// freed meanwhile, and when the answer was no: a script that decodes stdout fails exactly in
+// the cases it must tell apart. Expected: a JSON object in every outcome (e.g. {"name":...,
+// "kind":...,"freed":[]}), the prose on stderr.
+func TestReviewOps_forceUnlockJSONPrintsText(t *testing.T) {
+	srv := redistest.Start(t)
+	url := "redis://" + srv.Addr()
+	out, errOut, code := relock(t, "", "force-unlock", "--json", "--yes", "--url", url, "free-lock")
+	require.Equal(t, exitNothing, code, errOut)
+	var v map[string]any
+	require.NoError(t, json.Unmarshal([]byte(out), &v), "force-unlock --json wrote non-JSON to stdout: %q", out)
 }
