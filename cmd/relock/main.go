@@ -312,8 +312,8 @@ func (e *env) watch(ctx context.Context, name string) int {
 	return exitOK
 }
 
-func (e *env) forceUnlock(ctx context.Context, name string) int {
-	ctx, cancel := context.WithTimeout(ctx, e.cfg.timeout)
+func (e *env) forceUnlock(parent context.Context, name string) int {
+	ctx, cancel := context.WithTimeout(parent, e.cfg.timeout)
 	defer cancel()
 	in, err := e.client.Inspect(ctx, name)
 	if err != nil {
@@ -348,6 +348,20 @@ func (e *env) forceUnlock(ctx context.Context, name string) int {
 			fmt.Fprintln(e.stdout, "not confirmed: nothing freed")
 			return exitAborted
 		}
+		// --timeout bounds the work, not the operator's reading: the force gets a bound of
+		// its own. And the answer confirms the holders shown, not whoever holds the lock
+		// now: read them again and free nothing when they changed meanwhile.
+		var cancelForce context.CancelFunc
+		ctx, cancelForce = context.WithTimeout(parent, e.cfg.timeout)
+		defer cancelForce()
+		now, err := e.client.Inspect(ctx, name)
+		if err != nil {
+			return e.fail(err)
+		}
+		if !sameHolders(in, now) {
+			fmt.Fprintf(e.stdout, "%s changed hands while you answered: nothing freed (run force-unlock again)\n", quoteName(name))
+			return exitAborted
+		}
 	}
 	freed, err := force(ctx)
 	if err != nil {
@@ -370,6 +384,20 @@ func (e *env) forceUnlock(ctx context.Context, name string) int {
 	}
 	fmt.Fprintf(e.stdout, "its waiters were told (Clients subscribed: %d)\n", in.Subscribers+in.ReadSubscribers)
 	return exitOK
+}
+
+// sameHolders reports whether b shows the same tenure as a: the same kind, fencing token
+// and owners in the same modes.
+func sameHolders(a, b rlock.Info) bool {
+	if a.Kind != b.Kind || a.Token != b.Token || len(a.Holders) != len(b.Holders) {
+		return false
+	}
+	for i := range a.Holders {
+		if a.Holders[i].Owner != b.Holders[i].Owner || a.Holders[i].Mode != b.Holders[i].Mode {
+			return false
+		}
+	}
+	return true
 }
 
 func jsonCode(e *env, err error) int {
