@@ -66,3 +66,23 @@ func TestReviewOps_holdEndCallingTheLockDeadlocks(t *testing.T) {
 		t.Error("Unlock never returned: the HoldEnd hook's m.Err deadlocked on the Client's internal lock (Client leaked)")
 	}
 }
+
+// TestReviewOps_inspectAndListNilContext: DEFECT. Every primitive's method refuses a nil
+// context with an error wrapping ErrInvalid ("nil context"); Client.Inspect and Client.List
+// dereference it and panic inside rueidis instead.
+func TestReviewOps_inspectAndListNilContext(t *testing.T) {
+	srv := redistest.Start(t)
+	c, err := rlock.New(srv.Client(t))
+	require.NoError(t, err)
+	defer c.Close()
+	var nilCtx context.Context
+	require.NotPanics(t, func() {
+		_, err := c.Inspect(nilCtx, "x")
+		require.ErrorIs(t, err, rlock.ErrInvalid)
+	})
+	require.NotPanics(t, func() {
+		for _, err := range c.List(nilCtx, "") {
+			require.ErrorIs(t, err, rlock.ErrInvalid)
+		}
+	})
+}
