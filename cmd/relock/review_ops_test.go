@@ -123,3 +123,12 @@ func TestReviewOps_forceUnlockJSONPrintsText(t *testing.T) {
 	var v map[string]any
 	require.NoError(t, json.Unmarshal([]byte(out), &v), "force-unlock --json wrote non-JSON to stdout: %q", out)
 }
+
+// TestReviewOps_badURLEchoesPassword: DEFECT. A --url (or $RELOCK_URL) that net/url cannot
+// parse is echoed whole in the error, password included, to stderr (terminal scrollback,
+// CI logs, a ticket's paste). Expected: the password redacted, as url.URL.Redacted does.
+func TestReviewOps_badURLEchoesPassword(t *testing.T) {
+	_, errOut, code := relock(t, "", "list", "--url", "redis://ops:s3cret@[::1")
+	require.Equal(t, exitUsage, code)
+	require.NotContains(t, errOut, "s3cret")
+}
