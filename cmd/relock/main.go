@@ -169,7 +169,9 @@ func (e *env) parse(cmd string, args []string) ([]string, error) {
 func (e *env) connect(ctx context.Context) int {
 	opt, err := rueidis.ParseURL(e.cfg.url)
 	if err != nil {
-		fmt.Fprintf(e.stderr, "relock: --url: %v\n", err)
+		// net/url's errors quote the whole URL: never echo its password.
+		msg := strings.ReplaceAll(err.Error(), e.cfg.url, redactURL(e.cfg.url))
+		fmt.Fprintf(e.stderr, "relock: --url: %s\n", msg)
 		return exitUsage
 	}
 	if e.cfg.cacert != "" {
@@ -384,6 +386,25 @@ func (e *env) forceUnlock(parent context.Context, name string) int {
 	}
 	fmt.Fprintf(e.stdout, "its waiters were told (Clients subscribed: %d)\n", in.Subscribers+in.ReadSubscribers)
 	return exitOK
+}
+
+// redactURL is u with the password of its user info, if any, replaced by "xxxxx". It
+// works on text that net/url may have refused to parse.
+func redactURL(u string) string {
+	i := strings.Index(u, "://")
+	if i < 0 {
+		return u
+	}
+	rest := u[i+3:]
+	at := strings.LastIndex(rest, "@")
+	if at < 0 {
+		return u
+	}
+	colon := strings.Index(rest[:at], ":")
+	if colon < 0 {
+		return u
+	}
+	return u[:i+3] + rest[:colon+1] + "xxxxx" + rest[at:]
 }
 
 // sameHolders reports whether b shows the same tenure as a: the same kind, fencing token
