@@ -334,8 +334,7 @@ func (e *env) forceUnlock(parent context.Context, name string) int {
 		return e.fail(fmt.Errorf("force-unlock %q: a %s is not a lock: force-unlock frees locks only", name, in.Kind))
 	}
 	if force == nil || len(in.Holders) == 0 {
-		fmt.Fprintf(e.stdout, "%s is not held: nothing to free\n", quoteName(name))
-		return exitNothing
+		return e.nothingFreed(name, in.Kind, fmt.Sprintf("%s is not held: nothing to free", quoteName(name)), exitNothing)
 	}
 	if !e.cfg.yes {
 		// The question goes to stderr, so that stdout says only what was done.
@@ -347,8 +346,7 @@ func (e *env) forceUnlock(parent context.Context, name string) int {
 		answer, _ := e.stdin.ReadString('\n')
 		answer = strings.ToLower(strings.TrimSpace(answer))
 		if answer != "y" && answer != "yes" {
-			fmt.Fprintln(e.stdout, "not confirmed: nothing freed")
-			return exitAborted
+			return e.nothingFreed(name, in.Kind, "not confirmed: nothing freed", exitAborted)
 		}
 		// --timeout bounds the work, not the operator's reading: the force gets a bound of
 		// its own. And the answer confirms the holders shown, not whoever holds the lock
@@ -361,8 +359,7 @@ func (e *env) forceUnlock(parent context.Context, name string) int {
 			return e.fail(err)
 		}
 		if !sameHolders(in, now) {
-			fmt.Fprintf(e.stdout, "%s changed hands while you answered: nothing freed (run force-unlock again)\n", quoteName(name))
-			return exitAborted
+			return e.nothingFreed(name, in.Kind, fmt.Sprintf("%s changed hands while you answered: nothing freed (run force-unlock again)", quoteName(name)), exitAborted)
 		}
 	}
 	freed, err := force(ctx)
@@ -370,8 +367,7 @@ func (e *env) forceUnlock(parent context.Context, name string) int {
 		return e.fail(err)
 	}
 	if !freed {
-		fmt.Fprintf(e.stdout, "%s was freed meanwhile: nothing to free\n", quoteName(name))
-		return exitNothing
+		return e.nothingFreed(name, in.Kind, fmt.Sprintf("%s was freed meanwhile: nothing to free", quoteName(name)), exitNothing)
 	}
 	if e.cfg.json {
 		return jsonCode(e, writeJSON(e.stdout, jsonForced{Name: name, Kind: string(in.Kind), Freed: jsonInfo(in).Holders}))
@@ -386,6 +382,21 @@ func (e *env) forceUnlock(parent context.Context, name string) int {
 	}
 	fmt.Fprintf(e.stdout, "its waiters were told (Clients subscribed: %d)\n", in.Subscribers+in.ReadSubscribers)
 	return exitOK
+}
+
+// nothingFreed ends a force-unlock that freed nothing with code: msg on stdout, or with
+// --json the JSON object of a force-unlock with no holder freed on stdout and msg on
+// stderr, so that stdout stays JSON in every outcome.
+func (e *env) nothingFreed(name string, kind rlock.Kind, msg string, code int) int {
+	if !e.cfg.json {
+		fmt.Fprintln(e.stdout, msg)
+		return code
+	}
+	fmt.Fprintln(e.stderr, msg)
+	if err := writeJSON(e.stdout, jsonForced{Name: name, Kind: string(kind), Freed: []jsonHolder{}}); err != nil {
+		return e.fail(err)
+	}
+	return code
 }
 
 // redactURL is u with the password of its user info, if any, replaced by "xxxxx". It
