@@ -112,7 +112,7 @@ type WaiterInfo struct {
 // beside [ACLRule]'s are given by [InspectACLRule].
 //
 // A name that holds nothing is no error: Info.Kind is [KindNone]. Errors:
-//  1. an empty name, or a nil or zero Client: an error wrapping [ErrInvalid];
+//  1. an empty name, a nil context, or a nil or zero Client: an error wrapping [ErrInvalid];
 //  2. a closed Client: [ErrClosed];
 //  3. Key holds a value that no relock primitive makes (a list, a hash without a lock's
 //     fields, a string that is not an integer): an error wrapping [ErrWrongType], with
@@ -123,6 +123,9 @@ type WaiterInfo struct {
 func (c *Client) Inspect(ctx context.Context, name string) (Info, error) {
 	if err := c.usable(); err != nil {
 		return Info{}, err
+	}
+	if ctx == nil {
+		return Info{}, invalid("nil context")
 	}
 	if name == "" {
 		return Info{}, invalid("empty name")

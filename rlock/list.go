@@ -28,12 +28,16 @@ const listCount = 1000
 // keys; the walk stops when the loop body breaks or ctx ends.
 //
 // On error the iterator yields ("", err) once and stops: an error wrapping [ErrInvalid] for a
-// nil or zero Client, [ErrClosed] for a closed one, an error wrapping [ErrNoPermission] when
+// nil or zero Client or a nil context, [ErrClosed] for a closed one, an error wrapping [ErrNoPermission] when
 // the user may not run SCAN (see [InspectACLRule]), ctx's or the connection's error wrapped.
 func (c *Client) List(ctx context.Context, pattern string) iter.Seq2[string, error] {
 	return func(yield func(string, error) bool) {
 		if err := c.usable(); err != nil {
 			yield("", err)
+			return
+		}
+		if ctx == nil {
+			yield("", invalid("nil context"))
 			return
 		}
 		if c.isClosed() {

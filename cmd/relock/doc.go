@@ -52,5 +52,6 @@
 //	2  bad usage: an unknown command or flag, a missing or extra argument
 //	3  nothing there: inspect of a name that holds nothing, force-unlock of a lock that
 //	   is not held
-//	4  force-unlock not confirmed
+//	4  force-unlock not confirmed, or the lock changed hands while the question was
+//	   asked (nothing freed: run it again)
 package main

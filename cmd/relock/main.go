@@ -169,7 +169,9 @@ func (e *env) parse(cmd string, args []string) ([]string, error) {
 func (e *env) connect(ctx context.Context) int {
 	opt, err := rueidis.ParseURL(e.cfg.url)
 	if err != nil {
-		fmt.Fprintf(e.stderr, "relock: --url: %v\n", err)
+		// net/url's errors quote the whole URL: never echo its password.
+		msg := strings.ReplaceAll(err.Error(), e.cfg.url, redactURL(e.cfg.url))
+		fmt.Fprintf(e.stderr, "relock: --url: %s\n", msg)
 		return exitUsage
 	}
 	if e.cfg.cacert != "" {
@@ -312,8 +314,8 @@ func (e *env) watch(ctx context.Context, name string) int {
 	return exitOK
 }
 
-func (e *env) forceUnlock(ctx context.Context, name string) int {
-	ctx, cancel := context.WithTimeout(ctx, e.cfg.timeout)
+func (e *env) forceUnlock(parent context.Context, name string) int {
+	ctx, cancel := context.WithTimeout(parent, e.cfg.timeout)
 	defer cancel()
 	in, err := e.client.Inspect(ctx, name)
 	if err != nil {
@@ -332,8 +334,7 @@ func (e *env) forceUnlock(ctx context.Context, name string) int {
 		return e.fail(fmt.Errorf("force-unlock %q: a %s is not a lock: force-unlock frees locks only", name, in.Kind))
 	}
 	if force == nil || len(in.Holders) == 0 {
-		fmt.Fprintf(e.stdout, "%s is not held: nothing to free\n", quoteName(name))
-		return exitNothing
+		return e.nothingFreed(name, in.Kind, fmt.Sprintf("%s is not held: nothing to free", quoteName(name)), exitNothing)
 	}
 	if !e.cfg.yes {
 		// The question goes to stderr, so that stdout says only what was done.
@@ -345,8 +346,20 @@ func (e *env) forceUnlock(ctx context.Context, name string) int {
 		answer, _ := e.stdin.ReadString('\n')
 		answer = strings.ToLower(strings.TrimSpace(answer))
 		if answer != "y" && answer != "yes" {
-			fmt.Fprintln(e.stdout, "not confirmed: nothing freed")
-			return exitAborted
+			return e.nothingFreed(name, in.Kind, "not confirmed: nothing freed", exitAborted)
+		}
+		// --timeout bounds the work, not the operator's reading: the force gets a bound of
+		// its own. And the answer confirms the holders shown, not whoever holds the lock
+		// now: read them again and free nothing when they changed meanwhile.
+		var cancelForce context.CancelFunc
+		ctx, cancelForce = context.WithTimeout(parent, e.cfg.timeout)
+		defer cancelForce()
+		now, err := e.client.Inspect(ctx, name)
+		if err != nil {
+			return e.fail(err)
+		}
+		if !sameHolders(in, now) {
+			return e.nothingFreed(name, in.Kind, fmt.Sprintf("%s changed hands while you answered: nothing freed (run force-unlock again)", quoteName(name)), exitAborted)
 		}
 	}
 	freed, err := force(ctx)
@@ -354,8 +367,7 @@ func (e *env) forceUnlock(ctx context.Context, name string) int {
 		return e.fail(err)
 	}
 	if !freed {
-		fmt.Fprintf(e.stdout, "%s was freed meanwhile: nothing to free\n", quoteName(name))
-		return exitNothing
+		return e.nothingFreed(name, in.Kind, fmt.Sprintf("%s was freed meanwhile: nothing to free", quoteName(name)), exitNothing)
 	}
 	if e.cfg.json {
 		return jsonCode(e, writeJSON(e.stdout, jsonForced{Name: name, Kind: string(in.Kind), Freed: jsonInfo(in).Holders}))
@@ -370,6 +382,54 @@ func (e *env) forceUnlock(ctx context.Context, name string) int {
 	}
 	fmt.Fprintf(e.stdout, "its waiters were told (Clients subscribed: %d)\n", in.Subscribers+in.ReadSubscribers)
 	return exitOK
+}
+
+// nothingFreed ends a force-unlock that freed nothing with code: msg on stdout, or with
+// --json the JSON object of a force-unlock with no holder freed on stdout and msg on
+// stderr, so that stdout stays JSON in every outcome.
+func (e *env) nothingFreed(name string, kind rlock.Kind, msg string, code int) int {
+	if !e.cfg.json {
+		fmt.Fprintln(e.stdout, msg)
+		return code
+	}
+	fmt.Fprintln(e.stderr, msg)
+	if err := writeJSON(e.stdout, jsonForced{Name: name, Kind: string(kind), Freed: []jsonHolder{}}); err != nil {
+		return e.fail(err)
+	}
+	return code
+}
+
+// redactURL is u with the password of its user info, if any, replaced by "xxxxx". It
+// works on text that net/url may have refused to parse.
+func redactURL(u string) string {
+	i := strings.Index(u, "://")
+	if i < 0 {
+		return u
+	}
+	rest := u[i+3:]
+	at := strings.LastIndex(rest, "@")
+	if at < 0 {
+		return u
+	}
+	colon := strings.Index(rest[:at], ":")
+	if colon < 0 {
+		return u
+	}
+	return u[:i+3] + rest[:colon+1] + "xxxxx" + rest[at:]
+}
+
+// sameHolders reports whether b shows the same tenure as a: the same kind, fencing token
+// and owners in the same modes.
+func sameHolders(a, b rlock.Info) bool {
+	if a.Kind != b.Kind || a.Token != b.Token || len(a.Holders) != len(b.Holders) {
+		return false
+	}
+	for i := range a.Holders {
+		if a.Holders[i].Owner != b.Holders[i].Owner || a.Holders[i].Mode != b.Holders[i].Mode {
+			return false
+		}
+	}
+	return true
 }
 
 func jsonCode(e *env, err error) int {
