@@ -421,12 +421,20 @@ type renewer struct{ c *Client }
 // slot migrates (TRYAGAIN: some of its keys moved, others not) is sent again as one script
 // per lease, each of which the node that has its key serves (rueidis follows ASK).
 //
-// With an observer, each call is one round told to RenewalRound.
+// (RenewReport tells the observer of each round.)
 func (r renewer) Renew(ctx context.Context, leases []*watchdog.Lease) []error {
+	errs, _ := r.renew(ctx, leases)
+	return errs
+}
+
+// RenewReport is Renew that, when the Client has an observer, returns the RenewalRound
+// report, which the watchdog calls once the round's results are applied: a slow hook never
+// makes the watchdog drop a lease that Redis has just renewed.
+func (r renewer) RenewReport(ctx context.Context, leases []*watchdog.Lease) ([]error, func()) {
 	o := r.c.obs
 	if o == nil {
 		errs, _ := r.renew(ctx, leases)
-		return errs
+		return errs, nil
 	}
 	start := o.now()
 	errs, scripts := r.renew(ctx, leases)
@@ -443,8 +451,7 @@ func (r renewer) Renew(ctx context.Context, leases []*watchdog.Lease) []error {
 			e.Lost++
 		}
 	}
-	o.renewalRound(e)
-	return errs
+	return errs, func() { o.renewalRound(e) }
 }
 
 // renew is Renew; it also returns how many renew scripts it sent.

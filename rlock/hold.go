@@ -46,6 +46,10 @@ type hold struct {
 	// are nobody's: re-entries granted to callers that had gone, whose give-back failed.
 	// They ride with the tenure and are given back with its last hold (Mutex.release).
 	orphans int
+	// endEv is the HoldEnd event of a tenure endLocked ended (when ending), told by unlockMu
+	// once h.mu is unlocked (only with an observer). A value, not a pointer: no allocation.
+	endEv  HoldEndInfo
+	ending bool
 }
 
 // tenure is one continuous possession of a lock, from a fresh grant to the release of the
@@ -201,7 +205,7 @@ func (c *Client) forgetLocked(h *hold) {
 // them to give back. fresh reports that the grant began a tenure (else it re-entered one).
 func (h *hold) granted(token, holds int64, sent time.Time, lease time.Duration, renew bool) (fresh bool, extra int64, err error) {
 	h.mu.Lock()
-	defer h.mu.Unlock()
+	defer h.unlockMu()
 	if h.lost != nil {
 		// The owner's tenure was reported lost after the acquire checked (attempt looks at
 		// h.lost before it sends, but a loss ends a tenure without h.op: the watchdog's
@@ -282,7 +286,7 @@ var errLateGrant = errorf("%w: the grant arrived after its lease had run out", E
 func (h *hold) onLost(l *watchdog.Lease, cause error) {
 	h.mu.Lock()
 	if h.cur == nil || h.cur.lease != l {
-		h.mu.Unlock()
+		h.unlockMu()
 		return
 	}
 	h.cur.lease = nil
@@ -293,13 +297,13 @@ func (h *hold) onLost(l *watchdog.Lease, cause error) {
 		h.count = 0
 		h.expired = true
 		h.endLocked(ErrLeaseExpired)
-		h.mu.Unlock()
+		h.unlockMu()
 		h.c.noteStale(h, n, gone)
 		h.c.forget(h)
 		return
 	}
 	h.endLocked(errorf("%w: %w", ErrLockLost, cause))
-	h.mu.Unlock()
+	h.unlockMu()
 }
 
 // abandon ends this Client's part in one hold whose give-back failed: Redis may still count
@@ -313,7 +317,7 @@ func (h *hold) abandon(cause error) {
 	if h.cur != nil && h.count > 1 {
 		h.count--
 		h.orphans++
-		h.mu.Unlock()
+		h.unlockMu()
 		return
 	}
 	if h.count > 0 {
@@ -330,7 +334,7 @@ func (h *hold) abandon(cause error) {
 		h.stopLease()
 		h.endLocked(ErrNotHeld)
 	}
-	h.mu.Unlock()
+	h.unlockMu()
 	h.c.noteStale(h, 1, gone)
 }
 
@@ -353,7 +357,7 @@ func (h *hold) abandonAll() {
 		h.stopLease()
 		h.endLocked(ErrNotHeld)
 	}
-	h.mu.Unlock()
+	h.unlockMu()
 	h.c.noteStale(h, n, gone)
 }
 
@@ -365,7 +369,7 @@ func (h *hold) abandonAll() {
 // caller gives back those that are surely not another Client's.
 func (h *hold) released(remaining int64) (extra int64, known int) {
 	h.mu.Lock()
-	defer h.mu.Unlock()
+	defer h.unlockMu()
 	if h.count > 0 {
 		h.count--
 	}
@@ -409,7 +413,7 @@ func (h *hold) hideTenure() {
 // end ends the current tenure, if any, with cause.
 func (h *hold) end(cause error) {
 	h.mu.Lock()
-	defer h.mu.Unlock()
+	defer h.unlockMu()
 	if h.cur != nil {
 		h.stopLease()
 		h.endLocked(cause)
@@ -423,9 +427,10 @@ func (h *hold) stopLease() {
 	}
 }
 
-// endLocked ends the current tenure with cause. h.mu must be held. It is the one place
-// where a recorded tenure ends, so the observer's HoldEnd is told here, once per tenure,
-// after the tenure's Done and HoldContext have been told.
+// endLocked ends the current tenure with cause. h.mu must be held, and unlocked with
+// unlockMu. It is the one place where a recorded tenure ends, so the observer's HoldEnd is
+// told of it, once per tenure, after the tenure's Done and HoldContext have been told: by
+// unlockMu, once h.mu is unlocked.
 func (h *hold) endLocked(cause error) {
 	t := h.cur
 	h.cur = nil
@@ -435,9 +440,25 @@ func (h *hold) endLocked(cause error) {
 	}
 	t.finish(cause)
 	if o := h.c.obs; o != nil && h.v.obs != "" && t.start >= 0 {
-		o.holdEnd(HoldEndInfo{Kind: h.v.obs, Name: h.name, Owner: h.owner, Token: t.token,
-			Held: o.now() - t.start, Cause: endCause(cause), Err: cause})
+		h.endEv = HoldEndInfo{Kind: h.v.obs, Name: h.name, Owner: h.owner, Token: t.token,
+			Held: o.now() - t.start, Cause: endCause(cause), Err: cause}
+		h.ending = true
 	}
+}
+
+// unlockMu unlocks h.mu, then tells the observer's HoldEnd of the tenure that endLocked
+// ended meanwhile: the hook runs without the Client's locks, so it may ask the lock (Err,
+// TTL, IsLocked...) without deadlocking. Every function that may call endLocked unlocks
+// h.mu with it.
+func (h *hold) unlockMu() {
+	if !h.ending {
+		h.mu.Unlock()
+		return
+	}
+	e := h.endEv
+	h.endEv, h.ending = HoldEndInfo{}, false
+	h.mu.Unlock()
+	h.c.obs.holdEnd(e)
 }
 
 // finish closes the tenure's done channel and, before it returns, cancels every context

@@ -32,9 +32,14 @@ import (
 //     AcquireDone with [OutcomeAcquired] and Reentered false begins one), whatever ends it:
 //     tenures begun and ended balance. A grant that reached a caller who had gone is given
 //     back (GiveBack, [GiveBackCanceled]) and its tenure, which no caller was told of, is not
-//     reported. An Unlock that ends a tenure calls HoldEnd before its ReleaseDone. It is called just after the tenure's Done channel
-//     closed and its HoldContext was cancelled, while the Client holds its internal lock of
-//     that owner's hold: it must not call the lock's methods.
+//     reported. An Unlock that ends a tenure calls HoldEnd before its ReleaseDone. It is
+//     called after the tenure's Done channel closed and its HoldContext was cancelled, and
+//     without the Client's internal locks: it may ask the lock (Err, TTL, IsLocked).
+//   - A hook called on the watchdog's goroutine (RenewalRound, and HoldEnd for a lease the
+//     watchdog finds lost or run out) is called once that round's renewals are applied, so a
+//     slow hook never costs the leases it reports on; it does delay the watchdog's next
+//     renewals, and a hook that blocks for a large part of a lease can cost others: hand slow
+//     work (a network push, a blocking log sink) to a goroutine of your own.
 //   - A Client without an Observer builds no event, reads no clock for one and allocates
 //     nothing for one (BenchmarkMutex_UncontendedObserver, bench/).
 //   - Once [Client.Close] has returned, no hook is called, except the AcquireDone or

@@ -50,6 +50,16 @@ type Renewer interface {
 	Renew(ctx context.Context, leases []*Lease) []error
 }
 
+// ReportingRenewer is a Renewer that reports on its rounds. The Watchdog calls RenewReport
+// instead of Renew, and calls the report it returns (when not nil) once the round's results
+// are applied (the renewed leases' new deadlines set, the lost ones dropped) and before the
+// lost leases' OnLost run: however long the report takes, it never holds back the leases of
+// its own round. It does delay the rounds after it: keep it quick.
+type ReportingRenewer interface {
+	Renewer
+	RenewReport(ctx context.Context, leases []*Lease) (errs []error, report func())
+}
+
 // Drift is the allowance subtracted from every lease for clock drift between the local and
 // the remote clock: 1% of the lease plus 2 ms.
 func Drift(lease time.Duration) time.Duration {
@@ -388,7 +398,13 @@ func (w *Watchdog) renew(batch []taken) {
 	w.mu.Unlock()
 	sent := time.Now()
 	ctx, cancel := context.WithDeadline(w.ctx, end)
-	errs := w.renewer.Renew(ctx, leases)
+	var errs []error
+	var report func()
+	if rr, ok := w.renewer.(ReportingRenewer); ok {
+		errs, report = rr.RenewReport(ctx, leases)
+	} else {
+		errs = w.renewer.Renew(ctx, leases)
+	}
 	cancel()
 
 	var lost []*Lease
@@ -424,6 +440,9 @@ func (w *Watchdog) renew(batch []taken) {
 	}
 	w.mu.Unlock()
 	w.poke()
+	if report != nil {
+		report()
+	}
 	for i, l := range lost {
 		l.OnLost(causes[i])
 	}

@@ -1612,3 +1612,70 @@ type fakeRenewerFunc struct {
 func (f *fakeRenewerFunc) Renew(ctx context.Context, leases []*Lease) []error {
 	return f.fn(ctx, leases)
 }
+
+// reportingRenewer renews every lease but gone (ErrGone), and returns a report that sleeps
+// for slow and records that it ran.
+type reportingRenewer struct {
+	gone     *Lease
+	slow     time.Duration
+	reported atomic.Int32
+	order    chan string
+}
+
+func (r *reportingRenewer) Renew(ctx context.Context, leases []*Lease) []error {
+	errs, _ := r.RenewReport(ctx, leases)
+	return errs
+}
+
+func (r *reportingRenewer) RenewReport(_ context.Context, leases []*Lease) ([]error, func()) {
+	errs := make([]error, len(leases))
+	for i, l := range leases {
+		if l == r.gone {
+			errs[i] = ErrGone
+		}
+	}
+	return errs, func() {
+		if r.reported.Add(1) == 1 {
+			r.order <- "report"
+			time.Sleep(r.slow)
+		}
+	}
+}
+
+// A ReportingRenewer's report runs once its round's results are applied and before the
+// lost leases' OnLost: a report that takes longer than what is left of the renewed lease
+// does not make the watchdog drop it, and the loss is told after the report.
+func TestReportingRenewer_reportAfterResultsApplied(t *testing.T) {
+	const ttl = 300 * time.Millisecond
+	r := &reportingRenewer{slow: 250 * time.Millisecond, order: make(chan string, 4)}
+	w, err := New(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	kept := &Lease{TTL: ttl, Renew: true, OnLost: func(error) { r.order <- "kept lost" }}
+	gone := &Lease{TTL: ttl, Renew: true, OnLost: func(error) { r.order <- "gone lost" }}
+	r.gone = gone
+	now := time.Now()
+	if err := w.Add(kept, now); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Add(gone, now); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"report", "gone lost"} {
+		if got := <-r.order; got != want {
+			t.Fatalf("got %q, want %q (the report comes before the round's losses are told)", got, want)
+		}
+	}
+	// The slow report outlasted kept's first lease (renewed at 2/3 of it): kept lives on.
+	time.Sleep(2 * ttl)
+	select {
+	case s := <-r.order:
+		t.Fatalf("%s: a lease renewed in the reported round was dropped while the report ran", s)
+	default:
+	}
+	if !w.Remove(kept) {
+		t.Fatal("kept is no longer registered")
+	}
+}
