@@ -49,6 +49,7 @@ func ExampleWithObserver() {
 // log nothing. Here a fixed lease runs out before Unlock.
 func ExampleWithLogger() {
 	logger := slog.New(slog.NewTextHandler(os.Stdout, &slog.HandlerOptions{
+		Level: slog.LevelDebug, // a lease that runs out is logged at Debug
 		ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
 			switch a.Key {
 			case slog.TimeKey, "token", "held": // they change from run to run
@@ -69,6 +70,6 @@ func ExampleWithLogger() {
 	<-m.Done(ctx) // the lease ran out
 	fmt.Println("unlock:", m.Unlock(ctx))
 	// Output:
-	// level=INFO msg="relock: lease expired" kind=mutex name=nightly-report owner=u:job-7 cause=lease_expired error="rlock: not held: its fixed lease ran out"
+	// level=DEBUG msg="relock: lease expired" kind=mutex name=nightly-report owner=#9c3d44d9 cause=lease_expired error="rlock: not held: its fixed lease ran out"
 	// unlock: rlock: unlock "nightly-report": not held: its fixed lease ran out
 }

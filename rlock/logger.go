@@ -2,21 +2,28 @@ package rlock
 
 import (
 	"context"
+	"hash/fnv"
 	"log/slog"
+	"strconv"
+	"strings"
 )
 
 // WithLogger makes the Client log to l what goes wrong with its locks and what it does on
 // its own, through an [Observer] built in (it composes with those of [WithObserver], in the
 // order the options were given). A nil l is an error wrapping [ErrInvalid] from [New].
 //
-// What it logs, with the attributes kind, name, owner, token and cause where they apply:
+// What it logs, with the attributes kind, name, owner, token and cause where they apply (the
+// owner never as its id, which is a capability: whoever knows it can unlock what it holds; a
+// handle's owner shows as "client:" and its Client's id, a context owner as "#" and a hash
+// of its id, enough to tell owners apart and to find one whose id you know):
 //   - Error "relock: lock lost": a tenure ended by a loss (cause "lost", with error: the
 //     loss as [Mutex.Err] reports it, and held: how long the tenure lasted);
 //   - Warn "relock: renewal failed": a watchdog round in which renewals failed (leases,
 //     failures, lost, error: the first failure);
 //   - Warn "relock: subscription lost": a channel that waiters listen on stopped being
 //     served (channel, error); Info "relock: subscription restored" when it is served again;
-//   - Info "relock: lease expired": a fixed lease that ran its course before Unlock;
+//   - Debug "relock: lease expired": a fixed lease that ran its course before Unlock (taking
+//     a lock with a lease and letting it run out is a common pattern, not a fault);
 //   - Debug "relock: request replayed" (op, sends; Warn with error when the outcome stayed
 //     unknown), Debug "relock: given back" (holds, reason; Warn with error when the give-back
 //     failed), Debug "relock: hold ended by close".
@@ -45,7 +52,7 @@ func logObserver(l *slog.Logger) *Observer {
 			case EndLost:
 				level, msg = slog.LevelError, "relock: lock lost"
 			case EndLeaseExpired:
-				level, msg = slog.LevelInfo, "relock: lease expired"
+				level, msg = slog.LevelDebug, "relock: lease expired"
 			case EndClosed:
 				level, msg = slog.LevelDebug, "relock: hold ended by close"
 			default:
@@ -56,7 +63,7 @@ func logObserver(l *slog.Logger) *Observer {
 			}
 			l.LogAttrs(bg, level, msg,
 				slog.String("kind", string(e.Kind)), slog.String("name", e.Name),
-				slog.String("owner", e.Owner), slog.Int64("token", e.Token),
+				ownerAttr(e.Owner), slog.Int64("token", e.Token),
 				slog.String("cause", string(e.Cause)), slog.Duration("held", e.Held),
 				slog.Any("error", e.Err))
 		},
@@ -77,7 +84,7 @@ func logObserver(l *slog.Logger) *Observer {
 				return
 			}
 			attrs := []slog.Attr{slog.String("kind", string(e.Kind)), slog.String("name", e.Name),
-				slog.String("owner", e.Owner), slog.String("op", e.Op), slog.Int("sends", e.Sends)}
+				ownerAttr(e.Owner), slog.String("op", e.Op), slog.Int("sends", e.Sends)}
 			if e.Err != nil {
 				attrs = append(attrs, slog.Any("error", e.Err))
 			}
@@ -92,7 +99,7 @@ func logObserver(l *slog.Logger) *Observer {
 				return
 			}
 			attrs := []slog.Attr{slog.String("kind", string(e.Kind)), slog.String("name", e.Name),
-				slog.String("owner", e.Owner), slog.Int("holds", e.Holds),
+				ownerAttr(e.Owner), slog.Int("holds", e.Holds),
 				slog.String("reason", string(e.Reason))}
 			if e.Err != nil {
 				attrs = append(attrs, slog.Any("error", e.Err))
@@ -107,4 +114,16 @@ func logObserver(l *slog.Logger) *Observer {
 			l.LogAttrs(bg, slog.LevelWarn, "relock: subscription lost", slog.String("channel", e.Channel), slog.Any("error", e.Err))
 		},
 	}
+}
+
+// ownerAttr names owner in a log line without its id (see WithLogger).
+func ownerAttr(owner string) slog.Attr {
+	if rest, ok := strings.CutPrefix(owner, "h:"); ok {
+		if i := strings.LastIndexByte(rest, ':'); i > 0 {
+			return slog.String("owner", "client:"+rest[:i])
+		}
+	}
+	h := fnv.New32a()
+	h.Write([]byte(owner))
+	return slog.String("owner", "#"+strconv.FormatUint(uint64(h.Sum32()), 16))
 }

@@ -87,7 +87,7 @@ func TestWithLogger_loss(t *testing.T) {
 		lines := lb.lines()
 		require.Len(t, lines, 2, "%q", lines)
 		require.Equal(t, `level=WARN msg="relock: renewal failed" leases=1 failures=1 lost=1 error="watchdog: lease gone"`, lines[0])
-		require.Regexp(t, `^level=ERROR msg="relock: lock lost" kind=mutex name=`+name+` owner=h:`+c.ID()+`:\d+ token=`+
+		require.Regexp(t, `^level=ERROR msg="relock: lock lost" kind=mutex name=`+name+` owner=client:`+c.ID()+` token=`+
 			strconv.FormatInt(tok, 10)+` cause=lost error="rlock: lock lost: lease gone"$`, lines[1])
 	})
 }
@@ -119,11 +119,11 @@ func TestWithLogger_leaseReplayGiveBack(t *testing.T) {
 		require.NoError(t, c.Close())
 		lines := lb.lines()
 		require.Len(t, lines, 5, "%q", lines)
-		require.Regexp(t, `^level=INFO msg="relock: lease expired" kind=mutex name=\S+ owner=h:\S+ token=\d+ cause=lease_expired error="rlock: not held: its fixed lease ran out"$`, lines[0])
-		require.Regexp(t, `^level=DEBUG msg="relock: request replayed" kind=mutex name=\S+ owner=h:\S+ op=acquire sends=2$`, lines[1])
-		require.Regexp(t, `^level=WARN msg="relock: request replayed" kind=mutex name=\S+ owner=h:\S+ op=acquire sends=\d+ error="rlock: outcome unknown: .*"$`, lines[2])
-		require.Regexp(t, `^level=DEBUG msg="relock: request replayed" kind=mutex name=\S+ owner=h:\S+ op=acquire sends=\d+$`, lines[3])
-		require.Regexp(t, `^level=DEBUG msg="relock: given back" kind=mutex name=\S+ owner=h:\S+ holds=1 reason=canceled$`, lines[4])
+		require.Regexp(t, `^level=DEBUG msg="relock: lease expired" kind=mutex name=\S+ owner=client:\S+ token=\d+ cause=lease_expired error="rlock: not held: its fixed lease ran out"$`, lines[0])
+		require.Regexp(t, `^level=DEBUG msg="relock: request replayed" kind=mutex name=\S+ owner=client:\S+ op=acquire sends=2$`, lines[1])
+		require.Regexp(t, `^level=WARN msg="relock: request replayed" kind=mutex name=\S+ owner=client:\S+ op=acquire sends=\d+ error="rlock: outcome unknown: .*"$`, lines[2])
+		require.Regexp(t, `^level=DEBUG msg="relock: request replayed" kind=mutex name=\S+ owner=client:\S+ op=acquire sends=\d+$`, lines[3])
+		require.Regexp(t, `^level=DEBUG msg="relock: given back" kind=mutex name=\S+ owner=client:\S+ holds=1 reason=canceled$`, lines[4])
 	})
 }
 
