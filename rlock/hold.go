@@ -417,9 +417,10 @@ func (h *hold) endLocked(cause error) {
 	}
 }
 
-// finish closes the tenure's done channel and, before it returns, cancels every context
-// HoldContext derived from it, with cause: a caller that learns of the end (Unlock returned)
-// finds the cause already set, whatever it does next.
+// finish cancels every context HoldContext derived from the tenure, with cause, and then
+// closes its done channel: a caller that learns of the end, by a closed Done or a returned
+// Unlock, finds the cause already set, whatever it does next. (Done was once closed first:
+// a caller woken by it could read a HoldContext not yet cancelled.)
 func (t *tenure) finish(cause error) {
 	t.smu.Lock()
 	if t.ended != nil {
@@ -427,14 +428,14 @@ func (t *tenure) finish(cause error) {
 		return // already ended: the first cause stands
 	}
 	t.ended = cause
-	subs := t.subs
+	subs, done := t.subs, t.done // ended is set: doneCh makes no channel from now on
 	t.subs = nil
-	if t.done != nil {
-		close(t.done)
-	}
 	t.smu.Unlock()
 	for f := range subs {
 		(*f)(cause)
+	}
+	if done != nil {
+		close(done)
 	}
 }
 

@@ -1,0 +1,33 @@
+package rlock
+
+import (
+	"context"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// A tenure's end cancels its HoldContexts before it closes Done: a caller woken by Done finds
+// the cause set. (TestMutex_LockLease_blocksThenHoldsForTheFixedLease failed under load: Done
+// closed at the end of the fixed lease, and context.Cause of the HoldContext read nil, the
+// contexts being cancelled only after the channel was closed.)
+func TestTenure_finishCancelsHoldContextsBeforeDone(t *testing.T) {
+	tn := &tenure{}
+	done := tn.doneCh()
+	hctx, cancel := context.WithCancelCause(context.Background())
+	defer cancel(nil)
+	closedFirst := false
+	stop := tn.subscribe(func(cause error) {
+		select {
+		case <-done:
+			closedFirst = true
+		default:
+		}
+		cancel(cause)
+	})
+	defer stop()
+	tn.finish(ErrLeaseExpired)
+	<-done
+	require.False(t, closedFirst, "Done was closed before the HoldContext was cancelled")
+	require.ErrorIs(t, context.Cause(hctx), ErrLeaseExpired)
+}
