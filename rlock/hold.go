@@ -55,6 +55,7 @@ type tenure struct {
 	done  chan struct{}             // made on first need (doneCh), closed when the tenure ends
 	subs  map[*func(error)]struct{} // HoldContext cancels, called as the tenure ends
 	ended error                     // why it ended; nil while it lasts
+	told  bool                      // the cancels of subs have run: Done may show the end
 	token int64
 	lease *watchdog.Lease
 	first watchdog.Lease // the fresh grant's lease: lease points here until a re-entry extends it
@@ -427,13 +428,17 @@ func (t *tenure) finish(cause error) {
 		t.smu.Unlock()
 		return // already ended: the first cause stands
 	}
-	t.ended = cause
-	subs, done := t.subs, t.done // ended is set: doneCh makes no channel from now on
+	t.ended = cause // from now on subscribe cancels a new HoldContext at once
+	subs := t.subs
 	t.subs = nil
 	t.smu.Unlock()
 	for f := range subs {
 		(*f)(cause)
 	}
+	t.smu.Lock()
+	t.told = true // doneCh makes no channel from now on
+	done := t.done
+	t.smu.Unlock()
 	if done != nil {
 		close(done)
 	}
@@ -444,7 +449,7 @@ func (t *tenure) finish(cause error) {
 func (t *tenure) doneCh() <-chan struct{} {
 	t.smu.Lock()
 	defer t.smu.Unlock()
-	if t.ended != nil {
+	if t.told {
 		return closedCh
 	}
 	if t.done == nil {

@@ -18,16 +18,20 @@ func TestTenure_finishCancelsHoldContextsBeforeDone(t *testing.T) {
 	defer cancel(nil)
 	closedFirst := false
 	stop := tn.subscribe(func(cause error) {
-		select {
-		case <-done:
-			closedFirst = true
-		default:
+		// Neither the channel a caller already has nor one it asks for now is closed yet.
+		for _, ch := range []<-chan struct{}{done, tn.doneCh()} {
+			select {
+			case <-ch:
+				closedFirst = true
+			default:
+			}
 		}
 		cancel(cause)
 	})
 	defer stop()
 	tn.finish(ErrLeaseExpired)
 	<-done
+	<-tn.doneCh()
 	require.False(t, closedFirst, "Done was closed before the HoldContext was cancelled")
 	require.ErrorIs(t, context.Cause(hctx), ErrLeaseExpired)
 }
