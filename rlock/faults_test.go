@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"os"
 	"sort"
 	"strconv"
 	"strings"
@@ -620,4 +621,73 @@ func TestLock_replayedFinalReleaseAfterManyOwners(t *testing.T) {
 			})
 		})
 	}
+}
+
+// holdingClient keeps back the first script sent through it once armed: it cancels the
+// caller (cancel) and answers context.Canceled without sending it, as rueidis answers a
+// caller whose ctx ended while its command waited to be written. deliver sends the kept
+// command afterwards, as a connection slower than the replay's would: rueidis spreads a
+// standalone client's commands over several connections (PipelineMultiplex, chosen at
+// random per command), so nothing orders a replay after the send it replays.
+type holdingClient struct {
+	rueidis.Client
+	armed  atomic.Bool
+	cancel context.CancelFunc     // set before armed
+	kept   chan rueidis.Completed // capacity 1
+}
+
+func (c *holdingClient) Do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResult {
+	if isScript(cmd) && c.armed.CompareAndSwap(true, false) {
+		c.kept <- cmd
+		c.cancel()
+		return rueidis.NewErrorResult(context.Canceled)
+	}
+	return c.Client.Do(ctx, cmd)
+}
+
+func (c *holdingClient) deliver(t *testing.T) {
+	t.Helper()
+	cmd := <-c.kept
+	require.NoError(t, c.Client.Do(bg, cmd).Error())
+}
+
+// KNOWN DEFECT (not fixed; see the flaky-fix report): a Lock whose ctx ends while its first
+// acquire waits to be written resolves the acquire by a replay in the background and gives
+// back what the replay granted; when the first send reaches Redis after that give-back, it is
+// a fresh grant that nobody records or renews, and the lock stays held by a ghost until its
+// lease ends (30s by default). Seen under load as TestMutex_handoffRacingCancelLeavesNothing
+// failing with "timed out after 5s waiting for the lock to be free": the lock was held by the
+// waiter's owner, with the request id of its one attempt, after the Client had reported the
+// replay's grant given back (GiveBack canceled, err nil). The acquire script has no memory of a
+// request whose grant was given back, so it cannot refuse the late first send.
+//
+// Set RELOCK_KNOWN_DEFECTS=1 to run it.
+func TestMutex_cancelledAcquireOvertakenByItsReplayLeavesNothing(t *testing.T) {
+	if os.Getenv("RELOCK_KNOWN_DEFECTS") == "" {
+		t.Skip("known defect: a first send that reaches Redis after its replay's grant was given back leaves a ghost hold (set RELOCK_KNOWN_DEFECTS=1)")
+	}
+	eachBackend(t, func(t *testing.T, b *backend) {
+		gave := make(chan rlock.GiveBackInfo, 1)
+		hc := &holdingClient{Client: b.rueidis(t), kept: make(chan rueidis.Completed, 1)}
+		c, err := rlock.New(hc, rlock.WithObserver(&rlock.Observer{GiveBack: func(e rlock.GiveBackInfo) { gave <- e }}))
+		require.NoError(t, err)
+		defer c.Close()
+		m := c.Mutex(redistest.Name(t))
+		ctx, cancel := context.WithCancel(bg)
+		defer cancel()
+		hc.cancel = cancel
+		hc.armed.Store(true)
+		require.ErrorIs(t, m.Lock(ctx), context.Canceled)
+		// The replay, in the background, finds the lock free, takes it and gives it back.
+		select {
+		case e := <-gave:
+			require.Equal(t, rlock.GiveBackCanceled, e.Reason)
+			require.NoError(t, e.Err)
+		case <-time.After(10 * time.Second):
+			t.Fatal("the replay's grant was not given back")
+		}
+		require.False(t, b.exists(t, m.Key()))
+		hc.deliver(t) // the first send arrives last
+		require.False(t, b.exists(t, m.Key()), "the late first send took the lock for a caller that has gone")
+	})
 }

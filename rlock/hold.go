@@ -59,6 +59,7 @@ type tenure struct {
 	done  chan struct{}             // made on first need (doneCh), closed when the tenure ends
 	subs  map[*func(error)]struct{} // HoldContext cancels, called as the tenure ends
 	ended error                     // why it ended; nil while it lasts
+	told  bool                      // the cancels of subs have run: Done may show the end
 	token int64
 	lease *watchdog.Lease
 	first watchdog.Lease // the fresh grant's lease: lease points here until a re-entry extends it
@@ -461,24 +462,29 @@ func (h *hold) unlockMu() {
 	h.c.obs.holdEnd(e)
 }
 
-// finish closes the tenure's done channel and, before it returns, cancels every context
-// HoldContext derived from it, with cause: a caller that learns of the end (Unlock returned)
-// finds the cause already set, whatever it does next.
+// finish cancels every context HoldContext derived from the tenure, with cause, and then
+// closes its done channel: a caller that learns of the end, by a closed Done or a returned
+// Unlock, finds the cause already set, whatever it does next. (Done was once closed first:
+// a caller woken by it could read a HoldContext not yet cancelled.)
 func (t *tenure) finish(cause error) {
 	t.smu.Lock()
 	if t.ended != nil {
 		t.smu.Unlock()
 		return // already ended: the first cause stands
 	}
-	t.ended = cause
+	t.ended = cause // from now on subscribe cancels a new HoldContext at once
 	subs := t.subs
 	t.subs = nil
-	if t.done != nil {
-		close(t.done)
-	}
 	t.smu.Unlock()
 	for f := range subs {
 		(*f)(cause)
+	}
+	t.smu.Lock()
+	t.told = true // doneCh makes no channel from now on
+	done := t.done
+	t.smu.Unlock()
+	if done != nil {
+		close(done)
 	}
 }
 
@@ -487,7 +493,7 @@ func (t *tenure) finish(cause error) {
 func (t *tenure) doneCh() <-chan struct{} {
 	t.smu.Lock()
 	defer t.smu.Unlock()
-	if t.ended != nil {
+	if t.told {
 		return closedCh
 	}
 	if t.done == nil {

@@ -463,6 +463,30 @@ func (c *Cluster) Failover(tb testing.TB, master *Server) *Server {
 	return r
 }
 
+// WaitReplicated waits, up to d, until master's replica has processed everything master
+// had written when WaitReplicated was called (INFO replication: the replica's
+// master_repl_offset reaches the master's), and fails tb if it does not. Use it before a
+// KillMaster whose writes must survive. A WAIT sent through [Server.Do] is no such
+// barrier: WAIT counts the replicas that acknowledged the last write of its own
+// connection, and the admin connection wrote nothing, so it returns at once.
+func (c *Cluster) WaitReplicated(tb testing.TB, master *Server, d time.Duration) {
+	tb.Helper()
+	r := c.ReplicaOf(tb, master)
+	offset := func(s *Server) int64 {
+		msg := s.Do(tb, "INFO", "replication")
+		text, _ := msg.ToString()
+		n, err := strconv.ParseInt(parseInfo(strings.TrimPrefix(text, "txt:"))["master_repl_offset"], 10, 64)
+		if err != nil {
+			tb.Fatalf("redistest: %s: INFO replication: no master_repl_offset (%v)", s.Addr(), err)
+		}
+		return n
+	}
+	want := offset(master)
+	WaitFor(tb, d, fmt.Sprintf("replica %s to reach offset %d of %s", r.Addr(), want, master.Addr()), func() bool {
+		return offset(r) >= want
+	})
+}
+
 // KillMaster kills master with SIGKILL ([Server.Kill]) and waits until its replica has
 // been promoted (the other masters must first agree it failed: 3.5 to 4.5 s here, with
 // the node timeout of 2 s) and the running nodes agree and report cluster_state:ok. It

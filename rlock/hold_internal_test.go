@@ -1,0 +1,37 @@
+package rlock
+
+import (
+	"context"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// A tenure's end cancels its HoldContexts before it closes Done: a caller woken by Done finds
+// the cause set. (TestMutex_LockLease_blocksThenHoldsForTheFixedLease failed under load: Done
+// closed at the end of the fixed lease, and context.Cause of the HoldContext read nil, the
+// contexts being cancelled only after the channel was closed.)
+func TestTenure_finishCancelsHoldContextsBeforeDone(t *testing.T) {
+	tn := &tenure{}
+	done := tn.doneCh()
+	hctx, cancel := context.WithCancelCause(context.Background())
+	defer cancel(nil)
+	closedFirst := false
+	stop := tn.subscribe(func(cause error) {
+		// Neither the channel a caller already has nor one it asks for now is closed yet.
+		for _, ch := range []<-chan struct{}{done, tn.doneCh()} {
+			select {
+			case <-ch:
+				closedFirst = true
+			default:
+			}
+		}
+		cancel(cause)
+	})
+	defer stop()
+	tn.finish(ErrLeaseExpired)
+	<-done
+	<-tn.doneCh()
+	require.False(t, closedFirst, "Done was closed before the HoldContext was cancelled")
+	require.ErrorIs(t, context.Cause(hctx), ErrLeaseExpired)
+}
