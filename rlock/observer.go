@@ -49,7 +49,11 @@ import (
 // [Semaphore], [PermitSemaphore] and [CountDownLatch] report their acquisitions
 // (Acquire, TryAcquire, Await, TryAwait), releases (Release, ReleaseIfExists, CountDown),
 // replays and give-backs, and no HoldEnd: the Client keeps no tenure of theirs (a
-// PermitSemaphore's permits expire in Redis unseen), and their acquisitions begin none. A
+// PermitSemaphore's permits expire in Redis unseen), and their acquisitions begin none.
+// Their administration (TrySetPermits, TrySetPermitsTTL, AddPermits, DrainPermits and
+// Delete of the semaphores, TrySetCount and Delete of the latch, a PermitSemaphore's
+// Extend) has no Start or Done event: it is reported only when a reply was lost, by the
+// Replay of its request (Op "set", "add", "drain", "delete", "extend"). A
 // [MultiLock] reports its own calls and its members report theirs, tenures included (see
 // [MultiLock]); its own acquisitions begin no tenure (Reentered is false, and no HoldEnd
 // of kind multi_lock follows). A [RedLock] reports its Lock, LockLease, TryLock, Unlock and
