@@ -2,6 +2,7 @@ package rlock_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -23,8 +24,9 @@ func subsOf(r *recorder) []rlock.SubscriptionInfo {
 }
 
 // On a real Cluster with sharded pub/sub, a waiter's channel whose slot moves to another
-// master, and then whose master is killed (its replica promoted), is told down then up,
-// exactly once each time; the waiter still gets the lock at the release.
+// master, then whose master is killed (its replica promoted), then fails over back (a
+// manual failover), is told down then up, exactly once each time; the waiter still gets the
+// lock at the release.
 func TestObserver_subscriptionCluster(t *testing.T) {
 	skipShortCluster(t)
 	cl := redistest.StartCluster(t)
@@ -51,13 +53,37 @@ func TestObserver_subscriptionCluster(t *testing.T) {
 
 	// downUp waits for the channel to be served again after a change, and checks that it
 	// was told down (with why), then up, once each, and nothing more a while later.
-	downUp := func(what string) {
+	// replica, when not nil, is the replica of the slot's master that may serve the
+	// channel too (Redis serves SSUBSCRIBE on a replica, and propagates SPUBLISH to it
+	// within the shard).
+	downUp := func(what string, replica *redistest.Server) {
 		t.Helper()
-		redistest.WaitFor(t, 30*time.Second, what+": the subscription to come back", func() bool {
-			s := subsOf(r)
-			return len(s) > 0 && s[len(s)-1].Up
-		})
-		waitShardSub(t, cl, channel)
+		deadline := time.Now().Add(30 * time.Second)
+		for s := subsOf(r); len(s) == 0 || !s[len(s)-1].Up; s = subsOf(r) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: the subscription did not come back within 30s; told: %+v; SHARDNUMSUB on %s: %d",
+					what, s, cl.MasterOf(t, channel).Addr(), cl.MasterOf(t, channel).ShardNumSub(t, channel))
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		told := subsOf(r)
+		deadline = time.Now().Add(10 * time.Second)
+		served := func() bool {
+			return cl.MasterOf(t, channel).ShardNumSub(t, channel) > 0 || replica != nil && replica.ShardNumSub(t, channel) > 0
+		}
+		for !served() {
+			if time.Now().After(deadline) {
+				var where []string
+				for _, n := range cl.Nodes() {
+					if n.Running() {
+						where = append(where, fmt.Sprintf("%s:%d", n.Addr(), n.ShardNumSub(t, channel)))
+					}
+				}
+				t.Fatalf("%s: told %+v, but no subscription in the slot's shard (master %s) 10s later (SHARDNUMSUB per node: %v)",
+					what, told, cl.MasterOf(t, channel).Addr(), where)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
 		time.Sleep(500 * time.Millisecond) // anything told twice comes now
 		s := subsOf(r)
 		require.Len(t, s, 2, "%s: %+v", what, s)
@@ -79,11 +105,20 @@ func TestObserver_subscriptionCluster(t *testing.T) {
 		}
 	}
 	cl.MigrateSlot(t, slot, to)
-	downUp("slot moved")
+	downUp("slot moved", nil)
 
 	// Its master is killed; the replica takes over.
-	cl.KillMaster(t, cl.MasterOf(t, channel))
-	downUp("master killed")
+	killed := cl.MasterOf(t, channel)
+	cl.KillMaster(t, killed)
+	downUp("master killed", nil)
+
+	// The killed master rejoins as a replica and takes over again (a manual failover).
+	cl.Restart(t, killed)
+	require.Empty(t, subsOf(r), "a replica rejoining changes nothing for the channel")
+	demoted := cl.MasterOf(t, channel)
+	cl.Failover(t, demoted)
+	// The subscriber may subscribe again on the demoted master, now a replica of the shard.
+	downUp("manual failover", demoted)
 
 	require.NoError(t, holder.Unlock(bg))
 	require.NoError(t, await(t, got, 30*time.Second, "the waiter"))
