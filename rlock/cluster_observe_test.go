@@ -24,10 +24,50 @@ func subsOf(r *recorder) []rlock.SubscriptionInfo {
 }
 
 // On a real Cluster with sharded pub/sub, a waiter's channel whose slot moves to another
-// master, then whose master is killed (its replica promoted), then fails over back (a
-// manual failover), is told down then up, exactly once each time; the waiter still gets the
-// lock at the release.
+// master, then fails over to its replica (a manual failover), is told down then up, exactly
+// once each time; the waiter still gets the lock at the release.
 func TestObserver_subscriptionCluster(t *testing.T) {
+	subscriptionCluster(t, func(cl *redistest.Cluster, channel string, downUp func(string, *redistest.Server)) {
+		// The slot moves to another master: Redis unsubscribes the channel there.
+		slot := redistest.Slot(channel)
+		from := cl.MasterOf(t, channel)
+		var to *redistest.Server
+		for _, m := range cl.Masters(t) {
+			if m != from {
+				to = m
+				break
+			}
+		}
+		cl.MigrateSlot(t, slot, to)
+		downUp("slot moved", nil)
+
+		// Its master fails over to its replica. The subscriber may subscribe again on the
+		// demoted master, now a replica of the shard (Redis serves SSUBSCRIBE there, and
+		// propagates SPUBLISH to it within the shard). A failover back then changes nothing
+		// for it: it is not told (not checked here).
+		demoted := cl.MasterOf(t, channel)
+		cl.Failover(t, demoted)
+		downUp("manual failover", demoted)
+	})
+}
+
+// A waiter's channel whose master is killed (its replica promoted) is told down, then up.
+//
+// Defect (intermittent, about 2 runs in 9 on a loaded 2-core machine): the down notice
+// comes (EOF) but the channel is never subscribed again on the promoted replica, and no up
+// notice follows within 30s (SHARDNUMSUB 0 on the new master). Its waiters then fall back
+// to timers. Not fixed here: see the report of the ops-finish branch.
+func TestObserver_subscriptionClusterKillMaster(t *testing.T) {
+	subscriptionCluster(t, func(cl *redistest.Cluster, channel string, downUp func(string, *redistest.Server)) {
+		cl.KillMaster(t, cl.MasterOf(t, channel))
+		downUp("master killed", nil)
+	})
+}
+
+// subscriptionCluster starts a Cluster, parks a waiter of an observed Client on a lock
+// held by another Client, runs faults (which call downUp after each change), then
+// releases the lock and checks that the waiter gets it.
+func subscriptionCluster(t *testing.T, faults func(cl *redistest.Cluster, channel string, downUp func(string, *redistest.Server))) {
 	skipShortCluster(t)
 	cl := redistest.StartCluster(t)
 	rc := cl.Client(t)
@@ -94,31 +134,7 @@ func TestObserver_subscriptionCluster(t *testing.T) {
 		r.take()
 	}
 
-	// The slot moves to another master: Redis unsubscribes the channel there.
-	slot := redistest.Slot(channel)
-	from := cl.MasterOf(t, channel)
-	var to *redistest.Server
-	for _, m := range cl.Masters(t) {
-		if m != from {
-			to = m
-			break
-		}
-	}
-	cl.MigrateSlot(t, slot, to)
-	downUp("slot moved", nil)
-
-	// Its master is killed; the replica takes over.
-	killed := cl.MasterOf(t, channel)
-	cl.KillMaster(t, killed)
-	downUp("master killed", nil)
-
-	// The killed master rejoins as a replica and takes over again (a manual failover).
-	cl.Restart(t, killed)
-	require.Empty(t, subsOf(r), "a replica rejoining changes nothing for the channel")
-	demoted := cl.MasterOf(t, channel)
-	cl.Failover(t, demoted)
-	// The subscriber may subscribe again on the demoted master, now a replica of the shard.
-	downUp("manual failover", demoted)
+	faults(cl, channel, downUp)
 
 	require.NoError(t, holder.Unlock(bg))
 	require.NoError(t, await(t, got, 30*time.Second, "the waiter"))
