@@ -45,9 +45,11 @@
 // event for the moment a call starts to wait, so this is the exact figure nearest to "the
 // waiters"). relock.hold.active goes up at a grant that starts a tenure (not a re-entry)
 // and down at the tenure's end (HoldEnd), for the kinds whose tenures the core reports:
-// Mutex, FairMutex, SpinMutex and both sides of RWMutex. Semaphore and PermitSemaphore
-// permits, a CountDownLatch's Await, a MultiLock (whose members count on their own) and a
-// RedLock report no tenure's end, so they are not counted there.
+// Mutex, FairMutex, SpinMutex, both sides of RWMutex, and RedLock (its tenure on a
+// majority, heard by the Observer of its first Client that has one; that Client's Close
+// ends it there). Semaphore and PermitSemaphore permits, a CountDownLatch's Await and a
+// MultiLock (whose members count on their own) report no tenure's end, so they are not
+// counted there.
 //
 // Figures add up across the Clients that share one Observer; a MultiLock's members, being
 // locks of their own, are counted beside the MultiLock (whose name attribute, when asked

@@ -244,7 +244,8 @@ func expected(events []any) snapshot {
 	}
 	tenure := func(k rlock.Kind) bool {
 		switch k {
-		case rlock.KindMutex, rlock.KindFairMutex, rlock.KindSpinMutex, rlock.KindReadLock, rlock.KindWriteLock:
+		case rlock.KindMutex, rlock.KindFairMutex, rlock.KindSpinMutex, rlock.KindReadLock, rlock.KindWriteLock,
+			rlock.KindRedLock:
 			return true
 		}
 		return false
@@ -447,8 +448,8 @@ func TestE2E_family(t *testing.T) {
 					t.Errorf("no acquisition of kind %s recorded: %v", k, kinds)
 				}
 			}
-			if got := len(snap[relockotel.MetricHoldsActive]); got != 5 {
-				t.Errorf("hold.active has %d kinds, want the 5 locks (their members count for a MultiLock): %s", got, show(snap[relockotel.MetricHoldsActive]))
+			if got := len(snap[relockotel.MetricHoldsActive]); got != 6 {
+				t.Errorf("hold.active has %d kinds, want the 5 locks and the RedLock (their members count for a MultiLock): %s", got, show(snap[relockotel.MetricHoldsActive]))
 			}
 		})
 	}

@@ -250,12 +250,13 @@ func newRecorder(o options) (*recorder, error) {
 type spanKey struct{ r *recorder }
 
 // hasTenure reports whether acquisitions of kind begin tenures that end with a HoldEnd
-// event: the locks do (Mutex, FairMutex, SpinMutex, both sides of an RWMutex). The
-// semaphores, the latch, a MultiLock (whose members report their own tenures) and a
-// RedLock report no HoldEnd (see rlock.Observer's "What each primitive reports").
+// event: the locks do (Mutex, FairMutex, SpinMutex, both sides of an RWMutex) and a
+// RedLock. The semaphores, the latch and a MultiLock (whose members report their own
+// tenures) report no HoldEnd (see rlock.Observer's "What each primitive reports").
 func hasTenure(k rlock.Kind) bool {
 	switch k {
-	case rlock.KindMutex, rlock.KindFairMutex, rlock.KindSpinMutex, rlock.KindReadLock, rlock.KindWriteLock:
+	case rlock.KindMutex, rlock.KindFairMutex, rlock.KindSpinMutex, rlock.KindReadLock, rlock.KindWriteLock,
+		rlock.KindRedLock:
 		return true
 	}
 	return false

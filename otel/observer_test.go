@@ -102,9 +102,10 @@ func TestObserver_metrics_scripted(t *testing.T) {
 	r.release(ctx, rlock.ReleaseStartInfo{Kind: rlock.KindSemaphore, Name: "pool", Owner: "o3", Permits: 2},
 		rlock.ReleaseDoneInfo{Took: d125})
 
-	// A RedLock reports no HoldEnd, so its grant begins no counted hold.
+	// A RedLock's tenure is counted as a lock's: up at the grant, down at its HoldEnd.
 	r.acquire(ctx, lock(rlock.KindRedLock, "r", "o3", -1),
 		rlock.AcquireDoneInfo{Outcome: rlock.OutcomeAcquired, Took: d125})
+	r.obs.HoldEnd(rlock.HoldEndInfo{Kind: rlock.KindRedLock, Name: "r", Owner: "o3", Held: time.Second, Cause: rlock.EndClosed})
 
 	// The watchdog, replays, the subscription, give-backs.
 	r.obs.RenewalRound(rlock.RenewalRoundInfo{Leases: 3, Scripts: 1, Took: d250})
@@ -137,8 +138,9 @@ func TestObserver_metrics_scripted(t *testing.T) {
 			"relock.kind=read_lock,relock.outcome=canceled": int64(1),
 		},
 		relockotel.MetricHoldDuration: {
-			"relock.end_cause=unlock,relock.kind=mutex": hist{1, 2},
-			"relock.end_cause=lost,relock.kind=mutex":   hist{1, 4},
+			"relock.end_cause=unlock,relock.kind=mutex":    hist{1, 2},
+			"relock.end_cause=lost,relock.kind=mutex":      hist{1, 4},
+			"relock.end_cause=closed,relock.kind=red_lock": hist{1, 1},
 		},
 		relockotel.MetricReleaseDuration: {
 			"relock.kind=mutex":                               hist{2, 0.5},
@@ -170,8 +172,8 @@ func TestObserver_metrics_scripted(t *testing.T) {
 			"relock.giveback.reason=canceled,relock.giveback.result=returned,relock.kind=mutex": int64(1),
 			"relock.giveback.reason=late,relock.giveback.result=failed,relock.kind=semaphore":   int64(1),
 		},
-		// Two tenures began and ended; the semaphore's permits and the RedLock report none.
-		relockotel.MetricHoldsActive: {"relock.kind=mutex": int64(0)},
+		// Three tenures began and ended; the semaphore's permits report none.
+		relockotel.MetricHoldsActive: {"relock.kind=mutex": int64(0), "relock.kind=red_lock": int64(0)},
 		relockotel.MetricAcquiresActive: {
 			"relock.kind=mutex":      int64(0),
 			"relock.kind=fair_mutex": int64(0),

@@ -69,6 +69,8 @@ type Client struct {
 	// workers' goroutines, so that Close can wait for them.
 	idle    []*worker
 	workers sync.WaitGroup
+	// atClose are called by Close once the holds ended (redlock_observe.go).
+	atClose closeHooks
 }
 
 // New returns a Client that locks through client. relock borrows client and never closes
@@ -173,6 +175,7 @@ func (c *Client) Close() error {
 	for _, h := range holds {
 		h.end(ErrClosed)
 	}
+	c.atClose.run()
 	if c.owned {
 		c.rc.Close()
 	}

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/alicebob/miniredis/v2"
 	"github.com/stretchr/testify/require"
 
 	"github.com/relock-go/relock/internal/redistest"
@@ -154,4 +155,33 @@ func TestWithLogger_subscription(t *testing.T) {
 func regexpQuote(s string) string {
 	r := strings.NewReplacer(`{`, `\{`, `}`, `\}`, `.`, `\.`, `:`, `:`)
 	return r.Replace(s)
+}
+
+// A RedLock's loss (its key deleted on a majority) is one Error line, of kind red_lock, from
+// the Logger of its first Client; its instances' own losses are not logged on their own.
+func TestWithLogger_redLockLoss(t *testing.T) {
+	var addrs []string
+	var ms []*miniredis.Miniredis
+	for range 3 {
+		m := miniredis.RunT(t)
+		ms = append(ms, m)
+		addrs = append(addrs, m.Addr())
+	}
+	l, lb := newTestLogger(slog.LevelError)
+	cs := redClients(t, addrs, rlock.WithLogger(l), rlock.WithWatchdogTimeout(300*time.Millisecond))
+	name := redistest.Name(t)
+	rl := rlock.NewRedLock(name, cs)
+	require.NoError(t, rl.Lock(bg))
+	tok, err := rl.Token(bg)
+	require.NoError(t, err)
+	ms[0].Del(redKey(name))
+	ms[1].Del(redKey(name))
+	within(t, 10*time.Second, "the loss", rl.Done(bg))
+	redistest.WaitFor(t, 10*time.Second, "the loss to be logged", func() bool { return len(lb.lines()) >= 1 })
+	time.Sleep(100 * time.Millisecond) // a second line would come now
+	lines := lb.lines()
+	require.Len(t, lines, 1, "%q", lines)
+	require.Regexp(t, `^level=ERROR msg="relock: lock lost" kind=red_lock name=`+name+` owner=\S+ token=`+
+		strconv.FormatInt(tok, 10)+` cause=lost error=".*fewer than a majority.*"$`, lines[0])
+	require.ErrorIs(t, rl.Unlock(bg), rlock.ErrNotHeld)
 }

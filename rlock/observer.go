@@ -29,7 +29,8 @@ import (
 //   - Every AcquireStart is followed by exactly one AcquireDone, every ReleaseStart by exactly
 //     one ReleaseDone, on the caller's goroutine, when the call returns.
 //   - HoldEnd is called exactly once per tenure of a lock that a call reported (an
-//     AcquireDone with [OutcomeAcquired] and Reentered false begins one), whatever ends it:
+//     AcquireDone of a lock or a [RedLock] with [OutcomeAcquired] and Reentered false begins
+//     one; see "What each primitive reports"), whatever ends it:
 //     tenures begun and ended balance. A grant that reached a caller who had gone is given
 //     back (GiveBack, [GiveBackCanceled]) and its tenure, which no caller was told of, is not
 //     reported. An Unlock that ends a tenure calls HoldEnd before its ReleaseDone. It is
@@ -53,10 +54,20 @@ import (
 // [Semaphore], [PermitSemaphore] and [CountDownLatch] report their acquisitions
 // (Acquire, TryAcquire, Await, TryAwait), releases (Release, ReleaseIfExists, CountDown),
 // replays and give-backs, and no HoldEnd: the Client keeps no tenure of theirs (a
-// PermitSemaphore's permits expire in Redis unseen). A [MultiLock] reports its own calls
-// and its members report theirs (see [MultiLock]). A [RedLock] reports its Lock, LockLease,
-// TryLock and Unlock to the Observer of the first of its Clients (in the order of their ids)
-// that has one, and no HoldEnd; its instances' holds are not reported on their own.
+// PermitSemaphore's permits expire in Redis unseen), and their acquisitions begin none.
+// Their administration (TrySetPermits, TrySetPermitsTTL, AddPermits, DrainPermits and
+// Delete of the semaphores, TrySetCount and Delete of the latch, a PermitSemaphore's
+// Extend) has no Start or Done event: it is reported only when a reply was lost, by the
+// Replay of its request (Op "set", "add", "drain", "delete", "extend"). A
+// [MultiLock] reports its own calls and its members report theirs, tenures included (see
+// [MultiLock]); its own acquisitions begin no tenure (Reentered is false, and no HoldEnd
+// of kind multi_lock follows). A [RedLock] reports its Lock, LockLease, TryLock, Unlock and
+// tenures to the Observer of the first of its Clients (in the order of their ids) that has
+// one; its instances' holds are not reported on their own. Its tenure ends with its last
+// Unlock, when a fixed lease runs out or fewer than a majority of the instances hold it
+// (lost, or closed when their Clients' Close ended them), and, for that Observer, at the
+// Close of the Client it belongs to (cause closed), even when the tenure goes on on the other
+// instances: nothing more is told of it.
 type Observer struct {
 	// AcquireStart is called when a call that takes a lock or permits starts (Lock,
 	// LockLease, TryLock, RLock, Acquire, TryAcquire, Await), after its arguments were
@@ -203,7 +214,7 @@ type AcquireDoneInfo struct {
 	HandedOff bool
 	// Reentered: the owner already held the lock; the grant added a hold to its tenure
 	// (no HoldEnd will follow for it). Always false for the semaphores, the latch and a
-	// MultiLock; for a RedLock, whether the owner held it when the call began.
+	// MultiLock.
 	Reentered bool
 	// Token is the fencing token of the tenure granted; 0 unless acquired, and for
 	// primitives without tokens (read holds, semaphores, the latch, a MultiLock).

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/alicebob/miniredis/v2"
 	"github.com/stretchr/testify/require"
 
 	"github.com/relock-go/relock/internal/redistest"
@@ -287,4 +288,116 @@ func TestObserver_randomInvariants(t *testing.T) {
 		require.Greater(t, len(inv.begun), 4, "the run took locks of several kinds and owners (seed %d)", seed)
 		t.Logf("%d events (%d replays, %d give-backs); tenures ended by cause: %v", events, inv.replays, inv.gaveBack, inv.causes)
 	})
+}
+
+// A seeded run of RedLocks over 3 instances (3 miniredis, 3 redis-servers): workers take and
+// give back two names with waits, cancellations, fixed leases that run out, re-entries by an
+// owner shared between goroutines, forced unlocks that make holders lose the lock, and holds
+// left for Close; the Clients close in a random order. The invariants Observer (on every
+// Client) checks every event, and the balance of RedLock tenures (AcquireDone acquired, not
+// re-entered, against HoldEnd) with their tokens once all is done.
+func TestObserver_randomRedLock(t *testing.T) {
+	for _, backend := range []string{"miniredis", "redis"} {
+		t.Run(backend, func(t *testing.T) {
+			seed := randomSeed(t)
+			t.Logf("seed %d (replay with RELOCK_SEED=%d)", seed, seed)
+			var addrs []string
+			if backend == "redis" {
+				addrs = addrsOf(redServers(t, 3))
+			} else {
+				for range 3 {
+					addrs = append(addrs, miniredis.RunT(t).Addr())
+				}
+			}
+			inv := newInvariants()
+			cs := redClients(t, addrs, rlock.WithObserver(inv.observer()), rlock.WithWatchdogTimeout(400*time.Millisecond),
+				rlock.WithCleanupTimeout(time.Second))
+			admin := redClients(t, addrs) // unobserved: its forced unlocks are not told
+			base := redistest.Name(t)
+			names := []string{base + "-a", base + "-b"}
+			shared := []*rlock.RedLock{rlock.NewRedLock(names[0], cs), rlock.NewRedLock(names[1], cs)}
+			const workers = 6
+			steps := 60
+			var wg sync.WaitGroup
+			for w := range workers {
+				locks := shared // workers 0 and 1 share these handles: one owner, two goroutines
+				if w >= 2 {
+					locks = []*rlock.RedLock{rlock.NewRedLock(names[0], cs), rlock.NewRedLock(names[1], cs)}
+				}
+				rng := rand.New(rand.NewPCG(seed, uint64(w)))
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					held := make([]int, len(locks))
+					unlockAll := func(i int) {
+						for ; held[i] > 0; held[i]-- {
+							_ = locks[i].Unlock(bg)
+						}
+					}
+					for step := 0; step < steps; step++ {
+						i := rng.IntN(len(locks))
+						l := locks[i]
+						switch r := rng.IntN(100); {
+						case r < 4:
+							_, _ = rlock.NewRedLock(names[i], admin).ForceUnlock(bg)
+						case held[i] > 0 && r < 50:
+							_ = l.Unlock(bg)
+							held[i]--
+						default:
+							var ok bool
+							var err error
+							lease := time.Duration(0)
+							if rng.IntN(3) == 0 {
+								lease = time.Duration(30+rng.IntN(200)) * time.Millisecond
+							}
+							switch rng.IntN(3) {
+							case 0:
+								ctx, cancel := context.WithTimeout(bg, time.Duration(rng.IntN(80))*time.Millisecond)
+								err = l.Lock(ctx)
+								cancel()
+								ok = err == nil
+							case 1:
+								ok, err = l.TryLock(bg, 0, lease)
+							default:
+								ok, err = l.TryLock(bg, time.Duration(rng.IntN(40))*time.Millisecond, lease)
+							}
+							switch {
+							case ok:
+								held[i]++
+							case errors.Is(err, rlock.ErrLockLost):
+								unlockAll(i) // the loss blocks the owner until it has unlocked
+							}
+						}
+					}
+					if w%3 != 2 { // the others leave theirs to Close
+						for i := range locks {
+							unlockAll(i)
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			rng := rand.New(rand.NewPCG(seed, workers))
+			for _, k := range rng.Perm(len(cs)) {
+				require.NoError(t, cs[k].Close())
+			}
+			inv.mu.Lock()
+			inv.closed = true
+			events := inv.events
+			inv.mu.Unlock()
+			time.Sleep(200 * time.Millisecond) // look a little while, for anything told late
+
+			inv.mu.Lock()
+			defer inv.mu.Unlock()
+			require.Empty(t, inv.problems, "seed %d", seed)
+			require.Empty(t, inv.open, "every Start has its Done (seed %d)", seed)
+			require.Zero(t, inv.inflight, "seed %d", seed)
+			require.Equal(t, inv.begun, inv.ended, "RedLock tenures begun and ended balance per lock and owner (seed %d)", seed)
+			for tok, n := range inv.tokens {
+				require.Zero(t, n, "token %d begun and ended (seed %d)", tok, seed)
+			}
+			require.GreaterOrEqual(t, len(inv.begun), 3, "the run took both names with several owners (seed %d)", seed)
+			t.Logf("%d events; tenures ended by cause: %v", events, inv.causes)
+		})
+	}
 }

@@ -486,8 +486,9 @@ func hard(err error) bool {
 		errors.Is(err, ErrNoPermission)
 }
 
-// acquire implements Lock (wait < 0: no bound) and TryLock.
-func (r *RedLock) acquire(ctx context.Context, wait, lease time.Duration) (bool, error) {
+// acquire implements Lock (wait < 0: no bound) and TryLock; ro, when not nil, reports the
+// tenure the call may begin (redlock_observe.go).
+func (r *RedLock) acquire(ctx context.Context, wait, lease time.Duration, ro *redObs) (bool, error) {
 	owner, err := r.ownerOf(ctx)
 	if err != nil {
 		return false, err
@@ -513,6 +514,7 @@ func (r *RedLock) acquire(ctx context.Context, wait, lease time.Duration) (bool,
 	defer rh.unlockOp()
 	rh.mu.Lock()
 	count, ended := rh.count, rh.ended
+	rh.next = ro
 	rh.mu.Unlock()
 	if count > 0 {
 		switch {
@@ -1476,6 +1478,8 @@ type redHold struct {
 	subs    map[*func(error)]struct{}
 	quorum  int
 	closing []func() bool // stop the Close watches of an ended hold (see watchClose)
+	next    *redObs       // the report of the tenure the acquire under way may begin
+	obs     *redObs       // the report of the current tenure, until its HoldEnd; nil: none
 }
 
 var redHolds = struct {
@@ -1627,7 +1631,9 @@ func (rh *redHold) begin(r *RedLock, owner string, got []int) bool {
 	}
 	rh.mu.Lock()
 	ok := rh.gen == gen && rh.ended == nil && rh.live >= rh.quorum
+	ro := rh.observeLocked(ok, token)
 	rh.mu.Unlock()
+	ro.watchClose(rh)
 	if !ok {
 		// Lost before it began (or fewer than a majority of the grants could be
 		// followed): the caller gives the instances back.
@@ -1674,6 +1680,8 @@ func (rh *redHold) instanceEnded(gen, i int, cause error) {
 // instances. rh.mu must be held; it is released.
 func (rh *redHold) finishLocked() {
 	cause := rh.ended
+	ro := rh.obs
+	rh.obs = nil
 	if rh.done != nil {
 		close(rh.done)
 		rh.done = nil
@@ -1696,6 +1704,7 @@ func (rh *redHold) finishLocked() {
 	for f := range subs {
 		(*f)(cause)
 	}
+	ro.ended(cause)
 }
 
 // reset forgets the hold: the owner's last Unlock gave every instance back.
