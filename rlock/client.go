@@ -183,7 +183,11 @@ func (c *Client) Close() error {
 }
 
 // background runs work on its own goroutine, counted for Close, unless the Client is
-// closed (then it runs work at once: its context has ended, so it ends promptly).
+// closed (then it runs work at once, on the caller's goroutine: its context has ended, so it
+// ends promptly). Work must therefore wait on nothing that the Client's life does not end
+// (life.Done, or a context from cleanupCtx or firstSendCtx made after Close): waiting past
+// Close for another call's request on the wire (a claimed hand-off's release, say) would
+// hold the caller past its grace, up to that request's cleanup timeout.
 func (c *Client) background(work func()) {
 	c.mu.Lock()
 	if c.closed {

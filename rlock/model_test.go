@@ -1032,6 +1032,7 @@ func (s *mseq) closePhase() {
 	}
 	s.srv.Pause(s.t)
 	s.logf("close phase: redis paused; c%d closed while %d calls are in flight", cl.idx, len(gs))
+	stalled := s.watchStalls()
 	results := make(chan result, len(gs))
 	for i, g := range gs {
 		go func() {
@@ -1048,26 +1049,77 @@ func (s *mseq) closePhase() {
 		s.violate("closed-prompt", "c%d: Close took %v while Redis did not answer", cl.idx, d)
 	}
 	timeout := time.After(10 * time.Second)
+	var rs []result
 	for range gs {
 		select {
 		case r := <-results:
-			s.logf("%s %s -> %s (%s after Close returned)", r.g, r.what, errString(r.err), fmtDur(r.at.Sub(closed)))
-			// Close ends at once every call that waits, replays or works in the background
-			// (ErrClosed); a request already on the wire ends with its call's ctx (2s here) or
-			// when rueidis gives it up, and then with ErrClosed (README guarantee 6).
-			if late, took := r.at.Sub(closed), r.at.Sub(r.start); late > schedSlack && took > 2*time.Second+returnGrace+schedSlack {
-				s.violate("closed-prompt", "%s %s returned %v after Close returned, %v after it began (%v)", r.g, r.what, late, took, r.err)
-			}
-			if r.err != nil && !errors.Is(r.err, rlock.ErrClosed) && !errors.Is(r.err, context.DeadlineExceeded) {
-				s.violate("closed-prompt", "%s %s in flight at Close returned %v, want ErrClosed (or its ctx's end)", r.g, r.what, r.err)
-			}
+			rs = append(rs, r)
 		case <-timeout:
+			stalled(time.Time{}, time.Time{})
 			s.violate("hang", "calls in flight on c%d did not return within 10s of Close", cl.idx)
 			s.srv.Resume(s.t)
 			return
 		}
 	}
+	for _, r := range rs {
+		st := stalled(r.start, r.at)
+		s.logf("%s %s -> %s (%s after Close returned; the process stalled %s of it)", r.g, r.what, errString(r.err), fmtDur(r.at.Sub(closed)), fmtDur(st))
+		// Close ends at once every call that waits, replays or works in the background
+		// (ErrClosed); a request already on the wire ends with its call's ctx (2s here) or
+		// when rueidis gives it up, and then with ErrClosed (README guarantee 6). A stall of
+		// this process delays the call's own ctx timer as it delays the call: it is allowed
+		// for, as checkBounds allows for it.
+		if late, took := r.at.Sub(closed)-st, r.at.Sub(r.start)-st; late > schedSlack && took > 2*time.Second+returnGrace+schedSlack {
+			s.violate("closed-prompt", "%s %s returned %v after Close returned, %v after it began, less %v of stalls (%v)", r.g, r.what, late, took, st, r.err)
+		}
+		if r.err != nil && !errors.Is(r.err, rlock.ErrClosed) && !errors.Is(r.err, context.DeadlineExceeded) {
+			s.violate("closed-prompt", "%s %s in flight at Close returned %v, want ErrClosed (or its ctx's end)", r.g, r.what, r.err)
+		}
+	}
 	s.srv.Resume(s.t)
+}
+
+// watchStalls measures, until the first call of the function it returns, the stalls of this
+// process (a loaded machine: a goroutine woken by a timer runs more than stallThreshold
+// late), as the rounds do; that function returns how long the process stalled between
+// start and end.
+func (s *mseq) watchStalls() func(start, end time.Time) time.Duration {
+	var mu sync.Mutex
+	var stalls [][2]time.Time
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		tk := time.NewTicker(5 * time.Millisecond)
+		defer tk.Stop()
+		last := time.Now()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tk.C:
+			}
+			// Read the clock on waking, not the tick's time: a goroutine that a timer wakes
+			// late is what delays the calls (their ctx's timer included).
+			now := time.Now()
+			if gap := now.Sub(last); gap > stallThreshold {
+				s.fault("stall")
+				s.logf("STALL: the process did not run for %v", gap.Round(time.Millisecond))
+				mu.Lock()
+				stalls = append(stalls, [2]time.Time{last, now})
+				mu.Unlock()
+			}
+			last = now
+		}
+	}()
+	var once sync.Once
+	return func(start, end time.Time) time.Duration {
+		once.Do(func() { close(stop); wg.Wait() })
+		mu.Lock()
+		defer mu.Unlock()
+		return overlap(stalls, start, end)
+	}
 }
 
 func (s *mseq) build() {

@@ -338,17 +338,34 @@ type attemptBuf struct {
 }
 
 // claimedAtEnd settles a wait that ended (with ok, err) while a release had claimed its
-// candidate cand (and taken h.op for it). While ctx lives it waits for the release's
-// outcome: a grant that came as the wait bound ran out is taken. Once ctx has ended, the
-// outcome is waited for, and a grant given back, in the background.
+// candidate cand (and taken h.op for it). While ctx and the Client live it waits for the
+// release's outcome: a grant that came as the wait bound ran out is taken. Once ctx has
+// ended, the outcome is waited for, and a grant given back, in the background, until Close;
+// once the Client is closed, the call ends at once with ErrClosed.
 func (m *Mutex) claimedAtEnd(ctx context.Context, h *hold, cand *candidate, g *grace, ok bool, err error, tr *acqTrace) (bool, error) {
 	o := &opHold{h: h, held: true} // the claim took h.op for this call
 	defer o.unlock()
+	var gone error // why the call ends without the outcome
 	select {
 	case <-cand.ready:
 	case <-ctx.Done():
+		gone = ctx.Err()
+	case <-m.c.life.Done():
+		gone = ErrClosed
+	}
+	if gone != nil {
 		m.later(ctx, o, g, func() {
-			<-cand.ready
+			// The outcome comes when the release's first send ends, within the cleanup
+			// timeout, which Close does not bring forward (rueidis heeds only the deadline
+			// of a lone request sent on the caller's goroutine). Once the Client is closed,
+			// nothing is recorded or given back any more (a grant the release made expires
+			// with its lease), and this work may be running on the caller's goroutine
+			// (Client.background): it stops waiting, so that the call ends within its grace.
+			select {
+			case <-cand.ready:
+			case <-m.c.life.Done():
+				return
+			}
 			cand.state.Store(candIdle)
 			cctx, cancel := m.c.cleanupCtx(ctx)
 			defer cancel()
@@ -358,7 +375,7 @@ func (m *Mutex) claimedAtEnd(ctx context.Context, h *hold, cand *candidate, g *g
 			}
 		})
 		if err == nil {
-			err = errorf("lock %q: %w", m.name, ctx.Err())
+			err = errorf("lock %q: %w", m.name, gone)
 		}
 		return false, err
 	}
@@ -397,13 +414,15 @@ func (w *handoffWait) unpark() (bool, error, bool) {
 	if w.cand == nil || w.cand.unclaim() {
 		return false, nil, false
 	}
-	// A release claimed it: wait for its outcome while ctx lives. If ctx ends first, the
-	// wait ends and acquire settles the claim (claimedAtEnd).
+	// A release claimed it: wait for its outcome while ctx and the Client live. If either
+	// ends first, the wait ends and acquire settles the claim (claimedAtEnd).
 	a := w.a
 	select {
 	case <-w.cand.ready:
 	case <-a.ctx.Done():
 		return false, errorf("lock %q: %w", a.m.name, a.ctx.Err()), true
+	case <-a.m.c.life.Done():
+		return false, errorf("lock %q: %w", a.m.name, ErrClosed), true
 	}
 	w.cand.state.Store(candIdle)
 	o := &opHold{h: a.h, held: true} // the claim took h.op for this wait

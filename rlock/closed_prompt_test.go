@@ -1,0 +1,117 @@
+package rlock_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/relock-go/relock/internal/redistest"
+	"github.com/relock-go/relock/rlock"
+)
+
+// A Lock parked as a hand-off candidate, claimed by a release of the same Client whose first
+// send is on the wire to a Redis that does not answer, waits for that release's outcome. The
+// release's first send is bounded by the cleanup timeout alone, which Close does not bring
+// forward (rueidis sends a lone request with a deadline on the caller's goroutine and heeds
+// only the deadline). Close must still end the claimed Lock at once with ErrClosed, and
+// must not wait for that send either (README guarantee 6). Before the fix, the claimed Lock
+// waited out the release's cleanup timeout: after Close the work that awaited the claim's
+// outcome ran on the caller's goroutine (Client.background runs work inline once closed),
+// past returnGrace, so a Lock whose ctx ended after Close outlived it by up to the cleanup
+// timeout (the closed-prompt check of TestModel); and a Close after the caller had gone
+// waited for that work.
+func TestClosedPrompt_claimedWaiter(t *testing.T) {
+	if testing.Short() {
+		t.Skip("long: pauses Redis for ~4 s (run without -short)")
+	}
+	// The release's first send waits this long: far longer than Close takes here (rueidis
+	// gives the subscription connection a second to answer as Close closes it).
+	const cleanup = 4 * time.Second
+	const slack = 100*time.Millisecond + 150*time.Millisecond // returnGrace + a loaded machine
+
+	// setup parks a waiter behind a holder of the same Client, pauses Redis and has the
+	// holder's Unlock claim the waiter: the release is on the wire when it returns.
+	setup := func(t *testing.T, wctx context.Context) (c *rlock.Client, got, unlocked chan error) {
+		b := realBackend(t)
+		c = b.client(t, rlock.WithCleanupTimeout(cleanup))
+		hardWarm(t, c)
+		name := redistest.Name(t)
+		holder, waiter := c.Mutex(name), c.Mutex(name)
+		require.NoError(t, holder.Lock(bg))
+		hardSubscribe(t, c, name) // the subscription is up before Redis pauses
+		got = make(chan error, 1)
+		go func() { got <- waiter.Lock(wctx) }()
+		redistest.WaitFor(t, 5*time.Second, "the waiter to park", func() bool { return rlock.ParkedCandidates(c, holder) == 1 })
+		b.srv.Pause(t) // SIGSTOP: the release is sent, no reply comes
+		t.Cleanup(func() { b.srv.Resume(t) })
+		unlocked = make(chan error, 1)
+		go func() { unlocked <- holder.Unlock(bg) }() // claims the waiter: a hand-off
+		redistest.WaitFor(t, 5*time.Second, "the release to claim the waiter", func() bool { return rlock.ParkedCandidates(c, holder) == 0 })
+		time.Sleep(20 * time.Millisecond) // the release is on the wire
+		return c, got, unlocked
+	}
+	onWire := func(t *testing.T, unlocked chan error, when string) {
+		t.Helper()
+		select {
+		case err := <-unlocked:
+			t.Fatalf("precondition: the release ended %s: %v", when, err)
+		default:
+		}
+	}
+
+	t.Run("closeEndsTheWait", func(t *testing.T) {
+		c, got, unlocked := setup(t, bg) // the waiter's ctx never ends
+		closeStart := time.Now()
+		closed := make(chan struct{})
+		go func() { _ = c.Close(); close(closed) }()
+		err := await(t, got, 20*time.Second, "the waiter's Lock to return")
+		took := time.Since(closeStart)
+		onWire(t, unlocked, "before the waiter's Lock returned")
+		require.Less(t, took, slack, "the claimed Lock returned %v after Close began: %v", took.Round(time.Millisecond), err)
+		require.ErrorIs(t, err, rlock.ErrClosed)
+		<-closed
+		onWire(t, unlocked, "before Close returned")
+		_ = await(t, unlocked, 20*time.Second, "Unlock to return")
+	})
+
+	t.Run("ctxEndsAfterClose", func(t *testing.T) {
+		wctx, cancel := context.WithCancel(bg)
+		defer cancel()
+		c, got, unlocked := setup(t, wctx)
+		require.NoError(t, c.Close())
+		onWire(t, unlocked, "before Close returned")
+		ended := time.Now()
+		cancel()
+		err := await(t, got, 20*time.Second, "the waiter's Lock to return")
+		late := time.Since(ended)
+		require.Less(t, late, slack, "Lock outlived its ctx by %v (returnGrace is 100ms): %v", late.Round(time.Millisecond), err)
+		require.Error(t, err)
+		_ = await(t, unlocked, 20*time.Second, "Unlock to return")
+	})
+
+	t.Run("closeAfterTheCallerLeft", func(t *testing.T) {
+		wctx, cancel := context.WithCancel(bg)
+		defer cancel()
+		c, got, unlocked := setup(t, wctx)
+		ended := time.Now()
+		cancel()
+		err := await(t, got, 20*time.Second, "the waiter's Lock to return")
+		late := time.Since(ended)
+		require.Less(t, late, slack, "Lock outlived its ctx by %v (returnGrace is 100ms): %v", late.Round(time.Millisecond), err)
+		require.ErrorIs(t, err, context.Canceled)
+		// The claim's outcome is awaited in the background; Close ends that wait rather than
+		// wait out the release's cleanup timeout.
+		closeStart := time.Now()
+		require.NoError(t, c.Close())
+		took := time.Since(closeStart)
+		select {
+		case err := <-unlocked:
+			t.Fatalf("Close took %v: it waited for the release on the wire (%v)", took.Round(time.Millisecond), err)
+		default:
+		}
+		require.Less(t, took, cleanup/2, "Close took %v: it waited for the release on the wire", took.Round(time.Millisecond))
+		_ = await(t, unlocked, 20*time.Second, "Unlock to return")
+	})
+}
