@@ -126,7 +126,10 @@ func TestCluster_renewalRoundIsOnePipeline(t *testing.T) {
 		slots[redistest.Slot(locks[i].Key())] = true
 		require.NoError(t, locks[i].Lock(bg))
 	}
-	require.Greater(t, len(slots), 250, "the names span many slots")
+	// 300 names land on about 297 slots on average, but CRC16 is linear: names that differ
+	// only in their last digits can collide more, depending on the random base (a CI run saw
+	// 244). What the test needs is many slots per round, not a number of them.
+	require.Greater(t, len(slots), 150, "the names span many slots")
 	// The first round loads the renew script on the nodes (NOSCRIPT, then EVAL: a second
 	// pipeline); count from the next.
 	redistest.WaitFor(t, 10*time.Second, "a first renewal round", func() bool { return scripts.Load() >= int64(len(slots)) })
