@@ -130,19 +130,4 @@ func BenchmarkRedLock_Parallel(b *testing.B) {
 }
 
 // redBenchServers starts n independent redis-servers at once.
-func redBenchServers(b *testing.B, n int) []*redistest.Server {
-	b.Helper()
-	srvs := make([]*redistest.Server, n)
-	var wg sync.WaitGroup
-	for i := range srvs {
-		wg.Add(1)
-		go func() { defer wg.Done(); srvs[i] = redistest.Start(b) }()
-	}
-	wg.Wait()
-	for _, s := range srvs {
-		if s == nil {
-			b.FailNow()
-		}
-	}
-	return srvs
-}
+func redBenchServers(b *testing.B, n int) []*redistest.Server { return redistest.StartN(b, n) }

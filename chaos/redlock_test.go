@@ -12,7 +12,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -67,18 +66,7 @@ type redWaiter struct {
 
 func startRedRun(t *testing.T) *redRun {
 	t.Helper()
-	ss := make([]*redistest.Server, redServers)
-	var wg sync.WaitGroup
-	for i := range ss {
-		wg.Add(1)
-		go func() { defer wg.Done(); ss[i] = redistest.Start(t) }()
-	}
-	wg.Wait()
-	for _, s := range ss {
-		if s == nil {
-			t.FailNow()
-		}
-	}
+	ss := redistest.StartN(t, redServers)
 	rr := &redRun{clusterRun: newClusterRun(t), ss: ss, started: time.Now()}
 	ns := names(t, 3)
 	rr.names, rr.held = ns[:2], ns[2]

@@ -20,22 +20,7 @@ import (
 )
 
 // redServers starts n independent redis-servers (no persistence, no replication).
-func redServers(t *testing.T, n int) []*redistest.Server {
-	t.Helper()
-	ss := make([]*redistest.Server, n)
-	var wg sync.WaitGroup
-	for i := range ss {
-		wg.Add(1)
-		go func() { defer wg.Done(); ss[i] = redistest.Start(t) }()
-	}
-	wg.Wait()
-	for _, s := range ss {
-		if s == nil {
-			t.FailNow()
-		}
-	}
-	return ss
-}
+func redServers(t *testing.T, n int) []*redistest.Server { return redistest.StartN(t, n) }
 
 // redClients returns one Client per address, closed at cleanup.
 func redClients(t *testing.T, addrs []string, opts ...rlock.Option) []*rlock.Client {

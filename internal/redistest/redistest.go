@@ -168,6 +168,25 @@ func isPortInUse(err error) bool {
 	return errors.As(err, &se) && se.portInUse
 }
 
+// StartN starts n independent servers at once (each as Start, with opts) and returns them
+// in order. A server that could not start fails the test (Start reported why).
+func StartN(tb testing.TB, n int, opts ...Option) []*Server {
+	tb.Helper()
+	ss := make([]*Server, n)
+	var wg sync.WaitGroup
+	for i := range ss {
+		wg.Add(1)
+		go func() { defer wg.Done(); ss[i] = Start(tb, opts...) }()
+	}
+	wg.Wait()
+	for _, s := range ss {
+		if s == nil {
+			tb.FailNow()
+		}
+	}
+	return ss
+}
+
 // Start starts a redis-server child process on a free 127.0.0.1 port, waits until it answers PING,
 // and registers tb.Cleanup to kill it and remove its temp dir. When no redis-server binary is on PATH it
 // calls tb.Skip with a clear message, unless the environment variable CI is non-empty, in which case it
