@@ -27,17 +27,25 @@ func noopObserver() *rlock.Observer {
 	}
 }
 
+type observerCase struct {
+	name string
+	opts []rlock.Option
+}
+
+// observerCases are the two Clients the observer benchmarks compare: without an Observer
+// and with a no-op one.
+func observerCases() []observerCase {
+	return []observerCase{
+		{"observer=none", nil},
+		{"observer=noop", []rlock.Option{rlock.WithObserver(noopObserver())}},
+	}
+}
+
 // BenchmarkMutex_UncontendedObserver is BenchmarkMutex_Uncontended without an Observer
 // (observer=none: the path every Client without one takes) and with a no-op Observer
 // (observer=noop), side by side: what the hooks cost an uncontended Lock+Unlock.
 func BenchmarkMutex_UncontendedObserver(b *testing.B) {
-	for _, bc := range []struct {
-		name string
-		opts []rlock.Option
-	}{
-		{"observer=none", nil},
-		{"observer=noop", []rlock.Option{rlock.WithObserver(noopObserver())}},
-	} {
+	for _, bc := range observerCases() {
 		b.Run(bc.name, func(b *testing.B) {
 			srv := redistest.Start(b)
 			m := newClient(b, srv, bc.opts...).Mutex("uncontended")
@@ -95,13 +103,7 @@ func (c *cannedClient) Do(ctx context.Context, cmd rueidis.Completed) rueidis.Re
 // script answered from memory (cannedClient): the client-side cost of a cycle, without an
 // Observer and with a no-op one.
 func BenchmarkMutex_UncontendedObserverCPU(b *testing.B) {
-	for _, bc := range []struct {
-		name string
-		opts []rlock.Option
-	}{
-		{"observer=none", nil},
-		{"observer=noop", []rlock.Option{rlock.WithObserver(noopObserver())}},
-	} {
+	for _, bc := range observerCases() {
 		b.Run(bc.name, func(b *testing.B) {
 			srv := redistest.Start(b)
 			cc := &cannedClient{Client: srv.Client(b), canned: map[string]rueidis.RedisResult{}}
