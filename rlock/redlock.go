@@ -459,13 +459,25 @@ func (r *RedLock) decide(ctx context.Context, st *roundState, idx []int, tmo tim
 // lease: this Client stops counting and renewing it (hold.abandon).
 func (m *Mutex) giveBackLate(ctx context.Context) {
 	ctx = context.WithoutCancel(ctx)
-	err := m.Unlock(ctx)
-	if err == nil || errors.Is(err, ErrNotHeld) {
+	m.abandonFailed(ctx, m.Unlock(ctx), abandonOne)
+}
+
+// abandonFailed stops this Client counting and renewing the caller's owner's hold on
+// instance m when err says its give-back failed (nil or ErrNotHeld: nothing to abandon):
+// one hold (abandonOne, hold.abandon) or all of them (abandonAll, hold.abandonAll).
+func (m *Mutex) abandonFailed(ctx context.Context, err error, fail giveBackFail) {
+	if err == nil || errors.Is(err, ErrNotHeld) || fail == keepFailed {
 		return
 	}
-	if owner, oerr := m.ownerOf(ctx); oerr == nil {
-		if h := m.instHold(owner); h != nil {
+	owner, oerr := m.ownerOf(ctx)
+	if oerr != nil {
+		return
+	}
+	if h := m.instHold(owner); h != nil {
+		if fail == abandonOne {
 			h.abandon(err)
+		} else {
+			h.abandonAll()
 		}
 	}
 }
@@ -931,18 +943,7 @@ func (r *RedLock) giveBack(ctx, caller context.Context, idx []int, times []int, 
 			for k := 0; k < n && err == nil; k++ {
 				err = m.Unlock(ctx)
 			}
-			if err != nil && !errors.Is(err, ErrNotHeld) && fail != keepFailed {
-				// Nothing will give it back: stop renewing it, let it expire.
-				if owner, oerr := m.ownerOf(ctx); oerr == nil {
-					if h := m.instHold(owner); h != nil {
-						if fail == abandonOne {
-							h.abandon(err)
-						} else {
-							h.abandonAll()
-						}
-					}
-				}
-			}
+			m.abandonFailed(ctx, err, fail) // nothing will give it back: let it expire
 			ch <- done{i, err}
 		})
 	}
