@@ -96,7 +96,8 @@ func TestRESPParser(t *testing.T) {
 }
 
 // TestSmokeRedLock runs the RedLock comparison briefly: every configuration and scenario,
-// no violation, every configuration acquires.
+// no violation, every configuration acquires; and, through proxies that add a round-trip
+// time (-rtt), relock's configurations over 3 servers.
 func TestSmokeRedLock(t *testing.T) {
 	if os.Getenv("REDIS_ADDR") != "" {
 		t.Skip("the RedLock comparison starts its own servers")
@@ -104,32 +105,58 @@ func TestSmokeRedLock(t *testing.T) {
 	if _, err := exec.LookPath("redis-server"); err != nil {
 		t.Skip("no redis-server on PATH")
 	}
-	csvPath := filepath.Join(t.TempDir(), "red.csv")
-	var md bytes.Buffer
-	if err := runRedLockCompare(context.Background(), &md, redLibs(), tiny, csvPath); err != nil {
-		t.Fatal(err)
-	}
-	f, err := os.Open(csvPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	recs, err := csv.NewReader(f).ReadAll()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if want := 1 + len(redLibs())*len(redScenarios); len(recs) != want {
-		t.Fatalf("CSV has %d records, want %d", len(recs), want)
-	}
-	for _, r := range recs[1:] {
-		if r[9] != "0" {
-			t.Errorf("%s %s %s: %s mutual-exclusion violations", r[0], r[1], r[2], r[9])
-		}
-		if r[3] == "0" && !strings.HasPrefix(r[0], "redsync-default") {
-			t.Errorf("%s %s %s: no acquisition", r[0], r[1], r[2])
-		}
-	}
-	if !strings.Contains(md.String(), "Targets (relock-redlock-5") {
-		t.Errorf("no targets table:\n%s", md.String())
+	for _, tc := range []struct {
+		name string
+		rtt  time.Duration
+		libs []string // nil: all
+	}{
+		{"direct", 0, nil},
+		{"rtt", 2 * time.Millisecond, []string{"relock", "relock-redlock-3"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var sel []redLib
+			for _, l := range redLibs() {
+				if tc.libs == nil || slices.Contains(tc.libs, l.name) {
+					sel = append(sel, l)
+				}
+			}
+			csvPath := filepath.Join(t.TempDir(), "red.csv")
+			var md bytes.Buffer
+			if err := runRedLockCompare(context.Background(), &md, sel, tiny, csvPath, tc.rtt); err != nil {
+				t.Fatal(err)
+			}
+			f, err := os.Open(csvPath)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			recs, err := csv.NewReader(f).ReadAll()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := 1 + len(sel)*len(redScenarios); len(recs) != want {
+				t.Fatalf("CSV has %d records, want %d", len(recs), want)
+			}
+			for _, r := range recs[1:] {
+				if r[9] != "0" {
+					t.Errorf("%s %s %s: %s mutual-exclusion violations", r[0], r[1], r[2], r[9])
+				}
+				if r[3] == "0" && !strings.HasPrefix(r[0], "redsync-default") {
+					t.Errorf("%s %s %s: no acquisition", r[0], r[1], r[2])
+				}
+				if tc.rtt > 0 && r[1] == "uncontended" && r[2] == "1" {
+					// A cycle is at least two round trips (acquire, release) through the proxy.
+					if p50, _ := strconv.ParseFloat(r[len(r)-2], 64); p50 < float64(2*tc.rtt/time.Microsecond) {
+						t.Errorf("%s: cycle p50 %v us through a %v proxy: the proxy added nothing", r[0], p50, tc.rtt)
+					}
+				}
+			}
+			if tc.libs == nil && !strings.Contains(md.String(), "Targets (relock-redlock-5") {
+				t.Errorf("no targets table:\n%s", md.String())
+			}
+			if tc.rtt > 0 && !strings.Contains(md.String(), "proxy adding 2ms per round trip") {
+				t.Errorf("the table does not say the servers were reached through proxies:\n%s", md.String())
+			}
+		})
 	}
 }

@@ -24,7 +24,12 @@ func main() {
 	pngDir := flag.String("png", "", "write PNG charts into this directory")
 	only := flag.String("libs", "", "comma-separated libraries to run (default: all)")
 	red := flag.Bool("redlock", false, "the RedLock comparison instead (issue 12): relock's RedLock against redsync's multi-pool mutex over 3 and 5 servers")
+	rtt := flag.Duration("rtt", 0, "with -redlock: reach every server through a proxy that adds this round-trip time (half each way), as servers on other hosts would")
 	flag.Parse()
+	if *rtt < 0 || (*rtt > 0 && !*red) {
+		fmt.Fprintln(os.Stderr, "compare: -rtt takes a positive duration, with -redlock only")
+		os.Exit(2)
+	}
 	s := fullRun
 	if *quick {
 		s = quickRun
@@ -36,7 +41,7 @@ func main() {
 				sel = append(sel, l)
 			}
 		}
-		if err := runRedLockCompare(context.Background(), os.Stdout, sel, s, *csvPath); err != nil {
+		if err := runRedLockCompare(context.Background(), os.Stdout, sel, s, *csvPath, *rtt); err != nil {
 			fmt.Fprintln(os.Stderr, "compare:", err)
 			os.Exit(1)
 		}

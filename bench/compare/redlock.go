@@ -23,6 +23,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 	"github.com/redis/rueidis"
 
+	"github.com/relock-go/relock/internal/faultproxy"
 	"github.com/relock-go/relock/rlock"
 )
 
@@ -148,8 +149,10 @@ var redScenarios = []struct {
 	g    int
 }{{"uncontended", 1}, {"uncontended", 16}, {"hotkey", 16}}
 
-// runRedLockCompare starts redServersMax servers and runs the RedLock comparison.
-func runRedLockCompare(ctx context.Context, out io.Writer, sel []redLib, s settings, csvPath string) error {
+// runRedLockCompare starts redServersMax servers and runs the RedLock comparison. With rtt > 0
+// every library reaches every server through a proxy that delays each direction by rtt/2
+// (internal/faultproxy), as servers on other hosts would; resets and INFO go direct.
+func runRedLockCompare(ctx context.Context, out io.Writer, sel []redLib, s settings, csvPath string, rtt time.Duration) error {
 	srvs := make([]*server, redServersMax)
 	errs := make([]error, redServersMax)
 	var wg sync.WaitGroup
@@ -176,6 +179,18 @@ func runRedLockCompare(ctx context.Context, out io.Writer, sel []redLib, s setti
 		return fmt.Errorf("the RedLock comparison needs %d distinct servers (REDIS_ADDR names one): %v", redServersMax, addrs)
 	}
 	fmt.Fprintf(os.Stderr, "redis servers at %v\n", addrs)
+	if rtt > 0 {
+		for i, a := range addrs {
+			p, err := faultproxy.New(a)
+			if err != nil {
+				return fmt.Errorf("proxy to %s: %w", a, err)
+			}
+			defer p.Close()
+			p.SetLatency(rtt/2, rtt/2)
+			addrs[i] = p.Addr()
+		}
+		fmt.Fprintf(os.Stderr, "reached through proxies adding %v per round trip, at %v\n", rtt, addrs)
+	}
 	begin := time.Now()
 	var results []*result
 	for _, sc := range redScenarios {
@@ -229,7 +244,7 @@ func runRedLockCompare(ctx context.Context, out io.Writer, sel []redLib, s setti
 			results = append(results, byLib[l.name])
 		}
 	}
-	writeRedMarkdown(out, results, sel, time.Since(begin))
+	writeRedMarkdown(out, results, sel, time.Since(begin), rtt)
 	if csvPath != "" {
 		return writeRedCSV(csvPath, results)
 	}
@@ -247,8 +262,12 @@ func writeRedCSV(path string, results []*result) error {
 	return writeRows(path, redCSVHeader, results, redRow)
 }
 
-func writeRedMarkdown(out io.Writer, results []*result, sel []redLib, took time.Duration) {
-	fmt.Fprintf(out, "RedLock comparison: %d redis-servers on 127.0.0.1, %d configurations, run took %v.\n\n", redServersMax, len(sel), took.Round(time.Second))
+func writeRedMarkdown(out io.Writer, results []*result, sel []redLib, took time.Duration, rtt time.Duration) {
+	via := ""
+	if rtt > 0 {
+		via = fmt.Sprintf(", each reached through a proxy adding %v per round trip", rtt)
+	}
+	fmt.Fprintf(out, "RedLock comparison: %d redis-servers on 127.0.0.1%s, %d configurations, run took %v.\n\n", redServersMax, via, len(sel), took.Round(time.Second))
 	fmt.Fprintln(out, "| lib | configuration |")
 	fmt.Fprintln(out, "|---|---|")
 	for _, l := range sel {
