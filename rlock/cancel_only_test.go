@@ -1,0 +1,124 @@
+package rlock_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/relock-go/relock/internal/redistest"
+	"github.com/relock-go/relock/rlock"
+)
+
+// README guarantee 6 for a context that can be cancelled but has no deadline (a request
+// handler's): every acquire returns within 100 ms of the cancel even while Redis does not
+// answer. The Client sends its requests one at a time here, so rueidis would send a request
+// with a deadline on the caller's goroutine, heeding only that deadline: an acquire that
+// gave such a context the cleanup timeout as a deadline (to keep rueidis on that path)
+// returned only when the cleanup timeout ran out, seconds after the cancel.
+func TestGuarantee6_cancelOnlyContext(t *testing.T) {
+	if testing.Short() {
+		t.Skip("pauses Redis (run without -short)")
+	}
+	const cleanup = 4 * time.Second
+	// The guarantee's 100 ms, and room for a loaded machine: far below the cleanup timeout.
+	const bound = 100*time.Millisecond + 400*time.Millisecond
+	type acquire struct {
+		name string
+		// warm takes and gives back once (the script is loaded, the Client's connection has
+		// served one request at a time); acq is the acquire under test.
+		warm func(c *rlock.Client, name string) error
+		acq  func(ctx context.Context, c *rlock.Client, name string) error
+	}
+	lockUnlock := func(lock func(context.Context) error, unlock func(context.Context) error) error {
+		if err := lock(bg); err != nil {
+			return err
+		}
+		return unlock(bg)
+	}
+	cases := []acquire{
+		{"Mutex",
+			func(c *rlock.Client, n string) error { m := c.Mutex(n); return lockUnlock(m.Lock, m.Unlock) },
+			func(ctx context.Context, c *rlock.Client, n string) error { return c.Mutex(n).Lock(ctx) }},
+		{"FairMutex",
+			func(c *rlock.Client, n string) error { m := c.FairMutex(n); return lockUnlock(m.Lock, m.Unlock) },
+			func(ctx context.Context, c *rlock.Client, n string) error { return c.FairMutex(n).Lock(ctx) }},
+		{"SpinMutex",
+			func(c *rlock.Client, n string) error { m := c.SpinMutex(n); return lockUnlock(m.Lock, m.Unlock) },
+			func(ctx context.Context, c *rlock.Client, n string) error { return c.SpinMutex(n).Lock(ctx) }},
+		{"RWMutex.Lock",
+			func(c *rlock.Client, n string) error { m := c.RWMutex(n); return lockUnlock(m.Lock, m.Unlock) },
+			func(ctx context.Context, c *rlock.Client, n string) error { return c.RWMutex(n).Lock(ctx) }},
+		{"RWMutex.RLock",
+			func(c *rlock.Client, n string) error { m := c.RWMutex(n); return lockUnlock(m.RLock, m.RUnlock) },
+			func(ctx context.Context, c *rlock.Client, n string) error { return c.RWMutex(n).RLock(ctx) }},
+		{"MultiLock",
+			func(c *rlock.Client, n string) error { m := c.MultiLock(n+"-a", n+"-b"); return lockUnlock(m.Lock, m.Unlock) },
+			func(ctx context.Context, c *rlock.Client, n string) error { return c.MultiLock(n+"-a", n+"-b").Lock(ctx) }},
+		{"Semaphore",
+			func(c *rlock.Client, n string) error {
+				s := c.Semaphore(n)
+				if _, err := s.TrySetPermits(bg, 1); err != nil {
+					return err
+				}
+				if err := s.Acquire(bg, 1); err != nil {
+					return err
+				}
+				return s.Release(bg, 1)
+			},
+			func(ctx context.Context, c *rlock.Client, n string) error { return c.Semaphore(n).Acquire(ctx, 1) }},
+		{"PermitSemaphore",
+			func(c *rlock.Client, n string) error {
+				s := c.PermitSemaphore(n)
+				if _, err := s.TrySetPermits(bg, 1); err != nil {
+					return err
+				}
+				p, err := s.Acquire(bg, time.Minute)
+				if err != nil {
+					return err
+				}
+				return s.Release(bg, p.ID)
+			},
+			func(ctx context.Context, c *rlock.Client, n string) error {
+				_, err := c.PermitSemaphore(n).Acquire(ctx, time.Minute)
+				return err
+			}},
+		{"CountDownLatch",
+			func(c *rlock.Client, n string) error {
+				l := c.CountDownLatch(n)
+				if _, err := l.TrySetCount(bg, 1); err != nil {
+					return err
+				}
+				_, err := l.Count(bg)
+				return err
+			},
+			func(ctx context.Context, c *rlock.Client, n string) error { return c.CountDownLatch(n).Await(ctx) }},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			b := realBackend(t)
+			c := b.client(t, rlock.WithCleanupTimeout(cleanup))
+			name := redistest.Name(t)
+			require.NoError(t, tc.warm(c, name))
+			b.srv.Pause(t) // SIGSTOP: what is sent now is never answered
+			t.Cleanup(func() { b.srv.Resume(t) })
+			ctx, cancel := context.WithCancel(bg)
+			got := make(chan error, 1)
+			go func() { got <- tc.acq(ctx, c, name) }()
+			time.Sleep(50 * time.Millisecond) // the request is on the wire
+			select {
+			case err := <-got:
+				t.Fatalf("precondition: the acquire returned before the cancel, Redis paused: %v", err)
+			default:
+			}
+			cancelled := time.Now()
+			cancel()
+			err := await(t, got, 3*cleanup, "the acquire to return")
+			took := time.Since(cancelled)
+			require.Less(t, took, bound, "the acquire returned %v after its ctx was cancelled (cleanup timeout %v): %v", took.Round(time.Millisecond), cleanup, err)
+			require.True(t, errors.Is(err, context.Canceled), "want context.Canceled, got %v", err)
+		})
+	}
+}
