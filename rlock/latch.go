@@ -273,11 +273,21 @@ func (l *CountDownLatch) awaitAs(ctx context.Context, wait time.Duration, tr *ac
 	if tr != nil {
 		spec.waited = &tr.waited
 	}
+	type readRes struct {
+		n   int64
+		ttl time.Duration
+		err error
+	}
 	return l.c.waitLoop(ctx, wait, spec, attemptFunc(func(bool) (bool, time.Duration, error) {
 		if tr != nil {
 			tr.attempts++
 		}
-		n, ttl, err := l.read(ctx)
+		// The caller leaves at ctx's end even while rueidis does not (see leave).
+		r, ok := leave(ctx, func() readRes { n, ttl, err := l.read(ctx); return readRes{n, ttl, err} })
+		if !ok {
+			return false, 0, errorf("await latch %q: %w", l.name, ctx.Err())
+		}
+		n, ttl, err := r.n, r.ttl, r.err
 		if err != nil {
 			return false, 0, err
 		}

@@ -598,18 +598,59 @@ func (m *Mutex) attempt(ctx context.Context, h *hold, lease time.Duration, renew
 		keys, args = append(keys, k...), append(args, a...)
 	}
 	sent := time.Now() // the lease is counted from the first send
-	actx := ctx
-	if _, ok := ctx.Deadline(); !ok && ctx.Done() != nil {
-		// Bound the attempt. (A cancellable context without a deadline also keeps rueidis
-		// off its synchronous path for a lone request, which costs a goroutine hand-over.)
-		var cancel context.CancelFunc
-		actx, cancel = context.WithDeadline(ctx, sent.Add(m.c.opts.cleanupTimeout))
-		defer cancel()
-	}
 	if tr != nil {
 		tr.attempts++
 	}
-	vals, acked, err := m.c.execAcquire(actx, m.v.acquire, keys, args, b.vals[:0])
+	var vals []int64
+	var acked int64
+	var err error
+	var left *inflight // the first send, still under way when the caller's ctx ended
+	if ctx.Done() == nil {
+		vals, acked, err = m.c.execAcquire(ctx, m.v.acquire, keys, args, b.vals[:0])
+	} else {
+		// A ctx that can end: the caller must be able to leave (see inflight).
+		f := m.c.send(ctx, sent, true, m.v.acquire, keys, args)
+		if f.await(ctx) {
+			vals, acked, err = append(b.vals[:0], f.vals...), f.acked, f.err
+			f.release()
+		} else {
+			left, err = f, errorf("%w: %w", ErrUnknownOutcome, ctx.Err())
+		}
+	}
+	if left != nil {
+		// The caller has gone before the first send was answered: resolve it in the
+		// background, from its own answer when it comes, else by replays.
+		site := replaySite{kind: m.v.obs, name: m.name, owner: h.owner, op: "acquire"}
+		m.later(ctx, o, g, func() {
+			if !left.wait() {
+				m.unresolved(h, lease) // closed first
+				return
+			}
+			defer left.release() // vals points into it
+			vals, err := left.vals, left.err
+			first := err
+			if err != nil && !definitive(err) {
+				cctx, cancel := m.c.cleanupCtx(ctx)
+				defer cancel()
+				var res rueidis.RedisResult
+				if res, err = m.c.replay(cctx, nil, site, m.v.acquire, keys, args, first); err == nil {
+					vals, err = res.AsIntSlice()
+				}
+			}
+			if err != nil {
+				if !definitive(err) {
+					m.unresolved(h, lease)
+				}
+				return
+			}
+			if len(vals) == 3 && vals[0] == 1 {
+				cctx, cancel := m.c.cleanupCtx(ctx)
+				defer cancel()
+				m.undo(cctx, h, vals, sent, lease, renew)
+			}
+		})
+		return false, 0, errorf("lock %q: %w", m.name, ctx.Err())
+	}
 	if err != nil && !definitive(err) {
 		// The request may or may not have been applied: replay it (same request id) until
 		// Redis answers, within the cleanup timeout, for as long as the caller waits.

@@ -5,6 +5,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/redis/rueidis"
+
 	"github.com/relock-go/relock/lua"
 	"github.com/relock-go/relock/watchdog"
 )
@@ -232,7 +234,20 @@ func (p *PermitSemaphore) acquireAs(ctx context.Context, wait, lease time.Durati
 func (p *PermitSemaphore) attempt(ctx context.Context, id string, lease time.Duration) (bool, time.Duration, error) {
 	keys := []string{p.keys.sem, p.keys.leases}
 	args := []string{id, strconv.FormatInt(lease.Milliseconds(), 10)}
-	res, replayed, err := p.c.semRun(ctx, replaySite{kind: KindPermitSemaphore, name: p.name, op: "acquire"}, false, lua.PsemAcquire, keys, args)
+	// giveBack gives back a permit granted after the caller gave up.
+	giveBack := func() {
+		err := p.ready(ctx, "release", true)
+		if err == nil {
+			err = p.release(ctx, id)
+		}
+		p.c.gaveBack(KindPermitSemaphore, p.name, "", 1, GiveBackCanceled, err)
+	}
+	site := replaySite{kind: KindPermitSemaphore, name: p.name, op: "acquire"}
+	res, replayed, err := p.c.semAcquire(ctx, site, lua.PsemAcquire, keys, args, func(res rueidis.RedisResult) {
+		if vals, err := res.AsIntSlice(); err == nil && len(vals) == 1 && vals[0] == 1 {
+			giveBack()
+		}
+	})
 	var vals []int64
 	if err == nil {
 		vals, err = res.AsIntSlice()
@@ -243,12 +258,7 @@ func (p *PermitSemaphore) attempt(ctx context.Context, id string, lease time.Dur
 	switch {
 	case len(vals) == 1 && vals[0] == 1:
 		if replayed && ctx.Err() != nil {
-			// Granted by a resend while the caller gave up: give it back.
-			err := p.ready(ctx, "release", true)
-			if err == nil {
-				err = p.release(ctx, id)
-			}
-			p.c.gaveBack(KindPermitSemaphore, p.name, "", 1, GiveBackCanceled, err)
+			giveBack() // granted by a resend while the caller gave up
 			return false, 0, errorf("acquire %q: %w", p.name, ctx.Err())
 		}
 		return true, 0, nil

@@ -2,6 +2,7 @@ package rlock
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"time"
 
@@ -306,16 +307,28 @@ func (s *Semaphore) acquireAs(ctx context.Context, n int, wait time.Duration, tr
 // nothing of when permits come back: only a release, which publishes, brings them.
 func (s *Semaphore) attempt(ctx context.Context, n int) (bool, time.Duration, error) {
 	args := []string{strconv.Itoa(n), s.c.newRequest(), s.c.semKeep()}
-	got, replayed, err := s.c.semInt(ctx, KindSemaphore, "acquire", s.name, false, lua.SemAcquire, s.keys.counted(), args)
+	site := replaySite{kind: KindSemaphore, name: s.name, op: "acquire"}
+	// giveBack gives back permits granted after the caller gave up.
+	giveBack := func() {
+		_, err := s.add(ctx, "release", n, false, true)
+		s.c.gaveBack(KindSemaphore, s.name, "", n, GiveBackCanceled, err)
+	}
+	res, replayed, err := s.c.semAcquire(ctx, site, lua.SemAcquire, s.keys.counted(), args, func(res rueidis.RedisResult) {
+		if got, err := res.AsInt64(); err == nil && got != 0 {
+			giveBack()
+		}
+	})
+	var got int64
+	if err == nil {
+		got, err = res.AsInt64()
+	}
 	switch {
 	case err != nil:
-		return false, 0, err
+		return false, 0, classify("acquire", s.name, err)
 	case got == 0:
 		return false, -1, nil
 	case replayed && ctx.Err() != nil:
-		// Taken by a resend while the caller gave up: give them back.
-		_, err := s.add(ctx, "release", n, false, true)
-		s.c.gaveBack(KindSemaphore, s.name, "", n, GiveBackCanceled, err)
+		giveBack() // taken by a resend while the caller gave up
 		return false, 0, errorf("acquire %q: %w", s.name, ctx.Err())
 	}
 	return true, 0, nil
@@ -447,4 +460,59 @@ func (s *Semaphore) Delete(ctx context.Context) (bool, error) {
 	}
 	got, _, err := s.c.semInt(ctx, KindSemaphore, op, s.name, false, lua.SemDelete, []string{s.keys.sem}, nil)
 	return got == 1, err
+}
+
+// semAcquire runs a semaphore's acquire script (see semRun) for a caller that leaves at
+// ctx's end (README guarantee 6): the first send and its resends go on without the caller,
+// and when the caller has gone with the outcome unknown, the request is resolved in the
+// background; if it turns out granted, leftGranted gives it back (on ctx's values). The
+// caller then gets ctx's error. A ctx that cannot end runs semRun.
+func (c *Client) semAcquire(ctx context.Context, site replaySite, s *lua.Script, keys, args []string, leftGranted func(res rueidis.RedisResult)) (res rueidis.RedisResult, replayed bool, err error) {
+	if ctx.Done() == nil {
+		return c.semRun(ctx, site, false, s, keys, args)
+	}
+	f := c.send(ctx, time.Now(), false, s, keys, args)
+	if !f.await(ctx) {
+		keys, args = f.keys, f.args // the send's copies: the caller's may be reused
+		c.background(func() {
+			if !f.wait() {
+				return // closed first: a grant expires with the semaphore's own rules
+			}
+			defer f.release() // keys and args point into it
+			res, err := f.res, f.err
+			if err != nil && !definitive(err) {
+				cctx, cancel := c.cleanupCtx(ctx)
+				defer cancel()
+				res, err = c.replay(cctx, nil, site, s, keys, args, err)
+			}
+			if err == nil {
+				leftGranted(res)
+			}
+		})
+		return rueidis.RedisResult{}, false, ctx.Err()
+	}
+	res, err = f.res, f.err
+	f.release()
+	if err == nil || definitive(err) {
+		return res, false, err
+	}
+	// Resend while the caller waits; when it leaves first, go on in the background.
+	first := err
+	cctx, cancel := c.cleanupCtx(ctx)
+	wctx, wcancel := context.WithCancel(cctx)
+	stop := context.AfterFunc(ctx, wcancel)
+	res, err = c.replay(wctx, nil, site, s, keys, args, first)
+	stop()
+	wcancel()
+	if _, isReply := rueidis.IsRedisErr(err); err == nil || isReply || ctx.Err() == nil || cctx.Err() != nil || errors.Is(err, ErrClosed) {
+		cancel()
+		return res, true, err
+	}
+	c.background(func() {
+		defer cancel()
+		if res, err := c.replay(cctx, nil, site, s, keys, args, first); err == nil {
+			leftGranted(res)
+		}
+	})
+	return rueidis.RedisResult{}, true, ctx.Err()
 }

@@ -12,13 +12,15 @@ import (
 	"github.com/relock-go/relock/rlock"
 )
 
-// README guarantee 6 for a context that can be cancelled but has no deadline (a request
-// handler's): every acquire returns within 100 ms of the cancel even while Redis does not
-// answer. The Client sends its requests one at a time here, so rueidis would send a request
-// with a deadline on the caller's goroutine, heeding only that deadline: an acquire that
-// gave such a context the cleanup timeout as a deadline (to keep rueidis on that path)
-// returned only when the cleanup timeout ran out, seconds after the cancel.
-func TestGuarantee6_cancelOnlyContext(t *testing.T) {
+// README guarantee 6 whatever ends the context: every acquire returns within 100 ms of its
+// context's end even while Redis does not answer, for a context cancelled with no deadline
+// (a request handler's), one cancelled before its deadline, and one ended by its deadline.
+// The Client sends its requests one at a time here, so rueidis sends a request that has a
+// deadline on the caller's goroutine, heeding only that deadline: an acquire that gave a
+// context without one the cleanup timeout as a deadline (to keep rueidis on that path)
+// returned when the cleanup timeout ran out, seconds after the cancel, and so did one whose
+// context was cancelled before its own deadline.
+func TestGuarantee6_contextEnd(t *testing.T) {
 	if testing.Short() {
 		t.Skip("pauses Redis (run without -short)")
 	}
@@ -55,8 +57,13 @@ func TestGuarantee6_cancelOnlyContext(t *testing.T) {
 			func(c *rlock.Client, n string) error { m := c.RWMutex(n); return lockUnlock(m.RLock, m.RUnlock) },
 			func(ctx context.Context, c *rlock.Client, n string) error { return c.RWMutex(n).RLock(ctx) }},
 		{"MultiLock",
-			func(c *rlock.Client, n string) error { m := c.MultiLock(n+"-a", n+"-b"); return lockUnlock(m.Lock, m.Unlock) },
-			func(ctx context.Context, c *rlock.Client, n string) error { return c.MultiLock(n+"-a", n+"-b").Lock(ctx) }},
+			func(c *rlock.Client, n string) error {
+				m := c.MultiLock(n+"-a", n+"-b")
+				return lockUnlock(m.Lock, m.Unlock)
+			},
+			func(ctx context.Context, c *rlock.Client, n string) error {
+				return c.MultiLock(n+"-a", n+"-b").Lock(ctx)
+			}},
 		{"Semaphore",
 			func(c *rlock.Client, n string) error {
 				s := c.Semaphore(n)
@@ -96,29 +103,58 @@ func TestGuarantee6_cancelOnlyContext(t *testing.T) {
 			},
 			func(ctx context.Context, c *rlock.Client, n string) error { return c.CountDownLatch(n).Await(ctx) }},
 	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			b := realBackend(t)
-			c := b.client(t, rlock.WithCleanupTimeout(cleanup))
-			name := redistest.Name(t)
-			require.NoError(t, tc.warm(c, name))
-			b.srv.Pause(t) // SIGSTOP: what is sent now is never answered
-			t.Cleanup(func() { b.srv.Resume(t) })
+	// The contexts: cancelled with no deadline; cancelled long before its deadline; ended by
+	// its deadline.
+	ends := []struct {
+		name string
+		ctx  func() (context.Context, context.CancelFunc, time.Duration)
+		want error
+	}{
+		{"cancel", func() (context.Context, context.CancelFunc, time.Duration) {
 			ctx, cancel := context.WithCancel(bg)
-			got := make(chan error, 1)
-			go func() { got <- tc.acq(ctx, c, name) }()
-			time.Sleep(50 * time.Millisecond) // the request is on the wire
-			select {
-			case err := <-got:
-				t.Fatalf("precondition: the acquire returned before the cancel, Redis paused: %v", err)
-			default:
-			}
-			cancelled := time.Now()
-			cancel()
-			err := await(t, got, 3*cleanup, "the acquire to return")
-			took := time.Since(cancelled)
-			require.Less(t, took, bound, "the acquire returned %v after its ctx was cancelled (cleanup timeout %v): %v", took.Round(time.Millisecond), cleanup, err)
-			require.True(t, errors.Is(err, context.Canceled), "want context.Canceled, got %v", err)
-		})
+			return ctx, cancel, 50 * time.Millisecond
+		}, context.Canceled},
+		{"cancelBeforeDeadline", func() (context.Context, context.CancelFunc, time.Duration) {
+			ctx, cancel := context.WithTimeout(bg, time.Minute)
+			return ctx, cancel, 50 * time.Millisecond
+		}, context.Canceled},
+		{"deadline", func() (context.Context, context.CancelFunc, time.Duration) {
+			ctx, cancel := context.WithTimeout(bg, 300*time.Millisecond)
+			return ctx, cancel, 300 * time.Millisecond
+		}, context.DeadlineExceeded},
+	}
+	for _, tc := range cases {
+		for _, end := range ends {
+			t.Run(tc.name+"/"+end.name, func(t *testing.T) {
+				b := realBackend(t)
+				c := b.client(t, rlock.WithCleanupTimeout(cleanup))
+				name := redistest.Name(t)
+				require.NoError(t, tc.warm(c, name))
+				b.srv.Pause(t) // SIGSTOP: what is sent now is never answered
+				t.Cleanup(func() { b.srv.Resume(t) })
+				ctx, cancel, after := end.ctx()
+				defer cancel()
+				start := time.Now()
+				got := make(chan error, 1)
+				go func() { got <- tc.acq(ctx, c, name) }()
+				time.Sleep(after - 30*time.Millisecond) // the request is on the wire
+				select {
+				case err := <-got:
+					t.Fatalf("precondition: the acquire returned before its ctx ended, Redis paused: %v", err)
+				default:
+				}
+				time.Sleep(time.Until(start.Add(after)))
+				if end.want == context.Canceled {
+					cancel()
+				} else {
+					<-ctx.Done() // ended by its deadline
+				}
+				ended := time.Now()
+				err := await(t, got, 3*cleanup, "the acquire to return")
+				took := time.Since(ended)
+				require.Less(t, took, bound, "the acquire returned %v after its ctx ended (cleanup timeout %v): %v", took.Round(time.Millisecond), cleanup, err)
+				require.True(t, errors.Is(err, end.want), "want %v, got %v", end.want, err)
+			})
+		}
 	}
 }

@@ -1,0 +1,140 @@
+package rlock
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/relock-go/relock/lua"
+)
+
+// A first send that the caller may leave. rueidis sends a lone request whose context has a
+// deadline on the caller's goroutine and heeds only that deadline, not a cancel (a context
+// cancelled before its deadline, or one given a deadline to stay on that fast path): a caller
+// waiting on it would outlive its ctx while Redis does not answer (README guarantee 6). So a
+// call whose ctx can end sends its first request from a goroutine of its own, on a context
+// that keeps ctx's values and is bounded by the cleanup timeout (a sendCtx), and
+// waits for the answer or ctx's end, whichever comes first. A caller that leaves hands the
+// send over to the work that resolves it (Mutex.later, semaphores' background), which waits
+// for the send's answer before it replays: a replay never overtakes its own first send.
+
+// inflight is one such send. Its fields are the send's inputs (copied: the caller's buffers
+// are reused by its next attempt) and its outcome, written before done is signalled.
+type inflight struct {
+	c    *Client
+	ctx  context.Context
+	stop context.CancelFunc // nil for sc
+	sc   sendCtx            // ctx, as a rule: a first send's context without allocations
+	s    *lua.Script
+	kv   [8]string
+	keys []string
+	args []string
+	// acquire selects execAcquire (vals, acked) rather than exec (res).
+	acquire bool
+
+	res   rueidis.RedisResult
+	buf   [4]int64
+	vals  []int64
+	acked int64
+	err   error
+	done  chan struct{} // receives once when the outcome is written
+}
+
+var inflightPool = sync.Pool{New: func() any { return &inflight{done: make(chan struct{}, 1)} }}
+
+// send starts s with keys and args on a goroutine of its own; it returns the send, whose
+// outcome await and wait give. The send's context keeps ctx's values and ends at sent plus
+// the cleanup timeout, or with the Client (Close; rueidis may heed only the deadline).
+func (c *Client) send(ctx context.Context, sent time.Time, acquire bool, s *lua.Script, keys, args []string) *inflight {
+	f := inflightPool.Get().(*inflight)
+	f.c, f.s, f.acquire = c, s, acquire
+	if len(keys)+len(args) <= len(f.kv) {
+		n := copy(f.kv[:], keys)
+		copy(f.kv[n:], args)
+		f.keys, f.args = f.kv[:n:n], f.kv[n:n+len(args):n+len(args)]
+	} else {
+		f.keys, f.args = append([]string(nil), keys...), append([]string(nil), args...)
+	}
+	switch ctx.(type) {
+	case callerValues, *sendCtx: // work on a caller's behalf already: its bound stands
+		f.ctx = ctx
+	default:
+		if c.opts.cleanupTimeout < 4*deadlineStep {
+			f.ctx, f.stop = c.cleanupCtxUntil(ctx, sent.Add(c.opts.cleanupTimeout))
+		} else {
+			// As firstSendCtx: a deadline shared with the sends of the same few
+			// milliseconds, closed by Close too.
+			dl, done := c.deadlines.at(sent.Add(c.opts.cleanupTimeout))
+			f.sc = sendCtx{values: ctx, dl: dl, done: done}
+			f.ctx = &f.sc
+		}
+	}
+	go f.run()
+	return f
+}
+
+func (f *inflight) run() {
+	if f.acquire {
+		f.vals, f.acked, f.err = f.c.execAcquire(f.ctx, f.s, f.keys, f.args, f.buf[:0])
+	} else {
+		f.res = f.c.exec(f.ctx, f.s, f.keys, f.args)
+		f.err = f.res.Error()
+	}
+	if f.stop != nil {
+		f.stop()
+	}
+	f.done <- struct{}{}
+}
+
+// await waits for the send's outcome or ctx's end. It reports false when ctx ended first:
+// the send is then still under way, and the caller must hand it over (wait, then release).
+func (f *inflight) await(ctx context.Context) bool {
+	select {
+	case <-f.done:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// wait waits for the send's outcome, or the Client's Close (work in the background must not
+// outlast Close, and rueidis may not heed the send's context). It reports false when Close
+// came first: the outcome is unknown, and the send is left to end on its own (it must not
+// be released).
+func (f *inflight) wait() bool {
+	select {
+	case <-f.done:
+		return true
+	case <-f.c.life.Done():
+		return false
+	}
+}
+
+// release returns the send to the pool; its outcome must have been read, and nothing may
+// use it after.
+func (f *inflight) release() {
+	*f = inflight{done: f.done}
+	inflightPool.Put(f)
+}
+
+// leave runs f, a read that changes nothing, on a goroutine of its own and returns its
+// result, or false when ctx ends first: f goes on until its own ctx ends and its result is
+// dropped. rueidis may hold a request past its ctx's end (a cancel before the deadline, a
+// connection it is still dialling); the caller does not wait for it. A ctx that cannot end
+// runs f on the caller's goroutine.
+func leave[T any](ctx context.Context, f func() T) (T, bool) {
+	if ctx.Done() == nil {
+		return f(), true
+	}
+	ch := make(chan T, 1)
+	go func() { ch <- f() }()
+	select {
+	case v := <-ch:
+		return v, true
+	case <-ctx.Done():
+		var zero T
+		return zero, false
+	}
+}
