@@ -3293,3 +3293,64 @@ func TestModelRegression_reentryGrantedAfterLossWipesHolds(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestModelRegression_notHeldExtendEndedByItsOwnLease: the model test (PermitSemaphore, seed
+// 4165149553999857099: "exclusion: 3 permits held ..., of 2") was wrong, not the library, and
+// this pins the behaviour it now assumes. An Extend that shortens a permit's lease, whose
+// first send Redis ran and whose reply was lost, is replayed; when the lease that first send
+// set has ended by the time a replay reaches Redis (here refused dials hold the replays back
+// 75ms, past a 20ms lease), the replay finds no live permit and Extend reports ErrNotHeld.
+// That is Redis's state: the permit ended lease after the Extend began, and its permit may be
+// granted to another at once, long before the lease in force before the Extend ended. The
+// model kept the permit held to that earlier end. A MONITOR of the failing run showed the
+// first send's ZADD of the 39ms lease end, the acquire of another owner purging the permit
+// and taking its place 40ms later, never more than 2 live permits, and the replay finding none.
+func TestModelRegression_notHeldExtendEndedByItsOwnLease(t *testing.T) {
+	b := realBackend(t)
+	c, err := rlock.New(&faultClient{Client: b.rueidis(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	p := c.PermitSemaphore(redistest.Name(t))
+	if ok, err := p.TrySetPermits(bg, 2); !ok || err != nil {
+		t.Fatalf("TrySetPermits: %v %v", ok, err)
+	}
+	a, err := p.Acquire(bg, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := p.Acquire(bg, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Loads the script: the fault must meet the script itself, not a NOSCRIPT reply.
+	if err := p.Extend(bg, a.ID, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	f := &opFault{stages: []faultStage{{kind: fDrop, n: 1}, {kind: fRefuse, from: 1, n: 3}}}
+	err = p.Extend(withFault(bg, f), a.ID, 20*time.Millisecond)
+	if f.hits.Load() != 4 {
+		t.Fatalf("the faults met %d sends, want 4 (the first send's reply lost, 3 refused replays)", f.hits.Load())
+	}
+	if !errors.Is(err, rlock.ErrNotHeld) {
+		t.Fatalf("Extend whose first send set a 20ms lease and whose replay came 75ms later: %v, want ErrNotHeld", err)
+	}
+	// Redis's own state: the first send shortened the lease and it ended (without it the
+	// permit would be live for 10s more), and a third Acquire gets its permit now.
+	if ttl, err := p.TTL(bg, a.ID); !errors.Is(err, rlock.ErrNotHeld) {
+		t.Fatalf("TTL of the permit after the Extend reported it not held: %v %v, want ErrNotHeld", ttl, err)
+	}
+	third, ok, err := p.TryAcquire(bg, 0, 10*time.Second)
+	if !ok || err != nil {
+		t.Fatalf("TryAcquire after the shortened permit ended: %v %v, want its permit", ok, err)
+	}
+	if n, err := p.AcquiredPermits(bg); n != 2 || err != nil {
+		t.Fatalf("AcquiredPermits: %d %v, want 2 (never more than there are)", n, err)
+	}
+	for _, id := range []string{third.ID, other.ID} {
+		if err := p.Release(bg, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
