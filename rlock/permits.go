@@ -325,6 +325,11 @@ func (p *PermitSemaphore) release(ctx context.Context, id string) error {
 // (unknown, released, or its lease ended: an expired permit cannot be revived), or
 // [ErrInvalid], [ErrWrongType], [ErrClosed], ctx's error, a Redis error, or
 // [ErrUnknownOutcome].
+//
+// An Extend that fails may still have set the new lease: a send whose reply was lost may
+// have been applied before a resend answered. So after an Extend that would shorten the
+// lease, count on no more than the new deadline, whatever it returns: [ErrNotHeld] may
+// mean that the lease it set ran out before a resend reached Redis.
 func (p *PermitSemaphore) Extend(ctx context.Context, id string, lease time.Duration) error {
 	const op = "extend"
 	if err := p.ready(ctx, op, false); err != nil {
