@@ -545,7 +545,7 @@ func TestInspectACLRule(t *testing.T) {
 	require.NoError(t, owner.Mutex(name).Lock(bg))
 	require.NoError(t, owner.RWMutex(name+"-rw").RLock(bg))
 
-	args := append([]string{"ACL", "SETUSER", "inspector", "reset", "on", ">pw"}, strings.Fields(rlock.InspectACLRule(""))...)
+	args := append([]string{"ACL", "SETUSER", "inspector", "reset", "on", ">pw"}, inspectACLRule(t, "")...)
 	srv.Do(t, args...)
 	ins := dialAs(t, srv, "inspector", "pw")
 	in := waitInfo(t, ins, name, "the holder's record", func(in rlock.Info) bool {
@@ -569,7 +569,7 @@ func TestInspectACLRule(t *testing.T) {
 		require.Contains(t, err.Error(), "SCAN")
 	}
 	// The operator's rule of InspectACLRule's doc: ACLRule's, and the inspector's commands.
-	op := append([]string{"ACL", "SETUSER", "operator", "reset", "on", ">pw"}, strings.Fields(rlock.ACLRule(""))...)
+	op := append([]string{"ACL", "SETUSER", "operator", "reset", "on", ">pw"}, aclRule(t, "")...)
 	op = append(op, "+scan", "+hgetall", "+zrange", "+time", "+exists", "+pubsub|numsub", "+pubsub|shardnumsub")
 	srv.Do(t, op...)
 	opc := dialAs(t, srv, "operator", "pw")
