@@ -38,8 +38,11 @@
 // watch never block or slow a lock, and need no more than rlock.InspectACLRule's rights.
 // force-unlock runs relock's force scripts, which publish on the lock's channel so that its
 // waiters (of every Client) wake and try again; it asks for confirmation on standard input
-// unless --yes is given, and prints what it freed. It frees locks only (a Mutex, SpinMutex,
-// FairMutex or RWMutex), never a semaphore's permits or a latch.
+// unless --yes is given, and prints what it freed. It frees only the holders it showed (or,
+// with --yes, read): the force is conditional on their owners and fencing token
+// (rlock.Client.ForceUnlockSeen), so a lock that changed hands meanwhile, even in the
+// instant before the force, is left alone (exit code 4). It frees locks only (a Mutex,
+// SpinMutex, FairMutex or RWMutex), never a semaphore's permits or a latch.
 //
 // relock writes nothing else to Redis: in particular it keeps no Client record
 // (rlock.WithClientInfo).
@@ -52,6 +55,6 @@
 //	2  bad usage: an unknown command or flag, a missing or extra argument
 //	3  nothing there: inspect of a name that holds nothing, force-unlock of a lock that
 //	   is not held
-//	4  force-unlock not confirmed, or the lock changed hands while the question was
-//	   asked (nothing freed: run it again)
+//	4  force-unlock not confirmed, or the lock changed hands since its holders were read
+//	   (nothing freed: run it again)
 package main

@@ -321,19 +321,12 @@ func (e *env) forceUnlock(parent context.Context, name string) int {
 	if err != nil {
 		return e.fail(err)
 	}
-	var force func(context.Context) (bool, error)
 	switch in.Kind {
-	case rlock.KindMutex, rlock.KindFairMutex:
-		// The fair lock's force tells every waiter of every Client (a Mutex's would wake
-		// one per Client), and a Mutex's and a SpinMutex's waiters wake to it as well.
-		force = e.client.FairMutex(name).ForceUnlock
-	case rlock.KindRWMutex:
-		force = e.client.RWMutex(name).ForceUnlock
-	case rlock.KindNone:
+	case rlock.KindMutex, rlock.KindFairMutex, rlock.KindRWMutex, rlock.KindNone:
 	default:
 		return e.fail(fmt.Errorf("force-unlock %q: a %s is not a lock: force-unlock frees locks only", name, in.Kind))
 	}
-	if force == nil || len(in.Holders) == 0 {
+	if in.Kind == rlock.KindNone || len(in.Holders) == 0 {
 		return e.nothingFreed(name, in.Kind, fmt.Sprintf("%s is not held: nothing to free", quoteName(name)), exitNothing)
 	}
 	if !e.cfg.yes {
@@ -349,20 +342,23 @@ func (e *env) forceUnlock(parent context.Context, name string) int {
 			return e.nothingFreed(name, in.Kind, "not confirmed: nothing freed", exitAborted)
 		}
 		// --timeout bounds the work, not the operator's reading: the force gets a bound of
-		// its own. And the answer confirms the holders shown, not whoever holds the lock
-		// now: read them again and free nothing when they changed meanwhile.
+		// its own.
 		var cancelForce context.CancelFunc
 		ctx, cancelForce = context.WithTimeout(parent, e.cfg.timeout)
 		defer cancelForce()
-		now, err := e.client.Inspect(ctx, name)
-		if err != nil {
-			return e.fail(err)
-		}
-		if !sameHolders(in, now) {
-			return e.nothingFreed(name, in.Kind, fmt.Sprintf("%s changed hands while you answered: nothing freed (run force-unlock again)", quoteName(name)), exitAborted)
-		}
 	}
-	freed, err := force(ctx)
+	if testHookBeforeForce != nil {
+		testHookBeforeForce()
+	}
+	// The answer (or --yes) is for the holders shown, not for whoever holds the lock when
+	// the force runs: the force frees nothing when a holder not shown, or another tenure
+	// (fencing token), holds it then, in the same script as the check. (The fair lock's
+	// force tells every waiter of every Client, and a Mutex's and a SpinMutex's waiters wake
+	// to it as well.)
+	freed, err := e.client.ForceUnlockSeen(ctx, in)
+	if errors.Is(err, rlock.ErrConflict) {
+		return e.nothingFreed(name, in.Kind, fmt.Sprintf("%s changed hands since it was shown: nothing freed (run force-unlock again)", quoteName(name)), exitAborted)
+	}
 	if err != nil {
 		return e.fail(err)
 	}
@@ -383,6 +379,10 @@ func (e *env) forceUnlock(parent context.Context, name string) int {
 	fmt.Fprintf(e.stdout, "its waiters were told (Clients subscribed: %d)\n", in.Subscribers+in.ReadSubscribers)
 	return exitOK
 }
+
+// testHookBeforeForce, when set (by tests only), runs after the holders were shown and the
+// force confirmed, just before the force is sent.
+var testHookBeforeForce func()
 
 // nothingFreed ends a force-unlock that freed nothing with code: msg on stdout, or with
 // --json the JSON object of a force-unlock with no holder freed on stdout and msg on
@@ -416,20 +416,6 @@ func redactURL(u string) string {
 		return u
 	}
 	return u[:i+3] + rest[:colon+1] + "xxxxx" + rest[at:]
-}
-
-// sameHolders reports whether b shows the same tenure as a: the same kind, fencing token
-// and owners in the same modes.
-func sameHolders(a, b rlock.Info) bool {
-	if a.Kind != b.Kind || a.Token != b.Token || len(a.Holders) != len(b.Holders) {
-		return false
-	}
-	for i := range a.Holders {
-		if a.Holders[i].Owner != b.Holders[i].Owner || a.Holders[i].Mode != b.Holders[i].Mode {
-			return false
-		}
-	}
-	return true
 }
 
 func jsonCode(e *env, err error) int {
