@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -684,4 +685,62 @@ func TestClient_ForceUnlockSeen(t *testing.T) {
 		require.NoError(t, mc.Err(bg), "bad input freed nothing")
 		require.NoError(t, mc.Unlock(bg))
 	})
+}
+
+// List walks the keyspace once per node, with one SCAN MATCH for both forms of key (names
+// wrapped in relock's tag and names with a tag of their own), and still yields each name
+// once, with the default prefix and with the empty one, where every key of one form begins
+// as a key of the other may. (It walked twice, once per form.)
+func TestList_oneWalk(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		for _, prefix := range []string{rlock.DefaultKeyPrefix, ""} {
+			rec := &scanCounter{Client: b.rueidis(t)}
+			c, err := rlock.New(rec, rlock.WithKeyPrefix(prefix))
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = c.Close() })
+			names := []string{"inv:1", "{user42}:cart", "a}b{c", "100%", "{u}x", "x{"}
+			var held []*rlock.Mutex
+			for _, n := range names {
+				m := c.Mutex(n)
+				require.NoError(t, m.Lock(bg))
+				held = append(held, m)
+			}
+			for _, tc := range []struct {
+				pattern string
+				want    []string
+			}{
+				{"", names},
+				{"inv:*", []string{"inv:1"}},
+				{"{user42}*", []string{"{user42}:cart"}},
+				{"a}*", []string{"a}b{c"}},
+				{"x{*", []string{"x{"}},
+				{"100%", []string{"100%"}},
+			} {
+				rec.walks.Store(0)
+				var got []string
+				for n, err := range c.List(bg, tc.pattern) {
+					require.NoError(t, err)
+					got = append(got, n)
+				}
+				require.ElementsMatch(t, tc.want, got, "prefix %q pattern %q", prefix, tc.pattern)
+				require.EqualValues(t, 1, rec.walks.Load(), "prefix %q pattern %q: walks of the keyspace (SCAN 0)", prefix, tc.pattern)
+			}
+			for _, m := range held { // the next prefix's walk must not meet these
+				require.NoError(t, m.Unlock(bg))
+			}
+		}
+	})
+}
+
+// scanCounter counts the walks of the keyspace sent through it: SCAN calls from cursor 0.
+type scanCounter struct {
+	rueidis.Client
+	walks atomic.Int64
+}
+
+func (s *scanCounter) Do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResult {
+	if args := cmd.Commands(); strings.EqualFold(args[0], "SCAN") && args[1] == "0" {
+		s.walks.Add(1)
+	}
+	return s.Client.Do(ctx, cmd)
 }

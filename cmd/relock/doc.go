@@ -24,8 +24,10 @@
 //	--pubsub MODE      auto, classic or sharded: the pub/sub mode of those Clients, for the
 //	                   count of subscribers (default auto: sharded on a Cluster)
 //	--json             machine-readable output: one JSON object (list: one per line)
-//	--timeout D        bound of the connection and of each command's work: the whole walk of
-//	                   list, each refresh of watch (default 10s)
+//	--timeout D        bound of the connection and of each command's work: each name's
+//	                   inspection by list, each refresh of watch (default 10s)
+//	--walk-timeout D   list: bound of the whole walk, its inspections included (default 0:
+//	                   none; the walk ends when the keyspace is walked, or at Ctrl-C)
 //	--interval D       watch: time between refreshes (default 1s)
 //	--count N          watch: stop after N refreshes (default 0: until interrupted)
 //	--yes              force-unlock: do not ask for confirmation

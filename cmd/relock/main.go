@@ -50,6 +50,7 @@ type config struct {
 	cacert              string
 	json, yes           bool
 	timeout, interval   time.Duration
+	walkTimeout         time.Duration // list: bound of the whole walk, 0 for none
 	count               int
 }
 
@@ -135,7 +136,10 @@ func (e *env) parse(cmd string, args []string) ([]string, error) {
 	fs.StringVar(&e.cfg.prefix, "prefix", rlock.DefaultKeyPrefix, "the key prefix of the Clients that made the locks")
 	fs.StringVar(&e.cfg.pubsub, "pubsub", "auto", "the pub/sub mode of those Clients: auto, classic or sharded")
 	fs.BoolVar(&e.cfg.json, "json", false, "machine-readable output (JSON)")
-	fs.DurationVar(&e.cfg.timeout, "timeout", 10*time.Second, "bound of the connection and of each command's work (list: the whole walk; watch: each refresh)")
+	fs.DurationVar(&e.cfg.timeout, "timeout", 10*time.Second, "bound of the connection and of each command's work (list: each name's inspection; watch: each refresh)")
+	if cmd == "list" {
+		fs.DurationVar(&e.cfg.walkTimeout, "walk-timeout", 0, "bound of the whole walk of the keyspace, its names' inspections included (0: none, until done or interrupted)")
+	}
 	if cmd == "watch" {
 		fs.DurationVar(&e.cfg.interval, "interval", time.Second, "time between refreshes")
 		fs.IntVar(&e.cfg.count, "count", 0, "stop after this many refreshes (0: until interrupted)")
@@ -157,6 +161,8 @@ func (e *env) parse(cmd string, args []string) ([]string, error) {
 	switch {
 	case e.cfg.timeout <= 0:
 		return nil, fmt.Errorf("--timeout %v is not positive", e.cfg.timeout)
+	case e.cfg.walkTimeout < 0:
+		return nil, fmt.Errorf("--walk-timeout %v is negative", e.cfg.walkTimeout)
 	case cmd == "watch" && e.cfg.interval <= 0:
 		return nil, fmt.Errorf("--interval %v is not positive", e.cfg.interval)
 	case e.cfg.count < 0:
@@ -250,15 +256,27 @@ func (e *env) show(in rlock.Info) error {
 	return writeText(e.stdout, in)
 }
 
+// list walks the names matching pattern and inspects each. --timeout bounds each name's
+// Inspect, not the walk (a large keyspace takes longer than any one bound): the walk ends
+// when SCAN is done, at --walk-timeout if set, or when interrupted; a server that stops
+// answering fails it by the connection's own timeout (rueidis's ConnWriteTimeout).
 func (e *env) list(ctx context.Context, pattern string) int {
-	ctx, cancel := context.WithTimeout(ctx, e.cfg.timeout)
-	defer cancel()
+	if e.cfg.walkTimeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, e.cfg.walkTimeout)
+		defer cancel()
+	}
 	header := false
 	for name, err := range e.client.List(ctx, pattern) {
 		if err != nil {
 			return e.fail(err)
 		}
-		in, err := e.client.Inspect(ctx, name)
+		if testHookListName != nil {
+			testHookListName(name)
+		}
+		ictx, cancel := context.WithTimeout(ctx, e.cfg.timeout)
+		in, err := e.client.Inspect(ictx, name)
+		cancel()
 		if err != nil && !errors.Is(err, rlock.ErrWrongType) {
 			return e.fail(err)
 		}
@@ -379,6 +397,10 @@ func (e *env) forceUnlock(parent context.Context, name string) int {
 	fmt.Fprintf(e.stdout, "its waiters were told (Clients subscribed: %d)\n", in.Subscribers+in.ReadSubscribers)
 	return exitOK
 }
+
+// testHookListName, when set (by tests only), runs for each name list found, before it
+// inspects it.
+var testHookListName func(name string)
 
 // testHookBeforeForce, when set (by tests only), runs after the holders were shown and the
 // force confirmed, just before the force is sent.

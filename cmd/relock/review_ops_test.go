@@ -190,3 +190,34 @@ func TestForceUnlock_holderChangedBeforeTheForce(t *testing.T) {
 		})
 	}
 }
+
+// TestList_timeoutPerName: --timeout bounds each name's inspection, not the whole walk: a
+// walk that takes longer than --timeout in all (a hook makes each name take 1.2s of a 2s
+// --timeout) lists every name; --walk-timeout bounds the whole walk when asked. (list gave
+// the whole walk one --timeout: a keyspace whose names took longer in all failed.)
+func TestList_timeoutPerName(t *testing.T) {
+	srv := redistest.Start(t)
+	url := "redis://" + srv.Addr()
+	c, err := rlock.New(srv.Client(t))
+	require.NoError(t, err)
+	defer c.Close()
+	names := []string{"walk-a", "walk-b"}
+	for _, n := range names {
+		require.NoError(t, c.Mutex(n).Lock(bg))
+	}
+	testHookListName = func(string) { time.Sleep(1200 * time.Millisecond) }
+	defer func() { testHookListName = nil }()
+	out, errOut, code := relock(t, "", "list", "--url", url, "--timeout", "2s", "walk-*")
+	require.Equal(t, exitOK, code, "stdout: %s\nstderr: %s", out, errOut)
+	for _, n := range names {
+		require.Contains(t, out, n)
+	}
+
+	out, errOut, code = relock(t, "", "list", "--url", url, "--timeout", "2s", "--walk-timeout", "1s", "walk-*")
+	require.Equal(t, exitFailed, code, "stdout: %s\nstderr: %s", out, errOut)
+	require.Contains(t, errOut, "deadline exceeded")
+
+	_, errOut, code = relock(t, "", "list", "--url", url, "--walk-timeout", "-1s")
+	require.Equal(t, exitUsage, code)
+	require.Contains(t, errOut, "--walk-timeout -1s is negative")
+}
