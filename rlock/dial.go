@@ -66,6 +66,7 @@ func DialContext(ctx context.Context, opt rueidis.ClientOption, opts ...Option) 
 		close(returned)
 	case <-ctx.Done():
 		close(returned)
+		guard.close() // the abandoned client dials nothing more
 		go func() {
 			if m := <-ch; m.rc != nil {
 				m.rc.Close()
@@ -74,6 +75,7 @@ func DialContext(ctx context.Context, opt rueidis.ClientOption, opts ...Option) 
 		return nil, errorf("dial: %w", context.Cause(ctx))
 	}
 	if m.err != nil {
+		guard.close()
 		return nil, errorf("dial: %w", m.err)
 	}
 	c, err := New(m.rc, opts...)
