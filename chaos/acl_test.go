@@ -26,7 +26,11 @@ import (
 func aclLocker(t *testing.T, srv *redistest.Server, user string, without []string, opts ...rlock.Option) *rlock.Client {
 	t.Helper()
 	args := []string{"ACL", "SETUSER", user, "reset", "on", ">pw-" + user}
-	for _, r := range strings.Fields(rlock.ACLRule("")) {
+	rule, err := rlock.ACLRule("")
+	if err != nil {
+		t.Fatalf("ACLRule: %v", err)
+	}
+	for _, r := range strings.Fields(rule) {
 		keep := true
 		for _, w := range without {
 			keep = keep && r != w
@@ -357,7 +361,11 @@ func TestBadInput_startup(t *testing.T) {
 		result(t, row{order: "bad input", fault: "a wrong password at startup (`requirepass`, and an ACL user)",
 			expected: "a clear WRONGPASS error from Dial within a bound (< 5 s); nothing to lock with"})
 		srv := redistest.Start(t, redistest.WithPassword("right"))
-		aclDo(t, srv, append([]string{"ACL", "SETUSER", "locker", "reset", "on", ">pw"}, strings.Fields(rlock.ACLRule(""))...)...)
+		rule, err := rlock.ACLRule("")
+		if err != nil {
+			t.Fatalf("ACLRule: %v", err)
+		}
+		aclDo(t, srv, append([]string{"ACL", "SETUSER", "locker", "reset", "on", ">pw"}, strings.Fields(rule)...)...)
 		took, rerr, err := dialFails(t, rueidis.ClientOption{InitAddress: []string{srv.Addr()}, Password: "wrong"}, "WRONGPASS")
 		took2, _, _ := dialFails(t, rueidis.ClientOption{InitAddress: []string{srv.Addr()}, Username: "locker", Password: "wrong"}, "WRONGPASS")
 		setOutcome(t, fmt.Sprintf("Dial in %v (ACL user: %v): %.100q; rueidis.NewClient fails the same way (%.60q), so rlock.New is never reached",

@@ -6,8 +6,15 @@
 -- ARGV[1] = release channel ('' publishes nothing)
 -- ARGV[2] = message to publish (optional, default '0': wake one waiter per Client)
 -- ARGV[3] = with KEYS[2]: how long the record outlives the lease it ends, in milliseconds
---           (the longest a holder may still replay a release of it)
+--           (the longest a holder may still replay a release of it); '0' without KEYS[2]
+-- ARGV[4] = (optional) the tenure the caller saw: '' or absent frees whoever holds the lock;
+--           otherwise the fencing token seen ('0': none), and the lock is freed only if no
+--           owner holds it, or its token is this one and every owner holding it is among
+--           ARGV[5...]
+-- ARGV[5...] = with ARGV[4]: the owner ids seen holding the lock
 -- returns 1 if a lock was removed, 0 if there was none;
+--         -1 (and nothing changed) if ARGV[4] is given and the lock is held by an owner not
+--         seen, or under another token;
 --         a WRONGTYPE error (and nothing deleted) if the key is not a hash
 -- DEL and PUBLISH are accepted by a full (noeviction) server; the record is not written there.
 -- The waiters are told, and the lock deleted, before the record is written, so that a refused
@@ -22,21 +29,35 @@ end
 if t ~= 'hash' then
   return redis.error_reply('WRONGTYPE the key holds a ' .. t .. ', not a lock')
 end
-local rt = KEYS[2] and redis.call('type', KEYS[2]).ok
--- The record to write (owner, token, ...; nil for none), its owners, and how long to keep it.
-local record, owners, keep = nil, {}, 0
-if rt == 'hash' or rt == 'none' then
-  local fields = redis.call('hgetall', KEYS[1])
-  local token = '0'
-  for i = 1, #fields, 2 do
-    local f = fields[i]
-    local p = string.sub(f, 1, 2)
-    if f == 'token' then
-      token = fields[i + 1]
-    elseif p == 'h:' or p == 'u:' then
-      owners[#owners + 1] = f
+local fields = redis.call('hgetall', KEYS[1])
+local token, owners = '0', {}
+for i = 1, #fields, 2 do
+  local f = fields[i]
+  local p = string.sub(f, 1, 2)
+  if f == 'token' then
+    token = fields[i + 1]
+  elseif p == 'h:' or p == 'u:' then
+    owners[#owners + 1] = f
+  end
+end
+if ARGV[4] and ARGV[4] ~= '' and #owners > 0 then
+  if token ~= ARGV[4] then
+    return -1
+  end
+  local seen = {}
+  for i = 5, #ARGV do
+    seen[ARGV[i]] = true
+  end
+  for _, o in ipairs(owners) do
+    if not seen[o] then
+      return -1
     end
   end
+end
+local rt = KEYS[2] and redis.call('type', KEYS[2]).ok
+-- The record to write (owner, token, ...; nil for none) and how long to keep it.
+local record, keep = nil, 0
+if rt == 'hash' or rt == 'none' then
   if #owners > 0 then
     record = {}
     for _, o in ipairs(owners) do

@@ -4,7 +4,15 @@
 -- KEYS[2] = leases zset (see rw_acquire.lua)
 -- ARGV[1] = the waiting writers' channel ('' publishes nothing); told '*' (wake every writer)
 -- ARGV[2] = the waiting readers' channel ('' publishes nothing); told '*' (wake every reader)
+-- ARGV[3] = (optional) the holds the caller saw: '' or absent frees whoever holds the lock;
+--           otherwise the write hold's fencing token seen ('0': no write hold seen), and the
+--           lock is freed only if every hold live now (its lease not ended) is among
+--           ARGV[4...] and a live write hold has this token
+-- ARGV[4...] = with ARGV[3]: the hold fields seen (<owner> for the write hold, r:<owner> for
+--           an owner's read holds)
 -- returns 1 if a lock was removed, 0 if there was none;
+--         -1 (and nothing changed) if ARGV[3] is given and a live hold was not seen, or the
+--         write hold has another token;
 --         a WRONGTYPE error (and nothing deleted) if the key is not a read-write lock
 -- Waiting writers' claims are kept: they belong to live waiters. DEL and PUBLISH are
 -- accepted by a full (noeviction) server.
@@ -17,6 +25,27 @@ if t == 'none' then
 end
 if t ~= 'hash' or redis.call('hexists', lock, 'mode') == 0 then
   return redis.error_reply('WRONGTYPE the key holds a ' .. t .. ', not a read-write lock')
+end
+if ARGV[3] and ARGV[3] ~= '' then
+  local seen = {}
+  for i = 4, #ARGV do
+    seen[ARGV[i]] = true
+  end
+  local time = redis.call('time')
+  local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+  local writer = redis.call('hget', lock, 'writer')
+  local write = redis.call('hget', lock, 'mode') == 'write'
+  for _, f in ipairs(redis.call('zrangebyscore', leases, '(' .. string.format('%.0f', now), '+inf')) do
+    local isWrite = write and f == writer
+    if (isWrite or string.sub(f, 1, 2) == 'r:') and tonumber(redis.call('hget', lock, f) or '0') >= 1 then
+      if not seen[f] then
+        return -1
+      end
+      if isWrite and (redis.call('hget', lock, 'token') or '0') ~= ARGV[3] then
+        return -1
+      end
+    end
+  end
 end
 -- The waiters are told first (they read the message only after this script), so that a
 -- refused PUBLISH (an ACL without it) fails the script before it changes anything.

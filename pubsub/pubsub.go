@@ -305,8 +305,10 @@ func (s *Subscriber) rehome(c *channel, addr string) {
 
 // Close stops the Subscriber's goroutines, closes its connections and wakes every waiter. It
 // waits for the goroutines to exit: a connection being dialled to a server that does not
-// answer holds it up to rueidis's dial bound (its Dialer timeout, 5 s by default), which no
-// cancellation reaches. Later Watch calls return ErrClosed.
+// answer holds it up to rueidis's bound on a connection's setup (its Dialer timeout, 5 s by
+// default, or ConnWriteTimeout when shorter), which no cancellation reaches (only closing
+// the connection does: a dial function of the client's own may). Later Watch calls return
+// ErrClosed.
 func (s *Subscriber) Close() {
 	s.mu.Lock()
 	s.closed = true

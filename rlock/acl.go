@@ -4,6 +4,8 @@ import (
 	"errors"
 	"sort"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/relock-go/relock/lua"
 )
@@ -40,7 +42,8 @@ var clientCommands = []string{
 // ACLRule returns the Redis ACL rules that allow a user what relock does with the keys and
 // channels of key prefix prefix ([WithKeyPrefix]; DefaultKeyPrefix when empty), and nothing
 // else: its keys and channels, and the commands relock and its scripts run, named one by one.
-// Give it to ACL SETUSER after the user's name, its "on" and its password, e.g.
+// The rules are printed on one line, separated by single spaces. Give them to ACL SETUSER
+// after the user's name, its "on" and its password, e.g.
 //
 //	ACL SETUSER locker reset on >secret <ACLRule("relock:")>
 //
@@ -52,14 +55,30 @@ var clientCommands = []string{
 // more (client-side caching, which would need CLIENT TRACKING, is off); a rueidis client made
 // otherwise must set DisableCache too, or be given +client|tracking.
 //
+// A prefix that no printed rule can carry is refused with an error wrapping [ErrInvalid] that
+// names the prefix and the character, and no rule (""): one that is not valid UTF-8, or that
+// contains
+//
+//  1. whitespace (unicode.IsSpace): Redis refuses a key or channel pattern with an ASCII
+//     space, tab, newline, vertical tab, form feed or carriage return (ACL SETUSER: "Syntax
+//     error"), and strings.Fields splits a printed rule at the others too (U+0085, U+00A0...);
+//  2. a control character (unicode.IsControl): NUL, which Redis refuses too, and the others,
+//     which a terminal does not show or paste as they are;
+//  3. a quote, " or ': redis-cli reads it as the start of a quoted argument and refuses the
+//     line ("Invalid argument(s)");
+//  4. a brace, { or }, which [WithKeyPrefix] refuses too.
+//
+// Everything else is taken as it is (parentheses, '#', ';', non-ASCII letters): Redis accepts
+// it in a pattern, and no pattern of the rule begins with '(', which would start a selector.
+//
 // The commands run inside the scripts are Redis's to check (Redis applies the user's ACL to
 // them): a call that the rule does not allow fails the script, and the relock call that sent
 // it returns an error wrapping [ErrNoPermission].
-func ACLRule(prefix string) string {
-	if prefix == "" {
-		prefix = DefaultKeyPrefix
+func ACLRule(prefix string) (string, error) {
+	p, err := aclPrefix(prefix)
+	if err != nil {
+		return "", err
 	}
-	p := aclEscape(prefix)
 	rules := []string{"resetkeys", "resetchannels",
 		"~{" + p + "*", "~" + p + "*", "&{" + p + "*", "&" + p + "*", "-@all"}
 	cmds := append(append([]string(nil), clientCommands...), lua.Commands()...)
@@ -71,7 +90,35 @@ func ACLRule(prefix string) string {
 		}
 		last = c
 	}
-	return strings.Join(rules, " ")
+	return strings.Join(rules, " "), nil
+}
+
+// aclPrefix returns prefix (DefaultKeyPrefix when empty) escaped for an ACL pattern, or an
+// error wrapping ErrInvalid when a printed rule cannot carry it (see ACLRule).
+func aclPrefix(prefix string) (string, error) {
+	if prefix == "" {
+		prefix = DefaultKeyPrefix
+	}
+	if !utf8.ValidString(prefix) {
+		return "", invalid("ACL rule: key prefix %q is not valid UTF-8", prefix)
+	}
+	for _, r := range prefix {
+		var what string
+		switch {
+		case unicode.IsSpace(r):
+			what = "whitespace"
+		case unicode.IsControl(r):
+			what = "a control character"
+		case r == '"' || r == '\'':
+			what = "a quote"
+		case r == '{' || r == '}':
+			what = "a brace"
+		default:
+			continue
+		}
+		return "", invalid("ACL rule: key prefix %q contains %s (%U), which an ACL rule cannot carry", prefix, what, r)
+	}
+	return aclEscape(prefix), nil
 }
 
 // aclEscape escapes the glob characters of an ACL key or channel pattern.
@@ -80,11 +127,11 @@ func aclEscape(s string) string {
 		return s
 	}
 	var b strings.Builder
-	for _, r := range s {
-		if strings.ContainsRune(`*?[]\`, r) {
+	for i := range len(s) { // bytewise: the glob characters are ASCII, and s may not be UTF-8
+		if strings.IndexByte(`*?[]\`, s[i]) >= 0 {
 			b.WriteByte('\\')
 		}
-		b.WriteRune(r)
+		b.WriteByte(s[i])
 	}
 	return b.String()
 }

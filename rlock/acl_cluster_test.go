@@ -1,7 +1,6 @@
 package rlock_test
 
 import (
-	"strings"
 	"testing"
 	"time"
 
@@ -18,7 +17,7 @@ import (
 func TestACLRule_cluster(t *testing.T) {
 	skipShortCluster(t)
 	cl := redistest.StartCluster(t)
-	rule := strings.Fields(rlock.ACLRule(""))
+	rule := aclRule(t, "")
 	for _, n := range cl.Nodes() {
 		n.Do(t, append([]string{"ACL", "SETUSER", "locker", "reset", "on", ">pw-locker"}, rule...)...)
 	}

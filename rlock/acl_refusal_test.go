@@ -39,7 +39,7 @@ func TestACLRule_refusalLeavesNothing(t *testing.T) {
 	}
 	b := realBackend(t)
 	var cmds []string
-	for _, r := range strings.Fields(rlock.ACLRule("")) {
+	for _, r := range aclRule(t, "") {
 		if strings.HasPrefix(r, "+") {
 			cmds = append(cmds, r[1:])
 		}
@@ -49,7 +49,7 @@ func TestACLRule_refusalLeavesNothing(t *testing.T) {
 		t.Run(cmd, func(t *testing.T) {
 			prefix := fmt.Sprintf("nl%d:", i)
 			var rule []string
-			for _, r := range strings.Fields(rlock.ACLRule(prefix)) {
+			for _, r := range aclRule(t, prefix) {
 				if r != "+"+cmd {
 					rule = append(rule, r)
 				}

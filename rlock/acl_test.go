@@ -21,13 +21,30 @@ import (
 // locks as that user, with opts.
 func aclUser(t *testing.T, srv *redistest.Server, user, prefix string, opts ...rlock.Option) *rlock.Client {
 	t.Helper()
-	args := append([]string{"ACL", "SETUSER", user, "reset", "on", ">pw-" + user}, strings.Fields(rlock.ACLRule(prefix))...)
+	args := append([]string{"ACL", "SETUSER", user, "reset", "on", ">pw-" + user}, aclRule(t, prefix)...)
 	srv.Do(t, args...)
 	opts = append([]rlock.Option{rlock.WithKeyPrefix(prefixOr(prefix))}, opts...)
 	c, err := rlock.Dial(rueidis.ClientOption{InitAddress: []string{srv.Addr()}, Username: user, Password: "pw-" + user}, opts...)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = c.Close() })
 	return c
+}
+
+// aclRule is rlock.ACLRule(prefix), split into its rules; an error fails the test.
+func aclRule(tb testing.TB, prefix string) []string {
+	tb.Helper()
+	rule, err := rlock.ACLRule(prefix)
+	require.NoError(tb, err)
+	return strings.Fields(rule)
+}
+
+// inspectACLRule is rlock.InspectACLRule(prefix), split into its rules; an error fails the
+// test.
+func inspectACLRule(tb testing.TB, prefix string) []string {
+	tb.Helper()
+	rule, err := rlock.InspectACLRule(prefix)
+	require.NoError(tb, err)
+	return strings.Fields(rule)
 }
 
 func prefixOr(p string) string {
@@ -144,7 +161,7 @@ func TestACLRule_isEnough(t *testing.T) {
 func TestACLRule_keepsPrefixesApart(t *testing.T) {
 	b := realBackend(t)
 	aclUser(t, b.srv, "tenantA", "tenantA:")
-	b.srv.Do(t, append([]string{"ACL", "SETUSER", "forger", "reset", "on", ">pw-forger"}, strings.Fields(rlock.ACLRule("tenantA:"))...)...)
+	b.srv.Do(t, append([]string{"ACL", "SETUSER", "forger", "reset", "on", ">pw-forger"}, aclRule(t, "tenantA:")...)...)
 	forged, err := rlock.Dial(rueidis.ClientOption{InitAddress: []string{b.srv.Addr()}, Username: "forger", Password: "pw-forger"},
 		rlock.WithKeyPrefix("tenantB:"))
 	require.NoError(t, err)
@@ -173,7 +190,7 @@ func TestACLRule_eachCommandRemoved(t *testing.T) {
 	}
 	b := realBackend(t)
 	var cmds []string
-	for _, r := range strings.Fields(rlock.ACLRule("")) {
+	for _, r := range aclRule(t, "") {
 		if strings.HasPrefix(r, "+") {
 			cmds = append(cmds, r[1:])
 		}
@@ -183,7 +200,7 @@ func TestACLRule_eachCommandRemoved(t *testing.T) {
 		t.Run(cmd, func(t *testing.T) {
 			prefix := fmt.Sprintf("minus%d:", i)
 			var rule []string
-			for _, r := range strings.Fields(rlock.ACLRule(prefix)) {
+			for _, r := range aclRule(t, prefix) {
 				if r != "+"+cmd {
 					rule = append(rule, r)
 				}
@@ -284,6 +301,48 @@ func TestACLRule_inREADME(t *testing.T) {
 	s := string(b)
 	i, j := strings.Index(s, "<!-- acl-rule:begin -->"), strings.Index(s, "<!-- acl-rule:end -->")
 	require.True(t, i >= 0 && j > i, "README: the acl-rule markers")
-	require.Contains(t, s[i:j], "ACL SETUSER locker reset on >secret "+rlock.ACLRule("")+"\n",
+	require.Contains(t, s[i:j], "ACL SETUSER locker reset on >secret "+strings.Join(aclRule(t, ""), " ")+"\n",
 		"README: the ACL rule is not ACLRule's output; paste rlock.ACLRule(\"\")")
+}
+
+// TestACLRule_prefixes: a prefix that no printed rule can carry (whitespace, control
+// characters, quotes, braces, invalid UTF-8) is refused by ACLRule and InspectACLRule with an
+// error wrapping ErrInvalid that names it, and no rule. Any other prefix, odd as it may be,
+// gives a rule that Redis takes as printed (split at its spaces, as redis-cli does) and that
+// grants the prefix's keys, in both shapes, and no other key. (ACLRule("a b:") returned
+// "... ~{a b:* ~a b:* ...": a rule Redis refuses, or, split at its spaces, a different one.)
+func TestACLRule_prefixes(t *testing.T) {
+	rules := map[string]func(string) (string, error){"ACLRule": rlock.ACLRule, "InspectACLRule": rlock.InspectACLRule}
+	for _, p := range []string{"a b:", "a\tb:", "a\nb:", "a\rb:", "a\vb:", "a\fb:", "a\x00b:", "a\x01b:",
+		"a\x1bb:", "a\x7fb:", "a\u0085b:", "a\u00a0b:", "a\u2028b:", "a\u3000b:", `a"b:`, "a'b:",
+		"a{b:", "a}b:", "a\xffb:", " ", "relock: "} {
+		for fn, f := range rules {
+			rule, err := f(p)
+			require.ErrorIs(t, err, rlock.ErrInvalid, "%s(%q) = %q", fn, p, rule)
+			require.Empty(t, rule, "%s(%q)", fn, p)
+			require.Contains(t, err.Error(), fmt.Sprintf("%q", p), "%s(%q)", fn, p)
+		}
+	}
+
+	srv := redistest.Start(t)
+	for i, p := range []string{"", "a(b):", "(x:", "a)", "a#b;c:", "é:", `team*[a]?\:`, "a%b&c~:"} {
+		for fn, f := range rules {
+			rule, err := f(p)
+			require.NoError(t, err, "%s(%q)", fn, p)
+			user := fmt.Sprintf("prefix%d-%s", i, fn)
+			msg := srv.Do(t, append([]string{"ACL", "SETUSER", user, "reset", "on", "nopass"}, strings.Fields(rule)...)...)
+			require.NoError(t, msg.Error(), "%s(%q): %q", fn, p, rule)
+			for key, want := range map[string]bool{
+				"{" + prefixOr(p) + "x}":     true, // a wrapped name
+				prefixOr(p) + "{x}:lock":     true, // a name with its own hash tag
+				"other:" + prefixOr(p) + "x": false,
+				"{other:x}":                  false,
+			} {
+				msg := srv.Do(t, "ACL", "DRYRUN", user, "GET", key)
+				got, err := msg.ToString()
+				require.NoError(t, err)
+				require.Equal(t, want, got == "OK", "%s(%q): GET %q: %s", fn, p, key, got)
+			}
+		}
+	}
 }

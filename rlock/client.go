@@ -27,7 +27,8 @@ import (
 // share it.
 type Client struct {
 	rc    rueidis.Client
-	owned bool // made by Dial: Close closes rc
+	owned bool       // made by Dial: Close closes rc
+	dials *dialGuard // made by Dial: Close ends rc's dials in progress (nil otherwise)
 	opts  options
 	id    string // instance id: uuid without dashes
 	// deadlines are the shared deadline channels of first sends (sendCtx).
@@ -149,6 +150,15 @@ func Dial(opt rueidis.ClientOption, opts ...Option) (*Client, error) {
 // ErrClosed. A Client made by [Dial] then closes its rueidis client; one made by [New]
 // leaves the caller's open. Close is idempotent and always returns nil; on a nil or zero
 // Client (not made by New or Dial) it does nothing.
+//
+// Close returns promptly, with one exception: it waits for the Client's subscription
+// goroutines, and one of them may be dialling a subscription connection (the first wait
+// on a lock, or a reconnection) to a server that does not answer. A Client made by Dial
+// ends such a dial (Close closes the connections its rueidis client is dialling or setting
+// up). A Client made by New cannot, since the rueidis client dials it under a context of
+// its own: Close then waits until the dial fails, by the rueidis client's bound on a
+// connection's setup: ClientOption.Dialer.Timeout (5 s by default), or ConnWriteTimeout
+// (10 s by default) when that is shorter.
 func (c *Client) Close() error {
 	if c.usable() != nil {
 		return nil
@@ -165,6 +175,9 @@ func (c *Client) Close() error {
 	c.bg.Wait()
 	c.workers.Wait() // idle ones end with the Client's life; busy ones after their work
 	c.wd.Close()
+	if c.dials != nil {
+		c.dials.close() // a subscription connection being dialled: Close does not wait it out
+	}
 	c.sub.Close()
 	c.mu.Lock()
 	holds := make([]*hold, 0, len(c.holds))

@@ -2,9 +2,11 @@ package rlock_test
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"net"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -92,4 +94,63 @@ func TestDialContext_works(t *testing.T) {
 	m := c.Mutex(t.Name())
 	require.NoError(t, m.Lock(bg))
 	require.NoError(t, m.Unlock(bg))
+}
+
+// Close of a Client made by Dial returns promptly while its subscription connection is
+// being dialled to a server that does not answer: Close ends that dial (its handshake would
+// otherwise hold Close up to opt.Dialer.Timeout, here 20 s). The subscription connection is
+// killed while a waiter listens; its next dial goes to a silent server.
+func TestClose_endsASubscriptionDial(t *testing.T) {
+	t.Cleanup(redistest.WaitRueidisGoroutines)
+	srv := redistest.Start(t)
+	silent := silentServer(t)
+	var toSilent atomic.Bool
+	dialled := make(chan struct{}, 16) // a dial to the silent server began
+	opt := rueidis.ClientOption{
+		InitAddress:       []string{srv.Addr()},
+		ForceSingleClient: true,
+		PipelineMultiplex: -1, // one connection for requests, dialled by Dial: later dials are the subscription's
+		Dialer:            net.Dialer{Timeout: 20 * time.Second},
+		DialCtxFn: func(ctx context.Context, addr string, d *net.Dialer, _ *tls.Config) (net.Conn, error) {
+			if toSilent.Load() {
+				select {
+				case dialled <- struct{}{}:
+				default:
+				}
+				addr = silent
+			}
+			return d.DialContext(ctx, "tcp", addr)
+		},
+	}
+	c, err := rlock.Dial(opt)
+	require.NoError(t, err)
+	defer c.Close()
+	holder, err := rlock.New(srv.Client(t))
+	require.NoError(t, err)
+	defer holder.Close()
+	name := redistest.Name(t)
+	require.NoError(t, holder.Mutex(name).Lock(bg))
+	ctx, cancel := context.WithCancel(bg)
+	defer cancel()
+	waited := make(chan error, 1)
+	go func() { waited <- c.Mutex(name).Lock(ctx) }()
+	waitInfo(t, holder, name, "the waiter's subscription", func(in rlock.Info) bool { return in.Subscribers == 1 })
+
+	toSilent.Store(true)
+	srv.Do(t, "CLIENT", "KILL", "TYPE", "pubsub")
+	select {
+	case <-dialled:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the subscription connection was not dialled again")
+	}
+	start := time.Now()
+	require.NoError(t, c.Close())
+	took := time.Since(start)
+	require.Less(t, took, 5*time.Second, "Close waited for the subscription's dial (Dialer.Timeout 20s)")
+	select {
+	case err := <-waited:
+		require.ErrorIs(t, err, rlock.ErrClosed)
+	case <-time.After(20 * time.Second):
+		t.Fatal("the waiter did not end with the Client")
+	}
 }

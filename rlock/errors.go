@@ -37,6 +37,9 @@ var (
 	ErrNoReplicaAck = errors.New("rlock: grant not acknowledged by enough replicas")
 	// ErrInvalid: an argument is out of range (empty name, negative duration, nil client).
 	ErrInvalid = errors.New("rlock: invalid argument")
+	// ErrConflict: [Client.ForceUnlockSeen] found the lock held by a holder the caller had not
+	// seen, or in another tenure (another fencing token), and changed nothing.
+	ErrConflict = errors.New("rlock: held otherwise than seen")
 )
 
 func invalid(format string, args ...any) error {

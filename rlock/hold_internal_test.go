@@ -35,3 +35,30 @@ func TestTenure_finishCancelsHoldContextsBeforeDone(t *testing.T) {
 	require.False(t, closedFirst, "Done was closed before the HoldContext was cancelled")
 	require.ErrorIs(t, context.Cause(hctx), ErrLeaseExpired)
 }
+
+// A RedLock tenure's end, like a Mutex's, cancels its HoldContexts before it closes Done: a
+// caller woken by Done finds the cause set. (finishLocked closed Done first.)
+func TestRedHold_finishCancelsHoldContextsBeforeDone(t *testing.T) {
+	rh := &redHold{count: 1, n: make([]int, 3), watched: make([]bool, 3), stops: make([]func(), 3),
+		subs: make(map[*func(error)]struct{}), quorum: 2}
+	done := make(chan struct{})
+	rh.done = done
+	hctx, cancel := context.WithCancelCause(context.Background())
+	defer cancel(nil)
+	closedFirst := false
+	f := func(cause error) {
+		select {
+		case <-done:
+			closedFirst = true
+		default:
+		}
+		cancel(cause)
+	}
+	rh.subs[&f] = struct{}{}
+	rh.mu.Lock()
+	rh.ended = ErrLeaseExpired
+	rh.finishLocked() // unlocks rh.mu
+	<-done
+	require.False(t, closedFirst, "Done was closed before the HoldContext was cancelled")
+	require.ErrorIs(t, context.Cause(hctx), ErrLeaseExpired)
+}

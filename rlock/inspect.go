@@ -140,6 +140,63 @@ func (c *Client) Inspect(ctx context.Context, name string) (Info, error) {
 	return in, nil
 }
 
+// ForceUnlockSeen frees the lock that seen describes, as [Client.Inspect] returned it, only
+// if it is still held as seen: every hold in force is a hold of seen.Holders (its owner, in
+// its mode), and the holder that has a fencing token (a Mutex's or FairMutex's, a read-write
+// lock's write holder) has seen.Token. The check and the force are one script, so a tool
+// that shows an operator the holders and asks for a confirmation frees no holder it did not
+// show. A hold of seen that ended meanwhile is no change (freeing fewer holders than shown
+// frees none that was not); read holds carry no token, so an owner's read hold taken again
+// since counts as seen.
+//
+// It is otherwise [FairMutex.ForceUnlock] for a seen.Kind of [KindMutex] or [KindFairMutex]
+// (every waiter of every Client is woken: those of a Mutex and a SpinMutex wake to it too),
+// and [RWMutex.ForceUnlock] for [KindRWMutex]. It reports whether there was a lock to free:
+// false, with a nil error, when the lock's key is gone. Errors:
+//  1. a nil context, a nil or zero Client, seen.Name empty, seen.Kind another kind, or
+//     seen.Key not this Client's key of seen.Name (an Info of a Client with another key
+//     prefix): an error wrapping [ErrInvalid], and nothing sent;
+//  2. a hold in force that seen does not show, or another fencing token: an error wrapping
+//     [ErrConflict]; nothing is changed;
+//  3. the key holds another type or kind: an error wrapping [ErrWrongType]; nothing changed;
+//  4. [ErrClosed], an error wrapping [ErrNoPermission], or ctx's or the connection's error,
+//     as ForceUnlock; after ctx's or the connection's error, whether the lock was freed is
+//     unknown (Inspect tells).
+func (c *Client) ForceUnlockSeen(ctx context.Context, seen Info) (bool, error) {
+	if err := c.usable(); err != nil {
+		return false, err
+	}
+	if ctx == nil {
+		return false, invalid("nil context")
+	}
+	if seen.Name == "" {
+		return false, invalid("force unlock: the Info seen has no name")
+	}
+	if key := c.lockKeys(seen.Name).lock; seen.Key != key {
+		return false, invalid("force unlock %q: the Info seen is of key %q, not this Client's %q", seen.Name, seen.Key, key)
+	}
+	token := strconv.FormatInt(seen.Token, 10)
+	switch seen.Kind {
+	case KindMutex, KindFairMutex:
+		args := []string{token}
+		for _, h := range seen.Holders {
+			args = append(args, h.Owner)
+		}
+		return c.FairMutex(seen.Name).mutex().force(ctx, args)
+	case KindRWMutex:
+		args := []string{token}
+		for _, h := range seen.Holders {
+			f := h.Owner
+			if h.Mode != "write" {
+				f = "r:" + h.Owner
+			}
+			args = append(args, f)
+		}
+		return c.RWMutex(seen.Name).force(ctx, args)
+	}
+	return false, invalid("force unlock %q: a %s is not a lock that can be freed as seen", seen.Name, seen.Kind)
+}
+
 func (c *Client) inspect(ctx context.Context, name string) (Info, error) {
 	k := c.lockKeys(name)
 	lock := k.lock

@@ -38,16 +38,19 @@ var inspectCommands = []string{
 //
 // A command that a user's rules refuse makes Inspect and List return an error wrapping
 // [ErrNoPermission] that names the command.
-func InspectACLRule(prefix string) string {
-	if prefix == "" {
-		prefix = DefaultKeyPrefix
+//
+// It refuses the prefixes ACLRule refuses (whitespace, control characters, quotes, braces,
+// invalid UTF-8), with an error wrapping [ErrInvalid] and no rule ("").
+func InspectACLRule(prefix string) (string, error) {
+	p, err := aclPrefix(prefix)
+	if err != nil {
+		return "", err
 	}
-	p := aclEscape(prefix)
 	rules := []string{"resetkeys", "resetchannels", "%R~{" + p + "*", "%R~" + p + "*", "-@all"}
 	cmds := slices.Clone(inspectCommands)
 	slices.Sort(cmds)
 	for _, c := range cmds {
 		rules = append(rules, "+"+c)
 	}
-	return strings.Join(rules, " ")
+	return strings.Join(rules, " "), nil
 }

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -545,7 +546,7 @@ func TestInspectACLRule(t *testing.T) {
 	require.NoError(t, owner.Mutex(name).Lock(bg))
 	require.NoError(t, owner.RWMutex(name+"-rw").RLock(bg))
 
-	args := append([]string{"ACL", "SETUSER", "inspector", "reset", "on", ">pw"}, strings.Fields(rlock.InspectACLRule(""))...)
+	args := append([]string{"ACL", "SETUSER", "inspector", "reset", "on", ">pw"}, inspectACLRule(t, "")...)
 	srv.Do(t, args...)
 	ins := dialAs(t, srv, "inspector", "pw")
 	in := waitInfo(t, ins, name, "the holder's record", func(in rlock.Info) bool {
@@ -569,7 +570,7 @@ func TestInspectACLRule(t *testing.T) {
 		require.Contains(t, err.Error(), "SCAN")
 	}
 	// The operator's rule of InspectACLRule's doc: ACLRule's, and the inspector's commands.
-	op := append([]string{"ACL", "SETUSER", "operator", "reset", "on", ">pw"}, strings.Fields(rlock.ACLRule(""))...)
+	op := append([]string{"ACL", "SETUSER", "operator", "reset", "on", ">pw"}, aclRule(t, "")...)
 	op = append(op, "+scan", "+hgetall", "+zrange", "+time", "+exists", "+pubsub|numsub", "+pubsub|shardnumsub")
 	srv.Do(t, op...)
 	opc := dialAs(t, srv, "operator", "pw")
@@ -587,4 +588,159 @@ func dialAs(t *testing.T, srv *redistest.Server, user, pw string) *rlock.Client 
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = c.Close() })
 	return c
+}
+
+// ForceUnlockSeen frees a lock only while it is held as the Info seen shows it: a holder
+// not seen, or another tenure (fencing token) of the same owner, leaves it alone with
+// ErrConflict; holds seen that ended meanwhile are no change; a lock gone is (false, nil).
+func TestClient_ForceUnlockSeen(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		a, c := b.client(t), b.client(t)
+		inspect := func(name string) rlock.Info {
+			t.Helper()
+			in, err := a.Inspect(bg, name)
+			require.NoError(t, err)
+			return in
+		}
+
+		// Mutex: another owner took it since, then the owner seen took it again.
+		name := redistest.Name(t)
+		ma, mc := a.Mutex(name), c.Mutex(name)
+		require.NoError(t, ma.Lock(bg))
+		seen := inspect(name)
+		require.NoError(t, ma.Unlock(bg))
+		require.NoError(t, mc.Lock(bg))
+		freed, err := a.ForceUnlockSeen(bg, seen)
+		require.ErrorIs(t, err, rlock.ErrConflict)
+		require.False(t, freed)
+		require.NoError(t, mc.Err(bg), "a holder not seen keeps the lock")
+		require.NoError(t, mc.Unlock(bg))
+		require.NoError(t, ma.Lock(bg))
+		_, err = a.ForceUnlockSeen(bg, seen)
+		require.ErrorIs(t, err, rlock.ErrConflict, "the owner seen, in another tenure")
+		require.NoError(t, ma.Err(bg))
+		seen = inspect(name)
+		freed, err = a.ForceUnlockSeen(bg, seen)
+		require.NoError(t, err)
+		require.True(t, freed)
+		require.Equal(t, rlock.KindNone, inspect(name).Kind)
+		freed, err = a.ForceUnlockSeen(bg, seen)
+		require.NoError(t, err)
+		require.False(t, freed, "nothing left to free")
+
+		// FairMutex: as a Mutex.
+		fa, fc := a.FairMutex(name+"-fair"), c.FairMutex(name+"-fair")
+		require.NoError(t, fa.Lock(bg))
+		seen = inspect(name + "-fair") // KindMutex while nobody queues
+		require.NoError(t, fa.Unlock(bg))
+		require.NoError(t, fc.Lock(bg))
+		_, err = a.ForceUnlockSeen(bg, seen)
+		require.ErrorIs(t, err, rlock.ErrConflict)
+		freed, err = a.ForceUnlockSeen(bg, inspect(name+"-fair"))
+		require.NoError(t, err)
+		require.True(t, freed)
+
+		// RWMutex: a reader not seen; a reader seen that left; the writer in another tenure.
+		rw := name + "-rw"
+		ra, rc := a.RWMutex(rw), c.RWMutex(rw)
+		require.NoError(t, ra.RLock(bg))
+		seen = inspect(rw)
+		require.NoError(t, rc.RLock(bg))
+		_, err = a.ForceUnlockSeen(bg, seen)
+		require.ErrorIs(t, err, rlock.ErrConflict, "a reader not seen")
+		both := inspect(rw)
+		require.Len(t, both.Holders, 2)
+		require.NoError(t, ra.RUnlock(bg))
+		freed, err = a.ForceUnlockSeen(bg, both)
+		require.NoError(t, err, "a reader seen that left is no change")
+		require.True(t, freed)
+		require.Equal(t, rlock.KindNone, inspect(rw).Kind)
+		require.NoError(t, ra.Lock(bg))
+		seen = inspect(rw)
+		require.NoError(t, ra.Unlock(bg))
+		require.NoError(t, ra.Lock(bg))
+		_, err = a.ForceUnlockSeen(bg, seen)
+		require.ErrorIs(t, err, rlock.ErrConflict, "the writer seen, in another tenure")
+		freed, err = a.ForceUnlockSeen(bg, inspect(rw))
+		require.NoError(t, err)
+		require.True(t, freed)
+
+		// Bad input: nothing sent, nothing freed.
+		require.NoError(t, mc.Lock(bg))
+		seen = inspect(name)
+		for what, in := range map[string]rlock.Info{
+			"no name":      {Kind: rlock.KindMutex, Key: seen.Key},
+			"not a lock":   {Name: name, Key: seen.Key, Kind: rlock.KindSemaphore},
+			"no kind":      {Name: name, Key: seen.Key},
+			"another key":  {Name: name, Key: "other:" + seen.Key, Kind: rlock.KindMutex, Token: seen.Token, Holders: seen.Holders},
+			"another name": {Name: name + "x", Key: seen.Key, Kind: rlock.KindMutex, Token: seen.Token, Holders: seen.Holders},
+		} {
+			freed, err := a.ForceUnlockSeen(bg, in)
+			require.ErrorIs(t, err, rlock.ErrInvalid, what)
+			require.False(t, freed, what)
+		}
+		var nilCtx context.Context
+		_, err = a.ForceUnlockSeen(nilCtx, seen)
+		require.ErrorIs(t, err, rlock.ErrInvalid)
+		require.NoError(t, mc.Err(bg), "bad input freed nothing")
+		require.NoError(t, mc.Unlock(bg))
+	})
+}
+
+// List walks the keyspace once per node, with one SCAN MATCH for both forms of key (names
+// wrapped in relock's tag and names with a tag of their own), and still yields each name
+// once, with the default prefix and with the empty one, where every key of one form begins
+// as a key of the other may. (It walked twice, once per form.)
+func TestList_oneWalk(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		for _, prefix := range []string{rlock.DefaultKeyPrefix, ""} {
+			rec := &scanCounter{Client: b.rueidis(t)}
+			c, err := rlock.New(rec, rlock.WithKeyPrefix(prefix))
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = c.Close() })
+			names := []string{"inv:1", "{user42}:cart", "a}b{c", "100%", "{u}x", "x{"}
+			var held []*rlock.Mutex
+			for _, n := range names {
+				m := c.Mutex(n)
+				require.NoError(t, m.Lock(bg))
+				held = append(held, m)
+			}
+			for _, tc := range []struct {
+				pattern string
+				want    []string
+			}{
+				{"", names},
+				{"inv:*", []string{"inv:1"}},
+				{"{user42}*", []string{"{user42}:cart"}},
+				{"a}*", []string{"a}b{c"}},
+				{"x{*", []string{"x{"}},
+				{"100%", []string{"100%"}},
+			} {
+				rec.walks.Store(0)
+				var got []string
+				for n, err := range c.List(bg, tc.pattern) {
+					require.NoError(t, err)
+					got = append(got, n)
+				}
+				require.ElementsMatch(t, tc.want, got, "prefix %q pattern %q", prefix, tc.pattern)
+				require.EqualValues(t, 1, rec.walks.Load(), "prefix %q pattern %q: walks of the keyspace (SCAN 0)", prefix, tc.pattern)
+			}
+			for _, m := range held { // the next prefix's walk must not meet these
+				require.NoError(t, m.Unlock(bg))
+			}
+		}
+	})
+}
+
+// scanCounter counts the walks of the keyspace sent through it: SCAN calls from cursor 0.
+type scanCounter struct {
+	rueidis.Client
+	walks atomic.Int64
+}
+
+func (s *scanCounter) Do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResult {
+	if args := cmd.Commands(); strings.EqualFold(args[0], "SCAN") && args[1] == "0" {
+		s.walks.Add(1)
+	}
+	return s.Client.Do(ctx, cmd)
 }

@@ -20,8 +20,8 @@ const listCount = 1000
 // recorded. A name that only left a fence, a record of a release or a Client record behind
 // is not listed.
 //
-// It walks the keyspace with SCAN (never KEYS), on every master of a Cluster in turn, and
-// yields names as it finds them, in no particular order. It has SCAN's guarantees: a name
+// It walks the keyspace once with SCAN (never KEYS), on every master of a Cluster in turn,
+// and yields names as it finds them, in no particular order. It has SCAN's guarantees: a name
 // present from the start to the end of the walk is yielded, one created or deleted meanwhile
 // may or may not be, and a name may be yielded twice (when Redis rehashes during the walk).
 // Like [Client.Inspect] it only reads and holds no lock. Each SCAN call looks at about 1000
@@ -52,32 +52,40 @@ func (c *Client) List(ctx context.Context, pattern string) iter.Seq2[string, err
 			yield("", classify("list", pattern, err))
 			return
 		}
-		lit := globLiteralPrefix(pattern)
-		p := aclEscape(c.opts.prefix)
-		matches := []string{
-			"{" + p + aclEscape(escapeBraces(lit)) + "*", // wrapped names: {prefix<name>}...
-			p + aclEscape(lit) + "*",                     // names with a hash tag: prefix<name>:lock...
-		}
+		match := listMatch(c.opts.prefix, pattern)
 		for _, n := range nodes {
-			for i, m := range matches {
-				if err := c.scanNode(ctx, n, m, i == 0, pattern, yield); err != nil {
-					if err != errStopped {
-						yield("", classify("list", pattern, err))
-					}
-					return
+			if err := c.scanNode(ctx, n, match, pattern, yield); err != nil {
+				if err != errStopped {
+					yield("", classify("list", pattern, err))
 				}
+				return
 			}
 		}
 	}
 }
 
+// listMatch is the SCAN MATCH pattern of List's one walk: it matches the keys of both forms
+// of the names that may match pattern, wrapped ({prefix<name>}...) and with a hash tag of
+// their own (prefix<name>:lock...), as "*" + prefix + the pattern's literal text + "*". The
+// literal text stops at a brace or '%', which the wrapped form escapes (escapeBraces) and
+// the other does not. A key that matches without being a name's (the text elsewhere in it)
+// is dropped by scanNode, which checks each key (nameOfKey, globMatch): MATCH only spares the
+// replies; SCAN looks at every key of the node whatever it matches.
+func listMatch(prefix, pattern string) string {
+	lit := globLiteralPrefix(pattern)
+	if i := strings.IndexAny(lit, "{}%"); i >= 0 {
+		lit = lit[:i]
+	}
+	return "*" + aclEscape(prefix+lit) + "*"
+}
+
 // errStopped ends a walk whose consumer broke out of the loop.
 var errStopped = errorf("stopped")
 
-// scanNode walks one node's keys that match match and yields the names matching pattern.
-// Only names of one form (wrapped or not: nameOfKey) count, since with an empty prefix
-// both forms' keys match the second form's MATCH.
-func (c *Client) scanNode(ctx context.Context, n rueidis.Client, match string, wrapped bool, pattern string, yield func(string, error) bool) error {
+// scanNode walks one node's keys that match match and yields the names matching pattern,
+// of both forms (nameOfKey tells a key's form, also with an empty prefix, where both
+// forms' keys may begin alike).
+func (c *Client) scanNode(ctx context.Context, n rueidis.Client, match string, pattern string, yield func(string, error) bool) error {
 	var cursor uint64
 	for {
 		e, err := n.Do(ctx, n.B().Scan().Cursor(cursor).Match(match).Count(listCount).Build()).AsScanEntry()
@@ -86,8 +94,8 @@ func (c *Client) scanNode(ctx context.Context, n rueidis.Client, match string, w
 		}
 		var names, bases []string // names found by a waiters' key: listed when their state key is absent
 		for _, key := range e.Elements {
-			name, suffix, w, ok := c.nameOfKey(key)
-			if !ok || w != wrapped || !globMatch(pattern, name) {
+			name, suffix, _, ok := c.nameOfKey(key)
+			if !ok || !globMatch(pattern, name) {
 				continue
 			}
 			switch suffix {

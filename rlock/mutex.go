@@ -1100,11 +1100,21 @@ func (m *Mutex) sendRelease(ctx context.Context, owner string, next *candidate, 
 // was a lock to free. The former holder learns of the loss at its next renewal. A key of
 // another type is left untouched: the error wraps [ErrWrongType].
 func (m *Mutex) ForceUnlock(ctx context.Context) (bool, error) {
+	return m.force(ctx, nil)
+}
+
+// force frees the lock, with ARGV seen appended to the force script's (ARGV[4...] of
+// force_release.lua: the token and owners seen; none frees whoever holds it). A lock held
+// otherwise than seen is left alone: the error wraps ErrConflict.
+func (m *Mutex) force(ctx context.Context, seen []string) (bool, error) {
 	if err := m.check(ctx); err != nil {
 		return false, err
 	}
 	if m.c.isClosed() {
 		return false, ErrClosed
+	}
+	if seen != nil && m.v.force != lua.ForceRelease {
+		return false, invalid("force unlock %q: this kind cannot be freed as seen", m.name) // no such kind today
 	}
 	keys, args := []string{m.keys.lock}, []string{m.keys.pub, m.v.forceMessage}
 	if m.v.spin {
@@ -1119,9 +1129,13 @@ func (m *Mutex) ForceUnlock(ctx context.Context) (bool, error) {
 		keys = append(keys, m.keys.forced)
 		args = append(args, strconv.FormatInt(keep.Milliseconds(), 10))
 	}
+	args = append(args, seen...)
 	n, err := m.c.exec(ctx, m.v.force, keys, args).AsInt64()
 	if err != nil {
 		return false, classify("force unlock", m.name, err)
+	}
+	if n == -1 {
+		return false, errorf("force unlock %q: %w: nothing freed", m.name, ErrConflict)
 	}
 	return n == 1, nil
 }

@@ -709,7 +709,7 @@ func TestObserver_subscriptionRefused(t *testing.T) {
 	b := realBackend(t)
 	const prefix = "norelease:"
 	var rule []string
-	for _, r := range strings.Fields(rlock.ACLRule(prefix)) {
+	for _, r := range aclRule(t, prefix) {
 		if !strings.HasPrefix(r, "&") { // no channel: SUBSCRIBE is refused
 			rule = append(rule, r)
 		}

@@ -142,6 +142,9 @@ func latestRenewal(lease time.Duration) time.Duration {
 // "a:x" of the first and "x" of the second are the same lock, and the first's ACL pattern
 // covers the second's keys. End each prefix with a separator no name of the shorter one
 // starts its text with, or make them differ in their first characters ("billing:", "orders:").
+// ACLRule refuses a prefix with whitespace, control characters or quotes, which no printed
+// ACL rule can carry (Redis refuses a key pattern with whitespace): a Client may use such a
+// prefix, but not under a user of its own.
 func WithKeyPrefix(p string) Option {
 	return optionFunc(func(o *options) { o.prefix = p })
 }

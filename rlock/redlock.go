@@ -1677,16 +1677,17 @@ func (rh *redHold) instanceEnded(gen, i int, cause error) {
 	rh.drop() // a Client already closed: nobody will report the end
 }
 
-// finishLocked closes the tenure's channel, cancels its contexts and stops following the
-// instances. rh.mu must be held; it is released.
+// finishLocked stops following the instances, cancels the tenure's contexts with rh.ended
+// and then closes its channel, as a Mutex's tenure does (tenure.finish): a caller that
+// learns of the end by a closed Done finds its HoldContext already cancelled. (Done was once
+// closed first.) Done and HoldContext asked meanwhile see rh.ended: a closed channel, a
+// cancelled context. rh.mu must be held; it is released.
 func (rh *redHold) finishLocked() {
 	cause := rh.ended
 	ro := rh.obs
 	rh.obs = nil
-	if rh.done != nil {
-		close(rh.done)
-		rh.done = nil
-	}
+	done := rh.done
+	rh.done = nil
 	subs := rh.subs
 	rh.subs = make(map[*func(error)]struct{})
 	var stops []func()
@@ -1704,6 +1705,9 @@ func (rh *redHold) finishLocked() {
 	}
 	for f := range subs {
 		(*f)(cause)
+	}
+	if done != nil {
+		close(done)
 	}
 	ro.ended(cause)
 }

@@ -463,6 +463,13 @@ func (rw *RWMutex) ReadHoldCount(ctx context.Context) (int, error) {
 // it: its write lock's forceUnlock leaves a read-locked lock alone and vice versa; an
 // operator freeing a stuck lock wants it free.
 func (rw *RWMutex) ForceUnlock(ctx context.Context) (bool, error) {
+	return rw.force(ctx, nil)
+}
+
+// force frees the lock, with ARGV seen appended to the force script's (ARGV[3...] of
+// rw_force.lua: the write token and hold fields seen; none frees whoever holds it). A lock
+// held otherwise than seen is left alone: the error wraps ErrConflict.
+func (rw *RWMutex) force(ctx context.Context, seen []string) (bool, error) {
 	m := rw.write()
 	if err := m.check(ctx); err != nil {
 		return false, err
@@ -472,9 +479,13 @@ func (rw *RWMutex) ForceUnlock(ctx context.Context) (bool, error) {
 	}
 	leases, _ := rwKeys(m.keys)
 	wch, rch := rwChannels(m.keys)
-	n, err := m.c.exec(ctx, lua.RWForce, []string{m.keys.lock, leases}, []string{m.c.pubArg(wch), m.c.pubArg(rch)}).AsInt64()
+	args := append([]string{m.c.pubArg(wch), m.c.pubArg(rch)}, seen...)
+	n, err := m.c.exec(ctx, lua.RWForce, []string{m.keys.lock, leases}, args).AsInt64()
 	if err != nil {
 		return false, classify("force unlock", m.name, err)
+	}
+	if n == -1 {
+		return false, errorf("force unlock %q: %w: nothing freed", m.name, ErrConflict)
 	}
 	return n == 1, nil
 }

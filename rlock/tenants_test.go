@@ -419,13 +419,14 @@ func TestTenants_keys(t *testing.T) {
 }
 
 // tenantRules are the ACL rules of a user for prefix: the hand-written rule (every command
-// but the dangerous ones; keys and channels of the prefix, both shapes) and rlock.ACLRule's.
-func tenantRules(prefix string) map[string][]string {
+// but the dangerous ones; keys and channels of the prefix, both shapes) and rlock.ACLRule's
+// (an error of ACLRule fails t).
+func tenantRules(t *testing.T, prefix string) map[string][]string {
 	return map[string][]string{
 		"handwritten": {"resetkeys", "resetchannels",
 			"~{" + prefix + "*", "~" + prefix + "*", "&{" + prefix + "*", "&" + prefix + "*",
 			"+@all", "-@dangerous"},
-		"ACLRule": strings.Fields(rlock.ACLRule(prefix)),
+		"ACLRule": aclRule(t, prefix),
 	}
 }
 
@@ -469,10 +470,10 @@ func TestTenants_aclUsers(t *testing.T) {
 	names := tenantNames(t, 10)
 	for _, rule := range []string{"handwritten", "ACLRule"} {
 		t.Run(rule, func(t *testing.T) {
-			a := tenantUser(t, srv, "tA-"+rule, tenantA, tenantRules(tenantA)[rule], rlock.WithWatchdogTimeout(secLease))
-			b := tenantUser(t, srv, "tB-"+rule, tenantB, tenantRules(tenantB)[rule])
+			a := tenantUser(t, srv, "tA-"+rule, tenantA, tenantRules(t, tenantA)[rule], rlock.WithWatchdogTimeout(secLease))
+			b := tenantUser(t, srv, "tB-"+rule, tenantB, tenantRules(t, tenantB)[rule])
 			b2 := tenantDial(t, srv, "tB-"+rule, tenantB)
-			t.Logf("tenant A's rule: %s", strings.Join(tenantRules(tenantA)[rule], " "))
+			t.Logf("tenant A's rule: %s", strings.Join(tenantRules(t, tenantA)[rule], " "))
 
 			t.Run("apart", func(t *testing.T) {
 				for _, p := range tenantPairs(names) {

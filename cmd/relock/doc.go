@@ -24,8 +24,10 @@
 //	--pubsub MODE      auto, classic or sharded: the pub/sub mode of those Clients, for the
 //	                   count of subscribers (default auto: sharded on a Cluster)
 //	--json             machine-readable output: one JSON object (list: one per line)
-//	--timeout D        bound of the connection and of each command's work: the whole walk of
-//	                   list, each refresh of watch (default 10s)
+//	--timeout D        bound of the connection and of each command's work: each name's
+//	                   inspection by list, each refresh of watch (default 10s)
+//	--walk-timeout D   list: bound of the whole walk, its inspections included (default 0:
+//	                   none; the walk ends when the keyspace is walked, or at Ctrl-C)
 //	--interval D       watch: time between refreshes (default 1s)
 //	--count N          watch: stop after N refreshes (default 0: until interrupted)
 //	--yes              force-unlock: do not ask for confirmation
@@ -38,8 +40,11 @@
 // watch never block or slow a lock, and need no more than rlock.InspectACLRule's rights.
 // force-unlock runs relock's force scripts, which publish on the lock's channel so that its
 // waiters (of every Client) wake and try again; it asks for confirmation on standard input
-// unless --yes is given, and prints what it freed. It frees locks only (a Mutex, SpinMutex,
-// FairMutex or RWMutex), never a semaphore's permits or a latch.
+// unless --yes is given, and prints what it freed. It frees only the holders it showed (or,
+// with --yes, read): the force is conditional on their owners and fencing token
+// (rlock.Client.ForceUnlockSeen), so a lock that changed hands meanwhile, even in the
+// instant before the force, is left alone (exit code 4). It frees locks only (a Mutex,
+// SpinMutex, FairMutex or RWMutex), never a semaphore's permits or a latch.
 //
 // relock writes nothing else to Redis: in particular it keeps no Client record
 // (rlock.WithClientInfo).
@@ -52,6 +57,6 @@
 //	2  bad usage: an unknown command or flag, a missing or extra argument
 //	3  nothing there: inspect of a name that holds nothing, force-unlock of a lock that
 //	   is not held
-//	4  force-unlock not confirmed, or the lock changed hands while the question was
-//	   asked (nothing freed: run it again)
+//	4  force-unlock not confirmed, or the lock changed hands since its holders were read
+//	   (nothing freed: run it again)
 package main

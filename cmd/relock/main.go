@@ -50,6 +50,7 @@ type config struct {
 	cacert              string
 	json, yes           bool
 	timeout, interval   time.Duration
+	walkTimeout         time.Duration // list: bound of the whole walk, 0 for none
 	count               int
 }
 
@@ -135,7 +136,10 @@ func (e *env) parse(cmd string, args []string) ([]string, error) {
 	fs.StringVar(&e.cfg.prefix, "prefix", rlock.DefaultKeyPrefix, "the key prefix of the Clients that made the locks")
 	fs.StringVar(&e.cfg.pubsub, "pubsub", "auto", "the pub/sub mode of those Clients: auto, classic or sharded")
 	fs.BoolVar(&e.cfg.json, "json", false, "machine-readable output (JSON)")
-	fs.DurationVar(&e.cfg.timeout, "timeout", 10*time.Second, "bound of the connection and of each command's work (list: the whole walk; watch: each refresh)")
+	fs.DurationVar(&e.cfg.timeout, "timeout", 10*time.Second, "bound of the connection and of each command's work (list: each name's inspection; watch: each refresh)")
+	if cmd == "list" {
+		fs.DurationVar(&e.cfg.walkTimeout, "walk-timeout", 0, "bound of the whole walk of the keyspace, its names' inspections included (0: none, until done or interrupted)")
+	}
 	if cmd == "watch" {
 		fs.DurationVar(&e.cfg.interval, "interval", time.Second, "time between refreshes")
 		fs.IntVar(&e.cfg.count, "count", 0, "stop after this many refreshes (0: until interrupted)")
@@ -157,6 +161,8 @@ func (e *env) parse(cmd string, args []string) ([]string, error) {
 	switch {
 	case e.cfg.timeout <= 0:
 		return nil, fmt.Errorf("--timeout %v is not positive", e.cfg.timeout)
+	case e.cfg.walkTimeout < 0:
+		return nil, fmt.Errorf("--walk-timeout %v is negative", e.cfg.walkTimeout)
 	case cmd == "watch" && e.cfg.interval <= 0:
 		return nil, fmt.Errorf("--interval %v is not positive", e.cfg.interval)
 	case e.cfg.count < 0:
@@ -250,15 +256,27 @@ func (e *env) show(in rlock.Info) error {
 	return writeText(e.stdout, in)
 }
 
+// list walks the names matching pattern and inspects each. --timeout bounds each name's
+// Inspect, not the walk (a large keyspace takes longer than any one bound): the walk ends
+// when SCAN is done, at --walk-timeout if set, or when interrupted; a server that stops
+// answering fails it by the connection's own timeout (rueidis's ConnWriteTimeout).
 func (e *env) list(ctx context.Context, pattern string) int {
-	ctx, cancel := context.WithTimeout(ctx, e.cfg.timeout)
-	defer cancel()
+	if e.cfg.walkTimeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, e.cfg.walkTimeout)
+		defer cancel()
+	}
 	header := false
 	for name, err := range e.client.List(ctx, pattern) {
 		if err != nil {
 			return e.fail(err)
 		}
-		in, err := e.client.Inspect(ctx, name)
+		if testHookListName != nil {
+			testHookListName(name)
+		}
+		ictx, cancel := context.WithTimeout(ctx, e.cfg.timeout)
+		in, err := e.client.Inspect(ictx, name)
+		cancel()
 		if err != nil && !errors.Is(err, rlock.ErrWrongType) {
 			return e.fail(err)
 		}
@@ -321,19 +339,12 @@ func (e *env) forceUnlock(parent context.Context, name string) int {
 	if err != nil {
 		return e.fail(err)
 	}
-	var force func(context.Context) (bool, error)
 	switch in.Kind {
-	case rlock.KindMutex, rlock.KindFairMutex:
-		// The fair lock's force tells every waiter of every Client (a Mutex's would wake
-		// one per Client), and a Mutex's and a SpinMutex's waiters wake to it as well.
-		force = e.client.FairMutex(name).ForceUnlock
-	case rlock.KindRWMutex:
-		force = e.client.RWMutex(name).ForceUnlock
-	case rlock.KindNone:
+	case rlock.KindMutex, rlock.KindFairMutex, rlock.KindRWMutex, rlock.KindNone:
 	default:
 		return e.fail(fmt.Errorf("force-unlock %q: a %s is not a lock: force-unlock frees locks only", name, in.Kind))
 	}
-	if force == nil || len(in.Holders) == 0 {
+	if in.Kind == rlock.KindNone || len(in.Holders) == 0 {
 		return e.nothingFreed(name, in.Kind, fmt.Sprintf("%s is not held: nothing to free", quoteName(name)), exitNothing)
 	}
 	if !e.cfg.yes {
@@ -349,20 +360,23 @@ func (e *env) forceUnlock(parent context.Context, name string) int {
 			return e.nothingFreed(name, in.Kind, "not confirmed: nothing freed", exitAborted)
 		}
 		// --timeout bounds the work, not the operator's reading: the force gets a bound of
-		// its own. And the answer confirms the holders shown, not whoever holds the lock
-		// now: read them again and free nothing when they changed meanwhile.
+		// its own.
 		var cancelForce context.CancelFunc
 		ctx, cancelForce = context.WithTimeout(parent, e.cfg.timeout)
 		defer cancelForce()
-		now, err := e.client.Inspect(ctx, name)
-		if err != nil {
-			return e.fail(err)
-		}
-		if !sameHolders(in, now) {
-			return e.nothingFreed(name, in.Kind, fmt.Sprintf("%s changed hands while you answered: nothing freed (run force-unlock again)", quoteName(name)), exitAborted)
-		}
 	}
-	freed, err := force(ctx)
+	if testHookBeforeForce != nil {
+		testHookBeforeForce()
+	}
+	// The answer (or --yes) is for the holders shown, not for whoever holds the lock when
+	// the force runs: the force frees nothing when a holder not shown, or another tenure
+	// (fencing token), holds it then, in the same script as the check. (The fair lock's
+	// force tells every waiter of every Client, and a Mutex's and a SpinMutex's waiters wake
+	// to it as well.)
+	freed, err := e.client.ForceUnlockSeen(ctx, in)
+	if errors.Is(err, rlock.ErrConflict) {
+		return e.nothingFreed(name, in.Kind, fmt.Sprintf("%s changed hands since it was shown: nothing freed (run force-unlock again)", quoteName(name)), exitAborted)
+	}
 	if err != nil {
 		return e.fail(err)
 	}
@@ -383,6 +397,14 @@ func (e *env) forceUnlock(parent context.Context, name string) int {
 	fmt.Fprintf(e.stdout, "its waiters were told (Clients subscribed: %d)\n", in.Subscribers+in.ReadSubscribers)
 	return exitOK
 }
+
+// testHookListName, when set (by tests only), runs for each name list found, before it
+// inspects it.
+var testHookListName func(name string)
+
+// testHookBeforeForce, when set (by tests only), runs after the holders were shown and the
+// force confirmed, just before the force is sent.
+var testHookBeforeForce func()
 
 // nothingFreed ends a force-unlock that freed nothing with code: msg on stdout, or with
 // --json the JSON object of a force-unlock with no holder freed on stdout and msg on
@@ -416,20 +438,6 @@ func redactURL(u string) string {
 		return u
 	}
 	return u[:i+3] + rest[:colon+1] + "xxxxx" + rest[at:]
-}
-
-// sameHolders reports whether b shows the same tenure as a: the same kind, fencing token
-// and owners in the same modes.
-func sameHolders(a, b rlock.Info) bool {
-	if a.Kind != b.Kind || a.Token != b.Token || len(a.Holders) != len(b.Holders) {
-		return false
-	}
-	for i := range a.Holders {
-		if a.Holders[i].Owner != b.Holders[i].Owner || a.Holders[i].Mode != b.Holders[i].Mode {
-			return false
-		}
-	}
-	return true
 }
 
 func jsonCode(e *env, err error) int {

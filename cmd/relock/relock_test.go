@@ -372,7 +372,9 @@ func TestRelock_usageAndFailures(t *testing.T) {
 	require.Contains(t, errOut, "dial")
 
 	srv := redistest.Start(t)
-	args := append([]string{"ACL", "SETUSER", "inspector", "reset", "on", ">pw"}, strings.Fields(rlock.InspectACLRule(""))...)
+	rule, err := rlock.InspectACLRule("")
+	require.NoError(t, err)
+	args := append([]string{"ACL", "SETUSER", "inspector", "reset", "on", ">pw"}, strings.Fields(rule)...)
 	srv.Do(t, args...)
 	url := "redis://inspector:pw@" + srv.Addr()
 	c, err := rlock.New(srv.Client(t))

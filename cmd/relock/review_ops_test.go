@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"io"
 	"strings"
@@ -131,4 +132,92 @@ func TestReviewOps_badURLEchoesPassword(t *testing.T) {
 	_, errOut, code := relock(t, "", "list", "--url", "redis://ops:s3cret@[::1")
 	require.Equal(t, exitUsage, code)
 	require.NotContains(t, errOut, "s3cret")
+}
+
+// TestForceUnlock_holderChangedBeforeTheForce: the holder shown releases and another owner
+// takes the lock in the instant between the last read and the force (a hook of the command
+// runs there): force-unlock frees nothing, says so and exits non-zero, with --yes and after
+// a confirmation alike. (It re-read the holders after the confirmation, but the force freed
+// whoever held the lock when it ran: the new owner's tenure, never shown.)
+func TestForceUnlock_holderChangedBeforeTheForce(t *testing.T) {
+	srv := redistest.Start(t)
+	url := "redis://" + srv.Addr()
+	a, err := rlock.New(srv.Client(t))
+	require.NoError(t, err)
+	defer a.Close()
+	b, err := rlock.New(srv.Client(t))
+	require.NoError(t, err)
+	defer b.Close()
+	for _, tc := range []struct {
+		kind  string
+		stdin string
+		args  []string
+	}{
+		{"mutex", "", []string{"--yes"}},
+		{"mutex", "y\n", nil},
+		{"rw", "", []string{"--yes"}},
+		{"rw", "y\n", nil},
+	} {
+		t.Run(tc.kind+"/"+map[bool]string{true: "yes", false: "confirmed"}[tc.stdin == ""], func(t *testing.T) {
+			name := redistest.Name(t)
+			var lockA, unlockA, lockB, unlockB func(context.Context) error
+			if tc.kind == "mutex" {
+				ma, mb := a.Mutex(name), b.Mutex(name)
+				lockA, unlockA, lockB, unlockB = ma.Lock, ma.Unlock, mb.Lock, mb.Unlock
+			} else {
+				ra, rb := a.RWMutex(name), b.RWMutex(name)
+				lockA, unlockA, lockB, unlockB = ra.Lock, ra.Unlock, rb.Lock, rb.Unlock
+			}
+			require.NoError(t, lockA(bg))
+			hooked := false
+			testHookBeforeForce = func() {
+				hooked = true
+				require.NoError(t, unlockA(bg))
+				require.NoError(t, lockB(bg))
+			}
+			defer func() { testHookBeforeForce = nil }()
+			args := append([]string{"force-unlock", "--url", url}, tc.args...)
+			out, errOut, code := relock(t, tc.stdin, append(args, name)...)
+			require.True(t, hooked, "the force was not reached: exit %d\n%s%s", code, errOut, out)
+			in, err := b.Inspect(bg, name)
+			require.NoError(t, err)
+			require.Len(t, in.Holders, 1, "force-unlock freed a holder it never showed: exit %d\n%s%s", code, errOut, out)
+			require.Equal(t, b.ID(), in.Holders[0].ClientID)
+			require.Equal(t, exitAborted, code, "stdout: %s\nstderr: %s", out, errOut)
+			require.Contains(t, out, "changed hands")
+			require.Contains(t, out, "nothing freed")
+			require.NoError(t, unlockB(bg))
+		})
+	}
+}
+
+// TestList_timeoutPerName: --timeout bounds each name's inspection, not the whole walk: a
+// walk that takes longer than --timeout in all (a hook makes each name take 1.2s of a 2s
+// --timeout) lists every name; --walk-timeout bounds the whole walk when asked. (list gave
+// the whole walk one --timeout: a keyspace whose names took longer in all failed.)
+func TestList_timeoutPerName(t *testing.T) {
+	srv := redistest.Start(t)
+	url := "redis://" + srv.Addr()
+	c, err := rlock.New(srv.Client(t))
+	require.NoError(t, err)
+	defer c.Close()
+	names := []string{"walk-a", "walk-b"}
+	for _, n := range names {
+		require.NoError(t, c.Mutex(n).Lock(bg))
+	}
+	testHookListName = func(string) { time.Sleep(1200 * time.Millisecond) }
+	defer func() { testHookListName = nil }()
+	out, errOut, code := relock(t, "", "list", "--url", url, "--timeout", "2s", "walk-*")
+	require.Equal(t, exitOK, code, "stdout: %s\nstderr: %s", out, errOut)
+	for _, n := range names {
+		require.Contains(t, out, n)
+	}
+
+	out, errOut, code = relock(t, "", "list", "--url", url, "--timeout", "2s", "--walk-timeout", "1s", "walk-*")
+	require.Equal(t, exitFailed, code, "stdout: %s\nstderr: %s", out, errOut)
+	require.Contains(t, errOut, "deadline exceeded")
+
+	_, errOut, code = relock(t, "", "list", "--url", url, "--walk-timeout", "-1s")
+	require.Equal(t, exitUsage, code)
+	require.Contains(t, errOut, "--walk-timeout -1s is negative")
 }
