@@ -2,7 +2,6 @@ package rlock
 
 import (
 	"context"
-	"sync"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -21,7 +20,9 @@ import (
 // for the send's answer before it replays: a replay never overtakes its own first send.
 
 // inflight is one such send. Its fields are the send's inputs (copied: the caller's buffers
-// are reused by its next attempt) and its outcome, written before done is signalled.
+// are reused by its next attempt) and its outcome, written before done is signalled. It is
+// not pooled: its context (sc) may still be read by contexts rueidis derived from it after
+// the answer.
 type inflight struct {
 	c    *Client
 	ctx  context.Context
@@ -42,14 +43,11 @@ type inflight struct {
 	done  chan struct{} // receives once when the outcome is written
 }
 
-var inflightPool = sync.Pool{New: func() any { return &inflight{done: make(chan struct{}, 1)} }}
-
 // send starts s with keys and args on a goroutine of its own; it returns the send, whose
 // outcome await and wait give. The send's context keeps ctx's values and ends at sent plus
 // the cleanup timeout, or with the Client (Close; rueidis may heed only the deadline).
 func (c *Client) send(ctx context.Context, sent time.Time, acquire bool, s *lua.Script, keys, args []string) *inflight {
-	f := inflightPool.Get().(*inflight)
-	f.c, f.s, f.acquire = c, s, acquire
+	f := &inflight{c: c, s: s, acquire: acquire, done: make(chan struct{}, 1)}
 	if len(keys)+len(args) <= len(f.kv) {
 		n := copy(f.kv[:], keys)
 		copy(f.kv[n:], args)
@@ -89,20 +87,24 @@ func (f *inflight) run() {
 }
 
 // await waits for the send's outcome or ctx's end. It reports false when ctx ended first:
-// the send is then still under way, and the caller must hand it over (wait, then release).
+// the send is then still under way, and the caller must hand it over (wait).
 func (f *inflight) await(ctx context.Context) bool {
 	select {
 	case <-f.done:
 		return true
 	case <-ctx.Done():
-		return false
+		select { // an answer that is there already is taken
+		case <-f.done:
+			return true
+		default:
+			return false
+		}
 	}
 }
 
 // wait waits for the send's outcome, or the Client's Close (work in the background must not
 // outlast Close, and rueidis may not heed the send's context). It reports false when Close
-// came first: the outcome is unknown, and the send is left to end on its own (it must not
-// be released).
+// came first: the outcome is unknown, and the send is left to end on its own.
 func (f *inflight) wait() bool {
 	select {
 	case <-f.done:
@@ -110,13 +112,6 @@ func (f *inflight) wait() bool {
 	case <-f.c.life.Done():
 		return false
 	}
-}
-
-// release returns the send to the pool; its outcome must have been read, and nothing may
-// use it after.
-func (f *inflight) release() {
-	*f = inflight{done: f.done}
-	inflightPool.Put(f)
 }
 
 // leave runs f, a read that changes nothing, on a goroutine of its own and returns its

@@ -612,7 +612,6 @@ func (m *Mutex) attempt(ctx context.Context, h *hold, lease time.Duration, renew
 		f := m.c.send(ctx, sent, true, m.v.acquire, keys, args)
 		if f.await(ctx) {
 			vals, acked, err = append(b.vals[:0], f.vals...), f.acked, f.err
-			f.release()
 		} else {
 			left, err = f, errorf("%w: %w", ErrUnknownOutcome, ctx.Err())
 		}
@@ -626,7 +625,6 @@ func (m *Mutex) attempt(ctx context.Context, h *hold, lease time.Duration, renew
 				m.unresolved(h, lease) // closed first
 				return
 			}
-			defer left.release() // vals points into it
 			vals, err := left.vals, left.err
 			first := err
 			if err != nil && !definitive(err) {

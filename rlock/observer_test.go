@@ -540,15 +540,20 @@ func TestObserver_giveBack(t *testing.T) {
 		require.False(t, ok)
 		require.ErrorIs(t, err, context.Canceled)
 		require.NoError(t, c.Close()) // waits for the background give-back
-		// The caller's replay gives up with it (Replay with ErrUnknownOutcome); the background
-		// one resolves the grant, which is given back: no tenure is reported for it.
+		// When the lost reply's error reaches the caller before its cancel does, the caller's
+		// replay gives up with it (Replay with ErrUnknownOutcome); otherwise the caller leaves
+		// the first send to the background at once. Either way the background resolves the
+		// grant, which is given back: no tenure is reported for it.
 		ev := r.take()
 		calls := shorts(ev)
-		require.Equal(t, []string{"AS mutex", "RP mutex acquire"}, calls[:2])
-		require.ErrorIs(t, ev[1].(rlock.ReplayInfo).Err, rlock.ErrUnknownOutcome)
-		require.ElementsMatch(t, []string{"AD mutex canceled a=1", "RP mutex acquire", "GB mutex canceled"}, calls[2:])
+		require.Equal(t, "AS mutex", calls[0])
+		rest := calls[1:]
+		if ri, ok := ev[1].(rlock.ReplayInfo); ok && errors.Is(ri.Err, rlock.ErrUnknownOutcome) {
+			rest = calls[2:]
+		}
+		require.ElementsMatch(t, []string{"AD mutex canceled a=1", "RP mutex acquire", "GB mutex canceled"}, rest)
 		var bgEvents []string
-		for _, s := range calls[2:] {
+		for _, s := range rest {
 			if s != "AD mutex canceled a=1" {
 				bgEvents = append(bgEvents, s)
 			}

@@ -474,11 +474,12 @@ func (c *Client) semAcquire(ctx context.Context, site replaySite, s *lua.Script,
 	f := c.send(ctx, time.Now(), false, s, keys, args)
 	if !f.await(ctx) {
 		keys, args = f.keys, f.args // the send's copies: the caller's may be reused
+		done := make(chan struct{})
 		c.background(func() {
+			defer close(done)
 			if !f.wait() {
 				return // closed first: a grant expires with the semaphore's own rules
 			}
-			defer f.release() // keys and args point into it
 			res, err := f.res, f.err
 			if err != nil && !definitive(err) {
 				cctx, cancel := c.cleanupCtx(ctx)
@@ -489,10 +490,10 @@ func (c *Client) semAcquire(ctx context.Context, site replaySite, s *lua.Script,
 				leftGranted(res)
 			}
 		})
+		(&grace{}).wait(ctx, done) // the common case resolves before the caller returns
 		return rueidis.RedisResult{}, false, ctx.Err()
 	}
 	res, err = f.res, f.err
-	f.release()
 	if err == nil || definitive(err) {
 		return res, false, err
 	}
@@ -508,11 +509,14 @@ func (c *Client) semAcquire(ctx context.Context, site replaySite, s *lua.Script,
 		cancel()
 		return res, true, err
 	}
+	done := make(chan struct{})
 	c.background(func() {
+		defer close(done)
 		defer cancel()
 		if res, err := c.replay(cctx, nil, site, s, keys, args, first); err == nil {
 			leftGranted(res)
 		}
 	})
+	(&grace{}).wait(ctx, done)
 	return rueidis.RedisResult{}, true, ctx.Err()
 }
