@@ -335,6 +335,9 @@ func (a *acquisition) attempt(waiting bool) (bool, time.Duration, error) {
 type attemptBuf struct {
 	kv   [6]string // KEYS then ARGV
 	vals [3]int64
+	// direct: the caller does not wait on the attempt itself (a RedLock round's instance,
+	// whose round leaves it at ctx's end), so the first send needs no goroutine of its own.
+	direct bool
 }
 
 // claimedAtEnd settles a wait that ended (with ok, err) while a release had claimed its
@@ -605,7 +608,7 @@ func (m *Mutex) attempt(ctx context.Context, h *hold, lease time.Duration, renew
 	var acked int64
 	var err error
 	var left *inflight // the first send, still under way when the caller's ctx ended
-	if ctx.Done() == nil {
+	if ctx.Done() == nil || b.direct {
 		vals, acked, err = m.c.execAcquire(ctx, m.v.acquire, keys, args, b.vals[:0])
 	} else {
 		// A ctx that can end: the caller must be able to leave (see inflight).

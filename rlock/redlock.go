@@ -310,6 +310,7 @@ func (m *Mutex) attemptOnce(ctx context.Context, lease time.Duration, renew, que
 	}
 	defer m.c.unref(h)
 	a := &acquisition{m: m, ctx: ctx, h: h, lease: lease, renew: renew, queue: queue}
+	a.buf.direct = true // the round leaves this attempt at ctx's end (RedLock.round)
 	ok, ttl, err := a.attempt(waiting)
 	return instResult{ok: ok, ttl: ttl, err: err}
 }
