@@ -79,7 +79,7 @@ if next then
   -- A fresh grant to the successor, its token as acquire.lua computes it. The fence is
   -- written first, so that a fence of another type fails the script before the lock is
   -- touched.
-  local token = grantToken(KEYS[3])
+  local token, flagged = grantToken(KEYS[3])
   if not token then
     return redis.error_reply('WRONGTYPE ' .. KEYS[3] .. ' holds a string that is not a fencing token')
   end
@@ -91,6 +91,9 @@ if next then
   -- fail half-way, with the lock freed and not passed on.
   redis.call('hdel', lock, owner, reqField)
   redis.call('hset', lock, next, '1', 'q:' .. next, nextReq, 'token', token, 'w', '1')
+  if flagged then
+    redis.call('hset', lock, spentFlag, '1') -- the fence records spent ids (lib_fence.lua)
+  end
   local r = redis.pcall('pexpire', lock, nextLease)
   if type(r) == 'table' and r.err then
     -- No lock without an expiry (an ACL without PEXPIRE): the hand-off is undone, and the

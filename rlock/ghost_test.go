@@ -1,0 +1,139 @@
+package rlock_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/redis/rueidis"
+	"github.com/stretchr/testify/require"
+
+	"github.com/relock-go/relock/internal/redistest"
+	"github.com/relock-go/relock/rlock"
+)
+
+// ghostKinds are the locks whose acquire carries a request id that a replay resends: each
+// must refuse the request's first send when it reaches Redis after the replay.
+var ghostKinds = []struct {
+	name string
+	lock func(c *rlock.Client, name string) rlock.Locker
+}{
+	{"mutex", func(c *rlock.Client, n string) rlock.Locker { return c.Mutex(n) }},
+	{"fair", func(c *rlock.Client, n string) rlock.Locker { return c.FairMutex(n) }},
+	{"spin", func(c *rlock.Client, n string) rlock.Locker { return c.SpinMutex(n) }},
+	{"rw-write", func(c *rlock.Client, n string) rlock.Locker { return c.RWMutex(n) }},
+	{"rw-read", func(c *rlock.Client, n string) rlock.Locker { return c.RWMutex(n).RLocker() }},
+}
+
+// TestGhost_lateFirstSendAfterItsReplay: an acquire whose caller gave up while its first send
+// waited to be written is resolved by a replay (same request id), and the first send reaches
+// Redis only afterwards (holdingClient). Whatever the replay found, the late first send must
+// change nothing, for every kind of lock and in each case:
+//   - fresh: the replay took the free lock and gave it back (the caller had gone): the late
+//     first send must not take it again (a ghost hold, unrenewed, until its lease ends);
+//   - reentry: the owner held the lock once, the replay re-entered and gave the hold back:
+//     the late first send must not add a hold Redis counts and the Client does not;
+//   - refused: another owner held the lock, the replay was refused; that owner then gave it
+//     back: the late first send must not take the now free lock (nor queue, nor claim).
+func TestGhost_lateFirstSendAfterItsReplay(t *testing.T) {
+	for _, kind := range ghostKinds {
+		for _, sc := range []string{"fresh", "reentry", "refused"} {
+			t.Run(kind.name+"/"+sc, func(t *testing.T) {
+				eachBackend(t, func(t *testing.T, b *backend) {
+					gave := make(chan rlock.GiveBackInfo, 4)
+					replayed := make(chan rlock.ReplayInfo, 8)
+					hc := &holdingClient{Client: b.rueidis(t), kept: make(chan rueidis.Completed, 1)}
+					c, err := rlock.New(hc, rlock.WithObserver(&rlock.Observer{
+						GiveBack: func(e rlock.GiveBackInfo) { gave <- e },
+						Replay: func(e rlock.ReplayInfo) {
+							if e.Op == "acquire" && e.Err == nil {
+								replayed <- e
+							}
+						},
+					}))
+					require.NoError(t, err)
+					defer c.Close()
+					name := redistest.Name(t)
+					m := kind.lock(c, name)
+					key := c.Mutex(name).Key() // every kind's lock hash
+					other := kind.lock(b.client(t), name)
+
+					switch sc {
+					case "reentry":
+						ok, err := m.TryLock(bg, 0, 0)
+						require.NoError(t, err)
+						require.True(t, ok)
+					case "refused":
+						ok, err := other.TryLock(bg, 0, 0)
+						require.NoError(t, err)
+						require.True(t, ok)
+					}
+
+					ctx, cancel := context.WithCancel(bg)
+					defer cancel()
+					hc.cancel = cancel
+					hc.armed.Store(true)
+					ok, err := m.TryLock(ctx, time.Minute, 0)
+					require.False(t, ok)
+					require.ErrorIs(t, err, context.Canceled)
+					// The replay, in the background, resolves the request.
+					select {
+					case <-replayed:
+					case <-time.After(10 * time.Second):
+						t.Fatal("the acquire was not resolved by a replay")
+					}
+					if sc != "refused" {
+						select {
+						case e := <-gave:
+							require.Equal(t, rlock.GiveBackCanceled, e.Reason)
+							require.NoError(t, e.Err)
+						case <-time.After(10 * time.Second):
+							t.Fatal("the replay's grant was not given back")
+						}
+					}
+					switch sc {
+					case "fresh":
+						require.False(t, b.exists(t, key), "the replay's grant was given back")
+					case "refused":
+						require.NoError(t, other.Unlock(bg))
+						require.False(t, b.exists(t, key), "the other owner gave the lock back")
+					}
+
+					hc.deliver(t) // the first send arrives last
+
+					if sc == "reentry" {
+						// One hold in Redis, as the Client counts (the Client would give an
+						// extra hold back with the last Unlock of a handle owner, but not before).
+						n, err := holdCount(m)
+						require.NoError(t, err)
+						require.Equal(t, 1, n, "holds in Redis after the late first send")
+						require.NoError(t, m.Unlock(bg))
+					}
+					require.False(t, b.exists(t, key), "the late first send changed the lock for a caller that has gone")
+					for _, suffix := range []string{":queue", ":writers"} {
+						require.False(t, b.exists(t, key+suffix), "the late first send left a place (%s)", suffix)
+					}
+					// The lock is free for everyone at once.
+					ok, err = other.TryLock(bg, 0, 0)
+					require.NoError(t, err)
+					require.True(t, ok, "another owner takes the free lock")
+					require.NoError(t, other.Unlock(bg))
+				})
+			})
+		}
+	}
+}
+
+// holdCount is the caller's owner's hold count on l in Redis (the write holds of an RWMutex).
+func holdCount(l rlock.Locker) (int, error) {
+	switch l := l.(type) {
+	case interface {
+		HoldCount(context.Context) (int, error)
+	}:
+		return l.HoldCount(bg)
+	case *rlock.RWMutex:
+		return l.WriteHoldCount(bg)
+	}
+	return 0, fmt.Errorf("holdCount: unknown lock kind %T", l)
+}
