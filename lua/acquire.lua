@@ -30,6 +30,7 @@
 -- An uncontended grant costs six server calls, this script's included (EVALSHA, EXISTS, TIME,
 -- SET, HSET, PEXPIRE); the release after it three (release.lua). Spent ids cost a first send
 -- nothing more unless the fence records some (a replay on this name within a minute or so).
+--#include lib_spent
 --#include lib_fence
 --#include lib_refusal
 local lock, fence = KEYS[1], KEYS[2]

@@ -28,6 +28,7 @@
 --         a WRONGTYPE error, with nothing written, when a key holds another type (or the
 --           fence a string that is not a token)
 -- A dead waiter's place (alive score in the past, or no alive score) is purged first.
+--#include lib_spent
 --#include lib_fence
 --#include lib_refusal
 --#include lib_publish

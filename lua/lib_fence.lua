@@ -8,23 +8,12 @@
 -- clock reads later than at the name's last grant.
 -- The current holder's token is kept in the lock hash itself (field 'token'), not read back
 -- from the fence, so that a re-entry or a replay answers it even if the fence is gone.
---
--- Spent request ids. An acquire's first send that the caller gave up on may still reach
--- Redis after its replay (rueidis spreads a client's commands over several connections, so
--- nothing orders the two): had the replay's grant been given back by then, the first send
--- would take the lock afresh for a caller that has gone (a ghost hold, until its lease
--- ends). So a replay (its request id sent as '+' .. id, see spentMark) spends its id: the
--- fence keeps it after the token, as '/' .. id .. '/' .. until (server ms), for spentKeep ms
--- or the request's lease if longer, and no acquire grants (nor queues, nor claims) under a
--- spent id. Fresh grants read the fence anyway, so a lock that no replay touched pays
--- nothing; while a record may live, the lock hash carries the field g (spentFlag), which
--- tells re-entries to read the fence too. A fence keeps at most spentMax records, the newest.
+-- The fence also keeps a lock's spent request ids (lib_spent.lua), after the token: no
+-- acquire grants (nor queues, nor claims) under a spent id. Fresh grants read the fence
+-- anyway, so a lock that no replay touched pays nothing; while a record may live, the lock
+-- hash carries the field g (spentFlag), which tells re-entries to read the fence too.
 local fenceTTL = 86400000
 local fenceTTLArg = tostring(fenceTTL) -- as Redis takes it: a string converts for free
-local spentKeep = 60000
-local spentMax = 32
-local spentMark = 43 -- '+': the byte that starts a replay's request id
-local spentFlag = 'g'
 
 -- splitFence(v) returns the token of fence value v and its spent records (the rest of v,
 -- '' when none), or nil when v is not a fence value.
@@ -34,40 +23,6 @@ local function splitFence(v)
     return tok, rest
   end
   return nil
-end
-
--- liveSpent(rest, nowMs, req, room) returns the records of rest still live at nowMs (at most
--- spentMax - room of them, the newest), and whether req is among them.
-local function liveSpent(rest, nowMs, req, room)
-  local out, spent = {}, false
-  for id, at in string.gmatch(rest, '/([^/]+)/(%d+)') do
-    if tonumber(at) > nowMs then
-      out[#out + 1] = '/' .. id .. '/' .. at
-      if id == req then
-        spent = true
-      end
-    end
-  end
-  return table.concat(out, '', math.max(1, #out - spentMax + room + 1)), spent
-end
-
--- spentRecord is the record of request id req spent until server time untilMs.
-local function spentRecord(req, untilMs)
-  return '/' .. req .. '/' .. string.format('%.0f', untilMs)
-end
-
--- replayOf(req) returns the request id that ARGV req names, and whether it is a replay's.
-local function replayOf(req)
-  if string.byte(req) == spentMark then
-    return string.sub(req, 2), true
-  end
-  return req, false
-end
-
--- serverMs is the server's clock in milliseconds.
-local function serverMs()
-  local t = redis.call('time')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
 -- fenceSpent(fence, req, nowMs) returns whether the fence records req as spent at nowMs, and

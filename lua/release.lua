@@ -33,6 +33,7 @@
 -- No release record is written: an uncontended release costs three server calls, this
 -- script's included (EVALSHA, HMGET, DEL), and a fourth (PUBLISH) only when a waiter is told.
 -- Runs with allow-oom: giving a lock back must work on a full server.
+--#include lib_spent
 --#include lib_fence
 --#include lib_publish
 local lock, forced = KEYS[1], KEYS[2]

@@ -37,6 +37,7 @@
 --                            something else than a token; nothing is written
 -- Every call first drops the holds whose lease has ended (and expired claims), so that a
 -- crashed holder stops blocking others at the end of its own lease.
+--#include lib_spent
 --#include lib_fence
 --#include lib_refusal
 local lock, fence, leases, writers = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
