@@ -172,3 +172,69 @@ func TestAcquire_spentRequestIDs(t *testing.T) {
 		})
 	}
 }
+
+// TestPsemAcquire_spentPermitIDs: a resend of a permit acquire ('+' .. id) that grants spends
+// the permit id in the semaphore's hash: once the permit is given back, the id's first send
+// grants nothing. A refused resend spends nothing (the caller's next attempt reuses the id).
+func TestPsemAcquire_spentPermitIDs(t *testing.T) {
+	eachServer(t, func(t *testing.T, tc server) {
+		ctx := context.Background()
+		do := func(args ...string) rueidis.RedisResult {
+			t.Helper()
+			return tc.c.Do(ctx, tc.c.B().Arbitrary(args...).Build())
+		}
+		defer do("DEL", "{p}", "{p}:leases", "{p}:log", "{p}:logx")
+		acq := func(id string) []int64 {
+			t.Helper()
+			v, err := lua.PsemAcquire.Lua(tc.flags).Exec(ctx, tc.c, []string{"{p}", "{p}:leases"}, []string{id, "10000"}).AsIntSlice()
+			if err != nil {
+				t.Fatalf("acquire %s: %v", id, err)
+			}
+			return v
+		}
+		release := func(id, req string) {
+			t.Helper()
+			n, err := lua.PsemRelease.Lua(tc.flags).Exec(ctx, tc.c, []string{"{p}", "{p}:leases", "{p}:log", "{p}:logx"},
+				[]string{id, req, "10000", ""}).AsInt64()
+			if err != nil || n != 1 {
+				t.Fatalf("release %s: %v %v", id, n, err)
+			}
+		}
+		held := func() int64 {
+			t.Helper()
+			n, _ := do("ZCARD", "{p}:leases").AsInt64()
+			return n
+		}
+		do("HSET", "{p}", "permits", "1")
+		if v := acq("+p1"); v[0] != 1 {
+			t.Fatalf("resend of p1: %v", v)
+		}
+		if v := acq("+p1"); v[0] != 1 || held() != 1 {
+			t.Fatalf("resend of p1 again: %v, %d held", v, held())
+		}
+		release("p1", "r1")
+		if v := acq("p1"); v[0] != 0 || held() != 0 {
+			t.Fatalf("late first send of p1: %v, %d held", v, held())
+		}
+		// A refused resend spends nothing.
+		if v := acq("p2"); v[0] != 1 {
+			t.Fatalf("p2: %v", v)
+		}
+		if v := acq("+p3"); v[0] != 0 {
+			t.Fatalf("resend of p3 with no permit free: %v", v)
+		}
+		release("p2", "r2")
+		if v := acq("p3"); v[0] != 1 {
+			t.Fatalf("p3 after a refused resend: %v", v)
+		}
+		release("p3", "r3")
+		// Ended records go with the next grant.
+		do("HSET", "{p}", "spent", "/p9/1")
+		if v := acq("p9"); v[0] != 1 {
+			t.Fatalf("p9 with an ended record: %v", v)
+		}
+		if n, _ := do("HEXISTS", "{p}", "spent").AsInt64(); n != 0 {
+			t.Fatal("the ended records were kept")
+		}
+	})
+}

@@ -137,3 +137,49 @@ func holdCount(l rlock.Locker) (int, error) {
 	}
 	return 0, fmt.Errorf("holdCount: unknown lock kind %T", l)
 }
+
+// TestGhost_permitLateFirstSendAfterItsReplay: a permit acquire whose caller gave up while
+// its first send waited to be written is resolved by a resend, which takes the permit and
+// gives it back; the first send, reaching Redis last, must not take the permit again (a
+// permit nobody holds, until its lease ends).
+func TestGhost_permitLateFirstSendAfterItsReplay(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		gave := make(chan rlock.GiveBackInfo, 1)
+		hc := &holdingClient{Client: b.rueidis(t), kept: make(chan rueidis.Completed, 1)}
+		c, err := rlock.New(hc, rlock.WithObserver(&rlock.Observer{GiveBack: func(e rlock.GiveBackInfo) { gave <- e }}))
+		require.NoError(t, err)
+		defer c.Close()
+		p := c.PermitSemaphore(redistest.Name(t))
+		ok, err := p.TrySetPermits(bg, 1)
+		require.NoError(t, err)
+		require.True(t, ok)
+		ctx, cancel := context.WithCancel(bg)
+		defer cancel()
+		hc.cancel = cancel
+		hc.armed.Store(true)
+		_, err = p.Acquire(ctx, time.Minute)
+		require.ErrorIs(t, err, context.Canceled)
+		select {
+		case e := <-gave:
+			require.Equal(t, rlock.GiveBackCanceled, e.Reason)
+			require.NoError(t, e.Err)
+		case <-time.After(10 * time.Second):
+			t.Fatal("the resend's permit was not given back")
+		}
+		n, err := p.AvailablePermits(bg)
+		require.NoError(t, err)
+		require.Equal(t, 1, n)
+
+		hc.deliver(t) // the first send arrives last
+
+		n, err = p.AvailablePermits(bg)
+		require.NoError(t, err)
+		require.Equal(t, 1, n, "the late first send took a permit for a caller that has gone")
+		// The permit is free for everyone.
+		q := b.client(t).PermitSemaphore(p.Name())
+		permit, ok, err := q.TryAcquire(bg, 0, time.Minute)
+		require.NoError(t, err)
+		require.True(t, ok)
+		require.NoError(t, q.Release(bg, permit.ID))
+	})
+}

@@ -694,9 +694,12 @@ const spentMark = "+"
 
 // replayArgs returns an acquire script's ARGV (lease, owner, request id, ...) as its replays
 // send them: the request id marked as a replay's (spentMark). args is left as it is.
-func replayArgs(args []string) []string {
+func replayArgs(args []string) []string { return replayArgsAt(args, 2) }
+
+// replayArgsAt is replayArgs for a script whose request id is args[i].
+func replayArgsAt(args []string, i int) []string {
 	r := append([]string(nil), args...)
-	r[2] = spentMark + r[2]
+	r[i] = spentMark + r[i]
 	return r
 }
 

@@ -39,7 +39,9 @@ import (
 // # Replays
 //
 // An acquire carries its permit id, made before the first send: a resend of an acquire
-// whose reply was lost finds its live permit and is answered, not granted twice. Release,
+// whose reply was lost finds its live permit and is answered, not granted twice. A resend
+// that grants also spends the id (for the lease, or a minute if longer): the first send,
+// if it reaches Redis only after the permit was given back, grants nothing. Release,
 // TrySetPermits and AddPermits carry request ids that Redis remembers for twice the cleanup
 // timeout, like a [Semaphore]'s. An Acquire granted by a resend after its context ended
 // releases the permit before it returns; a permit whose acquire ends in [ErrUnknownOutcome]
@@ -50,7 +52,7 @@ import (
 // # Keys
 //
 // The number of permits is the field "permits" of a hash at [PermitSemaphore.Key]
-// ("{<prefix><name>}"); the leases are a sorted set at "...:leases" (permit id -> lease end
+// ("{<prefix><name>}"; its field "spent" lists the permit ids spent by resends); the leases are a sorted set at "...:leases" (permit id -> lease end
 // in server milliseconds; expired members are purged by every acquire and release, and the
 // key expires with its last lease); the request log and the channel are named as for a
 // [Semaphore]. All share one hash slot. A Semaphore or PermitSemaphore used on the name of
@@ -232,7 +234,9 @@ func (p *PermitSemaphore) acquireAs(ctx context.Context, wait, lease time.Durati
 func (p *PermitSemaphore) attempt(ctx context.Context, id string, lease time.Duration) (bool, time.Duration, error) {
 	keys := []string{p.keys.sem, p.keys.leases}
 	args := []string{id, strconv.FormatInt(lease.Milliseconds(), 10)}
-	res, replayed, err := p.c.semRun(ctx, replaySite{kind: KindPermitSemaphore, name: p.name, op: "acquire"}, false, lua.PsemAcquire, keys, args)
+	// A resend spends the permit id once it grants (psem_acquire.lua), so that a first send
+	// reaching Redis after it grants nothing again.
+	res, replayed, err := p.c.semRun(ctx, replaySite{kind: KindPermitSemaphore, name: p.name, op: "acquire"}, false, lua.PsemAcquire, keys, args, 0)
 	var vals []int64
 	if err == nil {
 		vals, err = res.AsIntSlice()

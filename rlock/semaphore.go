@@ -162,10 +162,12 @@ func (c *Client) semKeep() string {
 // until Redis answers, within the cleanup timeout ([Client.replay]). The scripts remember the
 // requests they applied for twice the cleanup timeout, so every resend is answered truly.
 // detached sends even the first request on a context that ignores ctx's end (giving permits
-// back). replayed reports whether the answer came from a resend.
+// back). replayed reports whether the answer came from a resend. mark, when >= 0, is the
+// index in args of an id that the resends mark as a replay's (replayArgsAt: a permit acquire
+// spends its permit id).
 //
 // site names the request for the observer's Replay event.
-func (c *Client) semRun(ctx context.Context, site replaySite, detached bool, s *lua.Script, keys, args []string) (res rueidis.RedisResult, replayed bool, err error) {
+func (c *Client) semRun(ctx context.Context, site replaySite, detached bool, s *lua.Script, keys, args []string, mark int) (res rueidis.RedisResult, replayed bool, err error) {
 	var sctx context.Context
 	var cancel context.CancelFunc
 	if detached {
@@ -186,13 +188,16 @@ func (c *Client) semRun(ctx context.Context, site replaySite, detached bool, s *
 	}
 	cctx, cancel := c.cleanupCtx(ctx)
 	defer cancel()
+	if mark >= 0 {
+		args = replayArgsAt(args, mark)
+	}
 	res, err = c.replay(cctx, ctx, site, s, keys, args, err)
 	return res, true, err
 }
 
 // semInt runs a semaphore script (see semRun) that answers an integer.
 func (c *Client) semInt(ctx context.Context, kind Kind, op, name string, detached bool, s *lua.Script, keys, args []string) (n int64, replayed bool, err error) {
-	res, replayed, err := c.semRun(ctx, replaySite{kind: kind, name: name, op: replayOp(op)}, detached, s, keys, args)
+	res, replayed, err := c.semRun(ctx, replaySite{kind: kind, name: name, op: replayOp(op)}, detached, s, keys, args, -1)
 	if err == nil {
 		n, err = res.AsInt64()
 	}
