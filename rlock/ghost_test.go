@@ -3,6 +3,9 @@ package rlock_test
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
+	"os"
+	"strconv"
 	"testing"
 	"time"
 
@@ -188,4 +191,146 @@ func TestGhost_permitLateFirstSendAfterItsReplay(t *testing.T) {
 		require.True(t, ok)
 		require.NoError(t, q.Release(bg, permit.ID))
 	})
+}
+
+// envGhostSeed replays a failing run of TestGhost_lateFirstSendRandomized.
+const envGhostSeed = "RELOCK_GHOST_SEED"
+
+// TestGhost_lateFirstSendRandomized: as TestGhost_lateFirstSendAfterItsReplay, but the late
+// first send reaches Redis at a random point of a random run of operations that follows the
+// replay: the owner taking the lock again (under new request ids: fresh grants and
+// re-entries that find the spent id recorded) and giving it back, another owner taking and
+// giving it back. After every step, Redis counts for the owner exactly the holds the test
+// took; in the end, with every hold given back, no key of the lock is left.
+func TestGhost_lateFirstSendRandomized(t *testing.T) {
+	seed := uint64(time.Now().UnixNano())
+	if v := os.Getenv(envGhostSeed); v != "" {
+		s, err := strconv.ParseUint(v, 10, 64)
+		require.NoError(t, err, envGhostSeed)
+		seed = s
+	}
+	t.Logf("seed %d (%s=%d replays this run)", seed, envGhostSeed, seed)
+	rng := rand.New(rand.NewPCG(seed, seed>>1|1))
+	trials := 12
+	if testing.Short() {
+		trials = 4
+	}
+	eachBackend(t, func(t *testing.T, b *backend) {
+		for trial := 0; trial < trials; trial++ {
+			kind := ghostKinds[rng.IntN(len(ghostKinds))]
+			sc := []string{"fresh", "reentry", "refused"}[rng.IntN(3)]
+			ops := make([]string, rng.IntN(5))
+			for i := range ops {
+				ops[i] = []string{"own-lock", "own-unlock", "other"}[rng.IntN(3)]
+			}
+			at := rng.IntN(len(ops) + 1) // the late first send arrives before ops[at]
+			desc := fmt.Sprintf("trial %d: %s/%s, ops %v, late first send before op %d", trial, kind.name, sc, ops, at)
+			ghostTrial(t, b, kind.lock, sc, ops, at, desc)
+		}
+	})
+}
+
+// ghostTrial runs one trial of TestGhost_lateFirstSendRandomized.
+func ghostTrial(t *testing.T, b *backend, lock func(c *rlock.Client, name string) rlock.Locker, sc string, ops []string, at int, desc string) {
+	t.Helper()
+	resolved := make(chan struct{}, 8)
+	hc := &holdingClient{Client: b.rueidis(t), kept: make(chan rueidis.Completed, 1)}
+	c, err := rlock.New(hc, rlock.WithObserver(&rlock.Observer{
+		Replay: func(e rlock.ReplayInfo) {
+			if e.Op == "acquire" && e.Err == nil {
+				resolved <- struct{}{}
+			}
+		},
+		GiveBack: func(rlock.GiveBackInfo) { resolved <- struct{}{} },
+	}))
+	require.NoError(t, err, desc)
+	defer c.Close()
+	name := redistest.Name(t)
+	m := lock(c, name)
+	oc := b.client(t)
+	other := lock(oc, name)
+	shared := false // read holds: another owner's hold does not keep this one out
+	if _, ok := m.(*rlock.ReadLocker); ok {
+		shared = true
+	}
+	mine, others := 0, false
+	take := func(l rlock.Locker, want bool, what string) {
+		t.Helper()
+		ok, err := l.TryLock(bg, 0, 0)
+		require.NoError(t, err, "%s: %s", desc, what)
+		require.Equal(t, want, ok, "%s: %s", desc, what)
+	}
+	switch sc {
+	case "reentry":
+		take(m, true, "the owner's first hold")
+		mine = 1
+	case "refused":
+		take(other, true, "the other owner's hold")
+		others = true
+	}
+	ctx, cancel := context.WithCancel(bg)
+	defer cancel()
+	hc.cancel = cancel
+	hc.armed.Store(true)
+	ok, err := m.TryLock(ctx, time.Minute, 0)
+	require.False(t, ok, desc)
+	require.ErrorIs(t, err, context.Canceled, desc)
+	// Resolved by a replay, and the grant (if any) given back.
+	waits := 1
+	if sc != "refused" {
+		waits = 2
+	}
+	for i := 0; i < waits; i++ {
+		select {
+		case <-resolved:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s: the acquire was not resolved (and given back)", desc)
+		}
+	}
+	check := func(when string) {
+		t.Helper()
+		n, err := holdCount(m)
+		require.NoError(t, err, desc)
+		require.Equal(t, mine, n, "%s: the owner's holds in Redis %s", desc, when)
+	}
+	for i := 0; i <= len(ops); i++ {
+		if i == at {
+			hc.deliver(t)
+			check("after the late first send")
+		}
+		if i == len(ops) {
+			break
+		}
+		switch ops[i] {
+		case "own-lock":
+			take(m, !others || shared, "the owner locks again")
+			if !others || shared {
+				mine++
+			}
+		case "own-unlock":
+			if mine > 0 {
+				require.NoError(t, m.Unlock(bg), desc)
+				mine--
+			}
+		case "other":
+			if others {
+				require.NoError(t, other.Unlock(bg), desc)
+				others = false
+			} else {
+				take(other, mine == 0 || shared, "the other owner locks")
+				others = mine == 0 || shared
+			}
+		}
+		check("after " + ops[i])
+	}
+	for ; mine > 0; mine-- {
+		require.NoError(t, m.Unlock(bg), desc)
+	}
+	if others {
+		require.NoError(t, other.Unlock(bg), desc)
+	}
+	key := c.Mutex(name).Key()
+	for _, k := range []string{key, key + ":queue", key + ":writers"} {
+		require.False(t, b.exists(t, k), "%s: %s left", desc, k)
+	}
 }
