@@ -11,8 +11,9 @@
 -- ARGV[2] = owner id
 -- ARGV[3] = request id (unique per call; a replay with the same id is answered, not applied again);
 --           a replay (a send after the first) sends it as '+' .. id: the id is then spent
---           (lib_fence.lua), and a later first send of it, or a replay finding it spent and
---           not the owner's last request, is refused ({0, 0}) without writing anything
+--           (lib_spent.lua, lib_fence.lua), whether the replay was granted or refused, and
+--           a later send of it (the first, reaching Redis last) grants nothing: where it
+--           would take or re-enter the lock it is refused with {0, 0}, writing nothing
 -- ARGV[4] = (optional) '1' when the caller, if refused, waits on the release channel: the
 --           refusal then marks the lock (field w) so that its release publishes (release.lua);
 --           '2' when the caller has been waiting already: a grant marks the lock too (other
