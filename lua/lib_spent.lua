@@ -12,6 +12,7 @@
 local spentKeep = 60000
 local spentMax = 32
 local spentMark = 43 -- '+': the byte that starts a replay's request id
+local spentAlways = 33 -- '!': a permit acquire's resend whose caller has gone (psem_acquire.lua)
 local spentFlag = 'g' -- the lock hash's field: the fence may record spent ids
 
 -- liveSpent(rest, nowMs, req, room) returns the records of rest still live at nowMs (at most
@@ -34,12 +35,14 @@ local function spentRecord(req, untilMs)
   return '/' .. req .. '/' .. string.format('%.0f', untilMs)
 end
 
--- replayOf(req) returns the request id that ARGV req names, and whether it is a replay's.
+-- replayOf(req) returns the request id that ARGV req names, whether it is a replay's, and
+-- whether the replay's caller has gone (spentAlways: only a permit acquire sends it).
 local function replayOf(req)
-  if string.byte(req) == spentMark then
-    return string.sub(req, 2), true
+  local b = string.byte(req)
+  if b == spentMark or b == spentAlways then
+    return string.sub(req, 2), true, b == spentAlways
   end
-  return req, false
+  return req, false, false
 end
 
 -- serverMs is the server's clock in milliseconds.

@@ -3,11 +3,12 @@
 --           the spent permit ids, see lib_spent.lua, while a resend granted one lately)
 -- KEYS[2] = leases (zset: permit id -> when its lease ends, server ms)
 -- ARGV[1] = permit id (made by the caller, unique; a replay with the same id is answered by
---           the live permit it finds, not granted twice); a resend sends it as '+' .. id:
---           once it grants, the id is spent, and a later send of it (its first send,
+--           the live permit it finds, not granted twice); a resend sends it as '+' .. id,
+--           or '!' .. id once its caller has gone: the id is spent when the resend grants
+--           (and, with '!', when it is refused too), and a later send of it (its first send,
 --           reaching Redis last) grants nothing ({0, 0}), even after the permit was given
---           back. (A refused resend spends nothing: the caller's later attempts use the same
---           id.)
+--           back. (A refused '+' resend spends nothing: the caller's later attempts reuse
+--           the id.)
 -- ARGV[2] = lease in milliseconds (> 0)
 -- returns {1}        granted (by this send, or by an earlier send of this permit id)
 --         {0, wait}  no permit is free; wait = milliseconds until the lease whose end makes
@@ -17,7 +18,7 @@
 --#include lib_refusal
 --#include lib_spent
 local sem, leases = KEYS[1], KEYS[2]
-local id, replay = replayOf(ARGV[1])
+local id, replay, gone = replayOf(ARGV[1])
 local lease = tonumber(ARGV[2])
 
 local got = redis.call('hmget', sem, 'permits', 'spent')
@@ -41,6 +42,15 @@ if got[2] then
   end
 end
 
+-- spendID records the permit id as spent, keeping the live records (a best effort: a refused
+-- write keeps no record). Only a semaphore's existing hash keeps records: one that does not
+-- exist has no permits to grant.
+local function spendID()
+  if p then
+    redis.pcall('hset', sem, 'spent', kept .. spentRecord(id, now + math.max(lease, spentKeep)))
+  end
+end
+
 -- unlease takes the lease back.
 local function unlease()
   redis.call('zrem', leases, id)
@@ -58,12 +68,14 @@ if held < permits then
     local r = redis.pcall('pexpire', leases, lease) if refused(r) then unlease() error(r) end
   end
   if replay then
-    -- The hash exists: it holds permits (a best effort: a refused write keeps no record).
-    redis.pcall('hset', sem, 'spent', kept .. spentRecord(id, now + math.max(lease, spentKeep)))
+    spendID()
   elseif got[2] and kept == '' then
     redis.pcall('hdel', sem, 'spent') -- every record has run out
   end
   return {1}
+end
+if gone then
+  spendID() -- the caller has gone: no later attempt reuses the id
 end
 if permits <= 0 then
   return {0, -1}

@@ -175,7 +175,8 @@ func TestAcquire_spentRequestIDs(t *testing.T) {
 
 // TestPsemAcquire_spentPermitIDs: a resend of a permit acquire ('+' .. id) that grants spends
 // the permit id in the semaphore's hash: once the permit is given back, the id's first send
-// grants nothing. A refused resend spends nothing (the caller's next attempt reuses the id).
+// grants nothing. A refused resend spends nothing (the caller's next attempt reuses the id),
+// unless its caller has gone ('!' .. id).
 func TestPsemAcquire_spentPermitIDs(t *testing.T) {
 	eachServer(t, func(t *testing.T, tc server) {
 		ctx := context.Background()
@@ -228,6 +229,17 @@ func TestPsemAcquire_spentPermitIDs(t *testing.T) {
 			t.Fatalf("p3 after a refused resend: %v", v)
 		}
 		release("p3", "r3")
+		// A refused resend whose caller has gone ('!') spends the id.
+		if v := acq("p4"); v[0] != 1 {
+			t.Fatalf("p4: %v", v)
+		}
+		if v := acq("!p5"); v[0] != 0 {
+			t.Fatalf("resend of p5 (caller gone) with no permit free: %v", v)
+		}
+		release("p4", "r4")
+		if v := acq("p5"); v[0] != 0 || held() != 0 {
+			t.Fatalf("late first send of p5 after a refused resend whose caller had gone: %v, %d held", v, held())
+		}
 		// Ended records go with the next grant.
 		do("HSET", "{p}", "spent", "/p9/1")
 		if v := acq("p9"); v[0] != 1 {

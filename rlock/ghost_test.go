@@ -334,3 +334,38 @@ func ghostTrial(t *testing.T, b *backend, lock func(c *rlock.Client, name string
 		require.False(t, b.exists(t, k), "%s: %s left", desc, k)
 	}
 }
+
+// TestGhost_permitLateFirstSendAfterRefusedReplay: as TestGhost_permitLateFirstSendAfterItsReplay,
+// but no permit is free when the resend (sent once the caller had gone) arrives: it is
+// refused. The holder then gives its permit back; the first send, reaching Redis last, must
+// not take it.
+func TestGhost_permitLateFirstSendAfterRefusedReplay(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		hc := &holdingClient{Client: b.rueidis(t), kept: make(chan rueidis.Completed, 1)}
+		c, err := rlock.New(hc)
+		require.NoError(t, err)
+		defer c.Close()
+		p := c.PermitSemaphore(redistest.Name(t))
+		ok, err := p.TrySetPermits(bg, 1)
+		require.NoError(t, err)
+		require.True(t, ok)
+		q := b.client(t).PermitSemaphore(p.Name())
+		held, ok, err := q.TryAcquire(bg, 0, time.Minute)
+		require.NoError(t, err)
+		require.True(t, ok)
+
+		ctx, cancel := context.WithCancel(bg)
+		defer cancel()
+		hc.cancel = cancel
+		hc.armed.Store(true)
+		_, err = p.Acquire(ctx, time.Minute)
+		require.ErrorIs(t, err, context.Canceled)
+		require.NoError(t, q.Release(bg, held.ID))
+
+		hc.deliver(t) // the first send arrives last
+
+		n, err := p.AvailablePermits(bg)
+		require.NoError(t, err)
+		require.Equal(t, 1, n, "the late first send took a permit for a caller that has gone")
+	})
+}

@@ -409,8 +409,8 @@ type opFault struct {
 }
 
 // requestOf identifies a script call's request: its keys and arguments (a replay sends the
-// same request id; an acquire's replay marks it with a leading '+', which is dropped here),
-// whichever of EVALSHA and EVAL carries it.
+// same request id; an acquire's replay marks it with a leading '+' or '!', which is dropped
+// here), whichever of EVALSHA and EVAL carries it.
 func requestOf(cmd rueidis.Completed) string {
 	c := cmd.Commands()
 	if len(c) < 2 {
@@ -418,7 +418,10 @@ func requestOf(cmd rueidis.Completed) string {
 	}
 	parts := make([]string, 0, len(c)-2)
 	for _, a := range c[2:] {
-		parts = append(parts, strings.TrimPrefix(a, "+"))
+		if strings.HasPrefix(a, "+") || strings.HasPrefix(a, "!") {
+			a = a[1:]
+		}
+		parts = append(parts, a)
 	}
 	return strings.Join(parts, "\x00")
 }

@@ -692,6 +692,10 @@ func (m *Mutex) attempt(ctx context.Context, h *hold, lease time.Duration, renew
 // a hold nobody records or renews, blocking every other owner until its lease ends.
 const spentMark = "+"
 
+// spentGone starts the permit id of a permit acquire's resend sent after its caller has gone
+// (spentAlways in lib_spent.lua): the id is spent even if the resend is refused.
+const spentGone = "!"
+
 // replayArgs returns an acquire script's ARGV (lease, owner, request id, ...) as its replays
 // send them: the request id marked as a replay's (spentMark). args is left as it is.
 func replayArgs(args []string) []string { return replayArgsAt(args, 2) }

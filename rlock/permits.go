@@ -40,8 +40,9 @@ import (
 //
 // An acquire carries its permit id, made before the first send: a resend of an acquire
 // whose reply was lost finds its live permit and is answered, not granted twice. A resend
-// that grants also spends the id (for the lease, or a minute if longer): the first send,
-// if it reaches Redis only after the permit was given back, grants nothing. Release,
+// that grants, or any resend sent once the caller has gone, also spends the id (for the
+// lease, or a minute if longer): the first send, if it reaches Redis only after the permit
+// was given back (or freed), grants nothing. Release,
 // TrySetPermits and AddPermits carry request ids that Redis remembers for twice the cleanup
 // timeout, like a [Semaphore]'s. An Acquire granted by a resend after its context ended
 // releases the permit before it returns; a permit whose acquire ends in [ErrUnknownOutcome]

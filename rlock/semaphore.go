@@ -164,7 +164,7 @@ func (c *Client) semKeep() string {
 // detached sends even the first request on a context that ignores ctx's end (giving permits
 // back). replayed reports whether the answer came from a resend. mark, when >= 0, is the
 // index in args of an id that the resends mark as a replay's (replayArgsAt: a permit acquire
-// spends its permit id).
+// spends its permit id; with spentGone once ctx has ended).
 //
 // site names the request for the observer's Replay event.
 func (c *Client) semRun(ctx context.Context, site replaySite, detached bool, s *lua.Script, keys, args []string, mark int) (res rueidis.RedisResult, replayed bool, err error) {
@@ -190,6 +190,12 @@ func (c *Client) semRun(ctx context.Context, site replaySite, detached bool, s *
 	defer cancel()
 	if mark >= 0 {
 		args = replayArgsAt(args, mark)
+		if ctx.Err() != nil {
+			// The caller has gone: the call makes no later attempt under this id, so the
+			// resend spends it even if refused (its first send, abandoned in rueidis's
+			// queue, may still reach Redis once a permit is free).
+			args[mark] = spentGone + args[mark][len(spentMark):]
+		}
 	}
 	res, err = c.replay(cctx, ctx, site, s, keys, args, err)
 	return res, true, err
