@@ -250,3 +250,46 @@ func TestPsemAcquire_spentPermitIDs(t *testing.T) {
 		}
 	})
 }
+
+// TestSemAcquire_goneResendRemembersRefusal: a Semaphore acquire's resend ('+' .. id) is the
+// request it resends (answered, not applied twice); one sent once its caller has gone ('!'
+// .. id) remembers a refusal too, so that the request's first send, reaching Redis last,
+// takes nothing once permits are back.
+func TestSemAcquire_goneResendRemembersRefusal(t *testing.T) {
+	eachServer(t, func(t *testing.T, tc server) {
+		ctx := context.Background()
+		do := func(args ...string) rueidis.RedisResult {
+			t.Helper()
+			return tc.c.Do(ctx, tc.c.B().Arbitrary(args...).Build())
+		}
+		keys := []string{"{q}", "{q}:log", "{q}:logx"}
+		defer do("DEL", "{q}", "{q}:log", "{q}:logx")
+		acq := func(req string) int64 {
+			t.Helper()
+			n, err := lua.SemAcquire.Lua(tc.flags).Exec(ctx, tc.c, keys, []string{"1", req, "10000"}).AsInt64()
+			if err != nil {
+				t.Fatalf("acquire %s: %v", req, err)
+			}
+			return n
+		}
+		avail := func() string {
+			t.Helper()
+			s, _ := do("GET", "{q}").ToString()
+			return s
+		}
+		do("SET", "{q}", "1")
+		if acq("r1") != 1 || acq("+r1") != 1 || avail() != "0" {
+			t.Fatalf("r1 and its resend: %s available, want 0", avail())
+		}
+		if acq("!r2") != 0 {
+			t.Fatal("a resend whose caller has gone, with no permit free")
+		}
+		do("SET", "{q}", "1")
+		if acq("r2") != 0 || avail() != "1" {
+			t.Fatalf("the late first send of r2: %s available, want 1", avail())
+		}
+		if acq("+r3") != 1 || avail() != "0" {
+			t.Fatalf("a resend of r3 takes the permit r2 did not: %s available, want 0", avail())
+		}
+	})
+}

@@ -369,3 +369,38 @@ func TestGhost_permitLateFirstSendAfterRefusedReplay(t *testing.T) {
 		require.Equal(t, 1, n, "the late first send took a permit for a caller that has gone")
 	})
 }
+
+// TestGhost_semaphoreLateFirstSendAfterRefusedReplay: a Semaphore acquire whose caller gave
+// up while its first send waited to be written is resent and refused (no permit free); the
+// holder then gives its permit back, and the first send, reaching Redis last, must take
+// nothing: a Semaphore's permits have no lease, so a permit taken for nobody would be lost
+// for good.
+func TestGhost_semaphoreLateFirstSendAfterRefusedReplay(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		hc := &holdingClient{Client: b.rueidis(t), kept: make(chan rueidis.Completed, 1)}
+		c, err := rlock.New(hc)
+		require.NoError(t, err)
+		defer c.Close()
+		s := c.Semaphore(redistest.Name(t))
+		ok, err := s.TrySetPermits(bg, 1)
+		require.NoError(t, err)
+		require.True(t, ok)
+		q := b.client(t).Semaphore(s.Name())
+		ok, err = q.TryAcquire(bg, 1, 0)
+		require.NoError(t, err)
+		require.True(t, ok)
+
+		ctx, cancel := context.WithCancel(bg)
+		defer cancel()
+		hc.cancel = cancel
+		hc.armed.Store(true)
+		require.ErrorIs(t, s.Acquire(ctx, 1), context.Canceled)
+		require.NoError(t, q.Release(bg, 1))
+
+		hc.deliver(t) // the first send arrives last
+
+		n, err := s.AvailablePermits(bg)
+		require.NoError(t, err)
+		require.Equal(t, 1, n, "the late first send took a permit for a caller that has gone")
+	})
+}

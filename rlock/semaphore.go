@@ -50,7 +50,10 @@ const maxPermits = 1 << 50
 // (a timeout, a broken connection) is sent again under the same id until Redis answers, and a
 // resend is answered without being applied twice: a lost reply never takes or gives back
 // permits twice. An Acquire whose permits were granted by a resend after its context ended
-// gives them back before it returns. When the outcome cannot be learned within the cleanup
+// gives them back before it returns; a resend sent after its context ended that is refused is
+// remembered as refused, so that the first send, should it reach Redis after the resend
+// (rueidis spreads a client's commands over several connections), takes nothing either. When
+// the outcome cannot be learned within the cleanup
 // timeout the error wraps [ErrUnknownOutcome]: the request may have been applied, and here,
 // unlike a lock's hold, permits it took do not come back by themselves.
 //
@@ -203,7 +206,12 @@ func (c *Client) semRun(ctx context.Context, site replaySite, detached bool, s *
 
 // semInt runs a semaphore script (see semRun) that answers an integer.
 func (c *Client) semInt(ctx context.Context, kind Kind, op, name string, detached bool, s *lua.Script, keys, args []string) (n int64, replayed bool, err error) {
-	res, replayed, err := c.semRun(ctx, replaySite{kind: kind, name: name, op: replayOp(op)}, detached, s, keys, args, -1)
+	return c.semIntMarked(ctx, kind, op, name, detached, s, keys, args, -1)
+}
+
+// semIntMarked is semInt whose resends mark args[mark] (see semRun; -1: none).
+func (c *Client) semIntMarked(ctx context.Context, kind Kind, op, name string, detached bool, s *lua.Script, keys, args []string, mark int) (n int64, replayed bool, err error) {
+	res, replayed, err := c.semRun(ctx, replaySite{kind: kind, name: name, op: replayOp(op)}, detached, s, keys, args, mark)
 	if err == nil {
 		n, err = res.AsInt64()
 	}
@@ -317,7 +325,9 @@ func (s *Semaphore) acquireAs(ctx context.Context, n int, wait time.Duration, tr
 // nothing of when permits come back: only a release, which publishes, brings them.
 func (s *Semaphore) attempt(ctx context.Context, n int) (bool, time.Duration, error) {
 	args := []string{strconv.Itoa(n), s.c.newRequest(), s.c.semKeep()}
-	got, replayed, err := s.c.semInt(ctx, KindSemaphore, "acquire", s.name, false, lua.SemAcquire, s.keys.counted(), args)
+	// A resend sent once the caller has gone marks the request id (spentGone): a refusal is
+	// then remembered too, so that the first send, if it reaches Redis last, takes nothing.
+	got, replayed, err := s.c.semIntMarked(ctx, KindSemaphore, "acquire", s.name, false, lua.SemAcquire, s.keys.counted(), args, 1)
 	switch {
 	case err != nil:
 		return false, 0, err
