@@ -9,7 +9,9 @@
 --           expires unless refreshed)
 -- ARGV[1] = lease in milliseconds (> 0)
 -- ARGV[2] = owner id
--- ARGV[3] = request id (a replay with the same id is answered, not applied again)
+-- ARGV[3] = request id (a replay with the same id is answered, not applied again); a replay
+--           sends it as '+' .. id: the id is then spent (see acquire.lua and lib_fence.lua),
+--           and a later first send of it neither takes the lock nor queues ({0, 0})
 -- ARGV[4] = waiter timeout in milliseconds: a place lives this long after its last refresh
 -- ARGV[5] = '1': a failed attempt joins the queue (or refreshes the owner's place);
 --           '0': a single attempt, which never queues and never passes a waiting owner
@@ -26,11 +28,13 @@
 --         a WRONGTYPE error, with nothing written, when a key holds another type (or the
 --           fence a string that is not a token)
 -- A dead waiter's place (alive score in the past, or no alive score) is purged first.
+--#include lib_spent
 --#include lib_fence
 --#include lib_refusal
 --#include lib_publish
 local lock, fence, queue, alive = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local lease, owner, req = ARGV[1], ARGV[2], ARGV[3]
+local lease, owner = ARGV[1], ARGV[2]
+local req, replay = replayOf(ARGV[3])
 local wt, join, hb, channel = tonumber(ARGV[4]), ARGV[5] == '1', tonumber(ARGV[6]), ARGV[7]
 local reqField = 'q:' .. owner
 
@@ -48,7 +52,7 @@ local time = redis.call('time')
 local nowUs = tonumber(time[1]) * 1000000 + tonumber(time[2])
 local now = math.floor(nowUs / 1000)
 -- The token a fresh grant would get (see acquire.lua).
-local token = nextToken(fence, nowUs)
+local token, tail, spent = nextToken(fence, nowUs, req, replay and 1 or 0)
 if not token then
   return redis.error_reply('WRONGTYPE ' .. fence .. ' holds a string that is not a fencing token')
 end
@@ -116,6 +120,13 @@ local function queued()
   end
 end
 
+-- spent records a replay's request id as spent (lib_fence.lua), for the lease or longer.
+local function spendReplay()
+  if replay then
+    spend(lock, fence, req, now, math.max(tonumber(lease), spentKeep))
+  end
+end
+
 -- ungrant takes a fresh grant back.
 local function ungrant()
   redis.call('del', lock)
@@ -130,6 +141,9 @@ if holds then
     wake()
     return {1, tonumber(got[3] or '0'), tonumber(holds)}
   end
+  if spent then
+    return {0, 0} -- a spent request id grants nothing again
+  end
   -- Re-entry never shortens the lease it finds. The lease, the place and the wake-up come
   -- before the count, so that a refused call fails the re-entry before it counts a hold.
   local pttl = redis.call('pttl', lock)
@@ -141,11 +155,16 @@ if holds then
   wake(pttl)
   holds = redis.call('hincrby', lock, owner, 1)
   redis.call('hset', lock, reqField, req)
+  spendReplay()
   return {1, tonumber(got[3] or '0'), tonumber(holds)}
+end
+if spent then
+  return {0, 0} -- a spent request id neither takes the lock nor queues
 end
 
 if redis.call('exists', lock) == 1 then
   -- Held by another owner.
+  spendReplay()
   local pttl = redis.call('pttl', lock)
   if not join then
     wake()
@@ -164,6 +183,7 @@ end
 h = head()
 if h and h ~= owner then
   -- Free, but another owner waits ahead: its turn first.
+  spendReplay()
   wake()
   if join then
     queued()
@@ -177,7 +197,13 @@ end
 -- script before the lock is written; a refused expiry takes the grant back.
 drop()
 wake(tonumber(lease))
-setFence(fence, token)
+if replay then
+  tail = tail .. spentRecord(req, now + math.max(tonumber(lease), spentKeep))
+end
+setFence(fence, token, tail)
 redis.call('hset', lock, owner, 1, reqField, req, 'token', token)
+if tail ~= '' then
+  redis.call('hset', lock, spentFlag, '1') -- re-entries read the fence (lib_fence.lua)
+end
 local r = redis.pcall('pexpire', lock, lease) if refused(r) then ungrant() error(r) end
 return {1, tonumber(token), 1}

@@ -1,8 +1,14 @@
 -- psem_acquire: take one permit of a permit semaphore, with a lease.
--- KEYS[1] = semaphore (hash: field permits = the number of permits; absent = 0)
+-- KEYS[1] = semaphore (hash: field permits = the number of permits; absent = 0; field spent =
+--           the spent permit ids, see lib_spent.lua, while a resend granted one lately)
 -- KEYS[2] = leases (zset: permit id -> when its lease ends, server ms)
 -- ARGV[1] = permit id (made by the caller, unique; a replay with the same id is answered by
---           the live permit it finds, not granted twice)
+--           the live permit it finds, not granted twice); a resend sends it as '+' .. id,
+--           or '!' .. id once its caller has gone: the id is spent when the resend grants
+--           (and, with '!', when it is refused too), and a later send of it (its first send,
+--           reaching Redis last) grants nothing ({0, 0}), even after the permit was given
+--           back. (A refused '+' resend spends nothing: the caller's later attempts reuse
+--           the id.)
 -- ARGV[2] = lease in milliseconds (> 0)
 -- returns {1}        granted (by this send, or by an earlier send of this permit id)
 --         {0, wait}  no permit is free; wait = milliseconds until the lease whose end makes
@@ -10,10 +16,13 @@
 -- Expired leases are purged. Every key is read before anything is written, so a key of
 -- another type fails the script before it changes anything.
 --#include lib_refusal
+--#include lib_spent
 local sem, leases = KEYS[1], KEYS[2]
-local id, lease = ARGV[1], tonumber(ARGV[2])
+local id, replay, gone = replayOf(ARGV[1])
+local lease = tonumber(ARGV[2])
 
-local p = redis.call('hget', sem, 'permits')
+local got = redis.call('hmget', sem, 'permits', 'spent')
+local p = got[1]
 if not p and redis.call('exists', sem) == 1 then
   return redis.error_reply('WRONGTYPE the key holds a hash that is not a permit semaphore')
 end
@@ -23,6 +32,23 @@ local t = redis.call('time')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 if mine and tonumber(mine) > now then
   return {1}
+end
+local kept = '' -- the live spent ids, to keep
+if got[2] then
+  local spent
+  kept, spent = liveSpent(got[2], now, id, 1)
+  if spent then
+    return {0, 0} -- a spent permit id grants nothing again
+  end
+end
+
+-- spendID records the permit id as spent, keeping the live records (a best effort: a refused
+-- write keeps no record). Only a semaphore's existing hash keeps records: one that does not
+-- exist has no permits to grant.
+local function spendID()
+  if p then
+    redis.pcall('hset', sem, 'spent', kept .. spentRecord(id, now + math.max(lease, spentKeep)))
+  end
 end
 
 -- unlease takes the lease back.
@@ -41,7 +67,15 @@ if held < permits then
   if ttl < lease then
     local r = redis.pcall('pexpire', leases, lease) if refused(r) then unlease() error(r) end
   end
+  if replay then
+    spendID()
+  elseif got[2] and kept == '' then
+    redis.pcall('hdel', sem, 'spent') -- every record has run out
+  end
   return {1}
+end
+if gone then
+  spendID() -- the caller has gone: no later attempt reuses the id
 end
 if permits <= 0 then
   return {0, -1}

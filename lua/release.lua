@@ -33,6 +33,7 @@
 -- No release record is written: an uncontended release costs three server calls, this
 -- script's included (EVALSHA, HMGET, DEL), and a fourth (PUBLISH) only when a waiter is told.
 -- Runs with allow-oom: giving a lock back must work on a full server.
+--#include lib_spent
 --#include lib_fence
 --#include lib_publish
 local lock, forced = KEYS[1], KEYS[2]
@@ -79,7 +80,7 @@ if next then
   -- A fresh grant to the successor, its token as acquire.lua computes it. The fence is
   -- written first, so that a fence of another type fails the script before the lock is
   -- touched.
-  local token = grantToken(KEYS[3])
+  local token, flagged = grantToken(KEYS[3])
   if not token then
     return redis.error_reply('WRONGTYPE ' .. KEYS[3] .. ' holds a string that is not a fencing token')
   end
@@ -91,6 +92,9 @@ if next then
   -- fail half-way, with the lock freed and not passed on.
   redis.call('hdel', lock, owner, reqField)
   redis.call('hset', lock, next, '1', 'q:' .. next, nextReq, 'token', token, 'w', '1')
+  if flagged then
+    redis.call('hset', lock, spentFlag, '1') -- the fence records spent ids (lib_fence.lua)
+  end
   local r = redis.pcall('pexpire', lock, nextLease)
   if type(r) == 'table' and r.err then
     -- No lock without an expiry (an ACL without PEXPIRE): the hand-off is undone, and the

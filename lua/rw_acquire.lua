@@ -13,7 +13,9 @@
 --           refused read holds (writers are preferred).
 -- ARGV[1] = lease in milliseconds (> 0)
 -- ARGV[2] = owner id
--- ARGV[3] = request id (a replay with the same id is answered, not applied again)
+-- ARGV[3] = request id (a replay with the same id is answered, not applied again); a replay
+--           sends it as '+' .. id: the id is then spent (see acquire.lua and lib_fence.lua),
+--           and a later first send of it neither takes a hold nor claims ({0, 0})
 -- ARGV[4] = 'w' for the write hold, 'r' for a read hold
 -- ARGV[5] = waiter timeout in milliseconds (> 0): how long a claim lives after its last
 --           refresh, and the longest a refused reader is told to wait before trying again
@@ -35,10 +37,12 @@
 --                            something else than a token; nothing is written
 -- Every call first drops the holds whose lease has ended (and expired claims), so that a
 -- crashed holder stops blocking others at the end of its own lease.
+--#include lib_spent
 --#include lib_fence
 --#include lib_refusal
 local lock, fence, leases, writers = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local lease, owner, req, kind = tonumber(ARGV[1]), ARGV[2], ARGV[3], ARGV[4]
+local lease, owner, kind = tonumber(ARGV[1]), ARGV[2], ARGV[4]
+local req, replay = replayOf(ARGV[3])
 local wt, claim = tonumber(ARGV[5]), ARGV[6] == '1'
 
 local time = redis.call('time')
@@ -46,16 +50,31 @@ local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 local function ms(x) return string.format('%.0f', x) end
 
 -- Reads first: a key of another type fails the script before anything is written.
-local mode = redis.call('hget', lock, 'mode')
+local got = redis.call('hmget', lock, 'mode', spentFlag)
+local mode = got[1]
 if not mode and redis.call('exists', lock) == 1 then
   return redis.error_reply('WRONGTYPE the key holds another kind of lock, not a read-write lock')
 end
--- The token a fresh write grant would get (see acquire.lua).
-local nextTok
+-- The token a fresh write grant would get (see acquire.lua), and whether the request id is
+-- spent (lib_fence.lua): a writer reads the fence anyway; a reader reads it when the lock is
+-- free or flagged (a fresh read grant then also learns whether to flag the lock).
+local nextTok, tail, spent, flag
 if kind == 'w' then
-  nextTok = nextToken(fence, tonumber(time[1]) * 1000000 + tonumber(time[2]))
+  nextTok, tail, spent = nextToken(fence, tonumber(time[1]) * 1000000 + tonumber(time[2]), req, replay and 1 or 0)
   if not nextTok then
     return redis.error_reply('WRONGTYPE ' .. fence .. ' holds a string that is not a fencing token')
+  end
+  flag = tail ~= '' or replay
+elseif not mode or got[2] then
+  spent, flag = fenceSpent(fence, req, now)
+  flag = flag or replay
+end
+local keep = math.max(lease, spentKeep)
+
+-- spendReplay records a replay's request id as spent, once it has been applied or refused.
+local function spendReplay()
+  if replay then
+    spend(lock, fence, req, now, keep)
   end
 end
 local dead = redis.call('zrangebyscore', leases, '-inf', ms(now))
@@ -117,10 +136,14 @@ local function reenter(f, token)
   if got[2] == req then
     return {1, token, tonumber(got[1])}
   end
+  if spent then
+    return {0, 0} -- a spent request id grants nothing again
+  end
   extend(f)
   settle(nothing)
   local holds = redis.call('hincrby', lock, f, 1)
   redis.call('hset', lock, 'q:' .. f, req)
+  spendReplay()
   return {1, token, holds}
 end
 
@@ -134,6 +157,10 @@ end
 -- back.
 local function refuse(ttl)
   ttl = math.max(math.floor(ttl), 1)
+  spendReplay()
+  if spent then
+    return {0, 0} -- a spent request id does not claim
+  end
   if kind == 'w' and claim then
     local top = redis.call('zrange', writers, -1, -1, 'withscores')
     local last = math.max(tonumber(top[2] or '0'), now + wt)
@@ -158,6 +185,7 @@ if kind == 'w' then
   end
   if mode then
     if redis.call('hexists', lock, 'r:' .. owner) == 1 then
+      spendReplay()
       return redis.error_reply('UPGRADE the owner holds read holds and asks for the write hold')
     end
     -- Readers hold it: at most until the longest read lease ends.
@@ -165,12 +193,21 @@ if kind == 'w' then
     return refuse(tonumber(top[2]) - now)
   end
   -- Free: a fresh grant. The owner's claim goes first (a refused ZREM then writes nothing).
+  if spent then
+    return {0, 0} -- a spent request id grants nothing again
+  end
   unclaim()
-  setFence(fence, nextTok)
+  if replay then
+    tail = tail .. spentRecord(req, now + keep)
+  end
+  setFence(fence, nextTok, tail)
   local function ungrant()
     redis.call('del', lock, leases)
   end
   redis.call('hset', lock, 'mode', 'write', 'writer', owner, 'token', nextTok, owner, 1, 'q:' .. owner, req)
+  if flag then
+    redis.call('hset', lock, spentFlag, '1') -- re-entries read the fence (lib_fence.lua)
+  end
   local r = redis.pcall('zadd', leases, ms(now + lease), owner) if refused(r) then ungrant() error(r) end
   settle(ungrant)
   return {1, tonumber(nextTok), 1}
@@ -199,6 +236,9 @@ if mode ~= 'write' then
     return refuse(tonumber(top[i + 1]) - now)
   end
 end
+if spent then
+  return {0, 0} -- a spent request id grants nothing again
+end
 -- As for a write grant, a refused call takes this read hold back (the whole lock when it
 -- made it).
 local function unread()
@@ -211,8 +251,12 @@ local function unread()
 end
 if not mode then
   redis.call('hset', lock, 'mode', 'read')
+  if flag then
+    redis.call('hset', lock, spentFlag, '1') -- re-entries read the fence (lib_fence.lua)
+  end
 end
 redis.call('hset', lock, f, 1, 'q:' .. f, req)
 local r = redis.pcall('zadd', leases, ms(now + lease), f) if refused(r) then unread() error(r) end
 settle(unread)
+spendReplay()
 return {1, 0, 1}

@@ -3,31 +3,42 @@
 -- KEYS[2] = request log (hash: request id -> answer of an applied request)
 -- KEYS[3] = request log times (zset: request id -> when the record may go, server ms)
 -- ARGV[1] = n, the permits to take (> 0)
--- ARGV[2] = request id (unique per call; a replay with the same id is answered, not applied again)
+-- ARGV[2] = request id (unique per call; a replay with the same id is answered, not applied
+--           again); a resend sends it as '+' .. id, or '!' .. id once its caller has gone:
+--           then a refusal is remembered too (answer 0), so that the request's first send,
+--           if it reaches Redis last, takes nothing once permits are back
 -- ARGV[3] = how long to remember an applied request, in milliseconds (> 0)
 -- returns 1  the n permits were taken (by this send, or by an earlier send of this request)
---         0  fewer than n permits are available: nothing changed
+--         0  fewer than n permits are available: nothing changed (or, remembered, a resend
+--            whose caller had gone found them so)
 -- Every key is read before anything is written, so a key of another type fails the script
 -- before it changes anything.
 --#include lib_refusal
 --#include lib_reqlog
+--#include lib_spent
 local sem, log, logx = KEYS[1], KEYS[2], KEYS[3]
-local n, req, keep = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3])
+local n, keep = tonumber(ARGV[1]), tonumber(ARGV[3])
+local req, _, gone = replayOf(ARGV[2])
 
 local v = redis.call('get', sem)
 local avail = tonumber(v or '0')
 if avail == nil or avail ~= math.floor(avail) then
   return redis.error_reply('WRONGTYPE the key holds a string that is not a semaphore')
 end
-if redis.call('hget', log, req) then
-  return 1
+local done = redis.call('hget', log, req)
+if done then
+  return tonumber(done)
 end
 if avail < n then
+  if gone then
+    -- No later attempt comes under this id: its first send must take nothing either (a
+    -- best effort: a refused write, on a full server say, keeps no record).
+    pcall(remember, log, logx, req, '0', serverMs(), keep)
+  end
   return 0
 end
 
-local t = redis.call('time')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = serverMs()
 remember(log, logx, req, '1', now, keep)
 
 local r = redis.pcall('decrby', sem, n) if refused(r) then forget(log, logx, req) error(r) end

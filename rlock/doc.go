@@ -55,7 +55,9 @@
 //     whose reply was lost (a timeout, a broken connection) is replayed under the same id until
 //     Redis answers, and Redis answers a replay without applying it again. So a hold is never
 //     counted twice and never released twice, and an acquire whose outcome was unknown is
-//     resolved before Lock returns (and undone if the caller gave up meanwhile).
+//     resolved before Lock returns (and undone if the caller gave up meanwhile). A replayed
+//     acquire spends its id: its first send, which may reach Redis after the replay (rueidis
+//     spreads a client's commands over several connections), grants nothing.
 //  7. Liveness: a crashed holder's lock frees within its lease (the watchdog timeout, 30s by
 //     default). A waiter never waits past its context and never sleeps on a lost message longer
 //     than the holder's remaining lease.
@@ -77,9 +79,11 @@
 // # Keys
 //
 // A lock called name lives in Redis as a hash at "{<prefix><name>}" (owner id -> hold count,
-// beside the holder's fencing token, each owner's last request id, and a mark "w" once a
-// waiter was refused during the tenure), with a fencing counter at "...:fence" and a release
-// channel "...:released", all in one hash slot. A release publishes only when the lock is
+// beside the holder's fencing token, each owner's last request id, a mark "w" once a
+// waiter was refused during the tenure, and a mark "g" while the counter lists spent request
+// ids), with a fencing counter at "...:fence" (the last token, then for a minute or the lease
+// after a replayed acquire its spent request id) and a release channel "...:released", all in
+// one hash slot. A release publishes only when the lock is
 // marked: an uncontended Lock+Unlock costs Redis nine calls, two of them the scripts. A
 // ForceUnlock leaves a short-lived record at "...:forced" (the owners it took the lock from,
 // with the fencing token of their tenure) so that an Unlock whose reply was lost, and which is

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"os"
 	"sort"
 	"strconv"
 	"strings"
@@ -651,21 +650,15 @@ func (c *holdingClient) deliver(t *testing.T) {
 	require.NoError(t, c.Client.Do(bg, cmd).Error())
 }
 
-// KNOWN DEFECT (not fixed; see the flaky-fix report): a Lock whose ctx ends while its first
-// acquire waits to be written resolves the acquire by a replay in the background and gives
-// back what the replay granted; when the first send reaches Redis after that give-back, it is
-// a fresh grant that nobody records or renews, and the lock stays held by a ghost until its
-// lease ends (30s by default). Seen under load as TestMutex_handoffRacingCancelLeavesNothing
-// failing with "timed out after 5s waiting for the lock to be free": the lock was held by the
-// waiter's owner, with the request id of its one attempt, after the Client had reported the
-// replay's grant given back (GiveBack canceled, err nil). The acquire script has no memory of a
-// request whose grant was given back, so it cannot refuse the late first send.
-//
-// Set RELOCK_KNOWN_DEFECTS=1 to run it.
+// TestMutex_cancelledAcquireOvertakenByItsReplayLeavesNothing: a Lock whose ctx ends while its
+// first acquire waits to be written resolves the acquire by a replay in the background and
+// gives back what the replay granted; the first send, reaching Redis after that give-back,
+// must not take the lock afresh (a hold that nobody records or renews, held by a ghost until
+// its lease ends, 30s by default). Seen under load as TestMutex_handoffRacingCancelLeavesNothing
+// failing with "timed out after 5s waiting for the lock to be free". The replay spends the
+// request id (lib_fence.lua), and the acquire script refuses a spent id.
+// TestGhost_lateFirstSendAfterItsReplay checks the same for every kind of lock and case.
 func TestMutex_cancelledAcquireOvertakenByItsReplayLeavesNothing(t *testing.T) {
-	if os.Getenv("RELOCK_KNOWN_DEFECTS") == "" {
-		t.Skip("known defect: a first send that reaches Redis after its replay's grant was given back leaves a ghost hold (set RELOCK_KNOWN_DEFECTS=1)")
-	}
 	eachBackend(t, func(t *testing.T, b *backend) {
 		gave := make(chan rlock.GiveBackInfo, 1)
 		hc := &holdingClient{Client: b.rueidis(t), kept: make(chan rueidis.Completed, 1)}

@@ -244,6 +244,10 @@ func (c *Client) inspect(ctx context.Context, name string) (Info, error) {
 	}
 	in.TTL = pttlDuration(pttl)
 	if fence, err := res[3].ToString(); err == nil {
+		// The token, then for a while the spent request ids (lib_fence.lua).
+		if i := strings.IndexByte(fence, '/'); i >= 0 {
+			fence = fence[:i]
+		}
 		in.LastToken, _ = strconv.ParseInt(fence, 10, 64)
 	} else if !rueidis.IsRedisNil(err) && !wrongType(err) {
 		return Info{}, err

@@ -409,13 +409,21 @@ type opFault struct {
 }
 
 // requestOf identifies a script call's request: its keys and arguments (a replay sends the
-// same request id), whichever of EVALSHA and EVAL carries it.
+// same request id; an acquire's replay marks it with a leading '+' or '!', which is dropped
+// here), whichever of EVALSHA and EVAL carries it.
 func requestOf(cmd rueidis.Completed) string {
 	c := cmd.Commands()
 	if len(c) < 2 {
 		return ""
 	}
-	return strings.Join(c[2:], "\x00")
+	parts := make([]string, 0, len(c)-2)
+	for _, a := range c[2:] {
+		if strings.HasPrefix(a, "+") || strings.HasPrefix(a, "!") {
+			a = a[1:]
+		}
+		parts = append(parts, a)
+	}
+	return strings.Join(parts, "\x00")
 }
 
 func (f *opFault) noteLost(req string) {

@@ -634,7 +634,7 @@ func (m *Mutex) attempt(ctx context.Context, h *hold, lease time.Duration, renew
 				cctx, cancel := m.c.cleanupCtx(ctx)
 				defer cancel()
 				var res rueidis.RedisResult
-				if res, err = m.c.replay(cctx, nil, site, m.v.acquire, keys, args, first); err == nil {
+				if res, err = m.c.replay(cctx, nil, site, m.v.acquire, keys, replayArgs(args), first); err == nil {
 					vals, err = res.AsIntSlice()
 				}
 			}
@@ -661,6 +661,7 @@ func (m *Mutex) attempt(ctx context.Context, h *hold, lease time.Duration, renew
 		first := err
 		var res rueidis.RedisResult
 		site := replaySite{kind: m.v.obs, name: m.name, owner: h.owner, op: "acquire"}
+		args := replayArgs(args)
 		res, err = m.c.replay(wctx, nil, site, m.v.acquire, keys, args, first)
 		stop()
 		wcancel()
@@ -723,6 +724,29 @@ func (m *Mutex) attempt(ctx context.Context, h *hold, lease time.Duration, renew
 		return false, time.Duration(vals[1]) * time.Millisecond, nil
 	}
 	return false, 0, errorf("lock %q: malformed reply %v", m.name, vals)
+}
+
+// spentMark starts the request id of an acquire's replay (spentMark in lib_fence.lua): the
+// script spends the id, so that the request's first send, if it reaches Redis after the
+// replay (rueidis spreads a client's commands over several connections: nothing orders a
+// replay after the send it replays), grants nothing. Without it, a first send that the
+// caller had given up on could take the lock afresh after the replay's grant was given back:
+// a hold nobody records or renews, blocking every other owner until its lease ends.
+const spentMark = "+"
+
+// spentGone starts the permit id of a permit acquire's resend sent after its caller has gone
+// (spentAlways in lib_spent.lua): the id is spent even if the resend is refused.
+const spentGone = "!"
+
+// replayArgs returns an acquire script's ARGV (lease, owner, request id, ...) as its replays
+// send them: the request id marked as a replay's (spentMark). args is left as it is.
+func replayArgs(args []string) []string { return replayArgsAt(args, 2) }
+
+// replayArgsAt is replayArgs for a script whose request id is args[i].
+func replayArgsAt(args []string, i int) []string {
+	r := append([]string(nil), args...)
+	r[i] = spentMark + r[i]
+	return r
 }
 
 // unresolved notes that an acquire for h's owner may have been applied unrecorded: a hold it

@@ -41,7 +41,10 @@ import (
 // # Replays
 //
 // An acquire carries its permit id, made before the first send: a resend of an acquire
-// whose reply was lost finds its live permit and is answered, not granted twice. Release,
+// whose reply was lost finds its live permit and is answered, not granted twice. A resend
+// that grants, or any resend sent once the caller has gone, also spends the id (for the
+// lease, or a minute if longer): the first send, if it reaches Redis only after the permit
+// was given back (or freed), grants nothing. Release,
 // TrySetPermits and AddPermits carry request ids that Redis remembers for twice the cleanup
 // timeout, like a [Semaphore]'s. An Acquire granted by a resend after its context ended
 // releases the permit before it returns; a permit whose acquire ends in [ErrUnknownOutcome]
@@ -52,7 +55,7 @@ import (
 // # Keys
 //
 // The number of permits is the field "permits" of a hash at [PermitSemaphore.Key]
-// ("{<prefix><name>}"); the leases are a sorted set at "...:leases" (permit id -> lease end
+// ("{<prefix><name>}"; its field "spent" lists the permit ids spent by resends); the leases are a sorted set at "...:leases" (permit id -> lease end
 // in server milliseconds; expired members are purged by every acquire and release, and the
 // key expires with its last lease); the request log and the channel are named as for a
 // [Semaphore]. All share one hash slot. A Semaphore or PermitSemaphore used on the name of
@@ -242,8 +245,10 @@ func (p *PermitSemaphore) attempt(ctx context.Context, id string, lease time.Dur
 		}
 		p.c.gaveBack(KindPermitSemaphore, p.name, "", 1, GiveBackCanceled, err)
 	}
+	// A resend spends the permit id once it grants (psem_acquire.lua), so that a first send
+	// reaching Redis after it grants nothing again.
 	site := replaySite{kind: KindPermitSemaphore, name: p.name, op: "acquire"}
-	res, replayed, err := p.c.semAcquire(ctx, site, lua.PsemAcquire, keys, args, func(res rueidis.RedisResult) {
+	res, replayed, err := p.c.semAcquire(ctx, site, lua.PsemAcquire, keys, args, 0, func(res rueidis.RedisResult) {
 		if vals, err := res.AsIntSlice(); err == nil && len(vals) == 1 && vals[0] == 1 {
 			giveBack()
 		}

@@ -51,7 +51,10 @@ const maxPermits = 1 << 50
 // (a timeout, a broken connection) is sent again under the same id until Redis answers, and a
 // resend is answered without being applied twice: a lost reply never takes or gives back
 // permits twice. An Acquire whose permits were granted by a resend after its context ended
-// gives them back before it returns. When the outcome cannot be learned within the cleanup
+// gives them back before it returns; a resend sent after its context ended that is refused is
+// remembered as refused, so that the first send, should it reach Redis after the resend
+// (rueidis spreads a client's commands over several connections), takes nothing either. When
+// the outcome cannot be learned within the cleanup
 // timeout the error wraps [ErrUnknownOutcome]: the request may have been applied, and here,
 // unlike a lock's hold, permits it took do not come back by themselves.
 //
@@ -163,10 +166,12 @@ func (c *Client) semKeep() string {
 // until Redis answers, within the cleanup timeout ([Client.replay]). The scripts remember the
 // requests they applied for twice the cleanup timeout, so every resend is answered truly.
 // detached sends even the first request on a context that ignores ctx's end (giving permits
-// back). replayed reports whether the answer came from a resend.
+// back). replayed reports whether the answer came from a resend. mark, when >= 0, is the
+// index in args of an id that the resends mark as a replay's (replayArgsAt: a permit acquire
+// spends its permit id; with spentGone once ctx has ended).
 //
 // site names the request for the observer's Replay event.
-func (c *Client) semRun(ctx context.Context, site replaySite, detached bool, s *lua.Script, keys, args []string) (res rueidis.RedisResult, replayed bool, err error) {
+func (c *Client) semRun(ctx context.Context, site replaySite, detached bool, s *lua.Script, keys, args []string, mark int) (res rueidis.RedisResult, replayed bool, err error) {
 	var sctx context.Context
 	var cancel context.CancelFunc
 	if detached {
@@ -187,13 +192,27 @@ func (c *Client) semRun(ctx context.Context, site replaySite, detached bool, s *
 	}
 	cctx, cancel := c.cleanupCtx(ctx)
 	defer cancel()
+	if mark >= 0 {
+		args = replayArgsAt(args, mark)
+		if ctx.Err() != nil {
+			// The caller has gone: the call makes no later attempt under this id, so the
+			// resend spends it even if refused (its first send, abandoned in rueidis's
+			// queue, may still reach Redis once a permit is free).
+			args[mark] = spentGone + args[mark][len(spentMark):]
+		}
+	}
 	res, err = c.replay(cctx, ctx, site, s, keys, args, err)
 	return res, true, err
 }
 
 // semInt runs a semaphore script (see semRun) that answers an integer.
 func (c *Client) semInt(ctx context.Context, kind Kind, op, name string, detached bool, s *lua.Script, keys, args []string) (n int64, replayed bool, err error) {
-	res, replayed, err := c.semRun(ctx, replaySite{kind: kind, name: name, op: replayOp(op)}, detached, s, keys, args)
+	return c.semIntMarked(ctx, kind, op, name, detached, s, keys, args, -1)
+}
+
+// semIntMarked is semInt whose resends mark args[mark] (see semRun; -1: none).
+func (c *Client) semIntMarked(ctx context.Context, kind Kind, op, name string, detached bool, s *lua.Script, keys, args []string, mark int) (n int64, replayed bool, err error) {
+	res, replayed, err := c.semRun(ctx, replaySite{kind: kind, name: name, op: replayOp(op)}, detached, s, keys, args, mark)
 	if err == nil {
 		n, err = res.AsInt64()
 	}
@@ -313,7 +332,9 @@ func (s *Semaphore) attempt(ctx context.Context, n int) (bool, time.Duration, er
 		_, err := s.add(ctx, "release", n, false, true)
 		s.c.gaveBack(KindSemaphore, s.name, "", n, GiveBackCanceled, err)
 	}
-	res, replayed, err := s.c.semAcquire(ctx, site, lua.SemAcquire, s.keys.counted(), args, func(res rueidis.RedisResult) {
+	// A resend sent once the caller has gone marks the request id (spentGone): a refusal is
+	// then remembered too, so that the first send, if it reaches Redis last, takes nothing.
+	res, replayed, err := s.c.semAcquire(ctx, site, lua.SemAcquire, s.keys.counted(), args, 1, func(res rueidis.RedisResult) {
 		if got, err := res.AsInt64(); err == nil && got != 0 {
 			giveBack()
 		}
@@ -467,9 +488,16 @@ func (s *Semaphore) Delete(ctx context.Context) (bool, error) {
 // and when the caller has gone with the outcome unknown, the request is resolved in the
 // background; if it turns out granted, leftGranted gives it back (on ctx's values). The
 // caller then gets ctx's error. A ctx that cannot end runs semRun.
-func (c *Client) semAcquire(ctx context.Context, site replaySite, s *lua.Script, keys, args []string, leftGranted func(res rueidis.RedisResult)) (res rueidis.RedisResult, replayed bool, err error) {
+func (c *Client) semAcquire(ctx context.Context, site replaySite, s *lua.Script, keys, args []string, mark int, leftGranted func(res rueidis.RedisResult)) (res rueidis.RedisResult, replayed bool, err error) {
 	if ctx.Done() == nil {
-		return c.semRun(ctx, site, false, s, keys, args)
+		return c.semRun(ctx, site, false, s, keys, args, mark)
+	}
+	// gone is args as the resends sent after the caller has gone carry them: the id spent
+	// even if refused (see semRun).
+	gone := func(args []string) []string {
+		args = replayArgsAt(args, mark)
+		args[mark] = spentGone + args[mark][len(spentMark):]
+		return args
 	}
 	f := c.send(ctx, time.Now(), false, s, keys, args)
 	if !f.await(ctx) {
@@ -484,7 +512,7 @@ func (c *Client) semAcquire(ctx context.Context, site replaySite, s *lua.Script,
 			if err != nil && !definitive(err) {
 				cctx, cancel := c.cleanupCtx(ctx)
 				defer cancel()
-				res, err = c.replay(cctx, nil, site, s, keys, args, err)
+				res, err = c.replay(cctx, nil, site, s, keys, gone(args), err)
 			}
 			if err == nil {
 				leftGranted(res)
@@ -502,7 +530,7 @@ func (c *Client) semAcquire(ctx context.Context, site replaySite, s *lua.Script,
 	cctx, cancel := c.cleanupCtx(ctx)
 	wctx, wcancel := context.WithCancel(cctx)
 	stop := context.AfterFunc(ctx, wcancel)
-	res, err = c.replay(wctx, nil, site, s, keys, args, first)
+	res, err = c.replay(wctx, nil, site, s, keys, replayArgsAt(args, mark), first)
 	stop()
 	wcancel()
 	if _, isReply := rueidis.IsRedisErr(err); err == nil || isReply || ctx.Err() == nil || cctx.Err() != nil || errors.Is(err, ErrClosed) {
@@ -513,7 +541,7 @@ func (c *Client) semAcquire(ctx context.Context, site replaySite, s *lua.Script,
 	c.background(func() {
 		defer close(done)
 		defer cancel()
-		if res, err := c.replay(cctx, nil, site, s, keys, args, first); err == nil {
+		if res, err := c.replay(cctx, nil, site, s, keys, gone(args), first); err == nil {
 			leftGranted(res)
 		}
 	})

@@ -1,0 +1,295 @@
+package lua_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/redis/rueidis"
+
+	"github.com/relock-go/relock/lua"
+)
+
+// TestAcquire_spentRequestIDs: a replay (its request id sent as '+' .. id) spends the id in
+// the fence; after that, the id's first send grants nothing, neither on a free lock nor as a
+// re-entry, and a replay of it answers only while it is the owner's last request. Records
+// run out, are kept by other grants, and a fence keeps at most 32. For every acquire script
+// (and both kinds of an RWMutex hold).
+func TestAcquire_spentRequestIDs(t *testing.T) {
+	type kind struct {
+		name  string
+		acq   func(ctx context.Context, tc server, owner, req string) ([]int64, error)
+		field func(owner string) string // the owner's hold count field
+	}
+	const lease = "10000"
+	kinds := []kind{
+		{"acquire", func(ctx context.Context, tc server, owner, req string) ([]int64, error) {
+			return lua.Acquire.Lua(tc.flags).Exec(ctx, tc.c, []string{"{s}", "{s}:fence"}, []string{lease, owner, req, "1"}).AsIntSlice()
+		}, func(o string) string { return o }},
+		{"fair_acquire", func(ctx context.Context, tc server, owner, req string) ([]int64, error) {
+			return lua.FairAcquire.Lua(tc.flags).Exec(ctx, tc.c, []string{"{s}", "{s}:fence", "{s}:queue", "{s}:alive"},
+				[]string{lease, owner, req, "10000", "1", "3000", ""}).AsIntSlice()
+		}, func(o string) string { return o }},
+		{"rw_acquire/w", func(ctx context.Context, tc server, owner, req string) ([]int64, error) {
+			return lua.RWAcquire.Lua(tc.flags).Exec(ctx, tc.c, []string{"{s}", "{s}:fence", "{s}:leases", "{s}:writers"},
+				[]string{lease, owner, req, "w", "10000", "1"}).AsIntSlice()
+		}, func(o string) string { return o }},
+		{"rw_acquire/r", func(ctx context.Context, tc server, owner, req string) ([]int64, error) {
+			return lua.RWAcquire.Lua(tc.flags).Exec(ctx, tc.c, []string{"{s}", "{s}:fence", "{s}:leases", "{s}:writers"},
+				[]string{lease, owner, req, "r", "10000", "0"}).AsIntSlice()
+		}, func(o string) string { return "r:" + o }},
+	}
+	for _, k := range kinds {
+		t.Run(k.name, func(t *testing.T) {
+			eachServer(t, func(t *testing.T, tc server) {
+				ctx := context.Background()
+				do := func(args ...string) rueidis.RedisResult {
+					t.Helper()
+					return tc.c.Do(ctx, tc.c.B().Arbitrary(args...).Build())
+				}
+				free := func() { do("DEL", "{s}", "{s}:queue", "{s}:alive", "{s}:leases", "{s}:writers") }
+				defer do("DEL", "{s}", "{s}:fence", "{s}:queue", "{s}:alive", "{s}:leases", "{s}:writers")
+				acq := func(owner, req string) []int64 {
+					t.Helper()
+					v, err := k.acq(ctx, tc, owner, req)
+					if err != nil {
+						t.Fatalf("acquire %s %s: %v", owner, req, err)
+					}
+					return v
+				}
+				holds := func(owner string) string {
+					t.Helper()
+					s, err := do("HGET", "{s}", k.field(owner)).ToString()
+					if rueidis.IsRedisNil(err) {
+						return ""
+					}
+					if err != nil {
+						t.Fatal(err)
+					}
+					return s
+				}
+				fence := func() string {
+					t.Helper()
+					s, _ := do("GET", "{s}:fence").ToString()
+					return s
+				}
+				free()
+				do("DEL", "{s}:fence")
+
+				// A replay takes the free lock and spends its id; a second replay is answered.
+				if v := acq("h:a", "+r1"); v[0] != 1 || v[2] != 1 {
+					t.Fatalf("replay r1 on a free lock: %v", v)
+				}
+				if f := fence(); !strings.Contains(f, "/r1/") {
+					t.Fatalf("the fence %q does not record r1 as spent", f)
+				}
+				if v := acq("h:a", "+r1"); v[0] != 1 || v[2] != 1 {
+					t.Fatalf("replay r1 again: %v", v)
+				}
+				// Given back; then the first send arrives: nothing.
+				free()
+				if v := acq("h:a", "r1"); v[0] != 0 || v[1] != 0 {
+					t.Fatalf("late first send of r1 on the free lock: %v, want {0, 0}", v)
+				}
+				if n, _ := do("EXISTS", "{s}").AsInt64(); n != 0 {
+					t.Fatal("the late first send wrote the lock")
+				}
+				if v := acq("h:a", "+r1"); v[0] != 0 {
+					t.Fatalf("a replay of the spent r1 on the free lock: %v", v)
+				}
+				// Another request takes the lock; the record stays, and re-entries read it.
+				if v := acq("h:a", "r2"); v[0] != 1 || v[2] != 1 {
+					t.Fatalf("r2: %v", v)
+				}
+				if f := fence(); !strings.Contains(f, "/r1/") {
+					t.Fatalf("the grant of r2 dropped the record of r1: %q", f)
+				}
+				if v := acq("h:a", "r1"); v[0] != 0 || holds("h:a") != "1" {
+					t.Fatalf("late first send of r1 as a re-entry: %v, holds %s", v, holds("h:a"))
+				}
+				// A replayed re-entry is applied once and spent.
+				if v := acq("h:a", "+r3"); v[0] != 1 || v[2] != 2 {
+					t.Fatalf("replayed re-entry r3: %v", v)
+				}
+				if v := acq("h:a", "r3"); v[0] != 1 || v[2] != 2 || holds("h:a") != "2" {
+					t.Fatalf("first send of r3 while it is the last request: %v, holds %s", v, holds("h:a"))
+				}
+				if v := acq("h:a", "r4"); v[0] != 1 || v[2] != 3 {
+					t.Fatalf("re-entry r4: %v", v)
+				}
+				if v := acq("h:a", "r3"); v[0] != 0 || holds("h:a") != "3" {
+					t.Fatalf("late first send of r3 after r4: %v, holds %s", v, holds("h:a"))
+				}
+				// A replay refused by another holder spends its id too (readers share a read
+				// lock: not refused).
+				if k.name != "rw_acquire/r" {
+					if v := acq("h:b", "+r5"); v[0] != 0 {
+						t.Fatalf("replay r5 of another owner: %v", v)
+					}
+					free()
+					if v := acq("h:b", "r5"); v[0] != 0 {
+						t.Fatalf("late first send of r5 on the free lock: %v", v)
+					}
+					if n, _ := do("EXISTS", "{s}", "{s}:queue", "{s}:writers").AsInt64(); n != 0 {
+						t.Fatal("the late first send of r5 wrote the lock, a place or a claim")
+					}
+				}
+				free()
+
+				// Records run out: an ended one grants again, and the next grant drops it.
+				do("SET", "{s}:fence", "5/r9/1")
+				if v := acq("h:c", "r9"); v[0] != 1 {
+					t.Fatalf("an ended record: %v", v)
+				}
+				if f := fence(); k.name != "rw_acquire/r" && strings.Contains(f, "/") { // a read grant writes no fence
+					t.Fatalf("the ended record was kept: %q", f)
+				}
+				free()
+				// At most 32 records, the newest.
+				var b strings.Builder
+				b.WriteString("5")
+				for i := 0; i < 40; i++ {
+					fmt.Fprintf(&b, "/old%d/99999999999999", i)
+				}
+				do("SET", "{s}:fence", b.String())
+				if v := acq("h:c", "+r10"); v[0] != 1 {
+					t.Fatalf("replay r10: %v", v)
+				}
+				f := fence()
+				if n := strings.Count(f, "/") / 2; n != 32 || !strings.Contains(f, "/r10/") || strings.Contains(f, "/old8/") {
+					t.Fatalf("the fence keeps %d records (want 32, the newest): %q", n, f)
+				}
+				free()
+				// A fence that is not a token and records still fails a fresh write grant.
+				if k.name != "rw_acquire/r" {
+					do("SET", "{s}:fence", "5/x")
+					if _, err := k.acq(ctx, tc, "h:d", "r11"); err == nil || !strings.Contains(err.Error(), "WRONGTYPE") {
+						t.Fatalf("a fence that is not a fence value: %v", err)
+					}
+				}
+			})
+		})
+	}
+}
+
+// TestPsemAcquire_spentPermitIDs: a resend of a permit acquire ('+' .. id) that grants spends
+// the permit id in the semaphore's hash: once the permit is given back, the id's first send
+// grants nothing. A refused resend spends nothing (the caller's next attempt reuses the id),
+// unless its caller has gone ('!' .. id).
+func TestPsemAcquire_spentPermitIDs(t *testing.T) {
+	eachServer(t, func(t *testing.T, tc server) {
+		ctx := context.Background()
+		do := func(args ...string) rueidis.RedisResult {
+			t.Helper()
+			return tc.c.Do(ctx, tc.c.B().Arbitrary(args...).Build())
+		}
+		defer do("DEL", "{p}", "{p}:leases", "{p}:log", "{p}:logx")
+		acq := func(id string) []int64 {
+			t.Helper()
+			v, err := lua.PsemAcquire.Lua(tc.flags).Exec(ctx, tc.c, []string{"{p}", "{p}:leases"}, []string{id, "10000"}).AsIntSlice()
+			if err != nil {
+				t.Fatalf("acquire %s: %v", id, err)
+			}
+			return v
+		}
+		release := func(id, req string) {
+			t.Helper()
+			n, err := lua.PsemRelease.Lua(tc.flags).Exec(ctx, tc.c, []string{"{p}", "{p}:leases", "{p}:log", "{p}:logx"},
+				[]string{id, req, "10000", ""}).AsInt64()
+			if err != nil || n != 1 {
+				t.Fatalf("release %s: %v %v", id, n, err)
+			}
+		}
+		held := func() int64 {
+			t.Helper()
+			n, _ := do("ZCARD", "{p}:leases").AsInt64()
+			return n
+		}
+		do("HSET", "{p}", "permits", "1")
+		if v := acq("+p1"); v[0] != 1 {
+			t.Fatalf("resend of p1: %v", v)
+		}
+		if v := acq("+p1"); v[0] != 1 || held() != 1 {
+			t.Fatalf("resend of p1 again: %v, %d held", v, held())
+		}
+		release("p1", "r1")
+		if v := acq("p1"); v[0] != 0 || held() != 0 {
+			t.Fatalf("late first send of p1: %v, %d held", v, held())
+		}
+		// A refused resend spends nothing.
+		if v := acq("p2"); v[0] != 1 {
+			t.Fatalf("p2: %v", v)
+		}
+		if v := acq("+p3"); v[0] != 0 {
+			t.Fatalf("resend of p3 with no permit free: %v", v)
+		}
+		release("p2", "r2")
+		if v := acq("p3"); v[0] != 1 {
+			t.Fatalf("p3 after a refused resend: %v", v)
+		}
+		release("p3", "r3")
+		// A refused resend whose caller has gone ('!') spends the id.
+		if v := acq("p4"); v[0] != 1 {
+			t.Fatalf("p4: %v", v)
+		}
+		if v := acq("!p5"); v[0] != 0 {
+			t.Fatalf("resend of p5 (caller gone) with no permit free: %v", v)
+		}
+		release("p4", "r4")
+		if v := acq("p5"); v[0] != 0 || held() != 0 {
+			t.Fatalf("late first send of p5 after a refused resend whose caller had gone: %v, %d held", v, held())
+		}
+		// Ended records go with the next grant.
+		do("HSET", "{p}", "spent", "/p9/1")
+		if v := acq("p9"); v[0] != 1 {
+			t.Fatalf("p9 with an ended record: %v", v)
+		}
+		if n, _ := do("HEXISTS", "{p}", "spent").AsInt64(); n != 0 {
+			t.Fatal("the ended records were kept")
+		}
+	})
+}
+
+// TestSemAcquire_goneResendRemembersRefusal: a Semaphore acquire's resend ('+' .. id) is the
+// request it resends (answered, not applied twice); one sent once its caller has gone ('!'
+// .. id) remembers a refusal too, so that the request's first send, reaching Redis last,
+// takes nothing once permits are back.
+func TestSemAcquire_goneResendRemembersRefusal(t *testing.T) {
+	eachServer(t, func(t *testing.T, tc server) {
+		ctx := context.Background()
+		do := func(args ...string) rueidis.RedisResult {
+			t.Helper()
+			return tc.c.Do(ctx, tc.c.B().Arbitrary(args...).Build())
+		}
+		keys := []string{"{q}", "{q}:log", "{q}:logx"}
+		defer do("DEL", "{q}", "{q}:log", "{q}:logx")
+		acq := func(req string) int64 {
+			t.Helper()
+			n, err := lua.SemAcquire.Lua(tc.flags).Exec(ctx, tc.c, keys, []string{"1", req, "10000"}).AsInt64()
+			if err != nil {
+				t.Fatalf("acquire %s: %v", req, err)
+			}
+			return n
+		}
+		avail := func() string {
+			t.Helper()
+			s, _ := do("GET", "{q}").ToString()
+			return s
+		}
+		do("SET", "{q}", "1")
+		if acq("r1") != 1 || acq("+r1") != 1 || avail() != "0" {
+			t.Fatalf("r1 and its resend: %s available, want 0", avail())
+		}
+		if acq("!r2") != 0 {
+			t.Fatal("a resend whose caller has gone, with no permit free")
+		}
+		do("SET", "{q}", "1")
+		if acq("r2") != 0 || avail() != "1" {
+			t.Fatalf("the late first send of r2: %s available, want 1", avail())
+		}
+		if acq("+r3") != 1 || avail() != "0" {
+			t.Fatalf("a resend of r3 takes the permit r2 did not: %s available, want 0", avail())
+		}
+	})
+}

@@ -1,0 +1,406 @@
+package rlock_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/redis/rueidis"
+	"github.com/stretchr/testify/require"
+
+	"github.com/relock-go/relock/internal/redistest"
+	"github.com/relock-go/relock/rlock"
+)
+
+// ghostKinds are the locks whose acquire carries a request id that a replay resends: each
+// must refuse the request's first send when it reaches Redis after the replay.
+var ghostKinds = []struct {
+	name string
+	lock func(c *rlock.Client, name string) rlock.Locker
+}{
+	{"mutex", func(c *rlock.Client, n string) rlock.Locker { return c.Mutex(n) }},
+	{"fair", func(c *rlock.Client, n string) rlock.Locker { return c.FairMutex(n) }},
+	{"spin", func(c *rlock.Client, n string) rlock.Locker { return c.SpinMutex(n) }},
+	{"rw-write", func(c *rlock.Client, n string) rlock.Locker { return c.RWMutex(n) }},
+	{"rw-read", func(c *rlock.Client, n string) rlock.Locker { return c.RWMutex(n).RLocker() }},
+}
+
+// TestGhost_lateFirstSendAfterItsReplay: an acquire whose caller gave up while its first send
+// waited to be written is resolved by a replay (same request id), and the first send reaches
+// Redis only afterwards (holdingClient). Whatever the replay found, the late first send must
+// change nothing, for every kind of lock and in each case:
+//   - fresh: the replay took the free lock and gave it back (the caller had gone): the late
+//     first send must not take it again (a ghost hold, unrenewed, until its lease ends);
+//   - reentry: the owner held the lock once, the replay re-entered and gave the hold back:
+//     the late first send must not add a hold Redis counts and the Client does not;
+//   - refused: another owner held the lock, the replay was refused; that owner then gave it
+//     back: the late first send must not take the now free lock (nor queue, nor claim).
+func TestGhost_lateFirstSendAfterItsReplay(t *testing.T) {
+	for _, kind := range ghostKinds {
+		for _, sc := range []string{"fresh", "reentry", "refused"} {
+			t.Run(kind.name+"/"+sc, func(t *testing.T) {
+				eachBackend(t, func(t *testing.T, b *backend) {
+					gave := make(chan rlock.GiveBackInfo, 4)
+					replayed := make(chan rlock.ReplayInfo, 8)
+					hc := &holdingClient{Client: b.rueidis(t), kept: make(chan rueidis.Completed, 1)}
+					c, err := rlock.New(hc, rlock.WithObserver(&rlock.Observer{
+						GiveBack: func(e rlock.GiveBackInfo) { gave <- e },
+						Replay: func(e rlock.ReplayInfo) {
+							if e.Op == "acquire" && e.Err == nil {
+								replayed <- e
+							}
+						},
+					}))
+					require.NoError(t, err)
+					defer c.Close()
+					name := redistest.Name(t)
+					m := kind.lock(c, name)
+					key := c.Mutex(name).Key() // every kind's lock hash
+					other := kind.lock(b.client(t), name)
+
+					switch sc {
+					case "reentry":
+						ok, err := m.TryLock(bg, 0, 0)
+						require.NoError(t, err)
+						require.True(t, ok)
+					case "refused":
+						ok, err := other.TryLock(bg, 0, 0)
+						require.NoError(t, err)
+						require.True(t, ok)
+					}
+
+					ctx, cancel := context.WithCancel(bg)
+					defer cancel()
+					hc.cancel = cancel
+					hc.armed.Store(true)
+					ok, err := m.TryLock(ctx, time.Minute, 0)
+					require.False(t, ok)
+					require.ErrorIs(t, err, context.Canceled)
+					// The replay, in the background, resolves the request.
+					select {
+					case <-replayed:
+					case <-time.After(10 * time.Second):
+						t.Fatal("the acquire was not resolved by a replay")
+					}
+					if sc != "refused" {
+						select {
+						case e := <-gave:
+							require.Equal(t, rlock.GiveBackCanceled, e.Reason)
+							require.NoError(t, e.Err)
+						case <-time.After(10 * time.Second):
+							t.Fatal("the replay's grant was not given back")
+						}
+					}
+					switch sc {
+					case "fresh":
+						require.False(t, b.exists(t, key), "the replay's grant was given back")
+					case "refused":
+						require.NoError(t, other.Unlock(bg))
+						require.False(t, b.exists(t, key), "the other owner gave the lock back")
+					}
+
+					hc.deliver(t) // the first send arrives last
+
+					if sc == "reentry" {
+						// One hold in Redis, as the Client counts (the Client would give an
+						// extra hold back with the last Unlock of a handle owner, but not before).
+						n, err := holdCount(m)
+						require.NoError(t, err)
+						require.Equal(t, 1, n, "holds in Redis after the late first send")
+						require.NoError(t, m.Unlock(bg))
+					}
+					require.False(t, b.exists(t, key), "the late first send changed the lock for a caller that has gone")
+					for _, suffix := range []string{":queue", ":writers"} {
+						require.False(t, b.exists(t, key+suffix), "the late first send left a place (%s)", suffix)
+					}
+					// The counter lists the spent id after the token: Inspect reads the token.
+					if kind.name != "rw-read" {
+						in, err := c.Inspect(bg, name)
+						require.NoError(t, err)
+						require.Positive(t, in.LastToken, "the name's last token, read before the spent ids")
+					}
+					// The lock is free for everyone at once.
+					ok, err = other.TryLock(bg, 0, 0)
+					require.NoError(t, err)
+					require.True(t, ok, "another owner takes the free lock")
+					require.NoError(t, other.Unlock(bg))
+				})
+			})
+		}
+	}
+}
+
+// holdCount is the caller's owner's hold count on l in Redis (the write holds of an RWMutex).
+func holdCount(l rlock.Locker) (int, error) {
+	switch l := l.(type) {
+	case interface {
+		HoldCount(context.Context) (int, error)
+	}:
+		return l.HoldCount(bg)
+	case *rlock.RWMutex:
+		return l.WriteHoldCount(bg)
+	}
+	return 0, fmt.Errorf("holdCount: unknown lock kind %T", l)
+}
+
+// TestGhost_permitLateFirstSendAfterItsReplay: a permit acquire whose caller gave up while
+// its first send waited to be written is resolved by a resend, which takes the permit and
+// gives it back; the first send, reaching Redis last, must not take the permit again (a
+// permit nobody holds, until its lease ends).
+func TestGhost_permitLateFirstSendAfterItsReplay(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		gave := make(chan rlock.GiveBackInfo, 1)
+		hc := &holdingClient{Client: b.rueidis(t), kept: make(chan rueidis.Completed, 1)}
+		c, err := rlock.New(hc, rlock.WithObserver(&rlock.Observer{GiveBack: func(e rlock.GiveBackInfo) { gave <- e }}))
+		require.NoError(t, err)
+		defer c.Close()
+		p := c.PermitSemaphore(redistest.Name(t))
+		ok, err := p.TrySetPermits(bg, 1)
+		require.NoError(t, err)
+		require.True(t, ok)
+		ctx, cancel := context.WithCancel(bg)
+		defer cancel()
+		hc.cancel = cancel
+		hc.armed.Store(true)
+		_, err = p.Acquire(ctx, time.Minute)
+		require.ErrorIs(t, err, context.Canceled)
+		select {
+		case e := <-gave:
+			require.Equal(t, rlock.GiveBackCanceled, e.Reason)
+			require.NoError(t, e.Err)
+		case <-time.After(10 * time.Second):
+			t.Fatal("the resend's permit was not given back")
+		}
+		n, err := p.AvailablePermits(bg)
+		require.NoError(t, err)
+		require.Equal(t, 1, n)
+
+		hc.deliver(t) // the first send arrives last
+
+		n, err = p.AvailablePermits(bg)
+		require.NoError(t, err)
+		require.Equal(t, 1, n, "the late first send took a permit for a caller that has gone")
+		// The permit is free for everyone.
+		q := b.client(t).PermitSemaphore(p.Name())
+		permit, ok, err := q.TryAcquire(bg, 0, time.Minute)
+		require.NoError(t, err)
+		require.True(t, ok)
+		require.NoError(t, q.Release(bg, permit.ID))
+	})
+}
+
+// envGhostSeed replays a failing run of TestGhost_lateFirstSendRandomized.
+const envGhostSeed = "RELOCK_GHOST_SEED"
+
+// TestGhost_lateFirstSendRandomized: as TestGhost_lateFirstSendAfterItsReplay, but the late
+// first send reaches Redis at a random point of a random run of operations that follows the
+// replay: the owner taking the lock again (under new request ids: fresh grants and
+// re-entries that find the spent id recorded) and giving it back, another owner taking and
+// giving it back. After every step, Redis counts for the owner exactly the holds the test
+// took; in the end, with every hold given back, no key of the lock is left.
+func TestGhost_lateFirstSendRandomized(t *testing.T) {
+	seed := uint64(time.Now().UnixNano())
+	if v := os.Getenv(envGhostSeed); v != "" {
+		s, err := strconv.ParseUint(v, 10, 64)
+		require.NoError(t, err, envGhostSeed)
+		seed = s
+	}
+	t.Logf("seed %d (%s=%d replays this run)", seed, envGhostSeed, seed)
+	rng := rand.New(rand.NewPCG(seed, seed>>1|1))
+	trials := 12
+	if testing.Short() {
+		trials = 4
+	}
+	eachBackend(t, func(t *testing.T, b *backend) {
+		for trial := 0; trial < trials; trial++ {
+			kind := ghostKinds[rng.IntN(len(ghostKinds))]
+			sc := []string{"fresh", "reentry", "refused"}[rng.IntN(3)]
+			ops := make([]string, rng.IntN(5))
+			for i := range ops {
+				ops[i] = []string{"own-lock", "own-unlock", "other"}[rng.IntN(3)]
+			}
+			at := rng.IntN(len(ops) + 1) // the late first send arrives before ops[at]
+			desc := fmt.Sprintf("trial %d: %s/%s, ops %v, late first send before op %d", trial, kind.name, sc, ops, at)
+			ghostTrial(t, b, kind.lock, sc, ops, at, desc)
+		}
+	})
+}
+
+// ghostTrial runs one trial of TestGhost_lateFirstSendRandomized.
+func ghostTrial(t *testing.T, b *backend, lock func(c *rlock.Client, name string) rlock.Locker, sc string, ops []string, at int, desc string) {
+	t.Helper()
+	resolved := make(chan struct{}, 8)
+	hc := &holdingClient{Client: b.rueidis(t), kept: make(chan rueidis.Completed, 1)}
+	c, err := rlock.New(hc, rlock.WithObserver(&rlock.Observer{
+		Replay: func(e rlock.ReplayInfo) {
+			if e.Op == "acquire" && e.Err == nil {
+				resolved <- struct{}{}
+			}
+		},
+		GiveBack: func(rlock.GiveBackInfo) { resolved <- struct{}{} },
+	}))
+	require.NoError(t, err, desc)
+	defer c.Close()
+	name := redistest.Name(t)
+	m := lock(c, name)
+	oc := b.client(t)
+	other := lock(oc, name)
+	shared := false // read holds: another owner's hold does not keep this one out
+	if _, ok := m.(*rlock.ReadLocker); ok {
+		shared = true
+	}
+	mine, others := 0, false
+	take := func(l rlock.Locker, want bool, what string) {
+		t.Helper()
+		ok, err := l.TryLock(bg, 0, 0)
+		require.NoError(t, err, "%s: %s", desc, what)
+		require.Equal(t, want, ok, "%s: %s", desc, what)
+	}
+	switch sc {
+	case "reentry":
+		take(m, true, "the owner's first hold")
+		mine = 1
+	case "refused":
+		take(other, true, "the other owner's hold")
+		others = true
+	}
+	ctx, cancel := context.WithCancel(bg)
+	defer cancel()
+	hc.cancel = cancel
+	hc.armed.Store(true)
+	ok, err := m.TryLock(ctx, time.Minute, 0)
+	require.False(t, ok, desc)
+	require.ErrorIs(t, err, context.Canceled, desc)
+	// Resolved by a replay, and the grant (if any) given back.
+	waits := 1
+	if sc != "refused" {
+		waits = 2
+	}
+	for i := 0; i < waits; i++ {
+		select {
+		case <-resolved:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s: the acquire was not resolved (and given back)", desc)
+		}
+	}
+	check := func(when string) {
+		t.Helper()
+		n, err := holdCount(m)
+		require.NoError(t, err, desc)
+		require.Equal(t, mine, n, "%s: the owner's holds in Redis %s", desc, when)
+	}
+	for i := 0; i <= len(ops); i++ {
+		if i == at {
+			hc.deliver(t)
+			check("after the late first send")
+		}
+		if i == len(ops) {
+			break
+		}
+		switch ops[i] {
+		case "own-lock":
+			take(m, !others || shared, "the owner locks again")
+			if !others || shared {
+				mine++
+			}
+		case "own-unlock":
+			if mine > 0 {
+				require.NoError(t, m.Unlock(bg), desc)
+				mine--
+			}
+		case "other":
+			if others {
+				require.NoError(t, other.Unlock(bg), desc)
+				others = false
+			} else {
+				take(other, mine == 0 || shared, "the other owner locks")
+				others = mine == 0 || shared
+			}
+		}
+		check("after " + ops[i])
+	}
+	for ; mine > 0; mine-- {
+		require.NoError(t, m.Unlock(bg), desc)
+	}
+	if others {
+		require.NoError(t, other.Unlock(bg), desc)
+	}
+	key := c.Mutex(name).Key()
+	for _, k := range []string{key, key + ":queue", key + ":writers"} {
+		require.False(t, b.exists(t, k), "%s: %s left", desc, k)
+	}
+}
+
+// TestGhost_permitLateFirstSendAfterRefusedReplay: as TestGhost_permitLateFirstSendAfterItsReplay,
+// but no permit is free when the resend (sent once the caller had gone) arrives: it is
+// refused. The holder then gives its permit back; the first send, reaching Redis last, must
+// not take it.
+func TestGhost_permitLateFirstSendAfterRefusedReplay(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		hc := &holdingClient{Client: b.rueidis(t), kept: make(chan rueidis.Completed, 1)}
+		c, err := rlock.New(hc)
+		require.NoError(t, err)
+		defer c.Close()
+		p := c.PermitSemaphore(redistest.Name(t))
+		ok, err := p.TrySetPermits(bg, 1)
+		require.NoError(t, err)
+		require.True(t, ok)
+		q := b.client(t).PermitSemaphore(p.Name())
+		held, ok, err := q.TryAcquire(bg, 0, time.Minute)
+		require.NoError(t, err)
+		require.True(t, ok)
+
+		ctx, cancel := context.WithCancel(bg)
+		defer cancel()
+		hc.cancel = cancel
+		hc.armed.Store(true)
+		_, err = p.Acquire(ctx, time.Minute)
+		require.ErrorIs(t, err, context.Canceled)
+		require.NoError(t, q.Release(bg, held.ID))
+
+		hc.deliver(t) // the first send arrives last
+
+		n, err := p.AvailablePermits(bg)
+		require.NoError(t, err)
+		require.Equal(t, 1, n, "the late first send took a permit for a caller that has gone")
+	})
+}
+
+// TestGhost_semaphoreLateFirstSendAfterRefusedReplay: a Semaphore acquire whose caller gave
+// up while its first send waited to be written is resent and refused (no permit free); the
+// holder then gives its permit back, and the first send, reaching Redis last, must take
+// nothing: a Semaphore's permits have no lease, so a permit taken for nobody would be lost
+// for good.
+func TestGhost_semaphoreLateFirstSendAfterRefusedReplay(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		hc := &holdingClient{Client: b.rueidis(t), kept: make(chan rueidis.Completed, 1)}
+		c, err := rlock.New(hc)
+		require.NoError(t, err)
+		defer c.Close()
+		s := c.Semaphore(redistest.Name(t))
+		ok, err := s.TrySetPermits(bg, 1)
+		require.NoError(t, err)
+		require.True(t, ok)
+		q := b.client(t).Semaphore(s.Name())
+		ok, err = q.TryAcquire(bg, 1, 0)
+		require.NoError(t, err)
+		require.True(t, ok)
+
+		ctx, cancel := context.WithCancel(bg)
+		defer cancel()
+		hc.cancel = cancel
+		hc.armed.Store(true)
+		require.ErrorIs(t, s.Acquire(ctx, 1), context.Canceled)
+		require.NoError(t, q.Release(bg, 1))
+
+		hc.deliver(t) // the first send arrives last
+
+		n, err := s.AvailablePermits(bg)
+		require.NoError(t, err)
+		require.Equal(t, 1, n, "the late first send took a permit for a caller that has gone")
+	})
+}
