@@ -18,10 +18,13 @@
 // rueidis hook that delivers messages never blocks: a wake-up is a non-blocking send into a
 // channel of capacity one.
 //
-// Loss: when the connection fails, every waiter is woken at once (none sleeps on a dead
-// channel); the goroutine reconnects with backoff and subscribes again, and when Redis
-// confirms a subscription every waiter of that channel is woken again, since messages sent
-// while it was down are lost.
+// Loss: when the connection fails, the goroutine reconnects with backoff and subscribes
+// again, and when Redis confirms a subscription every waiter of that channel is woken, since
+// messages sent while it was down are lost. The failure itself wakes nobody: the server may
+// have just died, and a waiter woken then would send its next attempt at that very moment,
+// when the client's own connection to that server may not have failed yet: the request could
+// be written into it and its reply lost (an outcome unknown). A waiter whose channel does not
+// come back meanwhile wakes by its own timer, as for any lost wake-up.
 //
 // Sharded ([WithSharded], Redis 7 Cluster): channels are sharded channels (SSUBSCRIBE,
 // SPUBLISH), each served by the master of its hash slot. The Subscriber keeps one connection
@@ -29,8 +32,9 @@
 // learns where a slot lives from CLUSTER SLOTS (asked by one more goroutine, the router) and
 // from MOVED replies. When a slot moves (Redis ends the subscription with an unsolicited
 // sunsubscribe, and a SSUBSCRIBE on the old node answers MOVED) or its master fails, the
-// channel is woken and subscribed again on the node that serves it now: no waiter sleeps on
-// a channel nobody publishes to.
+// channel is subscribed again on the node that serves it now, and its waiters are woken
+// when Redis confirms it there (and at once too when the old node answered: the sunsubscribe,
+// MOVED): no waiter sleeps through a release published on the new node.
 package pubsub
 
 import (
@@ -284,13 +288,16 @@ func (s *Subscriber) needRoute() {
 	}
 }
 
-// rehome forgets c's home (its slot has moved, or its node failed) and wakes its waiters:
-// they try again, and c is subscribed again where its slot lives now (at addr, when known).
-// Subscriber.mu must be held.
-func (s *Subscriber) rehome(c *channel, addr string) {
+// rehome forgets c's home (its slot has moved, or its node failed) and has c subscribed
+// again where its slot lives now (at addr, when known). With wake (the node answered, so it
+// lives), c's waiters are woken to try again at once; else they are woken when the
+// subscription is confirmed (see Loss in the package doc). Subscriber.mu must be held.
+func (s *Subscriber) rehome(c *channel, addr string, wake bool) {
 	c.subscribed, c.live = false, false
 	c.seq++ // a mark taken before is stale: its subscription is gone
-	c.wakeAll()
+	if wake {
+		c.wakeAll()
+	}
 	c.home = nil
 	slot := hashslot.Of(c.name)
 	if addr != "" {
@@ -615,7 +622,7 @@ func (s *Subscriber) loop(cn *conn) {
 			return
 		}
 		start := time.Now()
-		s.serve(cn)
+		broken := s.serve(cn)
 		if time.Since(start) > time.Second {
 			cn.backoff = 0
 		} else {
@@ -629,7 +636,7 @@ func (s *Subscriber) loop(cn *conn) {
 		}
 		for _, c := range s.chans {
 			if c.home == cn {
-				s.rehome(c, "")
+				s.rehome(c, "", !broken)
 			}
 		}
 		return
@@ -701,12 +708,14 @@ func (s *Subscriber) dedicate(cn *conn) (rueidis.DedicatedClient, func(), error)
 	return dc, cancel, nil
 }
 
-// serve runs one connection until it fails or the Subscriber closes.
-func (s *Subscriber) serve(cn *conn) {
+// serve runs one connection until it fails or the Subscriber closes. broken reports that it
+// ended without an answer of the node (the connection could not be made, or broke): the node
+// may be dead, and the waiters of cn's channels were not woken (see Loss in the package doc).
+func (s *Subscriber) serve(cn *conn) (broken bool) {
 	dc, _, err := s.dedicate(cn)
 	if err != nil {
 		s.nudge(cn)
-		return
+		return true
 	}
 	// Close the connection, never hand it back to the client's pool: under RESP2 rueidis
 	// runs pub/sub on a second connection of its own, which the pool neither unsubscribes
@@ -760,6 +769,11 @@ func (s *Subscriber) serve(cn *conn) {
 		if why == nil {
 			why = errors.New("pubsub: connection lost")
 		}
+		// Only an error reply ends a connection whose node is known to live (a refused
+		// subscription): its waiters try again at once. Any other end may be the node's
+		// death: they wait for the subscription to be confirmed again.
+		_, answered := rueidis.IsRedisErr(why)
+		broken = !answered
 		var ns []notice
 		s.mu.Lock()
 		if cn.gen == gen {
@@ -768,7 +782,9 @@ func (s *Subscriber) serve(cn *conn) {
 		for _, c := range s.chans {
 			if c.home == cn {
 				c.subscribed, c.live = false, false
-				c.wakeAll()
+				if answered {
+					c.wakeAll()
+				}
 				if len(c.waiters) > 0 && !c.down && s.notify != nil && s.ctx.Err() == nil {
 					c.down = true
 					ns = append(ns, notice{channel: c.name, err: why})
@@ -840,7 +856,7 @@ func (s *Subscriber) moved(cn *conn, ch string, err error) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if c := s.chans[ch]; c != nil && c.home == cn && !s.closed {
-		s.rehome(c, addr)
+		s.rehome(c, addr, true)
 	}
 	return true
 }

@@ -577,8 +577,9 @@ func TestReWatchDuringLingerReuses(t *testing.T) {
 	})
 }
 
-// Losing the connection wakes every waiter of every channel at once; the Subscriber
-// reconnects, subscribes again, and messages wake waiters again.
+// Losing the connection wakes every waiter of every channel once the Subscriber has
+// reconnected and subscribed again (the break itself wakes nobody: see Loss in the package
+// doc), and messages wake waiters again.
 func TestConnectionLoss(t *testing.T) {
 	t.Parallel()
 	forEach(t, func(t *testing.T, e *env) {
@@ -593,7 +594,12 @@ func TestConnectionLoss(t *testing.T) {
 
 		e.dropPubSub()
 		for i, w := range all {
-			recv(t, w, fmt.Sprintf("connection lost, waiter #%d", i))
+			recv(t, w, fmt.Sprintf("connection lost and made again, waiter #%d", i))
+			ch := a
+			if i >= len(wa) {
+				ch = b
+			}
+			require.True(t, s.Live(ch), "waiter #%d woken before its channel was subscribed again", i)
 		}
 		require.False(t, wa[0].Live(ma), "mark of the lost connection")
 
@@ -875,8 +881,8 @@ func (p *proxy) close() {
 	p.wg.Wait()
 }
 
-// The connection dies while a SUBSCRIBE is in flight: every waiter is still woken, and the
-// Subscriber reconnects and subscribes everything again.
+// The connection dies while a SUBSCRIBE is in flight: the Subscriber reconnects and
+// subscribes everything again, and every waiter is woken.
 func TestConnectionLossDuringSubscribe(t *testing.T) {
 	t.Parallel()
 	forEach(t, func(t *testing.T, e *env) {
