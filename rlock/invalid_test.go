@@ -74,6 +74,8 @@ func argFor(t *testing.T, typ reflect.Type) reflect.Value {
 		return reflect.ValueOf(context.Background())
 	case reflect.TypeFor[time.Duration]():
 		return reflect.ValueOf(50 * time.Millisecond)
+	case reflect.TypeFor[rlock.Info]():
+		return reflect.ValueOf(rlock.Info{Name: "x", Kind: rlock.KindMutex})
 	}
 	switch typ.Kind() {
 	case reflect.Int, reflect.Int64:

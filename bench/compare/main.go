@@ -24,7 +24,7 @@ func main() {
 	pngDir := flag.String("png", "", "write PNG charts into this directory")
 	only := flag.String("libs", "", "comma-separated libraries to run (default: all)")
 	red := flag.Bool("redlock", false, "the RedLock comparison instead (issue 12): relock's RedLock against redsync's multi-pool mutex over 3 and 5 servers")
-	rtt := flag.Duration("rtt", 0, "with -redlock: reach every server through a proxy that adds this round-trip time (half each way), as servers on other hosts would")
+	rtt := flag.Duration("rtt", 0, "with -redlock: reach every server through a proxy that delays each direction by at least half this, as servers on other hosts would (the table's two-PING line shows the round trip it made)")
 	flag.Parse()
 	if *rtt < 0 || (*rtt > 0 && !*red) {
 		fmt.Fprintln(os.Stderr, "compare: -rtt takes a positive duration, with -redlock only")
