@@ -2178,6 +2178,19 @@ func (ls *lockSubject) giveBack(s *mseq, g *mgor, i int, cancelled bool, f *opFa
 			// (guarantee 3), not a hold wrongly denied.
 			sure = false
 		}
+		if sure && e.fixed && (f.applied(fBusy) || f.applied(fRefuse)) && e.end.Before(ret.Add(expirySlack)) {
+			// A send refused (a refused dial: nothing sent) or answered BUSY (LOADING: the
+			// script did not run) applied nothing, and the Client sent the release again
+			// after a backoff: the only send that Redis ran went out before ret, perhaps
+			// after the fixed lease ended, and then found the hold expired. Seed
+			// 1569544937194548789 (RWMutex): a write hold taken at 117.3ms with a 115ms lease
+			// (gone in Redis at ~232ms), Unlock at 159.9ms (fault=busy@0x2+refuse@3x3): two
+			// LOADING, an EVALSHA answered NOSCRIPT, three refused EVALs, another NOSCRIPT,
+			// and the EVAL that ran, at 321.0ms, returned -1 (not held); Redis had granted the
+			// write lock to another owner at 234.3ms, so the hold had surely ended before
+			// the release ran: ErrNotHeld is Redis's state, not a hold wrongly denied.
+			sure = false
+		}
 		if sure {
 			s.expect(ms, "unlock-notheld", "%s %s: a hold that surely lasted was not held: %v", g, desc, err)
 		}
