@@ -618,7 +618,7 @@ func (r *RedLock) acquire(ctx context.Context, wait, lease time.Duration, ro *re
 		}
 		// The last hold's fixed lease ran its course: give back what the instances still
 		// count, and start afresh.
-		r.giveBackAll(ctx, rh, owner)
+		r.giveBackAll(ctx, rh)
 	}
 	return r.fresh(ctx, rh, owner, wait, leases, least, renew)
 }
@@ -1082,8 +1082,10 @@ func (r *RedLock) giveBack(ctx, caller context.Context, idx []int, times []int, 
 }
 
 // giveBackAll gives back every hold rh counts on every instance and forgets them (the
-// owner's last Unlock, or a fresh start after a fixed lease ran out).
-func (r *RedLock) giveBackAll(ctx context.Context, rh *redHold, owner string) ([]error, []bool) {
+// owner's last Unlock, or a fresh start after a fixed lease ran out). It returns the
+// instances it gave back (the counts taken under rh.mu, after which no late grant is
+// adopted), and giveBack's results.
+func (r *RedLock) giveBackAll(ctx context.Context, rh *redHold) ([]int, []error, []bool) {
 	rh.mu.Lock()
 	times := slices.Clone(rh.n)
 	rh.releasing = true // a late grant is not adopted now: it would not be given back
@@ -1096,7 +1098,7 @@ func (r *RedLock) giveBackAll(ctx context.Context, rh *redHold, owner string) ([
 	}
 	errs, answered := r.giveBack(ctx, nil, idx, times, abandonAll, nil)
 	rh.reset()
-	return errs, answered
+	return idx, errs, answered
 }
 
 // Unlock gives back one hold of the caller's owner; when it gives back the last, the lock
@@ -1192,14 +1194,9 @@ func (r *RedLock) Unlock(ctx context.Context) (err error) {
 		rh.count--
 		rh.mu.Unlock()
 	} else {
-		rh.mu.Lock()
-		for i, n := range rh.n {
-			if n > 0 {
-				idx = append(idx, i)
-			}
-		}
-		rh.mu.Unlock()
-		errs, answered = r.giveBackAll(ctx, rh, owner)
+		// The instances are those giveBackAll took: one adopted since the count above is
+		// given back too, and counted.
+		idx, errs, answered = r.giveBackAll(ctx, rh)
 	}
 	switch {
 	case ended != nil && errors.Is(ended, ErrLeaseExpired):

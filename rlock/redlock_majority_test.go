@@ -323,3 +323,28 @@ func pttlOn(t *testing.T, s *redistest.Server, key string) int64 {
 	require.NoError(t, err)
 	return n
 }
+
+// Back-to-back uncontended cycles over five servers: Lock returns once three granted and
+// the other two join (or are given back) while Unlock runs. No call fails. Before the
+// fix, an instance adopted between Unlock's count of the instances and its give-back was
+// given back but not counted, and Unlock reported "3 of 5 answered" (5 errors in 30,693
+// cycles, 8s without -race).
+func TestRedLock_cyclesWithLateInstances(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs cycles for seconds")
+	}
+	ss := redServers(t, 5)
+	cs := redClients(t, addrsOf(ss))
+	r := rlock.NewRedLock(redistest.Name(t), cs)
+	end := time.Now().Add(6 * time.Second)
+	n := 0
+	for time.Now().Before(end) {
+		require.NoError(t, r.Lock(bg), "cycle %d", n)
+		require.NoError(t, r.Unlock(bg), "cycle %d", n)
+		n++
+	}
+	settled(t, r)
+	adopted, returned := rlock.RedLateGrants(r)
+	t.Logf("%d cycles; late grants adopted %d, given back %d", n, adopted, returned)
+	require.Equal(t, 0, holdersOn(t, ss, redKey(r.Name())))
+}
