@@ -1,6 +1,9 @@
 package rlock
 
-import "strings"
+import (
+	"context"
+	"strings"
+)
 
 // Hooks for the external tests (package rlock_test) to wait for internal events instead of
 // sleeping.
@@ -38,4 +41,35 @@ func RedHolds(prefix string) int {
 		}
 	}
 	return n
+}
+
+// RedInFlight is the number of r's instance requests (acquire attempts, give-backs) that
+// have not settled yet: a grant that reached a round after its decision counts until it
+// was adopted or given back, a give-back left to the background until it ended.
+func RedInFlight(r *RedLock) int64 { return r.inflight.Load() }
+
+// RedLateGrants is how many grants that reached r's rounds after their decision were
+// adopted into the hold, and how many were given back.
+func RedLateGrants(r *RedLock) (adopted, returned int64) {
+	return r.adopted.Load(), r.lateReturned.Load()
+}
+
+// RedInstanceHolds is the number of holds the caller's owner's RedLock hold counts on the
+// instance of each Client, and whether it follows that instance's tenure.
+func RedInstanceHolds(r *RedLock, ctx context.Context) (map[*Client]int, map[*Client]bool) {
+	owner, err := r.ownerOf(ctx)
+	if err != nil {
+		return nil, nil
+	}
+	rh := peekRed(r.key(owner))
+	n, w := make(map[*Client]int), make(map[*Client]bool)
+	if rh == nil {
+		return n, w
+	}
+	rh.mu.Lock()
+	defer rh.mu.Unlock()
+	for i, m := range r.insts {
+		n[m.c], w[m.c] = rh.n[i], rh.watched[i]
+	}
+	return n, w
 }

@@ -51,14 +51,21 @@ const (
 // # Acquisition
 //
 // An attempt takes the start time on the monotonic clock and asks every instance at once,
-// each bounded by the per-instance timeout ([WithInstanceTimeout]); once the answers show
-// that a majority can no longer grant it (another owner holds it), the silent instances are
+// each bounded by the per-instance timeout ([WithInstanceTimeout]). It is decided as soon as
+// N/2+1 instances granted it: a slow minority costs nothing. Once the answers show that a
+// majority can no longer grant it (another owner holds it), the silent instances are
 // waited for only as long again as the answers took (at least a quarter of the per-instance
 // timeout), so that a minority that is down or paused does not cost a refused attempt the
 // whole timeout. The lock is held iff at
 // least N/2+1 instances granted it and the validity, lease - elapsed - drift (the drift
 // allowance is 1% of the lease + 2ms; the lease is the smallest of the Clients' watchdog
-// timeouts in watchdog mode), is still positive. Otherwise the attempt gives back what it
+// timeouts in watchdog mode; elapsed runs to the majority's grant), is still positive.
+// An instance whose grant arrives after that, within the per-instance timeout of the
+// attempt's start, joins the hold when it comes, if the hold is still current (not
+// released, lost or ended by Close, and the instance still holds it): it is then counted,
+// renewed and given back like the others, and counts for [RedLock.TTL] and for the
+// survival of the hold; otherwise, or when the attempt failed, it is given back. Otherwise
+// the attempt gives back what it
 // got on every instance that granted it; an instance that did not answer within the
 // timeout is resolved by its Mutex machinery (its request is replayed until answered, within
 // the Client's cleanup timeout, and a grant it turns out to have made is given back). A
@@ -117,6 +124,11 @@ type RedLock struct {
 
 	bad      atomic.Pointer[error] // the duplicate-server check found two Clients on one server
 	verified atomic.Bool           // the duplicate-server check is complete (verify)
+
+	// For the tests (export_test.go): instance requests and give-backs not yet settled,
+	// and what became of the grants that reached a round after its decision.
+	inflight              atomic.Int64
+	adopted, lateReturned atomic.Int64
 }
 
 // RedLockOption configures a [RedLock].
@@ -249,7 +261,9 @@ func (r *RedLock) instanceTimeout(lease time.Duration) time.Duration {
 
 // Lock blocks until the caller's owner holds the lock on a majority of the instances, then
 // keeps it held in watchdog mode (each instance renewed by its Client) until Unlock. A
-// re-entry by the owner adds a hold at once. Lock returns nil when the lock is held;
+// re-entry by the owner adds a hold at once. Lock returns once a majority granted it; an
+// instance that grants it later, within the per-instance timeout, joins the hold (see
+// RedLock's Acquisition). Lock returns nil when the lock is held;
 // otherwise nothing it took is left held (a grant whose reply came too late is given back
 // in the background, within the Clients' cleanup timeouts), and it returns:
 //  1. ctx's error, wrapped, when ctx ends first (within 100ms of its end, as a Mutex);
@@ -337,38 +351,51 @@ func (r *RedLock) leases(lease time.Duration) ([]time.Duration, time.Duration) {
 	return ls, least
 }
 
-// round asks the instances idx at once, bounded by tmo, and returns once every instance
-// answered, or tmo ran out, or the round is lost and the rest had a little longer: once
-// fewer than a majority can still grant (refusals and errors beyond n-quorum) and the
-// silent instances cannot change whether a majority answered, the rest are waited for as
-// long again as the round took so far, and at least a quarter of tmo (within tmo from the
-// start): an instance that answers about when the others do is counted (its grant is given
-// back with the others'), a silent one (down, paused) is not waited for up to tmo. A round
-// that a majority granted waits for every instance up to tmo.
+// round asks the instances idx at once, bounded by tmo, and returns once a majority of the
+// instances granted, or every instance answered, or tmo ran out, or the round is lost and
+// the rest had a little longer: once fewer than a majority can still grant (refusals and
+// errors beyond n-quorum) and the silent instances cannot change whether a majority
+// answered, the rest are waited for as long again as the round took so far, and at least a
+// quarter of tmo (within tmo from the start): an instance that answers about when the
+// others do is counted (its grant is given back with the others'), a silent one (down,
+// paused) is not waited for up to tmo. A round that a majority granted is decided at once:
+// it costs the majority's latency, not the slowest instance's.
 //
-// An instance cut off by the decision has its request cancelled: its Mutex machinery
-// resolves it in the background (replayed until answered, within the cleanup timeout) and
-// gives back a grant it turns out to have made; a grant whose reply reached the round after
-// the decision is given back by the instance's goroutine (giveBackLate). Either way the
-// instance counts as not answered (ErrUnknownOutcome) in the result.
-func (r *RedLock) round(ctx context.Context, idx []int, leases []time.Duration, renew, queue, waiting bool, tmo time.Duration) []instResult {
+// The instances that had not answered at the decision count as not answered
+// (ErrUnknownOutcome) in the result, and their grants are settled by the returned
+// lateGrants, which the caller must settle exactly once: adopted into the hold the round
+// began or re-entered (their requests go on, within tmo from the start, after a round that
+// a majority granted, whatever becomes of ctx), or given back by the instance's goroutine
+// (giveBackLate). A round decided otherwise cancels the requests still out: each
+// instance's Mutex machinery resolves its request in the background (replayed until
+// answered, within the cleanup timeout) and gives back a grant it turns out to have made;
+// as does a request still out when tmo ends.
+func (r *RedLock) round(ctx context.Context, idx []int, leases []time.Duration, renew, queue, waiting bool, tmo time.Duration) ([]instResult, *lateGrants) {
 	start := time.Now()
-	rctx, cancel := context.WithDeadline(ctx, start.Add(tmo)) // one bound for the round's requests
-	st := &roundState{res: make([]instResult, len(r.insts)), answered: make([]bool, len(r.insts)), wake: make(chan struct{}, 1)}
+	// One bound for the round's requests: ctx's end cancels them only until a majority
+	// granted (unlink), so that a late grant can still join the hold.
+	rctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), start.Add(tmo))
+	unlink := context.AfterFunc(ctx, cancel)
+	st := &roundState{res: make([]instResult, len(r.insts)), answered: make([]bool, len(r.insts)), wake: make(chan struct{}, 1),
+		late: &lateGrants{settled: make(chan struct{}), cancel: cancel, out: len(idx)}}
 	for _, i := range idx {
 		m := r.insts[i]
+		r.inflight.Add(1)
 		m.c.spare(func() {
+			defer r.inflight.Add(-1)
 			x := m.attemptOnce(rctx, leases[i], renew, queue, waiting)
 			st.mu.Lock()
 			if st.decided {
 				st.mu.Unlock()
 				if x.ok {
-					m.giveBackLate(ctx)
+					r.settleLate(ctx, st.late, i)
 				}
+				st.late.done()
 				return
 			}
 			st.res[i], st.answered[i] = x, true
 			st.mu.Unlock()
+			st.late.done()
 			select {
 			case st.wake <- struct{}{}:
 			default:
@@ -377,8 +404,12 @@ func (r *RedLock) round(ctx context.Context, idx []int, leases []time.Duration, 
 	}
 	var straggle *time.Timer
 	var straggled <-chan time.Time
+	won := false
 	defer func() {
-		cancel()
+		unlink()
+		if !won {
+			cancel()
+		}
 		if straggle != nil {
 			straggle.Stop()
 		}
@@ -400,13 +431,15 @@ func (r *RedLock) round(ctx context.Context, idx []int, leases []time.Duration, 
 				no++
 			}
 		}
+		if granted >= r.quorum {
+			won = true
+			return r.decide(ctx, st, idx, tmo), st.late
+		}
 		// Lost (fewer than a majority can still grant, and whether a majority answered is
-		// settled): the silent instances cannot change the outcome. A round that a majority
-		// granted waits for the rest up to tmo: a hold on every instance is what survives
-		// the loss of a minority while held.
+		// settled): the silent instances cannot change the outcome.
 		lost := len(idx)-no < r.quorum && (heard >= r.quorum || heard+asked < r.quorum)
 		if asked == 0 || (straggle != nil && straggled == nil) {
-			return r.decide(ctx, st, idx, tmo)
+			return r.decide(ctx, st, idx, tmo), st.late
 		}
 		st.mu.Unlock()
 		if lost && straggle == nil {
@@ -418,9 +451,12 @@ func (r *RedLock) round(ctx context.Context, idx []int, leases []time.Duration, 
 		case <-st.wake:
 		case <-straggled:
 			straggled = nil // the rest are not waited for any more
+		case <-ctx.Done():
+			st.mu.Lock()
+			return r.decide(ctx, st, idx, tmo), st.late
 		case <-rctx.Done():
 			st.mu.Lock()
-			return r.decide(ctx, st, idx, tmo)
+			return r.decide(ctx, st, idx, tmo), st.late
 		}
 	}
 }
@@ -432,6 +468,51 @@ type roundState struct {
 	answered []bool       // res holds the instance's answer
 	decided  bool         // the round has returned: later answers are not read
 	wake     chan struct{}
+	late     *lateGrants
+}
+
+// lateGrants settles the grants whose reply reached a round after it was decided: the
+// instance's goroutine waits until the round's caller settles the round (settle), then
+// adopts its grant into the hold (adopt) or gives it back (giveBackLate).
+type lateGrants struct {
+	settled chan struct{}    // closed by settle
+	adopt   func(i int) bool // set before settled closes; nil: give every late grant back
+
+	mu     sync.Mutex
+	out    int                // instance requests not yet answered
+	cancel context.CancelFunc // ends the round's requests' context: called by the last one
+}
+
+// settle tells the late grants of the round what becomes of them: adopt(i) adds instance
+// i's grant to the hold and reports true, or reports false (the hold is no longer current),
+// and the grant is given back; a nil adopt gives every late grant back. The round's caller
+// calls it exactly once, at once after the round (a late grant's goroutine waits for it).
+func (l *lateGrants) settle(adopt func(i int) bool) {
+	l.adopt = adopt
+	close(l.settled)
+}
+
+// settleLate settles instance i's grant that reached the round of l after its decision.
+func (r *RedLock) settleLate(ctx context.Context, l *lateGrants, i int) {
+	<-l.settled
+	if l.adopt != nil && l.adopt(i) {
+		r.adopted.Add(1)
+		return
+	}
+	r.insts[i].giveBackLate(ctx)
+	r.lateReturned.Add(1)
+}
+
+// done counts one of the round's requests answered; the last one releases the round's
+// context (a round that a majority granted leaves it to its requests).
+func (l *lateGrants) done() {
+	l.mu.Lock()
+	l.out--
+	last := l.out == 0
+	l.mu.Unlock()
+	if last {
+		l.cancel()
+	}
 }
 
 // decide ends the round: later answers are not read. It returns the results, the instances
@@ -532,19 +613,21 @@ func (r *RedLock) acquire(ctx context.Context, wait, lease time.Duration, ro *re
 	if count > 0 {
 		switch {
 		case ended == nil:
-			return r.reenter(ctx, rh, leases, renew, r.instanceTimeout(least))
+			return r.reenter(ctx, rh, owner, leases, renew, r.instanceTimeout(least))
 		case !errors.Is(ended, ErrLeaseExpired):
 			return false, errorf("red lock %q: %w", r.name, ended)
 		}
 		// The last hold's fixed lease ran its course: give back what the instances still
 		// count, and start afresh.
-		r.giveBackAll(ctx, rh, owner)
+		r.giveBackAll(ctx, rh)
 	}
 	return r.fresh(ctx, rh, owner, wait, leases, least, renew)
 }
 
 // reenter adds a hold on every instance that still holds the lock; a majority must grant it.
-func (r *RedLock) reenter(ctx context.Context, rh *redHold, leases []time.Duration, renew bool, tmo time.Duration) (bool, error) {
+// An instance whose grant comes after the majority's is adopted (redHold.adopt) while the
+// tenure lasts, and given back otherwise.
+func (r *RedLock) reenter(ctx context.Context, rh *redHold, owner string, leases []time.Duration, renew bool, tmo time.Duration) (bool, error) {
 	rh.mu.Lock()
 	var idx []int
 	for i, w := range rh.watched {
@@ -553,7 +636,7 @@ func (r *RedLock) reenter(ctx context.Context, rh *redHold, leases []time.Durati
 		}
 	}
 	rh.mu.Unlock()
-	res := r.round(ctx, idx, leases, renew, false, false, tmo)
+	res, late := r.round(ctx, idx, leases, renew, false, false, tmo)
 	var got []int
 	var errs []error
 	for _, i := range idx {
@@ -569,10 +652,13 @@ func (r *RedLock) reenter(ctx context.Context, rh *redHold, leases []time.Durati
 		for _, i := range got {
 			rh.n[i]++
 		}
+		gen := rh.gen
 		rh.mu.Unlock()
+		late.settle(func(i int) bool { return rh.adopt(r, owner, gen, i, true) })
 		return true, nil
 	}
-	r.giveBack(ctx, ctx, got, nil, abandonOne)
+	late.settle(nil)
+	r.giveBack(ctx, ctx, got, nil, abandonOne, nil)
 	if err := ctx.Err(); err != nil {
 		return false, errorf("red lock %q: %w", r.name, err)
 	}
@@ -639,7 +725,7 @@ func (r *RedLock) fresh(ctx context.Context, rh *redHold, owner string, wait tim
 			}
 		}
 		start := time.Now()
-		res := r.round(ctx, all, leases, renew, wait != 0, waiting, tmo)
+		res, lg := r.round(ctx, all, leases, renew, wait != 0, waiting, tmo)
 		validity := least - time.Since(start) - watchdog.Drift(least)
 		var got, refusedIdx []int
 		var refusedTTL []time.Duration
@@ -670,11 +756,13 @@ func (r *RedLock) fresh(ctx context.Context, rh *redHold, owner string, wait tim
 			}
 		}
 		if len(got) >= r.quorum && validity > 0 {
-			if rh.begin(r, owner, got) {
+			if gen, ok := rh.begin(r, owner, got); ok {
+				lg.settle(func(i int) bool { return rh.adopt(r, owner, gen, i, false) })
 				return true, nil
 			}
 		}
-		r.giveBack(ctx, ctx, got, nil, abandonAll)
+		lg.settle(nil)
+		r.giveBack(ctx, ctx, got, nil, abandonAll, nil)
 		if err := ctx.Err(); err != nil {
 			pass()
 			return false, errorf("red lock %q: %w", r.name, err)
@@ -900,12 +988,6 @@ func (r *RedLock) sleep(ctx context.Context, timer *time.Timer, ws []*pubsub.Wai
 	return nil
 }
 
-// giveBack gives back one hold on each instance in idx (times[i] holds when times is
-// given, see giveBackAll), in parallel, on ctx's values without its cancellation.
-// It waits for every instance, or, once a majority answered, one per-instance timeout more,
-// or, when caller (an acquire's ctx; nil for Unlock) ends, returnGrace more; the rest go on
-// in the background (counted for their Client's Close). It returns each instance's error
-// (nil: given back), and which answered in time.
 // giveBack's failure modes: what becomes of an instance hold whose give-back failed.
 type giveBackFail int
 
@@ -921,7 +1003,17 @@ const (
 	abandonAll
 )
 
-func (r *RedLock) giveBack(ctx, caller context.Context, idx []int, times []int, fail giveBackFail) ([]error, []bool) {
+// giveBack gives back one hold on each instance in idx (times[i] holds when times is
+// given, see giveBackAll), in parallel, on ctx's values without its cancellation; after,
+// when not nil, is called with each instance's outcome as it comes (on the instance's
+// goroutine, also for those that come after giveBack returned). It returns as soon as a
+// majority of the instances gave their holds back, or every instance answered, or, once a
+// majority answered, one per-instance timeout more has passed, or, when caller (an
+// acquire's ctx; nil for Unlock) ends, returnGrace more; the rest go on in the background,
+// each within its Client's cleanup timeout and ended by its Close (counted for it), and a
+// give-back that fails there is treated as fail says. It returns each instance's error
+// (nil: given back), and which answered in time.
+func (r *RedLock) giveBack(ctx, caller context.Context, idx []int, times []int, fail giveBackFail, after func(i int, err error)) ([]error, []bool) {
 	errs := make([]error, len(r.insts))
 	answered := make([]bool, len(r.insts))
 	if len(idx) == 0 {
@@ -932,19 +1024,24 @@ func (r *RedLock) giveBack(ctx, caller context.Context, idx []int, times []int, 
 		i   int
 		err error
 	}
-	ch := make(chan done, len(idx))
+	ch := make(chan done, len(idx)) // never blocks a sender: the rest go on after the return
 	for _, i := range idx {
 		n := 1
 		if times != nil {
 			n = times[i]
 		}
 		m := r.insts[i]
+		r.inflight.Add(1)
 		m.c.spare(func() {
+			defer r.inflight.Add(-1)
 			var err error
 			for k := 0; k < n && err == nil; k++ {
 				err = m.Unlock(ctx)
 			}
 			m.abandonFailed(ctx, err, fail) // nothing will give it back: let it expire
+			if after != nil {
+				after(i, err)
+			}
 			ch <- done{i, err}
 		})
 	}
@@ -953,6 +1050,7 @@ func (r *RedLock) giveBack(ctx, caller context.Context, idx []int, times []int, 
 	if caller != nil {
 		gone = caller.Done()
 	}
+	ok := 0
 	for k := 0; k < len(idx); k++ {
 		if grace == nil && k >= r.quorum {
 			t := time.NewTimer(r.instanceTimeout(redTimeoutMax * 10))
@@ -962,6 +1060,11 @@ func (r *RedLock) giveBack(ctx, caller context.Context, idx []int, times []int, 
 		select {
 		case d := <-ch:
 			errs[d.i], answered[d.i] = d.err, true
+			if d.err == nil {
+				if ok++; ok >= r.quorum {
+					return errs, answered
+				}
+			}
 		case <-grace:
 			return errs, answered
 		case <-gone:
@@ -980,10 +1083,13 @@ func (r *RedLock) giveBack(ctx, caller context.Context, idx []int, times []int, 
 }
 
 // giveBackAll gives back every hold rh counts on every instance and forgets them (the
-// owner's last Unlock, or a fresh start after a fixed lease ran out).
-func (r *RedLock) giveBackAll(ctx context.Context, rh *redHold, owner string) ([]error, []bool) {
+// owner's last Unlock, or a fresh start after a fixed lease ran out). It returns the
+// instances it gave back (the counts taken under rh.mu, after which no late grant is
+// adopted), and giveBack's results.
+func (r *RedLock) giveBackAll(ctx context.Context, rh *redHold) ([]int, []error, []bool) {
 	rh.mu.Lock()
 	times := slices.Clone(rh.n)
+	rh.releasing = true // a late grant is not adopted now: it would not be given back
 	rh.mu.Unlock()
 	var idx []int
 	for i, n := range times {
@@ -991,20 +1097,24 @@ func (r *RedLock) giveBackAll(ctx context.Context, rh *redHold, owner string) ([
 			idx = append(idx, i)
 		}
 	}
-	errs, answered := r.giveBack(ctx, nil, idx, times, abandonAll)
+	errs, answered := r.giveBack(ctx, nil, idx, times, abandonAll, nil)
 	rh.reset()
-	return errs, answered
+	return idx, errs, answered
 }
 
 // Unlock gives back one hold of the caller's owner; when it gives back the last, the lock
 // is released on every instance (in parallel) and one waiter of each instance is woken.
 // It works on a ctx that has ended (it uses ctx's values, bounded by each Client's cleanup
-// timeout) and returns once every instance answered, or a majority answered and one
-// per-instance timeout more has passed: an instance that cannot be reached is left to
-// finish in the background (its hold, no longer renewed, expires with its lease).
+// timeout) and returns as soon as a majority of the instances gave the hold back, or every
+// instance answered, or a majority answered and one per-instance timeout more has passed.
+// The other instances' give-backs go on in the background, each within its Client's
+// cleanup timeout (a Client's Close ends them); one that fails there is abandoned: that
+// instance's hold is no longer renewed and expires with its lease. A grant that reaches an
+// acquire's round after the owner's last Unlock began is given back, not adopted.
 //
 // Unlock returns nil when the owner held the lock and a majority of the instances gave it
-// back (instances lost in a minority are not an error); otherwise:
+// back (instances lost in a minority, and those still answering, are not an error: the
+// lock is free on a majority, so another owner can take it); otherwise:
 //  1. [ErrNotHeld] when the owner holds no hold (joined with the loss when the lock was
 //     lost; an error wrapping [ErrLeaseExpired] after a fixed lease ran its course);
 //  2. the instances' errors, joined, when fewer than a majority answered;
@@ -1060,30 +1170,34 @@ func (r *RedLock) Unlock(ctx context.Context) (err error) {
 	var idx []int
 	if count > 1 {
 		rh.mu.Lock()
+		// One hold back on every instance that counts more than one: each keeps one until
+		// the last Unlock. (An instance may count fewer than count: it missed a re-entry,
+		// or its late grant of one is still to be adopted.)
 		for i, n := range rh.n {
-			if n >= count { // n < count: the instance missed a re-entry; keep its hold
+			if n > 1 {
 				idx = append(idx, i)
 			}
 		}
+		gen := rh.gen
 		rh.mu.Unlock()
-		errs, answered = r.giveBack(ctx, nil, idx, nil, keepFailed)
+		// Each instance's hold is uncounted as its give-back succeeds, also after the
+		// return (a failed one stays counted: keepFailed).
+		errs, answered = r.giveBack(ctx, nil, idx, nil, keepFailed, func(i int, err error) {
+			if err == nil || errors.Is(err, ErrNotHeld) {
+				rh.mu.Lock()
+				if rh.gen == gen && rh.n[i] > 0 {
+					rh.n[i]--
+				}
+				rh.mu.Unlock()
+			}
+		})
 		rh.mu.Lock()
 		rh.count--
-		for _, i := range idx {
-			if answered[i] && (errs[i] == nil || errors.Is(errs[i], ErrNotHeld)) {
-				rh.n[i]--
-			}
-		}
 		rh.mu.Unlock()
 	} else {
-		rh.mu.Lock()
-		for i, n := range rh.n {
-			if n > 0 {
-				idx = append(idx, i)
-			}
-		}
-		rh.mu.Unlock()
-		errs, answered = r.giveBackAll(ctx, rh, owner)
+		// The instances are those giveBackAll took: one adopted since the count above is
+		// given back too, and counted.
+		idx, errs, answered = r.giveBackAll(ctx, rh)
 	}
 	switch {
 	case ended != nil && errors.Is(ended, ErrLeaseExpired):
@@ -1092,6 +1206,12 @@ func (r *RedLock) Unlock(ctx context.Context) (err error) {
 		return errorf("unlock red lock %q: %w", r.name, ErrClosed)
 	case ended != nil:
 		return errorf("unlock red lock %q: %w (%w)", r.name, ErrNotHeld, ended)
+	}
+	// The last hold: a majority must give it back. Another: the instances that counted more
+	// than one, or a majority of them.
+	need := r.quorum
+	if count > 1 {
+		need = min(need, len(idx))
 	}
 	ok, heard := 0, 0
 	var failed []error
@@ -1108,9 +1228,9 @@ func (r *RedLock) Unlock(ctx context.Context) (err error) {
 		}
 	}
 	switch {
-	case ok >= r.quorum:
+	case ok >= need:
 		return nil
-	case heard >= r.quorum:
+	case heard >= need:
 		return errorf("unlock red lock %q: %w: given back by %d of %d instances (%w)", r.name, ErrNotHeld, ok, len(r.insts), errors.Join(failed...))
 	}
 	return errorf("unlock red lock %q: %d of %d instances answered: %w", r.name, heard, len(r.insts), errors.Join(failed...))
@@ -1234,7 +1354,8 @@ func (r *RedLock) TTL(ctx context.Context) (time.Duration, error) {
 }
 
 // Token is the fencing token of the caller's owner's current hold: the largest of the
-// tokens the instances of the granting majority gave (re-entry keeps it; see [Mutex.Token]
+// tokens the instances of the granting majority gave, as known when the acquire was
+// decided (a grant adopted later does not change it; re-entry keeps it; see [Mutex.Token]
 // for an instance's token, the larger of its last token + 1 and its server's clock in
 // microseconds).
 //
@@ -1482,6 +1603,9 @@ type redHold struct {
 	closing []func() bool // stop the Close watches of an ended hold (see watchClose)
 	next    *redObs       // the report of the tenure the acquire under way may begin
 	obs     *redObs       // the report of the current tenure, until its HoldEnd; nil: none
+	// releasing: the owner's last Unlock has taken the counts to give back, and no late
+	// grant is adopted any more (see adopt)
+	releasing bool
 }
 
 var redHolds = struct {
@@ -1591,9 +1715,10 @@ func (rh *redHold) whyLocked() error {
 }
 
 // begin starts a tenure granted by the instances got: it follows each instance's tenure
-// and ends when fewer than a majority are left. It reports false (and starts nothing)
-// when the instances' tenures ended before it could follow a majority of them.
-func (rh *redHold) begin(r *RedLock, owner string, got []int) bool {
+// and ends when fewer than a majority are left. It returns the tenure's number, and reports
+// false (and starts nothing) when the instances' tenures ended before it could follow a
+// majority of them.
+func (rh *redHold) begin(r *RedLock, owner string, got []int) (int, bool) {
 	tenures := make([]*tenure, len(r.insts))
 	var token int64
 	for _, i := range got {
@@ -1608,7 +1733,7 @@ func (rh *redHold) begin(r *RedLock, owner string, got []int) bool {
 	rh.gen++
 	gen := rh.gen
 	rh.count, rh.token, rh.ended, rh.done, rh.quorum = 1, token, nil, nil, r.quorum
-	rh.live = 0
+	rh.live, rh.releasing = 0, false
 	for _, i := range got {
 		rh.n[i] = 1
 		if tenures[i] != nil {
@@ -1641,7 +1766,51 @@ func (rh *redHold) begin(r *RedLock, owner string, got []int) bool {
 		// followed): the caller gives the instances back.
 		rh.reset()
 	}
-	return ok
+	return gen, ok
+}
+
+// adopt adds instance i's grant, whose reply reached the round of tenure gen after the
+// round was decided, to the hold: counted (n), followed (its tenure's end counts as an
+// instance lost), renewed by its Client's watchdog as the others are, and given back by
+// the owner's Unlock. reentry says the grant is a re-entry's: the instance is followed
+// already. It reports false, and changes nothing, when the hold is no longer current: the
+// tenure ended (lost, run out, closed) or is being given back by the owner's last Unlock,
+// another tenure began, the instance's own hold ended, or (re-entry) the instance is no
+// longer followed; the caller gives the grant back. rh.mu orders it with Unlock, the
+// instances' ends and Close: an instance adopted before the last Unlock's snapshot of the
+// counts is given back by that Unlock, one after it is refused.
+func (rh *redHold) adopt(r *RedLock, owner string, gen, i int, reentry bool) bool {
+	h := r.insts[i].instHold(owner)
+	if h == nil {
+		return false
+	}
+	t, _ := h.snapshot()
+	if t == nil {
+		return false
+	}
+	rh.mu.Lock()
+	if rh.gen != gen || rh.count == 0 || rh.ended != nil || rh.releasing || rh.watched[i] != reentry || (!reentry && rh.n[i] != 0) {
+		rh.mu.Unlock()
+		return false
+	}
+	rh.n[i]++
+	if reentry {
+		rh.mu.Unlock()
+		return true
+	}
+	rh.watched[i] = true
+	rh.live++
+	rh.mu.Unlock()
+	stop := t.subscribe(func(cause error) { rh.instanceEnded(gen, i, cause) })
+	rh.mu.Lock()
+	if rh.gen == gen && rh.watched[i] {
+		rh.stops[i] = stop
+		rh.mu.Unlock()
+	} else {
+		rh.mu.Unlock()
+		stop()
+	}
+	return true
 }
 
 // instanceEnded records the end of instance i's tenure (gen's).
@@ -1722,7 +1891,7 @@ func (rh *redHold) reset() {
 		rh.finishLocked()
 		rh.mu.Lock()
 	}
-	rh.count, rh.token, rh.ended, rh.done = 0, 0, nil, nil
+	rh.count, rh.token, rh.ended, rh.done, rh.releasing = 0, 0, nil, nil, false
 	clear(rh.n)
 	stops := rh.closing
 	rh.closing = nil

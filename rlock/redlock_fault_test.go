@@ -12,8 +12,8 @@ import (
 
 // A round that a majority refuses is decided by the instances that answer: with 2 of 5
 // servers paused, an acquire refused by the other 3 does not wait for the silent two up to
-// the instance timeout. (An acquire that the 3 grant waits for the silent two up to the
-// instance timeout, so that the hold is on every instance that answers in time.)
+// the instance timeout. (An acquire that the 3 grant is decided by them at once: see
+// TestRedLock_slowMinorityNotWaitedFor.)
 func TestRedLock_silentMinorityNotWaitedFor(t *testing.T) {
 	if testing.Short() {
 		t.Skip("pauses servers")
