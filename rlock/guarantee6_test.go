@@ -158,3 +158,59 @@ func TestGuarantee6_contextEnd(t *testing.T) {
 		}
 	}
 }
+
+// Guarantee 6 for a RedLock: with every instance paused, Lock returns within 100 ms of its
+// context's end, whatever ends it; the instances' requests are left to the round's workers.
+func TestGuarantee6_redLock(t *testing.T) {
+	if testing.Short() {
+		t.Skip("pauses Redis (run without -short)")
+	}
+	const bound = 100*time.Millisecond + 400*time.Millisecond
+	for _, end := range []struct {
+		name string
+		ctx  func() (context.Context, context.CancelFunc)
+		want error
+	}{
+		{"cancel", func() (context.Context, context.CancelFunc) { return context.WithCancel(bg) }, context.Canceled},
+		{"cancelBeforeDeadline", func() (context.Context, context.CancelFunc) { return context.WithTimeout(bg, time.Minute) }, context.Canceled},
+		{"deadline", func() (context.Context, context.CancelFunc) { return context.WithTimeout(bg, 300*time.Millisecond) }, context.DeadlineExceeded},
+	} {
+		t.Run(end.name, func(t *testing.T) {
+			ss := redServers(t, 3)
+			cs := redClients(t, addrsOf(ss), rlock.WithCleanupTimeout(4*time.Second))
+			r := rlock.NewRedLock(redistest.Name(t), cs)
+			require.NoError(t, r.Lock(bg)) // scripts loaded, connections up
+			require.NoError(t, r.Unlock(bg))
+			for _, s := range ss {
+				s.Pause(t)
+			}
+			t.Cleanup(func() {
+				for _, s := range ss {
+					s.Resume(t)
+				}
+			})
+			ctx, cancel := end.ctx()
+			defer cancel()
+			got := make(chan error, 1)
+			go func() { got <- r.Lock(ctx) }()
+			var ended time.Time
+			if end.want == context.Canceled {
+				time.Sleep(100 * time.Millisecond)
+				select {
+				case err := <-got:
+					t.Fatalf("precondition: Lock returned before the cancel, every instance paused: %v", err)
+				default:
+				}
+				cancel()
+				ended = time.Now()
+			} else {
+				<-ctx.Done()
+				ended = time.Now()
+			}
+			err := await(t, got, 20*time.Second, "Lock to return")
+			took := time.Since(ended)
+			require.Less(t, took, bound, "RedLock.Lock returned %v after its ctx ended: %v", took.Round(time.Millisecond), err)
+			require.ErrorIs(t, err, end.want)
+		})
+	}
+}
