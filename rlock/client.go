@@ -323,15 +323,22 @@ type sendCtx struct {
 // timeout (a cleanup context of its own when that timeout is too short for shared
 // deadlines, which come up to deadlineStep early).
 func (c *Client) firstSendCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return c.firstSendCtxIn(ctx, time.Now(), new(sendCtx))
+}
+
+// firstSendCtxIn is firstSendCtx for a send made at sent, filling sc when it makes a
+// sendCtx (a caller that keeps sc in memory of its own makes none).
+func (c *Client) firstSendCtxIn(ctx context.Context, sent time.Time, sc *sendCtx) (context.Context, context.CancelFunc) {
 	switch ctx.(type) {
 	case callerValues, *sendCtx:
 		return ctx, func() {}
 	}
 	if c.opts.cleanupTimeout < 4*deadlineStep {
-		return c.cleanupCtx(ctx)
+		return c.cleanupCtxUntil(ctx, sent.Add(c.opts.cleanupTimeout))
 	}
-	dl, done := c.deadlines.at(time.Now().Add(c.opts.cleanupTimeout))
-	return &sendCtx{values: ctx, dl: dl, done: done}, func() {}
+	dl, done := c.deadlines.at(sent.Add(c.opts.cleanupTimeout))
+	*sc = sendCtx{values: ctx, dl: dl, done: done}
+	return sc, func() {}
 }
 
 func (s *sendCtx) Deadline() (time.Time, bool) { return s.dl, true }

@@ -26,8 +26,8 @@ import (
 type inflight struct {
 	c    *Client
 	ctx  context.Context
-	stop context.CancelFunc // nil for sc
-	sc   sendCtx            // ctx, as a rule: a first send's context without allocations
+	stop context.CancelFunc
+	sc   sendCtx // ctx, as a rule: a first send's context without an allocation of its own
 	s    *lua.Script
 	kv   [8]string
 	keys []string
@@ -55,20 +55,7 @@ func (c *Client) send(ctx context.Context, sent time.Time, acquire bool, s *lua.
 	} else {
 		f.keys, f.args = append([]string(nil), keys...), append([]string(nil), args...)
 	}
-	switch ctx.(type) {
-	case callerValues, *sendCtx: // work on a caller's behalf already: its bound stands
-		f.ctx = ctx
-	default:
-		if c.opts.cleanupTimeout < 4*deadlineStep {
-			f.ctx, f.stop = c.cleanupCtxUntil(ctx, sent.Add(c.opts.cleanupTimeout))
-		} else {
-			// As firstSendCtx: a deadline shared with the sends of the same few
-			// milliseconds, closed by Close too.
-			dl, done := c.deadlines.at(sent.Add(c.opts.cleanupTimeout))
-			f.sc = sendCtx{values: ctx, dl: dl, done: done}
-			f.ctx = &f.sc
-		}
-	}
+	f.ctx, f.stop = c.firstSendCtxIn(ctx, sent, &f.sc)
 	go f.run()
 	return f
 }
@@ -80,9 +67,7 @@ func (f *inflight) run() {
 		f.res = f.c.exec(f.ctx, f.s, f.keys, f.args)
 		f.err = f.res.Error()
 	}
-	if f.stop != nil {
-		f.stop()
-	}
+	f.stop()
 	f.done <- struct{}{}
 }
 
