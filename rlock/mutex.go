@@ -610,47 +610,27 @@ func (m *Mutex) attempt(ctx context.Context, h *hold, lease time.Duration, renew
 	var vals []int64
 	var acked int64
 	var err error
-	var left *inflight // the first send, still under way when the caller's ctx ended
+	site := replaySite{kind: m.v.obs, name: m.name, owner: h.owner, op: "acquire"}
 	if ctx.Done() == nil || b.direct {
 		vals, acked, err = m.c.execAcquire(ctx, m.v.acquire, keys, args, b.vals[:0])
-	} else {
+	} else if f := m.c.send(ctx, sent, true, m.v.acquire, keys, args); f.await(ctx) {
 		// A ctx that can end: the caller must be able to leave (see inflight).
-		f := m.c.send(ctx, sent, true, m.v.acquire, keys, args)
-		if f.await(ctx) {
-			vals, acked, err = append(b.vals[:0], f.vals...), f.acked, f.err
-		} else {
-			left, err = f, errorf("%w: %w", ErrUnknownOutcome, ctx.Err())
-		}
-	}
-	if left != nil {
+		vals, acked, err = append(b.vals[:0], f.vals...), f.acked, f.err
+	} else {
 		// The caller has gone before the first send was answered: resolve it in the
 		// background, from its own answer when it comes, else by replays.
-		site := replaySite{kind: m.v.obs, name: m.name, owner: h.owner, op: "acquire"}
 		m.later(ctx, o, g, func() {
-			if !left.wait() {
+			if !f.wait() {
 				m.unresolved(h, lease) // closed first
 				return
 			}
-			vals, err := left.vals, left.err
-			first := err
-			if err != nil && !definitive(err) {
-				cctx, cancel := m.c.cleanupCtx(ctx)
-				defer cancel()
-				var res rueidis.RedisResult
-				if res, err = m.c.replay(cctx, nil, site, m.v.acquire, keys, replayArgs(args), first); err == nil {
-					vals, err = res.AsIntSlice()
-				}
-			}
-			if err != nil {
-				if !definitive(err) {
-					m.unresolved(h, lease)
-				}
-				return
-			}
-			if len(vals) == 3 && vals[0] == 1 {
-				cctx, cancel := m.c.cleanupCtx(ctx)
-				defer cancel()
-				m.undo(cctx, h, vals, sent, lease, renew)
+			cctx, cancel := m.c.cleanupCtx(ctx)
+			defer cancel()
+			switch {
+			case f.err != nil && !definitive(f.err):
+				m.resolveGone(cctx, h, site, keys, replayArgs(args), f.err, sent, lease, renew)
+			case f.err == nil && len(f.vals) == 3 && f.vals[0] == 1:
+				m.undo(cctx, h, f.vals, sent, lease, renew)
 			}
 		})
 		return false, 0, errorf("lock %q: %w", m.name, ctx.Err())
@@ -663,7 +643,6 @@ func (m *Mutex) attempt(ctx context.Context, h *hold, lease time.Duration, renew
 		stop := context.AfterFunc(ctx, wcancel)
 		first := err
 		var res rueidis.RedisResult
-		site := replaySite{kind: m.v.obs, name: m.name, owner: h.owner, op: "acquire"}
 		args := replayArgs(args)
 		res, err = m.c.replay(wctx, nil, site, m.v.acquire, keys, args, first)
 		stop()
@@ -672,16 +651,7 @@ func (m *Mutex) attempt(ctx context.Context, h *hold, lease time.Duration, renew
 			// The caller has gone first: resolve the request in the background.
 			m.later(ctx, o, g, func() {
 				defer cancel()
-				res, err := m.c.replay(cctx, nil, site, m.v.acquire, keys, args, first)
-				if err != nil {
-					if !definitive(err) {
-						m.unresolved(h, lease)
-					}
-					return
-				}
-				if vals, err := res.AsIntSlice(); err == nil && len(vals) == 3 && vals[0] == 1 {
-					m.undo(cctx, h, vals, sent, lease, renew)
-				}
+				m.resolveGone(cctx, h, site, keys, args, first, sent, lease, renew)
 			})
 			return false, 0, errorf("lock %q: %w", m.name, ctx.Err())
 		}
@@ -750,6 +720,23 @@ func replayArgsAt(args []string, i int) []string {
 	r := append([]string(nil), args...)
 	r[i] = spentMark + r[i]
 	return r
+}
+
+// resolveGone resolves, for a caller that has gone, an acquire whose first send's outcome
+// (first) is unknown: it replays the request (args marked as a replay's) within cctx, notes
+// an outcome still unknown (unresolved), and gives back a grant it learns of (undo). h.op
+// must be held; it runs in the background.
+func (m *Mutex) resolveGone(cctx context.Context, h *hold, site replaySite, keys, args []string, first error, sent time.Time, lease time.Duration, renew bool) {
+	res, err := m.c.replay(cctx, nil, site, m.v.acquire, keys, args, first)
+	if err != nil {
+		if !definitive(err) {
+			m.unresolved(h, lease)
+		}
+		return
+	}
+	if vals, err := res.AsIntSlice(); err == nil && len(vals) == 3 && vals[0] == 1 {
+		m.undo(cctx, h, vals, sent, lease, renew)
+	}
 }
 
 // unresolved notes that an acquire for h's owner may have been applied unrecorded: a hold it
