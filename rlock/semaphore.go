@@ -193,12 +193,10 @@ func (c *Client) semRun(ctx context.Context, site replaySite, detached bool, s *
 	cctx, cancel := c.cleanupCtx(ctx)
 	defer cancel()
 	if mark >= 0 {
-		args = replayArgsAt(args, mark)
 		if ctx.Err() != nil {
-			// The caller has gone: the call makes no later attempt under this id, so the
-			// resend spends it even if refused (its first send, abandoned in rueidis's
-			// queue, may still reach Redis once a permit is free).
-			args[mark] = spentGone + args[mark][len(spentMark):]
+			args = goneArgs(args, mark)
+		} else {
+			args = replayArgsAt(args, mark)
 		}
 	}
 	res, err = c.replay(cctx, ctx, site, s, keys, args, err)
@@ -492,19 +490,10 @@ func (c *Client) semAcquire(ctx context.Context, site replaySite, s *lua.Script,
 	if ctx.Done() == nil {
 		return c.semRun(ctx, site, false, s, keys, args, mark)
 	}
-	// gone is args as the resends sent after the caller has gone carry them: the id spent
-	// even if refused (see semRun).
-	gone := func(args []string) []string {
-		args = replayArgsAt(args, mark)
-		args[mark] = spentGone + args[mark][len(spentMark):]
-		return args
-	}
 	f := c.send(ctx, time.Now(), false, s, keys, args)
 	if !f.await(ctx) {
 		keys, args = f.keys, f.args // the send's copies: the caller's may be reused
-		done := make(chan struct{})
-		c.background(func() {
-			defer close(done)
+		c.handOff(ctx, func() {
 			if !f.wait() {
 				return // closed first: a grant expires with the semaphore's own rules
 			}
@@ -512,13 +501,12 @@ func (c *Client) semAcquire(ctx context.Context, site replaySite, s *lua.Script,
 			if err != nil && !definitive(err) {
 				cctx, cancel := c.cleanupCtx(ctx)
 				defer cancel()
-				res, err = c.replay(cctx, nil, site, s, keys, gone(args), err)
+				res, err = c.replay(cctx, nil, site, s, keys, goneArgs(args, mark), err)
 			}
 			if err == nil {
 				leftGranted(res)
 			}
 		})
-		(&grace{}).wait(ctx, done) // the common case resolves before the caller returns
 		return rueidis.RedisResult{}, false, ctx.Err()
 	}
 	res, err = f.res, f.err
@@ -537,14 +525,33 @@ func (c *Client) semAcquire(ctx context.Context, site replaySite, s *lua.Script,
 		cancel()
 		return res, true, err
 	}
-	done := make(chan struct{})
-	c.background(func() {
-		defer close(done)
+	c.handOff(ctx, func() {
 		defer cancel()
-		if res, err := c.replay(cctx, nil, site, s, keys, gone(args), first); err == nil {
+		if res, err := c.replay(cctx, nil, site, s, keys, goneArgs(args, mark), first); err == nil {
 			leftGranted(res)
 		}
 	})
-	(&grace{}).wait(ctx, done)
 	return rueidis.RedisResult{}, true, ctx.Err()
+}
+
+// goneArgs returns args as a resend sent after its caller has gone carries them: the id at
+// args[mark] marked spentGone. The call makes no later attempt under this id, so the resend
+// spends it even if refused (its first send, abandoned in rueidis's queue, may still reach
+// Redis once a permit is free). args is left as it is.
+func goneArgs(args []string, mark int) []string {
+	r := replayArgsAt(args, mark)
+	r[mark] = spentGone + args[mark]
+	return r
+}
+
+// handOff runs work, done on behalf of a caller whose ctx has ended, in the background and
+// waits for it for what is left of the caller's grace (returnGrace): the common case resolves
+// before the caller returns.
+func (c *Client) handOff(ctx context.Context, work func()) {
+	done := make(chan struct{})
+	c.background(func() {
+		defer close(done)
+		work()
+	})
+	(&grace{}).wait(ctx, done)
 }
