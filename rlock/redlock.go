@@ -1743,17 +1743,8 @@ func (rh *redHold) begin(r *RedLock, owner string, got []int) (int, bool) {
 	}
 	rh.mu.Unlock()
 	for i, t := range tenures {
-		if t == nil {
-			continue
-		}
-		stop := t.subscribe(func(cause error) { rh.instanceEnded(gen, i, cause) })
-		rh.mu.Lock()
-		if rh.gen == gen && rh.watched[i] {
-			rh.stops[i] = stop
-			rh.mu.Unlock()
-		} else {
-			rh.mu.Unlock()
-			stop()
+		if t != nil {
+			rh.follow(gen, i, t)
 		}
 	}
 	rh.mu.Lock()
@@ -1801,6 +1792,14 @@ func (rh *redHold) adopt(r *RedLock, owner string, gen, i int, reentry bool) boo
 	rh.watched[i] = true
 	rh.live++
 	rh.mu.Unlock()
+	rh.follow(gen, i, t)
+	return true
+}
+
+// follow subscribes to the end of instance i's tenure t for tenure gen of the hold (its end
+// counts as an instance lost), and keeps the subscription's stop while the instance is
+// still followed in that tenure, else stops it at once. rh.mu must not be held.
+func (rh *redHold) follow(gen, i int, t *tenure) {
 	stop := t.subscribe(func(cause error) { rh.instanceEnded(gen, i, cause) })
 	rh.mu.Lock()
 	if rh.gen == gen && rh.watched[i] {
@@ -1810,7 +1809,6 @@ func (rh *redHold) adopt(r *RedLock, owner string, gen, i int, reentry bool) boo
 		rh.mu.Unlock()
 		stop()
 	}
-	return true
 }
 
 // instanceEnded records the end of instance i's tenure (gen's).
