@@ -36,15 +36,7 @@ func TestSmoke(t *testing.T) {
 	if err := run(context.Background(), &md, libs, tiny, csvPath, dir); err != nil {
 		t.Fatal(err)
 	}
-	f, err := os.Open(csvPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	recs, err := csv.NewReader(f).ReadAll()
-	if err != nil {
-		t.Fatal(err)
-	}
+	recs := readCSV(t, csvPath)
 	if !slices.Equal(recs[0], []string{"lib", "scenario", "goroutines", "ops_per_sec", "p50_us", "p99_us", "max_us", "jain", "cmds_per_op", "violations", "errors",
 		"server_calls_per_op", "redis_usec_per_op"}) {
 		t.Fatalf("CSV header %v", recs[0])
@@ -125,15 +117,7 @@ func TestSmokeRedLock(t *testing.T) {
 			if err := runRedLockCompare(context.Background(), &md, sel, tiny, csvPath, tc.rtt); err != nil {
 				t.Fatal(err)
 			}
-			f, err := os.Open(csvPath)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer f.Close()
-			recs, err := csv.NewReader(f).ReadAll()
-			if err != nil {
-				t.Fatal(err)
-			}
+			recs := readCSV(t, csvPath)
 			if want := 1 + len(sel)*len(redScenarios); len(recs) != want {
 				t.Fatalf("CSV has %d records, want %d", len(recs), want)
 			}
@@ -159,4 +143,19 @@ func TestSmokeRedLock(t *testing.T) {
 			}
 		})
 	}
+}
+
+// readCSV returns the records of the CSV file at path.
+func readCSV(t *testing.T, path string) [][]string {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	recs, err := csv.NewReader(f).ReadAll()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return recs
 }
