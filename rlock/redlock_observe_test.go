@@ -174,6 +174,7 @@ func TestObserver_redLockTenures(t *testing.T) {
 			// closed by a majority of the instances' Clients (not the observing one): the
 			// second Close ends the tenure and tells it before it returns.
 			require.NoError(t, rl.Lock(bg))
+			settled(t, rl) // Lock returns at a majority: the third grant may join the hold later
 			r.take()
 			require.NoError(t, cs[1].Close())
 			require.Empty(t, shorts(r.all()), "a minority closed: the tenure goes on")
@@ -188,6 +189,7 @@ func TestObserver_redLockTenures(t *testing.T) {
 			cs, _ = byID()
 			rl = rlock.NewRedLock(name+"-2", cs) // the first is held until its leases end (miniredis: never)
 			require.NoError(t, rl.Lock(bg))
+			settled(t, rl) // held on all three before one closes
 			tok, err = rl.Token(bg)
 			require.NoError(t, err)
 			r.take()
