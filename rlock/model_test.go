@@ -115,6 +115,8 @@ import (
 //	                          from issue 9 trip (knownDefectChecks)
 //	RELOCK_MODEL_SKIP=a,b     report, without failing, the violations of the checks named
 //	RELOCK_MODEL_ALL=1        keep going after a failing sequence
+//	RELOCK_MODEL_LOG=1        print a replayed sequence's log even when it passes (to
+//	                          compare a passing replay with the failure it did not repeat)
 const (
 	envModelSeed    = "RELOCK_MODEL_SEED"
 	envModelSeconds = "RELOCK_MODEL_SECONDS"
@@ -122,6 +124,7 @@ const (
 	envModelKnown   = "RELOCK_MODEL_KNOWN"
 	envModelAll     = "RELOCK_MODEL_ALL"
 	envModelSkip    = "RELOCK_MODEL_SKIP"
+	envModelLog     = "RELOCK_MODEL_LOG"
 )
 
 // knownDefectChecks are the checks that the defects of issue 9 under repair trip. With
@@ -171,6 +174,7 @@ type modelConfig struct {
 	known   bool // the checks in knownDefectChecks fail the test
 	skip    map[string]bool
 	all     bool
+	log     bool // RELOCK_MODEL_LOG=1: a replayed sequence's log, even when it passes
 }
 
 func loadModelConfig(t *testing.T) modelConfig {
@@ -211,6 +215,13 @@ func loadModelConfig(t *testing.T) modelConfig {
 		}
 	}
 	c.all = os.Getenv(envModelAll) != ""
+	switch v := os.Getenv(envModelLog); v {
+	case "", "0":
+	case "1":
+		c.log = true
+	default:
+		t.Fatalf("%s=%q: want 1 or 0", envModelLog, v)
+	}
 	return c
 }
 
@@ -304,6 +315,9 @@ func runModel(t *testing.T, cfg modelConfig, budget time.Duration, mk func() sub
 				}
 				s := runSequence(t, cfg, mk(), w.srv, w.admin, seed)
 				st.add(s)
+				if cfg.replay && cfg.log && !s.failed() {
+					t.Logf("%s", s.report())
+				}
 				if s.failed() && !cfg.all {
 					stop.Store(true)
 				}
@@ -925,8 +939,12 @@ func (s *mseq) fault(kind string) {
 
 func (s *mseq) report() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "model %s: sequence with seed %d failed (replay: %s=%d go test -race -count=1 -run 'TestModel/^%s$' ./rlock/)\n",
-		s.subj.kind(), s.seed, envModelSeed, s.seed, s.subj.kind())
+	outcome := "passed"
+	if s.failed() {
+		outcome = "failed"
+	}
+	fmt.Fprintf(&b, "model %s: sequence with seed %d %s (replay: %s=%d go test -race -count=1 -run 'TestModel/^%s$' ./rlock/)\n",
+		s.subj.kind(), s.seed, outcome, envModelSeed, s.seed, s.subj.kind())
 	for _, v := range s.viols {
 		k := ""
 		if v.known {
