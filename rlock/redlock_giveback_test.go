@@ -2,11 +2,13 @@ package rlock_test
 
 import (
 	"context"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/redis/rueidis"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/relock-go/relock/internal/redistest"
@@ -122,4 +124,73 @@ func failingFirstClients(t *testing.T, ss []*redistest.Server, opts ...rlock.Opt
 		cs[i] = c
 	}
 	return cs, fs
+}
+
+// A give-back that failed abandons the holds it was for and no other: the owner's next grant
+// on that instance, which can come as soon as the failed give-back lets the instance's hold
+// go, is the RedLock's, and stays counted and renewed. Before the fix the give-back abandoned
+// after it had let the hold go (Mutex.Unlock, then abandonFailed): a Lock of the owner right
+// after an Unlock that returned at a majority was granted on the instance in between, and the
+// abandon ended that new tenure: nothing renewed the hold the RedLock counted there, and Redis
+// counted 2 holds of the owner where the Client counted none.
+func TestRedLock_failedGiveBackSparesNextGrant(t *testing.T) {
+	ss := redServers(t, 3)
+	const lease = time.Second
+	opts := []rlock.Option{rlock.WithWatchdogTimeout(lease), rlock.WithCleanupTimeout(100 * time.Millisecond)}
+	cs, fs := failingFirstClients(t, ss, opts...)
+	name := redistest.Name(t)
+	key := redKey(name)
+	r := rlock.NewRedLock(name, cs, rlock.WithInstanceTimeout(5*time.Second))
+	require.NoError(t, r.Lock(bg))
+	settled(t, r)
+
+	// Instance 0's give-back fails, and then waits (the hook) before it abandons the hold.
+	failed, proceed := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	defer rlock.OnGiveBackFailed(func(n string) {
+		if n != name {
+			return
+		}
+		once.Do(func() { close(failed) })
+		select {
+		case <-proceed:
+		case <-time.After(10 * time.Second):
+		}
+	})()
+	defer func() {
+		select {
+		case <-proceed:
+		default:
+			close(proceed)
+		}
+	}()
+	fs.armed.Store(true) // every script to instance 0 fails
+	require.NoError(t, r.Unlock(bg), "two of three instances freed it")
+	select {
+	case <-failed:
+	case <-time.After(5 * time.Second):
+		t.Fatal("instance 0's give-back did not fail")
+	}
+	fs.armed.Store(false)
+
+	// The owner locks again at once. Instance 0's grant must wait for the failed give-back
+	// to be done with the old hold; before the fix it came in between (given up to 500 ms).
+	require.NoError(t, r.Lock(bg), "instances 1 and 2 grant it")
+	for deadline := time.Now().Add(500 * time.Millisecond); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		if n, _ := rlock.RedInstanceHolds(r, bg); n[cs[0]] == 1 {
+			break
+		}
+	}
+	close(proceed)
+	settled(t, r)
+
+	n, w := rlock.RedInstanceHolds(r, bg)
+	require.Equal(t, 1, n[cs[0]], "the RedLock counts instance 0's grant")
+	assert.True(t, w[cs[0]], "instance 0's tenure ended under the RedLock that counts it")
+	assert.Equal(t, 1, hashHolds(t, ss[:1], cs[0], name), "Redis counts on instance 0 what its Client counts")
+	assert.Never(t, func() bool { return !existsOn(t, ss[0], key) }, 2*lease, 50*time.Millisecond,
+		"instance 0's hold is not renewed")
+	require.NoError(t, r.Unlock(bg))
+	settled(t, r)
+	require.Equal(t, 0, holdersOn(t, ss, key), "every instance freed it")
 }
