@@ -194,3 +194,58 @@ func TestRedLock_failedGiveBackSparesNextGrant(t *testing.T) {
 	settled(t, r)
 	require.Equal(t, 0, holdersOn(t, ss, key), "every instance freed it")
 }
+
+// A failed re-entry round gives back the grant it got; a give-back that Redis refuses for want
+// of rights (ErrNoPermission) abandons that one hold and no other: it becomes an orphan of the
+// instance's tenure, which goes on for the RedLock's first hold (renewed, and given back with
+// it by the last Unlock). Before the fix the hold was abandoned twice, by the instance's
+// Unlock and again by the round's give-back: the second took the RedLock's own hold, ending
+// the instance's tenure under the RedLock, and Redis kept 2 holds that nothing renewed.
+func TestRedLock_refusedGiveBackAbandonsOnce(t *testing.T) {
+	if testing.Short() {
+		t.Skip("pauses servers")
+	}
+	ss := redServers(t, 3)
+	c0 := aclUser(t, ss[0], "red0", "")
+	cs := append([]*rlock.Client{c0}, redClients(t, addrsOf(ss[1:]))...)
+	name := redistest.Name(t)
+	key := redKey(name)
+	r := rlock.NewRedLock(name, cs, rlock.WithInstanceTimeout(300*time.Millisecond))
+	require.NoError(t, r.Lock(bg))
+	settled(t, r)
+
+	p1, p2 := newPauser(t, ss[1]), newPauser(t, ss[2])
+	defer p1.resume()
+	defer p2.resume()
+	p1.pause()
+	p2.pause()
+	done := make(chan bool, 1)
+	go func() {
+		ok, _ := r.TryLock(bg, 0, 0) // instances 1 and 2 are silent: an error or a refusal
+		done <- ok
+	}()
+	redistest.WaitFor(t, 5*time.Second, "instance 0's re-entry grant", func() bool {
+		return hashHolds(t, ss[:1], c0, name) == 2
+	})
+	// From now on instance 0 refuses every give-back (HINCRBY); the renewals go on.
+	ss[0].Do(t, "ACL", "SETUSER", "red0", "-hincrby")
+	select {
+	case ok := <-done:
+		require.False(t, ok, "a re-entry granted by 1 of 3 instances")
+	case <-time.After(5 * time.Second):
+		t.Fatal("TryLock did not return")
+	}
+	require.Equal(t, 2, hashHolds(t, ss[:1], c0, name), "instance 0 refused the give-back")
+	ss[0].Do(t, "ACL", "SETUSER", "red0", "+hincrby")
+	p1.resume()
+	p2.resume()
+	settled(t, r)
+
+	n, w := rlock.RedInstanceHolds(r, bg)
+	require.Equal(t, 1, n[c0], "the RedLock counts its first hold on instance 0")
+	require.True(t, w[c0], "instance 0's tenure ended under the RedLock that counts it")
+	require.NoError(t, r.Err(bg))
+	require.NoError(t, r.Unlock(bg))
+	settled(t, r)
+	require.Equal(t, 0, holdersOn(t, ss, key), "the last Unlock gave back the orphan with the hold")
+}
