@@ -73,3 +73,11 @@ func RedInstanceHolds(r *RedLock, ctx context.Context) (map[*Client]int, map[*Cl
 	}
 	return n, w
 }
+
+// OnGiveBackFailed has f called, with the lock's name, by every RedLock give-back of an
+// instance hold that failed, before the hold is abandoned (as the give-back's kind says),
+// until restore is called. f runs on the give-back's goroutine and may block it.
+func OnGiveBackFailed(f func(name string)) (restore func()) {
+	giveBackFailedHook.Store(&f)
+	return func() { giveBackFailedHook.Store(nil) }
+}

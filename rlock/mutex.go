@@ -915,19 +915,23 @@ func (m *Mutex) Unlock(ctx context.Context) error {
 		start := o.now()
 		octx := o.releaseStart(ctx, si)
 		rt := &relTrace{}
-		err := m.unlock(ctx, owner, rt)
+		err := m.unlock(ctx, owner, rt, nil)
 		o.releaseDone(octx, ReleaseDoneInfo{ReleaseStartInfo: si, Err: err, Took: o.now() - start,
 			Freed: rt.freed && err == nil, HandedOff: rt.handedOff && err == nil})
 		return err
 	}
-	return m.unlock(ctx, owner, nil)
+	return m.unlock(ctx, owner, nil, nil)
 }
 
 // relTrace is what an observed release learns, for its ReleaseDone.
 type relTrace struct{ freed, handedOff bool }
 
-// unlock is Unlock for owner; rt, when not nil, traces it for the observer.
-func (m *Mutex) unlock(ctx context.Context, owner string, rt *relTrace) error {
+// unlock is Unlock for owner; rt, when not nil, traces it for the observer. failed, when not
+// nil, is called with h and the error when the release ran and failed (not when unlock gave
+// up before it: a closed Client, h.op busy for the whole cleanup timeout), while h.op is
+// still held: no other call of the owner on the lock has run since (a RedLock's give-back
+// abandons the hold there, giveBackInst).
+func (m *Mutex) unlock(ctx context.Context, owner string, rt *relTrace, failed func(h *hold, err error)) error {
 	h, err := m.c.ref(m, owner)
 	if err != nil {
 		return err
@@ -950,6 +954,9 @@ func (m *Mutex) unlock(ctx context.Context, owner string, rt *relTrace) error {
 		// Client stops counting and renewing the hold, and Redis lets it expire with its
 		// lease (ErrNoPermission's promise).
 		h.abandon(err)
+	}
+	if err != nil && failed != nil {
+		failed(h, err)
 	}
 	return err
 }

@@ -540,27 +540,60 @@ func (r *RedLock) decide(ctx context.Context, st *roundState, idx []int, tmo tim
 // Client's cleanup timeout. A give-back that fails leaves the hold to expire with its
 // lease: this Client stops counting and renewing it (hold.abandon).
 func (m *Mutex) giveBackLate(ctx context.Context) {
-	ctx = context.WithoutCancel(ctx)
-	m.abandonFailed(ctx, m.Unlock(ctx), abandonOne)
+	_ = m.giveBackInst(context.WithoutCancel(ctx), abandonOne)
 }
 
-// abandonFailed stops this Client counting and renewing the caller's owner's hold on
-// instance m when err says its give-back failed (nil or ErrNotHeld: nothing to abandon):
-// one hold (abandonOne, hold.abandon) or all of them (abandonAll, hold.abandonAll).
-func (m *Mutex) abandonFailed(ctx context.Context, err error, fail giveBackFail) {
-	if err == nil || errors.Is(err, ErrNotHeld) || fail == keepFailed {
-		return
+// giveBackInst gives back one hold of the caller's owner on instance m, as Unlock does (the
+// instances report no events), and returns Unlock's error. When the give-back failed (other
+// than with ErrNotHeld: then there is nothing to abandon), this Client stops counting and
+// renewing the hold as fail says (abandonFailed) before the owner's next call on the
+// instance runs: the hold abandoned is the one the give-back was for. Were it abandoned
+// after the give-back let the instance go, an acquire of the owner granted in between (the
+// RedLock's next round, right after an Unlock that returned at a majority) would lose its
+// new tenure to the abandon, unrenewed while the RedLock counts it. A give-back that never
+// ran, because another call of the owner on the instance kept it busy for the whole cleanup
+// timeout, abandons the hold all the same once it gives up (nothing else will give it back).
+func (m *Mutex) giveBackInst(ctx context.Context, fail giveBackFail) error {
+	owner, err := m.ownerOf(ctx)
+	if err != nil {
+		return err
 	}
-	owner, oerr := m.ownerOf(ctx)
-	if oerr != nil {
-		return
-	}
-	if h := m.instHold(owner); h != nil {
-		if fail == abandonOne {
-			h.abandon(err)
-		} else {
-			h.abandonAll()
+	ran := false
+	err = m.unlock(ctx, owner, nil, func(h *hold, err error) {
+		ran = true
+		if f := giveBackFailedHook.Load(); f != nil {
+			(*f)(m.name)
 		}
+		h.abandonFailed(err, fail)
+	})
+	if err != nil && !ran {
+		if h := m.instHold(owner); h != nil {
+			h.abandonFailed(err, fail)
+		}
+	}
+	return err
+}
+
+// giveBackFailedHook, set by tests only (export_test.go), is called with the lock's name by
+// a RedLock's give-back of an instance hold that failed, before the hold is abandoned.
+var giveBackFailedHook atomic.Pointer[func(name string)]
+
+// abandonFailed stops this Client counting and renewing one of h's holds, an instance hold
+// of a RedLock, when err says its give-back failed (nil or ErrNotHeld: nothing to abandon):
+// one hold (abandonOne, hold.abandon) or all of them (abandonAll, hold.abandonAll). A
+// give-back refused for want of rights (ErrNoPermission) abandoned its hold already
+// (Mutex.unlock), and one of an owner this Client counts no hold of has none to abandon:
+// abandonOne abandons no other. The give-back holds h.op, unless it never ran
+// (giveBackInst).
+func (h *hold) abandonFailed(err error, fail giveBackFail) {
+	switch {
+	case err == nil || errors.Is(err, ErrNotHeld) || fail == keepFailed:
+	case fail == abandonOne:
+		if !errors.Is(err, ErrNoPermission) && h.holds() > 0 {
+			h.abandon(err)
+		}
+	default:
+		h.abandonAll()
 	}
 }
 
@@ -1036,9 +1069,8 @@ func (r *RedLock) giveBack(ctx, caller context.Context, idx []int, times []int, 
 			defer r.inflight.Add(-1)
 			var err error
 			for k := 0; k < n && err == nil; k++ {
-				err = m.Unlock(ctx)
+				err = m.giveBackInst(ctx, fail) // one that fails is not given back: let it expire
 			}
-			m.abandonFailed(ctx, err, fail) // nothing will give it back: let it expire
 			if after != nil {
 				after(i, err)
 			}

@@ -2,11 +2,13 @@ package rlock_test
 
 import (
 	"context"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/redis/rueidis"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/relock-go/relock/internal/redistest"
@@ -122,4 +124,128 @@ func failingFirstClients(t *testing.T, ss []*redistest.Server, opts ...rlock.Opt
 		cs[i] = c
 	}
 	return cs, fs
+}
+
+// A give-back that failed abandons the holds it was for and no other: the owner's next grant
+// on that instance, which can come as soon as the failed give-back lets the instance's hold
+// go, is the RedLock's, and stays counted and renewed. Before the fix the give-back abandoned
+// after it had let the hold go (Mutex.Unlock, then abandonFailed): a Lock of the owner right
+// after an Unlock that returned at a majority was granted on the instance in between, and the
+// abandon ended that new tenure: nothing renewed the hold the RedLock counted there, and Redis
+// counted 2 holds of the owner where the Client counted none.
+func TestRedLock_failedGiveBackSparesNextGrant(t *testing.T) {
+	ss := redServers(t, 3)
+	const lease = time.Second
+	opts := []rlock.Option{rlock.WithWatchdogTimeout(lease), rlock.WithCleanupTimeout(100 * time.Millisecond)}
+	cs, fs := failingFirstClients(t, ss, opts...)
+	name := redistest.Name(t)
+	key := redKey(name)
+	r := rlock.NewRedLock(name, cs, rlock.WithInstanceTimeout(5*time.Second))
+	require.NoError(t, r.Lock(bg))
+	settled(t, r)
+
+	// Instance 0's give-back fails, and then waits (the hook) before it abandons the hold.
+	failed, proceed := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	defer rlock.OnGiveBackFailed(func(n string) {
+		if n != name {
+			return
+		}
+		once.Do(func() { close(failed) })
+		select {
+		case <-proceed:
+		case <-time.After(10 * time.Second):
+		}
+	})()
+	defer func() {
+		select {
+		case <-proceed:
+		default:
+			close(proceed)
+		}
+	}()
+	fs.armed.Store(true) // every script to instance 0 fails
+	require.NoError(t, r.Unlock(bg), "two of three instances freed it")
+	select {
+	case <-failed:
+	case <-time.After(5 * time.Second):
+		t.Fatal("instance 0's give-back did not fail")
+	}
+	fs.armed.Store(false)
+
+	// The owner locks again at once. Instance 0's grant must wait for the failed give-back
+	// to be done with the old hold; before the fix it came in between (given up to 500 ms).
+	require.NoError(t, r.Lock(bg), "instances 1 and 2 grant it")
+	for deadline := time.Now().Add(500 * time.Millisecond); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		if n, _ := rlock.RedInstanceHolds(r, bg); n[cs[0]] == 1 {
+			break
+		}
+	}
+	close(proceed)
+	settled(t, r)
+
+	n, w := rlock.RedInstanceHolds(r, bg)
+	require.Equal(t, 1, n[cs[0]], "the RedLock counts instance 0's grant")
+	assert.True(t, w[cs[0]], "instance 0's tenure ended under the RedLock that counts it")
+	assert.Equal(t, 1, hashHolds(t, ss[:1], cs[0], name), "Redis counts on instance 0 what its Client counts")
+	assert.Never(t, func() bool { return !existsOn(t, ss[0], key) }, 2*lease, 50*time.Millisecond,
+		"instance 0's hold is not renewed")
+	require.NoError(t, r.Unlock(bg))
+	settled(t, r)
+	require.Equal(t, 0, holdersOn(t, ss, key), "every instance freed it")
+}
+
+// A failed re-entry round gives back the grant it got; a give-back that Redis refuses for want
+// of rights (ErrNoPermission) abandons that one hold and no other: it becomes an orphan of the
+// instance's tenure, which goes on for the RedLock's first hold (renewed, and given back with
+// it by the last Unlock). Before the fix the hold was abandoned twice, by the instance's
+// Unlock and again by the round's give-back: the second took the RedLock's own hold, ending
+// the instance's tenure under the RedLock, and Redis kept 2 holds that nothing renewed.
+func TestRedLock_refusedGiveBackAbandonsOnce(t *testing.T) {
+	if testing.Short() {
+		t.Skip("pauses servers")
+	}
+	ss := redServers(t, 3)
+	c0 := aclUser(t, ss[0], "red0", "")
+	cs := append([]*rlock.Client{c0}, redClients(t, addrsOf(ss[1:]))...)
+	name := redistest.Name(t)
+	key := redKey(name)
+	r := rlock.NewRedLock(name, cs, rlock.WithInstanceTimeout(300*time.Millisecond))
+	require.NoError(t, r.Lock(bg))
+	settled(t, r)
+
+	p1, p2 := newPauser(t, ss[1]), newPauser(t, ss[2])
+	defer p1.resume()
+	defer p2.resume()
+	p1.pause()
+	p2.pause()
+	done := make(chan bool, 1)
+	go func() {
+		ok, _ := r.TryLock(bg, 0, 0) // instances 1 and 2 are silent: an error or a refusal
+		done <- ok
+	}()
+	redistest.WaitFor(t, 5*time.Second, "instance 0's re-entry grant", func() bool {
+		return hashHolds(t, ss[:1], c0, name) == 2
+	})
+	// From now on instance 0 refuses every give-back (HINCRBY); the renewals go on.
+	ss[0].Do(t, "ACL", "SETUSER", "red0", "-hincrby")
+	select {
+	case ok := <-done:
+		require.False(t, ok, "a re-entry granted by 1 of 3 instances")
+	case <-time.After(5 * time.Second):
+		t.Fatal("TryLock did not return")
+	}
+	require.Equal(t, 2, hashHolds(t, ss[:1], c0, name), "instance 0 refused the give-back")
+	ss[0].Do(t, "ACL", "SETUSER", "red0", "+hincrby")
+	p1.resume()
+	p2.resume()
+	settled(t, r)
+
+	n, w := rlock.RedInstanceHolds(r, bg)
+	require.Equal(t, 1, n[c0], "the RedLock counts its first hold on instance 0")
+	require.True(t, w[c0], "instance 0's tenure ended under the RedLock that counts it")
+	require.NoError(t, r.Err(bg))
+	require.NoError(t, r.Unlock(bg))
+	settled(t, r)
+	require.Equal(t, 0, holdersOn(t, ss, key), "the last Unlock gave back the orphan with the hold")
 }
