@@ -119,12 +119,20 @@ func TestWithLogger_leaseReplayGiveBack(t *testing.T) {
 		require.ErrorIs(t, err, context.Canceled)
 		require.NoError(t, c.Close())
 		lines := lb.lines()
-		require.Len(t, lines, 5, "%q", lines)
+		// The caller's ctx ends as the first send's reply is dropped. When the attempt sees
+		// the reply first, it replays it in the foreground, which ends at once with the ctx
+		// and says so (WARN: outcome unknown), and the resolution goes on in the background;
+		// when it sees the ctx's end first, the background resolves the send alone (no WARN).
+		// Both are right; the rest is the same.
+		if len(lines) == 5 {
+			require.Regexp(t, `^level=WARN msg="relock: request replayed" kind=mutex name=\S+ owner=client:\S+ op=acquire sends=\d+ error="rlock: outcome unknown: .*"$`, lines[2])
+			lines = append(lines[:2:2], lines[3:]...)
+		}
+		require.Len(t, lines, 4, "%q", lines)
 		require.Regexp(t, `^level=DEBUG msg="relock: lease expired" kind=mutex name=\S+ owner=client:\S+ token=\d+ cause=lease_expired error="rlock: not held: its fixed lease ran out"$`, lines[0])
 		require.Regexp(t, `^level=DEBUG msg="relock: request replayed" kind=mutex name=\S+ owner=client:\S+ op=acquire sends=2$`, lines[1])
-		require.Regexp(t, `^level=WARN msg="relock: request replayed" kind=mutex name=\S+ owner=client:\S+ op=acquire sends=\d+ error="rlock: outcome unknown: .*"$`, lines[2])
-		require.Regexp(t, `^level=DEBUG msg="relock: request replayed" kind=mutex name=\S+ owner=client:\S+ op=acquire sends=\d+$`, lines[3])
-		require.Regexp(t, `^level=DEBUG msg="relock: given back" kind=mutex name=\S+ owner=client:\S+ holds=1 reason=canceled$`, lines[4])
+		require.Regexp(t, `^level=DEBUG msg="relock: request replayed" kind=mutex name=\S+ owner=client:\S+ op=acquire sends=\d+$`, lines[2])
+		require.Regexp(t, `^level=DEBUG msg="relock: given back" kind=mutex name=\S+ owner=client:\S+ holds=1 reason=canceled$`, lines[3])
 	})
 }
 
