@@ -51,9 +51,11 @@ const maxPermits = 1 << 50
 // (a timeout, a broken connection) is sent again under the same id until Redis answers, and a
 // resend is answered without being applied twice: a lost reply never takes or gives back
 // permits twice. An Acquire whose permits were granted by a resend after its context ended
-// gives them back before it returns; a resend sent after its context ended that is refused is
-// remembered as refused, so that the first send, should it reach Redis after the resend
-// (rueidis spreads a client's commands over several connections), takes nothing either. When
+// gives them back before it returns. A resend that is refused (too few permits) is remembered
+// as refused, so that the first send, should it reach Redis after the resend (rueidis spreads
+// a client's commands over several connections, and a reply lost to a timeout says nothing
+// of the request), takes nothing either; an Acquire that still waits tries again under a new
+// id. When
 // the outcome cannot be learned within the cleanup
 // timeout the error wraps [ErrUnknownOutcome]: the request may have been applied, and here,
 // unlike a lock's hold, permits it took do not come back by themselves.
@@ -343,7 +345,7 @@ func (s *Semaphore) attempt(ctx context.Context, n int) (bool, time.Duration, er
 		_, err := s.add(gctx, "release", n, false, true)
 		s.c.gaveBack(KindSemaphore, s.name, "", n, GiveBackCanceled, err)
 	}
-	// A resend sent once the caller has gone marks the request id (spentGone): a refusal is
+	// A resend marks the request id ('+', or spentGone once the caller has gone): a refusal is
 	// then remembered too, so that the first send, if it reaches Redis last, takes nothing.
 	res, replayed, err := s.c.semAcquire(ctx, site, true, lua.SemAcquire, s.keys.counted(), args, 1, func(gctx context.Context, res rueidis.RedisResult, err error) {
 		if err != nil { // unknown: permits it may have taken are lost
