@@ -66,10 +66,10 @@ type Client struct {
 	life    context.Context
 	endLife context.CancelCauseFunc
 	bg      sync.WaitGroup
-	// late counts the work that resolves a semaphore acquire whose caller has gone
-	// (lateWork): Close waits for it instead of ending it, until closeBy (the cleanup timeout
-	// after Close began; set by Close, guarded by mu), then ends drain (drainCtxUntil's parent)
-	// and sets lateShut (guarded by mu): later such work runs on its caller's goroutine.
+	// late counts the Semaphore acquires whose outcome is not known yet (lateBegin): Close
+	// sets lateShut (guarded by mu; no more are counted), waits for them instead of ending
+	// them, until closeBy (the cleanup timeout after Close began; set by Close, guarded by
+	// mu), then ends drain (drainCtxUntil's parent).
 	late     sync.WaitGroup
 	lateShut bool
 	closeBy  time.Time
@@ -165,10 +165,12 @@ func Dial(opt rueidis.ClientOption, opts ...Option) (*Client, error) {
 // expire: an Acquire whose caller left (its ctx ended) before Redis answered is resolved in
 // the background, and Close waits for that work, at most the cleanup timeout
 // ([WithCleanupTimeout]), rather than ending it: it resends the request under its id until
-// Redis tells what it did, and gives back the permits it took. When Redis does not answer in
-// time, the outcome stays unknown and is reported to the Observers (a GiveBack event whose
-// Err wraps [ErrUnknownOutcome]; see Replays at [Semaphore]). A [PermitSemaphore]'s permits
-// expire with their lease: Close ends that work for them, as it does for locks.
+// Redis tells what it did, and gives back the permits it took. An Acquire still waiting for
+// its first request's answer when Close comes returns ErrClosed at once, its request resolved
+// the same way. When Redis does not answer in time, the outcome stays unknown and is reported
+// to the Observers (a GiveBack event whose Err wraps [ErrUnknownOutcome]; see Replays at
+// [Semaphore]). A [PermitSemaphore]'s permits expire with their lease: Close ends that work
+// for them, as it does for locks.
 //
 // Second, Close waits for the Client's subscription
 // goroutines, and one of them may be dialling a subscription connection (the first wait
@@ -241,30 +243,27 @@ func (c *Client) background(work func()) {
 	}()
 }
 
-// lateWork is background for the work that resolves a semaphore acquire whose caller has
-// gone (handOff): Close waits for it rather than ending it, since permits it took and did
-// not give back would never come back. It runs work(drain): drain is the parent of the
-// work's contexts (drainCtxUntil), which end the cleanup timeout after Close began at the
-// latest; the work heeds the Client's life only to stop waiting on its first send
-// (inflight.wait). Once Close has stopped waiting for such work, work runs at once on the
-// caller's goroutine, with the Client's ended life for drain: it ends promptly.
-func (c *Client) lateWork(work func(drain context.Context)) {
+// lateBegin counts, for Close, a semaphore acquire whose permits never expire, from its
+// first send until its outcome is known: to its caller, or to the work the caller hands it
+// over to when it leaves (handOff), which Close waits for rather than ends, since permits
+// it took and did not give back would never come back. Such work bounds its waits by
+// drainCtxUntil (which ends the cleanup timeout after Close began at the latest) and heeds
+// the Client's life only to stop waiting on its first send (inflight.wait). The count ends
+// with late.Done. lateBegin reports false, counting nothing, once Close has stopped
+// waiting.
+func (c *Client) lateBegin() bool {
 	c.mu.Lock()
+	defer c.mu.Unlock()
 	if c.lateShut {
-		c.mu.Unlock()
-		work(c.life)
-		return
+		return false
 	}
 	c.late.Add(1)
-	c.mu.Unlock()
-	go func() {
-		defer c.late.Done()
-		work(c.drain)
-	}()
+	return true
 }
 
-// drainCtxUntil is cleanupCtx for lateWork, ending at dl: it keeps ctx's values and drops
-// its cancellation; it ends with drain (lateWork's), and by the cleanup timeout after Close
+// drainCtxUntil is cleanupCtx for work that Close waits for (lateBegin), ending at dl: it
+// keeps ctx's values and drops its cancellation; it ends with drain (c.drain, or the Client's
+// ended life for work that Close does not wait for), and by the cleanup timeout after Close
 // began (closeBy), but Close does not end it at once.
 func (c *Client) drainCtxUntil(drain, ctx context.Context, dl time.Time) (context.Context, context.CancelFunc) {
 	c.mu.Lock()

@@ -64,7 +64,9 @@ const maxPermits = 1 << 50
 // grace) and leaves the request to the background, which learns its outcome (resending it
 // under its id) and gives back permits it took. [Client.Close] does not cut that short: it
 // waits for it, at most the cleanup timeout, since a send still on the wire may be applied
-// after Close and permits do not expire. When Redis does not tell within that time (it is
+// after Close and permits do not expire; an Acquire still waiting for its first send's
+// answer when Close comes returns ErrClosed, and its request is resolved the same way. When
+// Redis does not tell within that time (it is
 // unreachable, or paused), the outcome stays unknown and permits the request takes are lost
 // until someone releases them; the Client's Observers are told (a GiveBack event,
 // [GiveBackCanceled], whose Err wraps ErrUnknownOutcome). Permits are lost too, untold, when
@@ -506,18 +508,35 @@ func (s *Semaphore) Delete(ctx context.Context) (bool, error) {
 // not tell in time (left reports it); not after an error reply, which applied nothing. The
 // caller gets ctx's error. A ctx that cannot end runs semRun.
 //
-// lasting says the permits never expire (a Semaphore's): Close then waits for that work, at
-// most the cleanup timeout (lateWork, drainCtxUntil), rather than ending it, since a send
-// still on the wire may be applied after Close. Otherwise (a PermitSemaphore's, which expire
-// with their lease) Close ends it, as it ends a lock's.
+// lasting says the permits never expire (a Semaphore's): the request is then counted for
+// Close (lateBegin) until its outcome is known, and Close waits for that work, at most the
+// cleanup timeout (drainCtxUntil), rather than ending it, since a send still on the wire
+// may be applied after Close; a caller still waiting for its first send's answer when Close
+// comes hands it over too, and gets ErrClosed. Otherwise (a PermitSemaphore's, which expire
+// with their lease) Close ends that work, as it ends a lock's.
 func (c *Client) semAcquire(ctx context.Context, site replaySite, lasting bool, s *lua.Script, keys, args []string, mark int, left leftFunc) (res rueidis.RedisResult, replayed bool, err error) {
 	if ctx.Done() == nil {
 		return c.semRun(ctx, site, false, s, keys, args, mark)
 	}
+	counted, handed := lasting && c.lateBegin(), false
+	if counted {
+		defer func() {
+			if !handed {
+				c.late.Done()
+			}
+		}()
+	}
 	f := c.send(ctx, time.Now(), false, s, keys, args)
-	if !f.await(ctx) {
+	if counted && !f.awaitOpen(ctx) || !counted && !f.await(ctx) {
 		keys, args = f.keys, f.args // the send's copies: the caller's may be reused
-		c.handOff(ctx, lasting, func(drain context.Context) {
+		// ctx ended, or (counted only) Close came: the caller gets ctx's error, or ErrClosed,
+		// and the work the request is handed over to resolves it.
+		err := ctx.Err()
+		if err == nil {
+			err = ErrClosed
+		}
+		handed = true
+		c.handOff(ctx, lasting, counted, func(drain context.Context) {
 			var res rueidis.RedisResult
 			var err error
 			if f.wait() {
@@ -535,7 +554,7 @@ func (c *Client) semAcquire(ctx context.Context, site replaySite, lasting bool, 
 			}
 			c.resolvedLeft(drain, ctx, lasting, res, err, left)
 		})
-		return rueidis.RedisResult{}, false, ctx.Err()
+		return rueidis.RedisResult{}, false, err
 	}
 	res, err = f.res, f.err
 	if err == nil || definitive(err) {
@@ -555,7 +574,8 @@ func (c *Client) semAcquire(ctx context.Context, site replaySite, lasting bool, 
 	}
 	dl, _ := cctx.Deadline()
 	cancel()
-	c.handOff(ctx, lasting, func(drain context.Context) {
+	handed = true
+	c.handOff(ctx, lasting, counted, func(drain context.Context) {
 		dctx, cancel := c.leftCtx(drain, ctx, lasting, dl) // the same cleanup timeout
 		defer cancel()
 		res, err := c.replay(dctx, nil, site, s, keys, goneArgs(args, mark), first)
@@ -602,22 +622,31 @@ func goneArgs(args []string, mark int) []string {
 	return r
 }
 
-// handOff runs work, done on behalf of a caller whose ctx has ended, in the background and
-// waits for it for what is left of the caller's grace (returnGrace): the common case
-// resolves before the caller returns. Close waits for lasting work (lateWork) and ends the
-// rest (background). work's drain is lateWork's (see leftCtx).
-func (c *Client) handOff(ctx context.Context, lasting bool, work func(drain context.Context)) {
+// handOff runs work, done on behalf of a caller that leaves, in the background and waits for
+// it for what is left of the caller's grace (returnGrace) once ctx has ended: the common
+// case resolves before the caller returns. A caller whose ctx has not ended leaves because
+// of Close, and does not wait. counted says the work is counted for Close already
+// (lateBegin; it ends the count), with c.drain for drain; otherwise a lasting request's work
+// runs at once, with the Client's ended life for drain (Close no longer waits), and other
+// work is background (Close ends it; drain nil).
+func (c *Client) handOff(ctx context.Context, lasting, counted bool, work func(drain context.Context)) {
 	done := make(chan struct{})
-	if lasting {
-		c.lateWork(func(drain context.Context) {
-			defer close(done)
-			work(drain)
-		})
-	} else {
-		c.background(func() {
-			defer close(done)
-			work(nil)
-		})
+	run := func(drain context.Context) {
+		defer close(done)
+		work(drain)
 	}
-	(&grace{}).wait(ctx, done)
+	switch {
+	case counted:
+		go func() {
+			defer c.late.Done()
+			run(c.drain)
+		}()
+	case lasting:
+		run(c.life)
+	default:
+		c.background(func() { run(nil) })
+	}
+	if ctx.Err() != nil {
+		(&grace{}).wait(ctx, done)
+	}
 }

@@ -260,3 +260,56 @@ func TestSemaphoreClose_pausedServer(t *testing.T) {
 	redistest.WaitFor(t, 5*time.Second, "Redis to apply the acquire", func() bool { return logLen() > before })
 	require.EqualValues(t, 3, semCount(t, b, s), "the permits taken for the caller that left were given back")
 }
+
+// An Acquire still waiting for its first send's answer when Close comes returns ErrClosed at
+// once, and Close resolves its request as it does a left one's: permits it took are given
+// back. Before, the caller waited for the answer (rueidis's synchronous path heeds only the
+// send's deadline, the cleanup timeout), then returned nil holding 2 permits that its closed
+// Client could no longer release (or, had rueidis given the send up at Close, an error
+// wrapping ErrUnknownOutcome): here it did not return within 5 s of Close.
+func TestSemaphoreClose_waitingAcquireEndsAndGivesBack(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		wc := newWireClient(b.rueidis(t))
+		gave := make(chan rlock.GiveBackInfo, 4)
+		c, err := rlock.New(wc, rlock.WithCleanupTimeout(5*time.Second),
+			rlock.WithObserver(&rlock.Observer{GiveBack: func(e rlock.GiveBackInfo) { gave <- e }}))
+		require.NoError(t, err)
+		defer c.Close()
+		s := c.Semaphore(redistest.Name(t))
+		ok, err := s.TrySetPermits(bg, 3)
+		require.NoError(t, err)
+		require.True(t, ok)
+		warmSemAcquire(t, s)
+
+		ctx, cancel := context.WithCancel(bg) // never ends before Close
+		defer cancel()
+		wc.armed.Store(true)
+		got := make(chan error, 1)
+		go func() { got <- s.Acquire(ctx, 2) }()
+		waitClosed(t, wc.onWire, 5*time.Second, "the acquire to be on the wire")
+
+		closed := make(chan struct{})
+		go func() {
+			defer close(closed)
+			c.Close()
+		}()
+		select {
+		case err := <-got:
+			require.ErrorIs(t, err, rlock.ErrClosed)
+		case <-time.After(5 * time.Second):
+			close(wc.answer) // lets the test end
+			t.Fatal("Acquire did not return at Close while its first send was unanswered")
+		}
+		close(wc.answer)
+		waitClosed(t, closed, 10*time.Second, "Close to return")
+		waitClosed(t, wc.applied, 5*time.Second, "Redis to answer the first send")
+
+		require.EqualValues(t, 3, semCount(t, b, s), "the permits taken for the caller that Close ended were given back")
+		select {
+		case e := <-gave:
+			require.Equal(t, rlock.GiveBackInfo{Kind: rlock.KindSemaphore, Name: s.Name(), Holds: 2, Reason: rlock.GiveBackCanceled}, e)
+		default:
+			t.Fatal("no GiveBack event")
+		}
+	})
+}
