@@ -5,12 +5,13 @@
 -- ARGV[1] = n, the permits to take (> 0)
 -- ARGV[2] = request id (unique per call; a replay with the same id is answered, not applied
 --           again); a resend sends it as '+' .. id, or '!' .. id once its caller has gone:
---           then a refusal is remembered too (answer 0), so that the request's first send,
---           if it reaches Redis last, takes nothing once permits are back
+--           either way a refusal is remembered too (answer 0), so that the request's first
+--           send, if it reaches Redis last, takes nothing once permits are back (a caller
+--           still waiting tries again under a new id)
 -- ARGV[3] = how long to remember an applied request, in milliseconds (> 0)
 -- returns 1  the n permits were taken (by this send, or by an earlier send of this request)
 --         0  fewer than n permits are available: nothing changed (or, remembered, a resend
---            whose caller had gone found them so)
+--            found them so)
 -- Every key is read before anything is written, so a key of another type fails the script
 -- before it changes anything.
 --#include lib_refusal
@@ -18,7 +19,7 @@
 --#include lib_spent
 local sem, log, logx = KEYS[1], KEYS[2], KEYS[3]
 local n, keep = tonumber(ARGV[1]), tonumber(ARGV[3])
-local req, _, gone = replayOf(ARGV[2])
+local req, replay = replayOf(ARGV[2])
 
 local v = redis.call('get', sem)
 local avail = tonumber(v or '0')
@@ -30,9 +31,10 @@ if done then
   return tonumber(done)
 end
 if avail < n then
-  if gone then
-    -- No later attempt comes under this id: its first send must take nothing either (a
-    -- best effort: a refused write, on a full server say, keeps no record).
+  if replay then
+    -- No later attempt comes under this id: its first send, which may still be on its way
+    -- (its reply was lost, not necessarily the request), must take nothing either (a best
+    -- effort: a refused write, on a full server say, keeps no record).
     pcall(remember, log, logx, req, '0', serverMs(), keep)
   end
   return 0

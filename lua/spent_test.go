@@ -252,9 +252,9 @@ func TestPsemAcquire_spentPermitIDs(t *testing.T) {
 }
 
 // TestSemAcquire_goneResendRemembersRefusal: a Semaphore acquire's resend ('+' .. id) is the
-// request it resends (answered, not applied twice); one sent once its caller has gone ('!'
-// .. id) remembers a refusal too, so that the request's first send, reaching Redis last,
-// takes nothing once permits are back.
+// request it resends (answered, not applied twice); a resend, whether its caller has gone
+// ('!' .. id) or still waits ('+' .. id), remembers a refusal too, so that the request's
+// first send, reaching Redis last, takes nothing once permits are back.
 func TestSemAcquire_goneResendRemembersRefusal(t *testing.T) {
 	eachServer(t, func(t *testing.T, tc server) {
 		ctx := context.Background()
@@ -290,6 +290,15 @@ func TestSemAcquire_goneResendRemembersRefusal(t *testing.T) {
 		}
 		if acq("+r3") != 1 || avail() != "0" {
 			t.Fatalf("a resend of r3 takes the permit r2 did not: %s available, want 0", avail())
+		}
+		// A resend whose caller still waits remembers a refusal as well: the caller tries
+		// again under a new id, and the first send must not take permits for nobody.
+		if acq("+r4") != 0 {
+			t.Fatal("a resend whose caller waits, with no permit free")
+		}
+		do("SET", "{q}", "1")
+		if acq("r4") != 0 || avail() != "1" {
+			t.Fatalf("the late first send of r4: %s available, want 1", avail())
 		}
 	})
 }

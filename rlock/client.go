@@ -66,6 +66,15 @@ type Client struct {
 	life    context.Context
 	endLife context.CancelCauseFunc
 	bg      sync.WaitGroup
+	// late counts the Semaphore acquires whose outcome is not known yet (lateBegin): Close
+	// sets lateShut (guarded by mu; no more are counted), waits for them instead of ending
+	// them, until closeBy (the cleanup timeout after Close began; set by Close, guarded by
+	// mu), then ends drain (drainCtxUntil's parent).
+	late     sync.WaitGroup
+	lateShut bool
+	closeBy  time.Time
+	drain    context.Context
+	endDrain context.CancelCauseFunc
 	// idle are the workers waiting for work (workers.go; guarded by mu); workers counts the
 	// workers' goroutines, so that Close can wait for them.
 	idle    []*worker
@@ -97,6 +106,7 @@ func New(client rueidis.Client, opts ...Option) (*Client, error) {
 	c.obs = newObserver(o.observers)
 	c.wdLease = strconv.FormatInt(o.watchdogTimeout.Milliseconds(), 10)
 	c.life, c.endLife = context.WithCancelCause(context.Background())
+	c.drain, c.endDrain = context.WithCancelCause(context.Background())
 	c.flags.Store(true)
 	if c.wd, err = watchdog.New(renewer{c}, watchdog.WithRenewFraction(o.renewFraction)); err != nil {
 		return nil, invalid("%v", err)
@@ -151,7 +161,18 @@ func Dial(opt rueidis.ClientOption, opts ...Option) (*Client, error) {
 // leaves the caller's open. Close is idempotent and always returns nil; on a nil or zero
 // Client (not made by New or Dial) it does nothing.
 //
-// Close returns promptly, with one exception: it waits for the Client's subscription
+// Close returns promptly, with two exceptions. First, permits of a [Semaphore] never
+// expire: an Acquire whose caller left (its ctx ended) before Redis answered is resolved in
+// the background, and Close waits for that work, at most the cleanup timeout
+// ([WithCleanupTimeout]), rather than ending it: it resends the request under its id until
+// Redis tells what it did, and gives back the permits it took. An Acquire still waiting for
+// its first request's answer when Close comes returns ErrClosed at once, its request resolved
+// the same way. When Redis does not answer in time, the outcome stays unknown and is reported
+// to the Observers (a GiveBack event whose Err wraps [ErrUnknownOutcome]; see Replays at
+// [Semaphore]). A [PermitSemaphore]'s permits expire with their lease: Close ends that work
+// for them, as it does for locks.
+//
+// Second, Close waits for the Client's subscription
 // goroutines, and one of them may be dialling a subscription connection (the first wait
 // on a lock, or a reconnection) to a server that does not answer. A Client made by Dial
 // ends such a dial (Close closes the connections its rueidis client is dialling or setting
@@ -169,10 +190,16 @@ func (c *Client) Close() error {
 		return nil
 	}
 	c.closed = true
+	c.closeBy = time.Now().Add(c.opts.cleanupTimeout)
 	c.mu.Unlock()
 	c.endLife(ErrClosed)
 	c.deadlines.close() // first sends in flight end too
 	c.bg.Wait()
+	c.mu.Lock()
+	c.lateShut = true
+	c.mu.Unlock()
+	c.late.Wait() // left semaphore acquires, resolved by closeBy (drainCtxUntil)
+	c.endDrain(ErrClosed)
 	c.workers.Wait() // idle ones end with the Client's life; busy ones after their work
 	c.wd.Close()
 	if c.dials != nil {
@@ -214,6 +241,44 @@ func (c *Client) background(work func()) {
 		defer c.bg.Done()
 		work()
 	}()
+}
+
+// lateBegin counts, for Close, a semaphore acquire whose permits never expire, from its
+// first send until its outcome is known: to its caller, or to the work the caller hands it
+// over to when it leaves (handOff), which Close waits for rather than ends, since permits
+// it took and did not give back would never come back. Such work bounds its waits by
+// drainCtxUntil (which ends the cleanup timeout after Close began at the latest) and heeds
+// the Client's life only to stop waiting on its first send (inflight.wait). The count ends
+// with late.Done. lateBegin reports false, counting nothing, once Close has stopped
+// waiting.
+func (c *Client) lateBegin() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.lateShut {
+		return false
+	}
+	c.late.Add(1)
+	return true
+}
+
+// drainCtxUntil is cleanupCtx for work that Close waits for (lateBegin), ending at dl: it
+// keeps ctx's values and drops its cancellation; it ends with drain (c.drain, or the Client's
+// ended life for work that Close does not wait for), and by the cleanup timeout after Close
+// began (closeBy), but Close does not end it at once.
+func (c *Client) drainCtxUntil(drain, ctx context.Context, dl time.Time) (context.Context, context.CancelFunc) {
+	c.mu.Lock()
+	if c.closed && c.closeBy.Before(dl) {
+		dl = c.closeBy
+	}
+	c.mu.Unlock()
+	switch cv := ctx.(type) {
+	case callerValues:
+		ctx = cv.values
+	case *sendCtx:
+		ctx = cv.values
+	}
+	tctx, cancel := context.WithDeadline(drain, dl)
+	return callerValues{Context: tctx, values: ctx}, cancel
 }
 
 // minted reports whether owner is a handle owner of this Client: no other Client acts for

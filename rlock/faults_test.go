@@ -652,20 +652,25 @@ func TestLock_replayedFinalReleaseAfterManyOwners(t *testing.T) {
 
 // holdingClient keeps back the first script sent through it once armed: it cancels the
 // caller (cancel) and answers context.Canceled without sending it, as rueidis answers a
-// caller whose ctx ended while its command waited to be written. deliver sends the kept
+// caller whose ctx ended while its command waited to be written; with no cancel set it
+// answers context.DeadlineExceeded, as for a request whose reply did not come within its
+// deadline (the caller stays). deliver sends the kept
 // command afterwards, as a connection slower than the replay's would: rueidis spreads a
 // standalone client's commands over several connections (PipelineMultiplex, chosen at
 // random per command), so nothing orders a replay after the send it replays.
 type holdingClient struct {
 	rueidis.Client
 	armed  atomic.Bool
-	cancel context.CancelFunc     // set before armed
+	cancel context.CancelFunc     // set before armed, or nil
 	kept   chan rueidis.Completed // capacity 1
 }
 
 func (c *holdingClient) Do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResult {
 	if isScript(cmd) && c.armed.CompareAndSwap(true, false) {
 		c.kept <- cmd
+		if c.cancel == nil {
+			return rueidis.NewErrorResult(context.DeadlineExceeded)
+		}
 		c.cancel()
 		return rueidis.NewErrorResult(context.Canceled)
 	}

@@ -404,3 +404,52 @@ func TestGhost_semaphoreLateFirstSendAfterRefusedReplay(t *testing.T) {
 		require.Equal(t, 1, n, "the late first send took a permit for a caller that has gone")
 	})
 }
+
+// TestGhost_semaphoreLateFirstSendAfterRefusedResendOfWaitingCaller: a Semaphore acquire
+// whose first send got no reply in time (the request may still reach Redis) is resent while
+// its caller still waits; the resend is refused (no permit free) and the caller goes on (here
+// TryAcquire with no wait returns false; Acquire would try again under a new request id).
+// The holder then gives its permit back, and the first send, reaching Redis last, must take
+// nothing: nobody would give that permit back. Before the fix only a resend whose caller had
+// gone ('!') remembered a refusal, and the late first send took the permit (0 available
+// instead of 1), on either path of an acquire (a ctx that can end, or one that cannot).
+func TestGhost_semaphoreLateFirstSendAfterRefusedResendOfWaitingCaller(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		ctx  func() (context.Context, context.CancelFunc)
+	}{
+		{"cancellable", func() (context.Context, context.CancelFunc) { return context.WithCancel(bg) }},
+		{"background", func() (context.Context, context.CancelFunc) { return bg, func() {} }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			eachBackend(t, func(t *testing.T, b *backend) {
+				hc := &holdingClient{Client: b.rueidis(t), kept: make(chan rueidis.Completed, 1)}
+				c, err := rlock.New(hc)
+				require.NoError(t, err)
+				defer c.Close()
+				s := c.Semaphore(redistest.Name(t))
+				ok, err := s.TrySetPermits(bg, 1)
+				require.NoError(t, err)
+				require.True(t, ok)
+				q := b.client(t).Semaphore(s.Name())
+				ok, err = q.TryAcquire(bg, 1, 0)
+				require.NoError(t, err)
+				require.True(t, ok)
+
+				ctx, cancel := tc.ctx()
+				defer cancel()
+				hc.armed.Store(true) // no cancel: the first send's reply is lost, the caller stays
+				ok, err = s.TryAcquire(ctx, 1, 0)
+				require.NoError(t, err)
+				require.False(t, ok, "the resend found no permit free")
+				require.NoError(t, q.Release(bg, 1))
+
+				hc.deliver(t) // the first send arrives last
+
+				n, err := s.AvailablePermits(bg)
+				require.NoError(t, err)
+				require.Equal(t, 1, n, "the late first send took a permit for a request its caller was told was refused")
+			})
+		})
+	}
+}

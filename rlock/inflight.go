@@ -87,6 +87,23 @@ func (f *inflight) await(ctx context.Context) bool {
 	}
 }
 
+// awaitOpen is await that also reports false when the Client's Close comes first: the send is
+// then still under way, and must be handed over (wait) as when the caller leaves.
+func (f *inflight) awaitOpen(ctx context.Context) bool {
+	select {
+	case <-f.done:
+		return true
+	case <-ctx.Done():
+	case <-f.c.life.Done():
+	}
+	select { // an answer that is there already is taken
+	case <-f.done:
+		return true
+	default:
+		return false
+	}
+}
+
 // wait waits for the send's outcome, or the Client's Close (work in the background must not
 // outlast Close, and rueidis may not heed the send's context). It reports false when Close
 // came first: the outcome is unknown, and the send is left to end on its own.

@@ -310,7 +310,10 @@ type GiveBackReason string
 // The reasons for a give-back.
 const (
 	// GiveBackCanceled: the grant reached a caller whose context had ended (an acquire
-	// resolved by a replay, or a hand-off, that came as the caller gave up).
+	// resolved by a replay, or a hand-off, that came as the caller gave up), or a
+	// [Semaphore] acquire that Close ended while it waited for Redis's answer. For a
+	// semaphore's acquire whose outcome could not be learned, Err wraps [ErrUnknownOutcome]:
+	// the permits may have been taken, and were not given back.
 	GiveBackCanceled GiveBackReason = "canceled"
 	// GiveBackLate: the grant came back after its lease had run out on the Client's clock.
 	GiveBackLate GiveBackReason = "late"

@@ -237,20 +237,22 @@ func (p *PermitSemaphore) acquireAs(ctx context.Context, wait, lease time.Durati
 func (p *PermitSemaphore) attempt(ctx context.Context, id string, lease time.Duration) (bool, time.Duration, error) {
 	keys := []string{p.keys.sem, p.keys.leases}
 	args := []string{id, strconv.FormatInt(lease.Milliseconds(), 10)}
-	// giveBack gives back a permit granted after the caller gave up.
-	giveBack := func() {
-		err := p.ready(ctx, "release", true)
+	// giveBack gives back, on gctx, a permit granted after the caller gave up.
+	giveBack := func(gctx context.Context) {
+		err := p.ready(gctx, "release", true)
 		if err == nil {
-			err = p.release(ctx, id)
+			err = p.release(gctx, id)
 		}
 		p.c.gaveBack(KindPermitSemaphore, p.name, "", 1, GiveBackCanceled, err)
 	}
 	// A resend spends the permit id once it grants (psem_acquire.lua), so that a first send
 	// reaching Redis after it grants nothing again.
 	site := replaySite{kind: KindPermitSemaphore, name: p.name, op: "acquire"}
-	res, replayed, err := p.c.semAcquire(ctx, site, lua.PsemAcquire, keys, args, 0, func(res rueidis.RedisResult) {
-		if vals, err := res.AsIntSlice(); err == nil && len(vals) == 1 && vals[0] == 1 {
-			giveBack()
+	res, replayed, err := p.c.semAcquire(ctx, site, false, lua.PsemAcquire, keys, args, 0, func(gctx context.Context, res rueidis.RedisResult, err error) {
+		if err != nil { // unknown: a permit it may have granted ends with its lease
+			p.c.gaveBack(KindPermitSemaphore, p.name, "", 1, GiveBackCanceled, classify("acquire", p.name, err))
+		} else if vals, err := res.AsIntSlice(); err == nil && len(vals) == 1 && vals[0] == 1 {
+			giveBack(gctx)
 		}
 	})
 	var vals []int64
@@ -263,7 +265,7 @@ func (p *PermitSemaphore) attempt(ctx context.Context, id string, lease time.Dur
 	switch {
 	case len(vals) == 1 && vals[0] == 1:
 		if replayed && ctx.Err() != nil {
-			giveBack() // granted by a resend while the caller gave up
+			giveBack(ctx) // granted by a resend while the caller gave up
 			return false, 0, errorf("acquire %q: %w", p.name, ctx.Err())
 		}
 		return true, 0, nil

@@ -51,12 +51,27 @@ const maxPermits = 1 << 50
 // (a timeout, a broken connection) is sent again under the same id until Redis answers, and a
 // resend is answered without being applied twice: a lost reply never takes or gives back
 // permits twice. An Acquire whose permits were granted by a resend after its context ended
-// gives them back before it returns; a resend sent after its context ended that is refused is
-// remembered as refused, so that the first send, should it reach Redis after the resend
-// (rueidis spreads a client's commands over several connections), takes nothing either. When
+// gives them back before it returns. A resend that is refused (too few permits) is remembered
+// as refused, so that the first send, should it reach Redis after the resend (rueidis spreads
+// a client's commands over several connections, and a reply lost to a timeout says nothing
+// of the request), takes nothing either; an Acquire that still waits tries again under a new
+// id. When
 // the outcome cannot be learned within the cleanup
 // timeout the error wraps [ErrUnknownOutcome]: the request may have been applied, and here,
 // unlike a lock's hold, permits it took do not come back by themselves.
+//
+// An Acquire whose context ends while Redis has not answered returns at once (within a short
+// grace) and leaves the request to the background, which learns its outcome (resending it
+// under its id) and gives back permits it took. [Client.Close] does not cut that short: it
+// waits for it, at most the cleanup timeout, since a send still on the wire may be applied
+// after Close and permits do not expire; an Acquire still waiting for its first send's
+// answer when Close comes returns ErrClosed, and its request is resolved the same way. When
+// Redis does not tell within that time (it is
+// unreachable, or paused), the outcome stays unknown and permits the request takes are lost
+// until someone releases them; the Client's Observers are told (a GiveBack event,
+// [GiveBackCanceled], whose Err wraps ErrUnknownOutcome). Permits are lost too, untold, when
+// the first send reaches Redis more than twice the cleanup timeout after its resend was
+// refused (a server paused that long): the record of the refusal has expired by then.
 //
 // [WithReplicaAck] does not apply to semaphores.
 //
@@ -263,7 +278,9 @@ func (k semKeys) counted() []string { return []string{k.sem, k.log, k.logx} }
 // waits for one to be made (TrySetPermits, Release, AddPermits).
 //
 // Acquire returns nil when the n permits are taken. Otherwise it returns:
-//  1. ctx's error, wrapped, when ctx ends first; no permit is left taken;
+//  1. ctx's error, wrapped, when ctx ends first; no permit is left taken (a request Redis
+//     had not answered yet is resolved in the background, even across [Client.Close], and
+//     what it took given back: see Replays at [Semaphore] for when that cannot be learned);
 //  2. [ErrWrongType] when the key holds another kind of value (it is left untouched);
 //  3. [ErrClosed] after [Client.Close]; [ErrInvalid] for a bad name or n;
 //  4. a Redis or connection error, wrapped, or [ErrUnknownOutcome] (see Replays at
@@ -325,16 +342,18 @@ func (s *Semaphore) acquireAs(ctx context.Context, n int, wait time.Duration, tr
 func (s *Semaphore) attempt(ctx context.Context, n int) (bool, time.Duration, error) {
 	args := []string{strconv.Itoa(n), s.c.newRequest(), s.c.semKeep()}
 	site := replaySite{kind: KindSemaphore, name: s.name, op: "acquire"}
-	// giveBack gives back permits granted after the caller gave up.
-	giveBack := func() {
-		_, err := s.add(ctx, "release", n, false, true)
+	// giveBack gives back, on gctx, permits granted after the caller gave up.
+	giveBack := func(gctx context.Context) {
+		_, err := s.add(gctx, "release", n, false, true)
 		s.c.gaveBack(KindSemaphore, s.name, "", n, GiveBackCanceled, err)
 	}
-	// A resend sent once the caller has gone marks the request id (spentGone): a refusal is
+	// A resend marks the request id ('+', or spentGone once the caller has gone): a refusal is
 	// then remembered too, so that the first send, if it reaches Redis last, takes nothing.
-	res, replayed, err := s.c.semAcquire(ctx, site, lua.SemAcquire, s.keys.counted(), args, 1, func(res rueidis.RedisResult) {
-		if got, err := res.AsInt64(); err == nil && got != 0 {
-			giveBack()
+	res, replayed, err := s.c.semAcquire(ctx, site, true, lua.SemAcquire, s.keys.counted(), args, 1, func(gctx context.Context, res rueidis.RedisResult, err error) {
+		if err != nil { // unknown: permits it may have taken are lost
+			s.c.gaveBack(KindSemaphore, s.name, "", n, GiveBackCanceled, classify("acquire", s.name, err))
+		} else if got, err := res.AsInt64(); err == nil && got != 0 {
+			giveBack(gctx)
 		}
 	})
 	var got int64
@@ -347,7 +366,7 @@ func (s *Semaphore) attempt(ctx context.Context, n int) (bool, time.Duration, er
 	case got == 0:
 		return false, -1, nil
 	case replayed && ctx.Err() != nil:
-		giveBack() // taken by a resend while the caller gave up
+		giveBack(ctx) // taken by a resend while the caller gave up
 		return false, 0, errorf("acquire %q: %w", s.name, ctx.Err())
 	}
 	return true, 0, nil
@@ -484,30 +503,58 @@ func (s *Semaphore) Delete(ctx context.Context) (bool, error) {
 // semAcquire runs a semaphore's acquire script (see semRun) for a caller that leaves at
 // ctx's end (README guarantee 6): the first send and its resends go on without the caller,
 // and when the caller has gone with the outcome unknown, the request is resolved in the
-// background; if it turns out granted, leftGranted gives it back (on ctx's values). The
-// caller then gets ctx's error. A ctx that cannot end runs semRun.
-func (c *Client) semAcquire(ctx context.Context, site replaySite, s *lua.Script, keys, args []string, mark int, leftGranted func(res rueidis.RedisResult)) (res rueidis.RedisResult, replayed bool, err error) {
+// background. left is then called with the answer (err nil: if it granted, left gives it
+// back on gctx, with ctx's values), or with an error wrapping ErrUnknownOutcome when Redis did
+// not tell in time (left reports it); not after an error reply, which applied nothing. The
+// caller gets ctx's error. A ctx that cannot end runs semRun.
+//
+// lasting says the permits never expire (a Semaphore's): the request is then counted for
+// Close (lateBegin) until its outcome is known, and Close waits for that work, at most the
+// cleanup timeout (drainCtxUntil), rather than ending it, since a send still on the wire
+// may be applied after Close; a caller still waiting for its first send's answer when Close
+// comes hands it over too, and gets ErrClosed. Otherwise (a PermitSemaphore's, which expire
+// with their lease) Close ends that work, as it ends a lock's.
+func (c *Client) semAcquire(ctx context.Context, site replaySite, lasting bool, s *lua.Script, keys, args []string, mark int, left leftFunc) (res rueidis.RedisResult, replayed bool, err error) {
 	if ctx.Done() == nil {
 		return c.semRun(ctx, site, false, s, keys, args, mark)
 	}
+	counted, handed := lasting && c.lateBegin(), false
+	if counted {
+		defer func() {
+			if !handed {
+				c.late.Done()
+			}
+		}()
+	}
 	f := c.send(ctx, time.Now(), false, s, keys, args)
-	if !f.await(ctx) {
+	if counted && !f.awaitOpen(ctx) || !counted && !f.await(ctx) {
 		keys, args = f.keys, f.args // the send's copies: the caller's may be reused
-		c.handOff(ctx, func() {
-			if !f.wait() {
-				return // closed first: a grant expires with the semaphore's own rules
+		// ctx ended, or (counted only) Close came: the caller gets ctx's error, or ErrClosed,
+		// and the work the request is handed over to resolves it.
+		err := ctx.Err()
+		if err == nil {
+			err = ErrClosed
+		}
+		handed = true
+		c.handOff(ctx, lasting, counted, func(drain context.Context) {
+			var res rueidis.RedisResult
+			var err error
+			if f.wait() {
+				res, err = f.res, f.err
+			} else {
+				// Close came first: the send may still be applied. A resend tells what
+				// it did, or spends its id (goneArgs); without lasting, the Client's
+				// ended life makes it give up at once.
+				err = errorf("%w: the first send was unanswered", ErrClosed)
 			}
-			res, err := f.res, f.err
 			if err != nil && !definitive(err) {
-				cctx, cancel := c.cleanupCtx(ctx)
+				dctx, cancel := c.leftCtx(drain, ctx, lasting, time.Now().Add(c.opts.cleanupTimeout))
 				defer cancel()
-				res, err = c.replay(cctx, nil, site, s, keys, goneArgs(args, mark), err)
+				res, err = c.replay(dctx, nil, site, s, keys, goneArgs(args, mark), err)
 			}
-			if err == nil {
-				leftGranted(res)
-			}
+			c.resolvedLeft(drain, ctx, lasting, res, err, left)
 		})
-		return rueidis.RedisResult{}, false, ctx.Err()
+		return rueidis.RedisResult{}, false, err
 	}
 	res, err = f.res, f.err
 	if err == nil || definitive(err) {
@@ -525,13 +572,44 @@ func (c *Client) semAcquire(ctx context.Context, site replaySite, s *lua.Script,
 		cancel()
 		return res, true, err
 	}
-	c.handOff(ctx, func() {
+	dl, _ := cctx.Deadline()
+	cancel()
+	handed = true
+	c.handOff(ctx, lasting, counted, func(drain context.Context) {
+		dctx, cancel := c.leftCtx(drain, ctx, lasting, dl) // the same cleanup timeout
 		defer cancel()
-		if res, err := c.replay(cctx, nil, site, s, keys, goneArgs(args, mark), first); err == nil {
-			leftGranted(res)
-		}
+		res, err := c.replay(dctx, nil, site, s, keys, goneArgs(args, mark), first)
+		c.resolvedLeft(drain, ctx, lasting, res, err, left)
 	})
 	return rueidis.RedisResult{}, true, ctx.Err()
+}
+
+// leftCtx is the context of work (handOff's) that resolves an acquire whose caller (of ctx)
+// has gone, ending at dl: drainCtxUntil's under drain when its permits are lasting, else a
+// cleanupCtx (Close ends it).
+func (c *Client) leftCtx(drain, ctx context.Context, lasting bool, dl time.Time) (context.Context, context.CancelFunc) {
+	if lasting {
+		return c.drainCtxUntil(drain, ctx, dl)
+	}
+	return c.cleanupCtxUntil(ctx, dl)
+}
+
+// leftFunc takes the outcome of an acquire whose caller has gone (see semAcquire).
+type leftFunc func(gctx context.Context, res rueidis.RedisResult, err error)
+
+// resolvedLeft hands the outcome of an acquire whose caller (of ctx) has gone to left: an
+// answer with a context to give a grant back on (leftCtx), or an error wrapping
+// ErrUnknownOutcome. An error reply (nothing applied) is dropped.
+func (c *Client) resolvedLeft(drain, ctx context.Context, lasting bool, res rueidis.RedisResult, err error, left leftFunc) {
+	if err != nil {
+		if errors.Is(err, ErrUnknownOutcome) {
+			left(nil, res, err)
+		}
+		return
+	}
+	gctx, cancel := c.leftCtx(drain, ctx, lasting, time.Now().Add(c.opts.cleanupTimeout))
+	defer cancel()
+	left(gctx, res, nil)
 }
 
 // goneArgs returns args as a resend sent after its caller has gone carries them: the id at
@@ -544,14 +622,31 @@ func goneArgs(args []string, mark int) []string {
 	return r
 }
 
-// handOff runs work, done on behalf of a caller whose ctx has ended, in the background and
-// waits for it for what is left of the caller's grace (returnGrace): the common case resolves
-// before the caller returns.
-func (c *Client) handOff(ctx context.Context, work func()) {
+// handOff runs work, done on behalf of a caller that leaves, in the background and waits for
+// it for what is left of the caller's grace (returnGrace) once ctx has ended: the common
+// case resolves before the caller returns. A caller whose ctx has not ended leaves because
+// of Close, and does not wait. counted says the work is counted for Close already
+// (lateBegin; it ends the count), with c.drain for drain; otherwise a lasting request's work
+// runs at once, with the Client's ended life for drain (Close no longer waits), and other
+// work is background (Close ends it; drain nil).
+func (c *Client) handOff(ctx context.Context, lasting, counted bool, work func(drain context.Context)) {
 	done := make(chan struct{})
-	c.background(func() {
+	run := func(drain context.Context) {
 		defer close(done)
-		work()
-	})
-	(&grace{}).wait(ctx, done)
+		work(drain)
+	}
+	switch {
+	case counted:
+		go func() {
+			defer c.late.Done()
+			run(c.drain)
+		}()
+	case lasting:
+		run(c.life)
+	default:
+		c.background(func() { run(nil) })
+	}
+	if ctx.Err() != nil {
+		(&grace{}).wait(ctx, done)
+	}
 }
