@@ -230,14 +230,16 @@ func (rw *RWMutex) Key() string { return rw.write().Key() }
 // it waits, its claim holds new readers back (see [RWMutex]).
 //
 // Lock returns nil when the write hold is held. Otherwise it returns:
-//  1. [ErrUpgrade] at once when the owner holds read holds and not the write hold;
+//  1. [ErrUpgrade] at once when the owner holds read holds and not the write hold (a read
+//     acquire of the owner's whose caller left before its reply came, and whose grant is
+//     being given back in the background, is waited for first, within ctx: it is no hold);
 //  2. ctx's error, wrapped, when ctx ends first; nothing is left held or claimed (once
 //     the work left to the background, as at [Mutex.Lock], is done);
 //  3. the other errors listed at [Mutex.Lock] ([ErrLockLost], [ErrWrongType], [ErrClosed],
 //     [ErrInvalid], a Redis or connection error, [ErrUnknownOutcome]).
 func (rw *RWMutex) Lock(ctx context.Context) error {
-	_, err := rw.write().acquire(ctx, -1, 0)
-	return rw.upgradeErr(err)
+	_, err := rw.acquireWrite(ctx, -1, 0)
+	return err
 }
 
 // LockLease blocks until the caller's owner holds the write hold, like [RWMutex.Lock], and
@@ -248,8 +250,8 @@ func (rw *RWMutex) LockLease(ctx context.Context, lease time.Duration) error {
 	if err := checkLease("lease", lease); err != nil {
 		return err
 	}
-	_, err := rw.write().acquire(ctx, -1, lease)
-	return rw.upgradeErr(err)
+	_, err := rw.acquireWrite(ctx, -1, lease)
+	return err
 }
 
 // TryLock tries to take the write hold within wait. wait 0 makes exactly one attempt and
@@ -263,7 +265,23 @@ func (rw *RWMutex) TryLock(ctx context.Context, wait, lease time.Duration) (bool
 	if wait < 0 {
 		return false, invalid("negative wait %v", wait)
 	}
-	ok, err := rw.write().acquire(ctx, wait, lease) // a single attempt (wait 0) leaves nothing to withdraw
+	return rw.acquireWrite(ctx, wait, lease) // a single attempt (wait 0) leaves nothing to withdraw
+}
+
+// acquireWrite takes the write hold for Lock, LockLease and TryLock. An owner that holds no
+// read hold through this Client, but whose read acquire is still being resolved in the
+// background (its caller left before the reply came: the grant, if any, is being given
+// back), first waits for that work, within ctx: until it is done, Redis may count a read
+// hold of the owner's that nobody keeps, and the write acquire would be refused as an
+// upgrade (ErrUpgrade) to an owner that was told it holds no read hold.
+func (rw *RWMutex) acquireWrite(ctx context.Context, wait, lease time.Duration) (bool, error) {
+	r := rw.read()
+	if owner, err := r.ownerOf(ctx); err == nil {
+		if h := r.instHold(owner); h != nil && h.holds() == 0 && h.lockOp(ctx) == nil {
+			h.unlockOp()
+		}
+	}
+	ok, err := rw.write().acquire(ctx, wait, lease)
 	return ok, rw.upgradeErr(err)
 }
 

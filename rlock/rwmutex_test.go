@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/rueidis"
 	"github.com/stretchr/testify/require"
 
 	"github.com/relock-go/relock/internal/redistest"
@@ -823,5 +824,73 @@ func TestRWMutex_ownerIDsNeverNameAnotherField(t *testing.T) {
 		locked, err = rw.IsLocked(bg)
 		require.NoError(t, err)
 		require.False(t, locked)
+	})
+}
+
+// gateClient holds back the reply of the first script sent through it once armed: the
+// script runs in Redis at once (sent is closed then), and its reply reaches the caller once
+// open is closed, as a slow connection would deliver it.
+type gateClient struct {
+	rueidis.Client
+	armed      atomic.Bool
+	sent, open chan struct{}
+}
+
+func (c *gateClient) Do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResult {
+	if isScript(cmd) && c.armed.CompareAndSwap(true, false) {
+		res := c.Client.Do(context.WithoutCancel(ctx), cmd)
+		close(c.sent)
+		<-c.open
+		return res
+	}
+	return c.Client.Do(ctx, cmd)
+}
+
+// An owner whose RLock was granted in Redis but left before the reply came (its ctx ended)
+// holds no read hold; the grant is given back in the background once the reply comes. A
+// write TryLock of that owner meanwhile must not be refused as an upgrade (ErrUpgrade: "the
+// owner holds read holds"): it waits for that give-back, then takes the free lock. Found by
+// the model test (RWMutex seed 4391733204140988631: a reply delayed 149 ms, the caller gone
+// at 130 ms, its next TryLock[w] refused as an upgrade).
+func TestRWMutex_writeAfterLeftReadAcquireWaitsForItsGiveBack(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		gc := &gateClient{Client: b.rueidis(t), sent: make(chan struct{}), open: make(chan struct{})}
+		c, err := rlock.New(gc)
+		require.NoError(t, err)
+		defer c.Close()
+		rw := c.RWMutex(redistest.Name(t))
+		require.NoError(t, rw.RLock(bg)) // the scripts are loaded: the next send runs them
+		require.NoError(t, rw.RUnlock(bg))
+
+		ctx, cancel := context.WithCancel(bg)
+		defer cancel()
+		gc.armed.Store(true)
+		go func() { <-gc.sent; cancel() }()
+		require.ErrorIs(t, rw.RLock(ctx), context.Canceled, "granted in Redis, the caller gone before the reply")
+
+		type result struct {
+			ok  bool
+			err error
+		}
+		got := make(chan result, 1)
+		go func() {
+			ok, err := rw.TryLock(bg, 0, 0)
+			got <- result{ok, err}
+		}()
+		select {
+		case r := <-got:
+			t.Fatalf("TryLock returned (%v, %v) while the left read acquire was still being resolved", r.ok, r.err)
+		case <-time.After(200 * time.Millisecond): // it waits, as it must: an event cannot show it
+		}
+		close(gc.open)
+		select {
+		case r := <-got:
+			require.NoError(t, r.err)
+			require.True(t, r.ok, "the read grant was given back: the lock was free")
+		case <-time.After(10 * time.Second):
+			t.Fatal("TryLock did not return once the read acquire was resolved")
+		}
+		require.NoError(t, rw.Unlock(bg))
+		require.False(t, b.exists(t, rw.Key()))
 	})
 }
