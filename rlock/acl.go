@@ -19,8 +19,11 @@ import (
 // take back what they wrote: a call refused under a rule that lacks commands leaves no key
 // without an expiry and no half-made change (at most traces: a fencing token used up, ended
 // holds or places purged, a needless wake-up). A refused release or renewal leaves the lock
-// to expire with its lease: the Client stops renewing it and the holder is told. [ACLRule]
-// gives the rights relock needs.
+// to expire with its lease: the Client stops renewing it and the holder is told. The holder's
+// later calls that report that loss (Err, an Unlock that gives back what Redis still counts:
+// errors wrapping [ErrNotHeld] or [ErrLockLost]) carry the refusal as the loss's cause and so
+// match ErrNoPermission too, though they were not refused themselves: check ErrNotHeld and
+// ErrLockLost first. [ACLRule] gives the rights relock needs.
 var ErrNoPermission = errors.New("rlock: no permission")
 
 // clientCommands are the commands relock sends itself, beside its scripts: the scripts
