@@ -156,12 +156,8 @@ func (m *Mutex) ownerOf(ctx context.Context) (string, error) {
 //  2. [ErrLockLost] when the owner's earlier hold was lost and not yet unlocked;
 //  3. [ErrWrongType] when the key holds another kind of value;
 //  4. [ErrClosed] after [Client.Close]; [ErrInvalid] for an invalid name or owner;
-//  5. a Redis or connection error, wrapped. An acquire whose reply was lost is resolved
-//     first, by replays within the cleanup timeout (and undone if the caller is gone).
-//     Redis unreachable or not ready, and an acquire whose outcome stays unknown after its
-//     replays (a failover longer than the cleanup timeout), are ridden out: Lock tries
-//     again with backoff until ctx ends. What such an acquire may have granted is given back
-//     when a later grant finds it, or expires with its lease.
+//  5. a Redis or connection error, wrapped; an acquire whose reply was lost is resolved
+//     first (and undone if the caller is gone), or reported as [ErrUnknownOutcome].
 func (m *Mutex) Lock(ctx context.Context) error {
 	_, err := m.acquire(ctx, -1, 0)
 	return err
@@ -200,10 +196,7 @@ func (m *Mutex) LockLease(ctx context.Context, lease time.Duration) error {
 // below 10ms (the drift allowance, 1% + 2ms, would leave nothing of it), is an error
 // wrapping [ErrInvalid]. A grant that comes back after its fixed lease ran out on the
 // holder's clock (Redis answered too slowly) is given back and tried again within wait; if
-// wait ends that way, the error wraps [ErrLeaseExpired]. So are the passing failures that
-// Lock rides out (Redis unreachable or not ready, an outcome unknown after the replays):
-// if wait ends that way, the error is the last of them, [ErrUnknownOutcome] for the
-// latter; with wait 0 the one attempt's error is returned as it is.
+// wait ends that way, the error wraps [ErrLeaseExpired].
 func (m *Mutex) TryLock(ctx context.Context, wait, lease time.Duration) (bool, error) {
 	if wait < 0 {
 		return false, invalid("negative wait %v", wait)
@@ -295,7 +288,7 @@ func (m *Mutex) acquireAs1(ctx context.Context, owner string, wait, lease time.D
 	// A re-entry never waits: an owner that holds the lock through this Client goes to Redis
 	// at once, ahead of every waiter, and never parks as a hand-off candidate.
 	reentry := h.holds() > 0
-	spec := waitSpec{op: "lock", name: m.name, channel: m.keys.channel, queue: m.v.queue && !reentry, spin: m.v.spin, rideUnknown: true}
+	spec := waitSpec{op: "lock", name: m.name, channel: m.keys.channel, queue: m.v.queue && !reentry, spin: m.v.spin}
 	if m.v.tagged {
 		spec.tag = owner
 	}

@@ -173,9 +173,9 @@ func TestReview_UnlockAfterBackgroundResolutionOutlivesCleanupTimeout(t *testing
 }
 
 // DESIGN invariant / README guarantee 8, context owners: an acquire whose outcome stays
-// unknown in the foreground (TryLock with wait 0 returns ErrUnknownOutcome) may have granted
-// a hold; the background resolution notes such a hold as stale (Client.noteStale), the
-// foreground path did not (Mutex.attempt). The owner's next Lock joins the ghost hold: Redis counts 2, the
+// unknown in the foreground (Lock returns ErrUnknownOutcome) may have granted a hold; the
+// background resolution notes such a hold as stale (Client.noteStale), the foreground path
+// does not (Mutex.attempt). The owner's next Lock joins the ghost hold: Redis counts 2, the
 // Client 1, nobody is told, the watchdog renews the ghost, and after the owner's Unlock the
 // lock stays held by nobody for a whole lease.
 func TestReview_UnknownOutcomeOfContextOwnerDriftsAtNextGrant(t *testing.T) {
@@ -190,9 +190,7 @@ func TestReview_UnknownOutcomeOfContextOwnerDriftsAtNextGrant(t *testing.T) {
 		ctx := rlock.WithOwner(bg, "review-"+name)
 
 		lc.always.Store(true) // the acquire is applied; its reply and every replay's are lost
-		// One attempt reports the unknown outcome (a Lock would ride it out and try again).
-		ok, err := m.TryLock(ctx, 0, 0)
-		require.False(t, ok)
+		err = m.Lock(ctx)
 		require.ErrorIs(t, err, rlock.ErrUnknownOutcome)
 		lc.always.Store(false)
 		require.ErrorIs(t, m.Err(ctx), rlock.ErrNotHeld)

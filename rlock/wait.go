@@ -24,13 +24,6 @@ type waitSpec struct {
 	leave func()
 	// parker, when set, is a waiter that a release may pass the lock to directly (handoff.go).
 	parker parker
-	// rideUnknown: an attempt whose outcome stayed unknown after its replays (ErrUnknownOutcome:
-	// Redis did not answer within the cleanup timeout, a failover say) is a passing failure,
-	// ridden out within the wait like an unreachable Redis. Only for locks: what such an
-	// attempt may have granted is noted as an orphan of the owner's hold (Mutex.unresolved),
-	// given back when a later grant finds it, else left to expire with its lease. A
-	// semaphore's permits never expire: its waits end with the error.
-	rideUnknown bool
 	// waited, when set, is set to true once the call waits: its first attempt was refused
 	// (or it queued behind this Client's waiters without one), and it watches for a release
 	// (for the observer).
@@ -97,12 +90,10 @@ func (c *Client) waitLoop(ctx context.Context, wait time.Duration, spec waitSpec
 		case wait == 0:
 		case errors.Is(err, ErrNoReplicaAck):
 			passing, ttl, err = err, ackRetry, nil
-		case transient(err), errors.Is(err, errLateGrant),
-			spec.rideUnknown && errors.Is(err, ErrUnknownOutcome) && !errors.Is(err, ErrClosed):
+		case transient(err), errors.Is(err, errLateGrant):
 			// Redis is unreachable or not ready, or answered too slowly for the lease asked
-			// for (the grant was given back), or (a lock's) did not answer an attempt's
-			// replays within the cleanup timeout: a waiter rides it out within its wait, as
-			// the holder's renewals do, trying again with backoff.
+			// for (the grant was given back): a waiter rides it out within its wait, as the
+			// holder's renewals do, trying again with backoff.
 			passing, ttl, err = err, backoff, nil
 			backoff = min(2*backoff, time.Second)
 		}
