@@ -511,8 +511,8 @@ func (s *Semaphore) Delete(ctx context.Context) (bool, error) {
 // lasting says the permits never expire (a Semaphore's): the request is then counted for
 // Close (lateBegin) until its outcome is known, and Close waits for that work, at most the
 // cleanup timeout (drainCtxUntil), rather than ending it, since a send still on the wire
-// may be applied after Close; a caller still waiting for its first send's answer when Close
-// comes hands it over too, and gets ErrClosed. Otherwise (a PermitSemaphore's, which expire
+// may be applied after Close; a caller still waiting for its first send's answer, or
+// resending it, when Close comes hands it over too, and gets ErrClosed. Otherwise (a PermitSemaphore's, which expire
 // with their lease) Close ends that work, as it ends a lock's.
 func (c *Client) semAcquire(ctx context.Context, site replaySite, lasting bool, s *lua.Script, keys, args []string, mark int, left leftFunc) (res rueidis.RedisResult, replayed bool, err error) {
 	if ctx.Done() == nil {
@@ -568,7 +568,12 @@ func (c *Client) semAcquire(ctx context.Context, site replaySite, lasting bool, 
 	res, err = c.replay(wctx, nil, site, s, keys, replayArgsAt(args, mark), first)
 	stop()
 	wcancel()
-	if _, isReply := rueidis.IsRedisErr(err); err == nil || isReply || ctx.Err() == nil || cctx.Err() != nil || errors.Is(err, ErrClosed) {
+	_, isReply := rueidis.IsRedisErr(err)
+	// Close cut the resends of a counted request short (the Client's life ended cctx): the
+	// caller gets ErrClosed and the request is handed over, as when Close comes during the
+	// first send, to work Close waits for.
+	closed := counted && err != nil && !isReply && c.isClosed()
+	if !closed && (err == nil || isReply || ctx.Err() == nil || cctx.Err() != nil || errors.Is(err, ErrClosed)) {
 		cancel()
 		return res, true, err
 	}
@@ -581,7 +586,10 @@ func (c *Client) semAcquire(ctx context.Context, site replaySite, lasting bool, 
 		res, err := c.replay(dctx, nil, site, s, keys, goneArgs(args, mark), first)
 		c.resolvedLeft(drain, ctx, lasting, res, err, left)
 	})
-	return rueidis.RedisResult{}, true, ctx.Err()
+	if err := ctx.Err(); err != nil {
+		return rueidis.RedisResult{}, true, err
+	}
+	return rueidis.RedisResult{}, true, errorf("%w: Close came while the request was resent", ErrClosed)
 }
 
 // leftCtx is the context of work (handOff's) that resolves an acquire whose caller (of ctx)

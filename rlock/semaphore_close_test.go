@@ -313,3 +313,39 @@ func TestSemaphoreClose_waitingAcquireEndsAndGivesBack(t *testing.T) {
 		}
 	})
 }
+
+// A Semaphore Acquire whose first send's reply was lost, and that is resending the request
+// when Close comes, hands the request over (as one still waiting for its first send's answer
+// does) and gets ErrClosed: Close waits for the resends and gives back the permit the first
+// send took. Before, Close cut the resends short and the caller got ErrUnknownOutcome with
+// ErrClosed: the permit was gone for good, and nothing was reported (found in review).
+func TestSemaphoreClose_resendingAcquireHandedOver(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		lc := &lossyClient{Client: b.rueidis(t)}
+		c, err := rlock.New(lc, rlock.WithCleanupTimeout(3*time.Second))
+		require.NoError(t, err)
+		defer c.Close()
+		s := c.Semaphore(redistest.Name(t))
+		ok, err := s.TrySetPermits(bg, 1)
+		require.NoError(t, err)
+		require.True(t, ok)
+		warmSemAcquire(t, s)
+
+		var drops atomic.Int32
+		lc.onDrop = func() { drops.Add(1) }
+		lc.always.Store(true) // applied, every reply lost: the caller resends
+		ctx, cancel := context.WithCancel(bg)
+		defer cancel()
+		got := make(chan error, 1)
+		go func() { got <- s.Acquire(ctx, 1) }()
+		redistest.WaitFor(t, 5*time.Second, "the Acquire to be resending", func() bool { return drops.Load() >= 3 })
+		closed := make(chan error, 1)
+		go func() { closed <- c.Close() }()
+		err = await(t, got, 5*time.Second, "Acquire to return at Close")
+		require.ErrorIs(t, err, rlock.ErrClosed)
+		require.NotErrorIs(t, err, rlock.ErrUnknownOutcome, "handed over, not given up")
+		lc.always.Store(false) // Redis answers again: the work Close waits for learns the outcome
+		require.NoError(t, await(t, closed, 10*time.Second, "Close"))
+		require.EqualValues(t, 1, semCount(t, b, s), "the permit the first send took was given back")
+	})
+}
