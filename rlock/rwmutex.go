@@ -259,7 +259,9 @@ func (rw *RWMutex) LockLease(ctx context.Context, lease time.Duration) error {
 // it in watchdog mode, like Lock.
 //
 // TryLock returns (true, nil) when the write hold is held, (false, nil) when wait ran out
-// with the lock held by others, and (false, err) for the failures listed at [RWMutex.Lock].
+// with the lock held by others (or by a read grant of the owner's still being given back in
+// the background, see [RWMutex.Lock]: wait bounds the wait for it too), and (false, err) for
+// the failures listed at [RWMutex.Lock].
 // A negative wait is an error wrapping [ErrInvalid].
 func (rw *RWMutex) TryLock(ctx context.Context, wait, lease time.Duration) (bool, error) {
 	if wait < 0 {
@@ -271,18 +273,39 @@ func (rw *RWMutex) TryLock(ctx context.Context, wait, lease time.Duration) (bool
 // acquireWrite takes the write hold for Lock, LockLease and TryLock. An owner that holds no
 // read hold through this Client, but whose read acquire is still being resolved in the
 // background (its caller left before the reply came: the grant, if any, is being given
-// back), first waits for that work, within ctx: until it is done, Redis may count a read
-// hold of the owner's that nobody keeps, and the write acquire would be refused as an
-// upgrade (ErrUpgrade) to an owner that was told it holds no read hold.
+// back), first waits for that work, within ctx and wait (wait < 0: no bound), which the
+// wait's attempts then have less of: until it is done, Redis may count a read hold of the
+// owner's that nobody keeps, and the write acquire would be refused as an upgrade
+// (ErrUpgrade) to an owner that was told it holds no read hold. If the work is still going
+// on when the bound ends, such a refusal reports the lock as not acquired (false, nil).
 func (rw *RWMutex) acquireWrite(ctx context.Context, wait, lease time.Duration) (bool, error) {
 	r := rw.read()
+	settling := false
 	if owner, err := r.ownerOf(ctx); err == nil {
-		if h := r.instHold(owner); h != nil && h.holds() == 0 && h.lockOp(ctx) == nil {
-			h.unlockOp()
+		if h := r.instHold(owner); h != nil && h.holds() == 0 {
+			sctx, cancel := ctx, context.CancelFunc(nil)
+			start := time.Now()
+			if wait >= 0 {
+				sctx, cancel = context.WithTimeout(ctx, wait)
+			}
+			if h.lockOp(sctx) == nil {
+				h.unlockOp()
+			} else {
+				settling = true
+			}
+			if cancel != nil {
+				cancel()
+			}
+			if wait > 0 {
+				wait = max(0, wait-time.Since(start))
+			}
 		}
 	}
 	ok, err := rw.write().acquire(ctx, wait, lease)
-	return ok, rw.upgradeErr(err)
+	if err = rw.upgradeErr(err); settling && errors.Is(err, ErrUpgrade) {
+		return false, nil
+	}
+	return ok, err
 }
 
 // upgradeErr turns the acquire script's UPGRADE refusal into ErrUpgrade.

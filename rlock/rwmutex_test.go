@@ -849,7 +849,8 @@ func (c *gateClient) Do(ctx context.Context, cmd rueidis.Completed) rueidis.Redi
 // An owner whose RLock was granted in Redis but left before the reply came (its ctx ended)
 // holds no read hold; the grant is given back in the background once the reply comes. A
 // write TryLock of that owner meanwhile must not be refused as an upgrade (ErrUpgrade: "the
-// owner holds read holds"): it waits for that give-back, then takes the free lock. Found by
+// owner holds read holds"): it waits for that give-back within its wait, then takes the free
+// lock (a single attempt, wait 0, reports the lock not acquired). Found by
 // the model test (RWMutex seed 4391733204140988631: a reply delayed 149 ms, the caller gone
 // at 130 ms, its next TryLock[w] refused as an upgrade).
 func TestRWMutex_writeAfterLeftReadAcquireWaitsForItsGiveBack(t *testing.T) {
@@ -868,13 +869,18 @@ func TestRWMutex_writeAfterLeftReadAcquireWaitsForItsGiveBack(t *testing.T) {
 		go func() { <-gc.sent; cancel() }()
 		require.ErrorIs(t, rw.RLock(ctx), context.Canceled, "granted in Redis, the caller gone before the reply")
 
+		// A single attempt does not wait for it: not acquired, no error.
+		ok, err := rw.TryLock(bg, 0, 0)
+		require.NoError(t, err)
+		require.False(t, ok)
+
 		type result struct {
 			ok  bool
 			err error
 		}
 		got := make(chan result, 1)
 		go func() {
-			ok, err := rw.TryLock(bg, 0, 0)
+			ok, err := rw.TryLock(bg, 10*time.Second, 0)
 			got <- result{ok, err}
 		}()
 		select {
