@@ -32,6 +32,8 @@ func TestReviewRedLock_giveBackBoundedByCallerCtx(t *testing.T) {
 	w := rlock.NewRedLock(name, waiter, rlock.WithInstanceTimeout(3*time.Second))
 
 	require.NoError(t, h.Lock(bg))
+	// Lock returns at a majority: no grant still on its way to the servers below.
+	settled(t, h)
 	ok, err := w.TryLock(bg, 0, 0) // the duplicate-server check, before the latency
 	require.NoError(t, err)
 	require.False(t, ok)

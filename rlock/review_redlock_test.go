@@ -158,6 +158,7 @@ func TestReviewRedLock_pollsWhileHeldOnMajority(t *testing.T) {
 	h := rlock.NewRedLock(name, holder)
 	w := rlock.NewRedLock(name, waiter)
 	require.NoError(t, h.Lock(bg))
+	settled(t, h) // Lock returns at a majority: no grant still on its way to ss[4]
 	// One instance loses the holder's copy (restart without persistence): a minority.
 	ss[4].Do(t, "DEL", redKey(name))
 	require.NoError(t, h.Err(bg))
