@@ -3,6 +3,7 @@ package rlock_test
 import (
 	"context"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -124,7 +125,22 @@ func TestCluster_renewalRoundIsOnePipeline(t *testing.T) {
 	for i := range locks {
 		locks[i] = c.Mutex(fmt.Sprintf("%s-%d", base, i))
 		slots[redistest.Slot(locks[i].Key())] = true
-		require.NoError(t, locks[i].Lock(bg))
+	}
+	// Taken all at once, so that their leases fall due close together, even on a loaded
+	// machine (taken one after another, they spread over the renewal period and the batches
+	// shrink: a fresh-clone .ci/run saw 7 scripts a pipeline).
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	for i := range locks {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = locks[i].Lock(bg)
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		require.NoError(t, err)
 	}
 	// 300 names land on about 297 slots on average, but CRC16 is linear: names that differ
 	// only in their last digits can collide more, depending on the random base (a CI run saw
@@ -143,7 +159,8 @@ func TestCluster_renewalRoundIsOnePipeline(t *testing.T) {
 	// The watchdog sends the leases due together in one batch; how many are due together
 	// depends on how fast the locks were taken, so the batches are not counted exactly:
 	// each is one pipeline of the scripts of all its slots (before, one round trip each).
-	require.LessOrEqual(t, 10*multi.Load(), scripts.Load(), "%d pipelines for %d renew scripts", multi.Load(), scripts.Load())
+	// One round trip per script (before the pipelined renewals) would be 1 script a pipeline.
+	require.LessOrEqual(t, 4*multi.Load(), scripts.Load(), "%d pipelines for %d renew scripts", multi.Load(), scripts.Load())
 	for _, m := range locks {
 		require.NoError(t, m.Err(bg))
 		require.NoError(t, m.Unlock(bg))
