@@ -283,18 +283,15 @@ func (rw *RWMutex) acquireWrite(ctx context.Context, wait, lease time.Duration) 
 	settling := false
 	if owner, err := r.ownerOf(ctx); err == nil {
 		if h := r.instHold(owner); h != nil && h.holds() == 0 {
-			sctx, cancel := ctx, context.CancelFunc(nil)
+			sctx, cancel := ctx, context.CancelFunc(func() {})
 			start := time.Now()
 			if wait >= 0 {
 				sctx, cancel = context.WithTimeout(ctx, wait)
 			}
-			if h.lockOp(sctx) == nil {
+			settling = h.lockOp(sctx) != nil
+			cancel()
+			if !settling {
 				h.unlockOp()
-			} else {
-				settling = true
-			}
-			if cancel != nil {
-				cancel()
 			}
 			if wait > 0 {
 				wait = max(0, wait-time.Since(start))
