@@ -370,6 +370,25 @@ func TestGhost_permitLateFirstSendAfterRefusedReplay(t *testing.T) {
 	})
 }
 
+// semaphoreHeldElsewhere returns a Semaphore s of 1 permit on a Client over hc (closed when
+// the test ends) and a handle q on it through another Client, which holds the permit.
+func semaphoreHeldElsewhere(t *testing.T, b *backend) (hc *holdingClient, s, q *rlock.Semaphore) {
+	t.Helper()
+	hc = &holdingClient{Client: b.rueidis(t), kept: make(chan rueidis.Completed, 1)}
+	c, err := rlock.New(hc)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+	s = c.Semaphore(redistest.Name(t))
+	ok, err := s.TrySetPermits(bg, 1)
+	require.NoError(t, err)
+	require.True(t, ok)
+	q = b.client(t).Semaphore(s.Name())
+	ok, err = q.TryAcquire(bg, 1, 0)
+	require.NoError(t, err)
+	require.True(t, ok)
+	return hc, s, q
+}
+
 // TestGhost_semaphoreLateFirstSendAfterRefusedReplay: a Semaphore acquire whose caller gave
 // up while its first send waited to be written is resent and refused (no permit free); the
 // holder then gives its permit back, and the first send, reaching Redis last, must take
@@ -377,18 +396,7 @@ func TestGhost_permitLateFirstSendAfterRefusedReplay(t *testing.T) {
 // for good.
 func TestGhost_semaphoreLateFirstSendAfterRefusedReplay(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
-		hc := &holdingClient{Client: b.rueidis(t), kept: make(chan rueidis.Completed, 1)}
-		c, err := rlock.New(hc)
-		require.NoError(t, err)
-		defer c.Close()
-		s := c.Semaphore(redistest.Name(t))
-		ok, err := s.TrySetPermits(bg, 1)
-		require.NoError(t, err)
-		require.True(t, ok)
-		q := b.client(t).Semaphore(s.Name())
-		ok, err = q.TryAcquire(bg, 1, 0)
-		require.NoError(t, err)
-		require.True(t, ok)
+		hc, s, q := semaphoreHeldElsewhere(t, b)
 
 		ctx, cancel := context.WithCancel(bg)
 		defer cancel()
@@ -423,23 +431,12 @@ func TestGhost_semaphoreLateFirstSendAfterRefusedResendOfWaitingCaller(t *testin
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			eachBackend(t, func(t *testing.T, b *backend) {
-				hc := &holdingClient{Client: b.rueidis(t), kept: make(chan rueidis.Completed, 1)}
-				c, err := rlock.New(hc)
-				require.NoError(t, err)
-				defer c.Close()
-				s := c.Semaphore(redistest.Name(t))
-				ok, err := s.TrySetPermits(bg, 1)
-				require.NoError(t, err)
-				require.True(t, ok)
-				q := b.client(t).Semaphore(s.Name())
-				ok, err = q.TryAcquire(bg, 1, 0)
-				require.NoError(t, err)
-				require.True(t, ok)
+				hc, s, q := semaphoreHeldElsewhere(t, b)
 
 				ctx, cancel := tc.ctx()
 				defer cancel()
 				hc.armed.Store(true) // no cancel: the first send's reply is lost, the caller stays
-				ok, err = s.TryAcquire(ctx, 1, 0)
+				ok, err := s.TryAcquire(ctx, 1, 0)
 				require.NoError(t, err)
 				require.False(t, ok, "the resend found no permit free")
 				require.NoError(t, q.Release(bg, 1))

@@ -66,6 +66,28 @@ func waitClosed(t *testing.T, ch <-chan struct{}, d time.Duration, what string) 
 	}
 }
 
+// closingSemaphore makes a Client on rc with opts (closed when the test ends) and a
+// Semaphore of n permits on it, its acquire script loaded (warmSemAcquire).
+func closingSemaphore(t *testing.T, rc rueidis.Client, n int, opts ...rlock.Option) (*rlock.Client, *rlock.Semaphore) {
+	t.Helper()
+	c, err := rlock.New(rc, opts...)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+	s := c.Semaphore(redistest.Name(t))
+	ok, err := s.TrySetPermits(bg, n)
+	require.NoError(t, err)
+	require.True(t, ok)
+	warmSemAcquire(t, s)
+	return c, s
+}
+
+// giveBackEvents returns an Observer option whose GiveBack events go to the channel returned
+// (room for 4).
+func giveBackEvents() (rlock.Option, <-chan rlock.GiveBackInfo) {
+	gave := make(chan rlock.GiveBackInfo, 4)
+	return rlock.WithObserver(&rlock.Observer{GiveBack: func(e rlock.GiveBackInfo) { gave <- e }}), gave
+}
+
 // warmSemAcquire loads the acquire script: the kept send is then the one EVALSHA that
 // applies it (a first use's EVAL fallback would go on the send's own ctx, ended by Close).
 func warmSemAcquire(t *testing.T, s *rlock.Semaphore) {
@@ -97,16 +119,8 @@ func semCount(t *testing.T, b *backend, s *rlock.Semaphore) int64 {
 func TestSemaphoreClose_leftAcquireGivenBack(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
 		wc := newWireClient(b.rueidis(t))
-		gave := make(chan rlock.GiveBackInfo, 4)
-		c, err := rlock.New(wc, rlock.WithCleanupTimeout(5*time.Second),
-			rlock.WithObserver(&rlock.Observer{GiveBack: func(e rlock.GiveBackInfo) { gave <- e }}))
-		require.NoError(t, err)
-		defer c.Close()
-		s := c.Semaphore(redistest.Name(t))
-		ok, err := s.TrySetPermits(bg, 3)
-		require.NoError(t, err)
-		require.True(t, ok)
-		warmSemAcquire(t, s)
+		observe, gave := giveBackEvents()
+		c, s := closingSemaphore(t, wc, 3, rlock.WithCleanupTimeout(5*time.Second), observe)
 
 		ctx, cancel := context.WithCancel(bg)
 		defer cancel()
@@ -147,16 +161,8 @@ func TestSemaphoreClose_leftAcquireUnknownIsReported(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
 		const cleanup = 300 * time.Millisecond
 		wc := newWireClient(b.rueidis(t))
-		gave := make(chan rlock.GiveBackInfo, 4)
-		c, err := rlock.New(wc, rlock.WithCleanupTimeout(cleanup),
-			rlock.WithObserver(&rlock.Observer{GiveBack: func(e rlock.GiveBackInfo) { gave <- e }}))
-		require.NoError(t, err)
-		defer c.Close()
-		s := c.Semaphore(redistest.Name(t))
-		ok, err := s.TrySetPermits(bg, 3)
-		require.NoError(t, err)
-		require.True(t, ok)
-		warmSemAcquire(t, s)
+		observe, gave := giveBackEvents()
+		c, s := closingSemaphore(t, wc, 3, rlock.WithCleanupTimeout(cleanup), observe)
 
 		ctx, cancel := context.WithCancel(bg)
 		defer cancel()
@@ -210,14 +216,7 @@ func (c *onWireClient) Do(ctx context.Context, cmd rueidis.Completed) rueidis.Re
 func TestSemaphoreClose_pausedServer(t *testing.T) {
 	b := realBackend(t)
 	wc := &onWireClient{Client: b.rueidis(t), sent: make(chan struct{})}
-	c, err := rlock.New(wc, rlock.WithCleanupTimeout(5*time.Second))
-	require.NoError(t, err)
-	defer c.Close()
-	s := c.Semaphore(redistest.Name(t))
-	ok, err := s.TrySetPermits(bg, 3)
-	require.NoError(t, err)
-	require.True(t, ok)
-	warmSemAcquire(t, s)
+	c, s := closingSemaphore(t, wc, 3, rlock.WithCleanupTimeout(5*time.Second))
 	logLen := func() int64 {
 		msg := b.srv.Do(t, "HLEN", s.Key()+":log")
 		n, err := msg.AsInt64()
@@ -270,16 +269,8 @@ func TestSemaphoreClose_pausedServer(t *testing.T) {
 func TestSemaphoreClose_waitingAcquireEndsAndGivesBack(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
 		wc := newWireClient(b.rueidis(t))
-		gave := make(chan rlock.GiveBackInfo, 4)
-		c, err := rlock.New(wc, rlock.WithCleanupTimeout(5*time.Second),
-			rlock.WithObserver(&rlock.Observer{GiveBack: func(e rlock.GiveBackInfo) { gave <- e }}))
-		require.NoError(t, err)
-		defer c.Close()
-		s := c.Semaphore(redistest.Name(t))
-		ok, err := s.TrySetPermits(bg, 3)
-		require.NoError(t, err)
-		require.True(t, ok)
-		warmSemAcquire(t, s)
+		observe, gave := giveBackEvents()
+		c, s := closingSemaphore(t, wc, 3, rlock.WithCleanupTimeout(5*time.Second), observe)
 
 		ctx, cancel := context.WithCancel(bg) // never ends before Close
 		defer cancel()
@@ -322,14 +313,7 @@ func TestSemaphoreClose_waitingAcquireEndsAndGivesBack(t *testing.T) {
 func TestSemaphoreClose_resendingAcquireHandedOver(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
 		lc := &lossyClient{Client: b.rueidis(t)}
-		c, err := rlock.New(lc, rlock.WithCleanupTimeout(3*time.Second))
-		require.NoError(t, err)
-		defer c.Close()
-		s := c.Semaphore(redistest.Name(t))
-		ok, err := s.TrySetPermits(bg, 1)
-		require.NoError(t, err)
-		require.True(t, ok)
-		warmSemAcquire(t, s)
+		c, s := closingSemaphore(t, lc, 1, rlock.WithCleanupTimeout(3*time.Second))
 
 		var drops atomic.Int32
 		lc.onDrop = func() { drops.Add(1) }
@@ -341,7 +325,7 @@ func TestSemaphoreClose_resendingAcquireHandedOver(t *testing.T) {
 		redistest.WaitFor(t, 5*time.Second, "the Acquire to be resending", func() bool { return drops.Load() >= 3 })
 		closed := make(chan error, 1)
 		go func() { closed <- c.Close() }()
-		err = await(t, got, 5*time.Second, "Acquire to return at Close")
+		err := await(t, got, 5*time.Second, "Acquire to return at Close")
 		require.ErrorIs(t, err, rlock.ErrClosed)
 		require.NotErrorIs(t, err, rlock.ErrUnknownOutcome, "handed over, not given up")
 		lc.always.Store(false) // Redis answers again: the work Close waits for learns the outcome
