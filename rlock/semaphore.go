@@ -531,10 +531,7 @@ func (c *Client) semAcquire(ctx context.Context, site replaySite, lasting bool, 
 		keys, args = f.keys, f.args // the send's copies: the caller's may be reused
 		// ctx ended, or (counted only) Close came: the caller gets ctx's error, or ErrClosed,
 		// and the work the request is handed over to resolves it.
-		err := ctx.Err()
-		if err == nil {
-			err = ErrClosed
-		}
+		err := leftErr(ctx)
 		handed = true
 		c.handOff(ctx, lasting, counted, func(drain context.Context) {
 			var res rueidis.RedisResult
@@ -586,10 +583,16 @@ func (c *Client) semAcquire(ctx context.Context, site replaySite, lasting bool, 
 		res, err := c.replay(dctx, nil, site, s, keys, goneArgs(args, mark), first)
 		c.resolvedLeft(drain, ctx, lasting, res, err, left)
 	})
+	return rueidis.RedisResult{}, true, leftErr(ctx)
+}
+
+// leftErr is what semAcquire's caller gets when it leaves its request to handOff: ctx's
+// error, or ErrClosed when Close made it leave.
+func leftErr(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
-		return rueidis.RedisResult{}, true, err
+		return err
 	}
-	return rueidis.RedisResult{}, true, errorf("%w: Close came while the request was resent", ErrClosed)
+	return ErrClosed
 }
 
 // leftCtx is the context of work (handOff's) that resolves an acquire whose caller (of ctx)
