@@ -176,12 +176,14 @@ func TestMutex_Lock_watchdogKeepsLockPastTimeout(t *testing.T) {
 		t.Skip("long: holds a lock across several watchdog leases (run without -short)")
 	}
 	eachBackend(t, func(t *testing.T, b *backend) {
-		c := b.client(t, rlock.WithWatchdogTimeout(time.Second))
+		// A 2 s lease renewed every third of it: a renewal has 1.3 s to land, which a
+		// loaded 2-core machine under -race has been seen to need more than 667 ms of.
+		c := b.client(t, rlock.WithWatchdogTimeout(2*time.Second))
 		name := redistest.Name(t)
 		m := c.Mutex(name)
 		require.NoError(t, m.Lock(bg))
 		other := b.client(t).Mutex(name)
-		deadline := time.Now().Add(4 * time.Second)
+		deadline := time.Now().Add(5 * time.Second)
 		for time.Now().Before(deadline) {
 			ok, err := other.TryLock(bg, 0, 0)
 			require.NoError(t, err)

@@ -51,14 +51,16 @@ func TestMutex_Lock_lateRenewFractionStillKeepsTheLock(t *testing.T) {
 		t.Skip("long: holds a lock across several watchdog leases (run without -short)")
 	}
 	eachBackend(t, func(t *testing.T, b *backend) {
-		const lease = time.Second
+		// Renewed at 80% of the lease: each renewal has a fifth of it (400 ms) to land; with
+		// a 1 s lease (200 ms) a loaded 2-core machine under -race lost it once.
+		const lease = 2 * time.Second
 		c := b.client(t, rlock.WithWatchdogTimeout(lease), rlock.WithRenewFraction(0.8))
 		m := c.Mutex(redistest.Name(t))
 		require.NoError(t, m.Lock(bg))
 		select {
 		case <-m.Done(bg):
 			t.Fatalf("lock lost: %v", m.Err(bg))
-		case <-time.After(3 * lease):
+		case <-time.After(2*lease + lease/2): // three renewals
 		}
 		require.NoError(t, m.Err(bg))
 		require.NoError(t, m.Unlock(bg))
