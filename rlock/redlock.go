@@ -700,7 +700,7 @@ func (r *RedLock) reenter(ctx context.Context, rh *redHold, owner string, leases
 		return true, nil
 	}
 	late.settle(nil)
-	r.giveBack(ctx, ctx, got, nil, abandonOne, nil)
+	r.giveBackRound(ctx, got, abandonOne, tmo)
 	if err := ctx.Err(); err != nil {
 		return false, errorf("red lock %q: %w", r.name, err)
 	}
@@ -804,7 +804,14 @@ func (r *RedLock) fresh(ctx context.Context, rh *redHold, owner string, wait tim
 			}
 		}
 		lg.settle(nil)
-		r.giveBack(ctx, ctx, got, nil, abandonAll, nil)
+		if f := roundGiveBackHook.Load(); f != nil && len(got) > 0 {
+			cs := make([]*Client, len(got))
+			for k, i := range got {
+				cs[k] = r.insts[i].c
+			}
+			(*f)(r.name, cs)
+		}
+		r.giveBackRound(ctx, got, abandonAll, tmo)
 		if err := ctx.Err(); err != nil {
 			pass()
 			return false, errorf("red lock %q: %w", r.name, err)
@@ -945,6 +952,11 @@ func (r *RedLock) fresh(ctx context.Context, rh *redHold, owner string, wait tim
 		}
 	}
 }
+
+// roundGiveBackHook, set by tests only (export_test.go), is called with the lock's name and
+// the Clients of the instances whose grants a failed round of a fresh acquire is about to
+// give back.
+var roundGiveBackHook atomic.Pointer[func(name string, granted []*Client)]
 
 // confirm waits, at most d, until the channel of every watcher is subscribed (each
 // confirmation wakes its watcher), noting the wake-ups it takes in consumed.
@@ -1121,6 +1133,18 @@ func (r *RedLock) giveBack(ctx, caller context.Context, idx []int, times []int, 
 		}
 	}
 	return errs, answered
+}
+
+// giveBackRound gives back the grants of a round that failed (instances got), as giveBack
+// does, waiting for their answers at most one per-instance timeout tmo (then returnGrace
+// more, as when the caller's ctx ends): an instance that granted and then went down or
+// silent does not answer its give-back until it comes back or its Client's cleanup timeout
+// ends, and the caller's next round need not wait for it (its attempt on that instance
+// waits for the give-back, as any request of the owner there does).
+func (r *RedLock) giveBackRound(ctx context.Context, got []int, fail giveBackFail, tmo time.Duration) {
+	bound, cancel := context.WithTimeout(ctx, tmo)
+	defer cancel()
+	r.giveBack(ctx, bound, got, nil, fail, nil)
 }
 
 // giveBackAll gives back every hold rh counts on every instance and forgets them (the
