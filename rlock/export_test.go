@@ -81,3 +81,11 @@ func OnGiveBackFailed(f func(name string)) (restore func()) {
 	giveBackFailedHook.Store(&f)
 	return func() { giveBackFailedHook.Store(nil) }
 }
+
+// OnRoundGiveBack has f called, with the lock's name and the Clients of the instances that
+// granted, by every failed round of a RedLock's fresh acquire that is about to give grants
+// back, until restore is called. f runs on the acquiring goroutine and may block it.
+func OnRoundGiveBack(f func(name string, granted []*Client)) (restore func()) {
+	roundGiveBackHook.Store(&f)
+	return func() { roundGiveBackHook.Store(nil) }
+}

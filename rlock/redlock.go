@@ -53,13 +53,15 @@ const (
 // An attempt takes the start time on the monotonic clock and asks every instance at once,
 // each bounded by the per-instance timeout ([WithInstanceTimeout]). It is decided as soon as
 // N/2+1 instances granted it: a slow minority costs nothing. Once the answers show that a
-// majority can no longer grant it (another owner holds it), the silent instances are
+// majority can no longer grant it (another owner holds it), or a majority answered without
+// a majority granting it (contenders split the instances), the silent instances are
 // waited for only as long again as the answers took (at least a quarter of the per-instance
 // timeout), so that a minority that is down or paused does not cost a refused attempt the
-// whole timeout. The lock is held iff at
-// least N/2+1 instances granted it and the validity, lease - elapsed - drift (the drift
-// allowance is 1% of the lease + 2ms; the lease is the smallest of the Clients' watchdog
-// timeouts in watchdog mode; elapsed runs to the majority's grant), is still positive.
+// whole timeout, nor keep its grants from the other contenders all that time. The lock is
+// held iff at least N/2+1 instances granted it and the validity, lease - elapsed - drift
+// (the drift allowance is 1% of the lease + 2ms; the lease is the smallest of the Clients'
+// watchdog timeouts in watchdog mode; elapsed runs to the majority's grant), is still
+// positive.
 // An instance whose grant arrives after that, within the per-instance timeout of the
 // attempt's start, joins the hold when it comes, if the hold is still current (not
 // released, lost or ended by Close, and the instance still holds it): it is then counted,
@@ -352,14 +354,16 @@ func (r *RedLock) leases(lease time.Duration) ([]time.Duration, time.Duration) {
 }
 
 // round asks the instances idx at once, bounded by tmo, and returns once a majority of the
-// instances granted, or every instance answered, or tmo ran out, or the round is lost and
-// the rest had a little longer: once fewer than a majority can still grant (refusals and
-// errors beyond n-quorum) and the silent instances cannot change whether a majority
-// answered, the rest are waited for as long again as the round took so far, and at least a
-// quarter of tmo (within tmo from the start): an instance that answers about when the
-// others do is counted (its grant is given back with the others'), a silent one (down,
-// paused) is not waited for up to tmo. A round that a majority granted is decided at once:
-// it costs the majority's latency, not the slowest instance's.
+// instances granted, or every instance answered, or tmo ran out, or the round is lost or
+// split and the rest had a little longer: once fewer than a majority can still grant
+// (refusals and errors beyond n-quorum) and the silent instances cannot change whether a
+// majority answered, or once a majority answered without a majority granting, the rest are
+// waited for as long again as the round took so far, and at least a quarter of tmo (within
+// tmo from the start): an instance that answers about when the others do is counted (its
+// grant is given back with the others', or makes a split round a win), a silent one (down,
+// paused) is not waited for up to tmo, while the round's grants refuse every other
+// contender. A round that a majority granted is decided at once: it costs the majority's
+// latency, not the slowest instance's.
 //
 // The instances that had not answered at the decision count as not answered
 // (ErrUnknownOutcome) in the result, and their grants are settled by the returned
@@ -436,13 +440,18 @@ func (r *RedLock) round(ctx context.Context, idx []int, leases []time.Duration, 
 			return r.decide(ctx, st, idx, tmo), st.late
 		}
 		// Lost (fewer than a majority can still grant, and whether a majority answered is
-		// settled): the silent instances cannot change the outcome.
+		// settled): the silent instances cannot change the outcome. Split (a majority
+		// answered, too few granted): only the silent instances can still make it a win.
+		// Either way the silent ones get the straggler's bound, not the whole timeout: a
+		// round that waits for a down or paused minority holds its grants all that time,
+		// refusing every other contender, whose rounds then split in turn.
 		lost := len(idx)-no < r.quorum && (heard >= r.quorum || heard+asked < r.quorum)
+		split := heard >= r.quorum
 		if asked == 0 || (straggle != nil && straggled == nil) {
 			return r.decide(ctx, st, idx, tmo), st.late
 		}
 		st.mu.Unlock()
-		if lost && straggle == nil {
+		if (lost || split) && straggle == nil {
 			took := time.Since(start)
 			straggle = time.NewTimer(min(max(took, tmo/4), tmo-took))
 			straggled = straggle.C
@@ -691,7 +700,7 @@ func (r *RedLock) reenter(ctx context.Context, rh *redHold, owner string, leases
 		return true, nil
 	}
 	late.settle(nil)
-	r.giveBack(ctx, ctx, got, nil, abandonOne, nil)
+	r.giveBackRound(ctx, got, abandonOne, tmo)
 	if err := ctx.Err(); err != nil {
 		return false, errorf("red lock %q: %w", r.name, err)
 	}
@@ -795,7 +804,14 @@ func (r *RedLock) fresh(ctx context.Context, rh *redHold, owner string, wait tim
 			}
 		}
 		lg.settle(nil)
-		r.giveBack(ctx, ctx, got, nil, abandonAll, nil)
+		if f := roundGiveBackHook.Load(); f != nil && len(got) > 0 {
+			cs := make([]*Client, len(got))
+			for k, i := range got {
+				cs[k] = r.insts[i].c
+			}
+			(*f)(r.name, cs)
+		}
+		r.giveBackRound(ctx, got, abandonAll, tmo)
 		if err := ctx.Err(); err != nil {
 			pass()
 			return false, errorf("red lock %q: %w", r.name, err)
@@ -936,6 +952,11 @@ func (r *RedLock) fresh(ctx context.Context, rh *redHold, owner string, wait tim
 		}
 	}
 }
+
+// roundGiveBackHook, set by tests only (export_test.go), is called with the lock's name and
+// the Clients of the instances whose grants a failed round of a fresh acquire is about to
+// give back.
+var roundGiveBackHook atomic.Pointer[func(name string, granted []*Client)]
 
 // confirm waits, at most d, until the channel of every watcher is subscribed (each
 // confirmation wakes its watcher), noting the wake-ups it takes in consumed.
@@ -1112,6 +1133,18 @@ func (r *RedLock) giveBack(ctx, caller context.Context, idx []int, times []int, 
 		}
 	}
 	return errs, answered
+}
+
+// giveBackRound gives back the grants of a round that failed (instances got), as giveBack
+// does, waiting for their answers at most one per-instance timeout tmo (then returnGrace
+// more, as when the caller's ctx ends): an instance that granted and then went down or
+// silent does not answer its give-back until it comes back or its Client's cleanup timeout
+// ends, and the caller's next round need not wait for it (its attempt on that instance
+// waits for the give-back, as any request of the owner there does).
+func (r *RedLock) giveBackRound(ctx context.Context, got []int, fail giveBackFail, tmo time.Duration) {
+	bound, cancel := context.WithTimeout(ctx, tmo)
+	defer cancel()
+	r.giveBack(ctx, bound, got, nil, fail, nil)
 }
 
 // giveBackAll gives back every hold rh counts on every instance and forgets them (the

@@ -1,6 +1,8 @@
 package rlock_test
 
 import (
+	"context"
+	"sync"
 	"testing"
 	"time"
 
@@ -56,4 +58,128 @@ func TestRedLock_silentMinorityNotWaitedFor(t *testing.T) {
 
 	require.NoError(t, r.Unlock(bg))
 	require.Equal(t, 0, holdersOn(t, ss[2:], redKey(name)))
+}
+
+// A round that a majority answered without a majority granting it (a split: two of the
+// three live instances granted, the third refused) does not wait the whole instance timeout
+// for the paused two that could still make it a win: they get the straggler's bound, as in
+// a lost round. Waiting longer held the two grants all that time, refusing every other
+// contender, whose rounds then split in turn: with 2 of 5 servers paused, 6 contenders took
+// a few dozen grants in 2.5s instead of hundreds. The grants are given back, and so are the
+// paused instances' grants when they resume.
+func TestRedLock_splitRoundNotHeldForSilentMinority(t *testing.T) {
+	if testing.Short() {
+		t.Skip("pauses servers")
+	}
+	ss := redServers(t, 5)
+	const tmo, lease = 4 * time.Second, 20 * time.Second
+	cs := redClients(t, addrsOf(ss), rlock.WithCleanupTimeout(5*time.Second))
+	other := redClients(t, []string{ss[4].Addr()})[0]
+	name := redistest.Name(t)
+	key := redKey(name)
+	r := rlock.NewRedLock(name, cs, rlock.WithInstanceTimeout(tmo))
+	require.NoError(t, r.Lock(bg)) // the scripts loaded, the servers checked
+	require.NoError(t, r.Unlock(bg))
+	settled(t, r)
+	m := other.Mutex(name) // another owner holds the lock's key on one live server
+	ok, err := m.TryLock(bg, 0, lease)
+	require.NoError(t, err)
+	require.True(t, ok)
+	defer func() { require.NoError(t, m.Unlock(bg)) }()
+	p0, p1 := newPauser(t, ss[0]), newPauser(t, ss[1])
+	defer p0.resume()
+	defer p1.resume()
+	p0.pause()
+	p1.pause()
+
+	// The caller's deadline is shorter than the instance timeout: a round that waited for
+	// the paused two would end with it.
+	ctx, cancel := context.WithTimeout(bg, tmo*3/4)
+	defer cancel()
+	ok, err = r.TryLock(ctx, 0, lease)
+	require.NoError(t, err, "the split round is decided by the 3 that answered, before the caller's deadline")
+	require.False(t, ok, "granted by 2 of the 3 that answer")
+	require.Equal(t, 0, holdersOn(t, ss[2:4], key), "the split round's grants given back")
+
+	p0.resume()
+	p1.resume()
+	redistest.WaitFor(t, 10*time.Second, "the paused instances' late grants to be given back", func() bool {
+		return holdersOn(t, ss[:2], key) == 0
+	})
+}
+
+// A failed round's grants are given back before the next round, but the caller does not wait
+// for an instance that granted and then went silent: its give-back goes on in the background
+// (within the Client's cleanup timeout), and the call returns. Waiting for it cost a caller
+// the whole fault (a server killed right after it granted: its give-back answered when the
+// server came back, nearly 4s later) or the cleanup timeout.
+func TestRedLock_failedRoundGiveBackNotWaitedFor(t *testing.T) {
+	if testing.Short() {
+		t.Skip("pauses a server")
+	}
+	ss := redServers(t, 5)
+	const lease = 20 * time.Second
+	cs := redClients(t, addrsOf(ss), rlock.WithCleanupTimeout(30*time.Second))
+	name := redistest.Name(t)
+	key := redKey(name)
+	r := rlock.NewRedLock(name, cs, rlock.WithInstanceTimeout(200*time.Millisecond))
+	require.NoError(t, r.Lock(bg)) // the scripts loaded, the servers checked
+	require.NoError(t, r.Unlock(bg))
+	settled(t, r)
+	// Another owner holds the lock's key on three servers: the round is lost, granted by
+	// the other two.
+	for i, c := range redClients(t, addrsOf(ss[2:])) {
+		ok, err := c.Mutex(name).TryLock(bg, 0, lease)
+		require.NoError(t, err)
+		require.True(t, ok, "server %d", 2+i)
+	}
+	server := map[*rlock.Client]int{}
+	for i, c := range cs {
+		server[c] = i
+	}
+	var once sync.Once
+	paused := -1
+	var p *pauser
+	defer func() {
+		if p != nil {
+			p.resume()
+		}
+	}()
+	defer rlock.OnRoundGiveBack(func(n string, granted []*rlock.Client) {
+		if n != name {
+			return
+		}
+		once.Do(func() { // one of the two that granted stops answering before its give-back
+			paused = server[granted[0]]
+			p = newPauser(t, ss[paused])
+			p.pause()
+		})
+	})()
+
+	type result struct {
+		ok  bool
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		ok, err := r.TryLock(bg, 0, lease)
+		done <- result{ok, err}
+	}()
+	var res result
+	select {
+	case res = <-done:
+	case <-time.After(10 * time.Second):
+		p.resume()
+		<-done
+		t.Fatal("TryLock waited for the give-back to the paused instance")
+	}
+	require.NoError(t, res.err)
+	require.False(t, res.ok)
+	require.NotEqual(t, -1, paused, "the round was lost with grants to give back")
+	require.Positive(t, rlock.RedInFlight(r), "the paused instance's give-back goes on in the background")
+	require.Equal(t, 0, holdersOn(t, ss[1-paused:2-paused], key), "the other grant given back")
+
+	p.resume()
+	settled(t, r)
+	require.Equal(t, 0, holdersOn(t, ss[:2], key), "the paused instance's grant given back when it resumes")
 }
