@@ -52,12 +52,17 @@ const (
 //
 // An attempt takes the start time on the monotonic clock and asks every instance at once,
 // each bounded by the per-instance timeout ([WithInstanceTimeout]). It is decided as soon as
-// N/2+1 instances granted it: a slow minority costs nothing. Once the answers show that a
-// majority can no longer grant it (another owner holds it), or a majority answered without
-// a majority granting it (contenders split the instances), the silent instances are
-// waited for only as long again as the answers took (at least a quarter of the per-instance
-// timeout), so that a minority that is down or paused does not cost a refused attempt the
-// whole timeout, nor keep its grants from the other contenders all that time. The lock is
+// N/2+1 instances granted it: a slow minority costs a won attempt nothing. Once the answers
+// show that a majority can no longer grant it (another owner holds it), the silent
+// instances are waited for only as long again as the answers took (at least a quarter of
+// the per-instance timeout), so that a minority that is down or paused does not cost a
+// refused attempt the whole timeout. So are they when a majority answered without a
+// majority granting it (contenders split the instances) and every silent instance is a
+// server that let a request of an attempt run out its per-instance timeout within the last
+// second (and has not answered since): otherwise a split attempt keeps its grants from the
+// other contenders for the whole timeout while a minority is down, and theirs split in turn.
+// A silent instance whose server answers is waited for up to the timeout: it may be healthy
+// and far away, and its grant makes the attempt a win. The lock is
 // held iff at least N/2+1 instances granted it and the validity, lease - elapsed - drift
 // (the drift allowance is 1% of the lease + 2ms; the lease is the smallest of the Clients'
 // watchdog timeouts in watchdog mode; elapsed runs to the majority's grant), is still
@@ -138,9 +143,11 @@ type RedLockOption func(*RedLock)
 
 // WithInstanceTimeout bounds each instance's request of an acquire: an instance that has not
 // answered within d counts as not granting (its request is resolved and undone in the
-// background). It must be much smaller than the lease, since the validity is what is left
-// of the lease after the slowest answer. By default it is a tenth of the lease, between 5ms
-// and 250ms. A d below 1ms makes the RedLock invalid ([ErrInvalid]).
+// background). An attempt waits less than d for the instances that have not answered when
+// they can no longer change its outcome, or when they are servers found silent lately (see
+// Acquisition at [RedLock]). It must be much smaller than the lease, since the validity is
+// what is left of the lease after the slowest answer. By default it is a tenth of the
+// lease, between 5ms and 250ms. A d below 1ms makes the RedLock invalid ([ErrInvalid]).
 func WithInstanceTimeout(d time.Duration) RedLockOption {
 	return func(r *RedLock) { r.timeout = d }
 }
@@ -266,8 +273,10 @@ func (r *RedLock) instanceTimeout(lease time.Duration) time.Duration {
 // re-entry by the owner adds a hold at once. Lock returns once a majority granted it; an
 // instance that grants it later, within the per-instance timeout, joins the hold (see
 // RedLock's Acquisition). Lock returns nil when the lock is held;
-// otherwise nothing it took is left held (a grant whose reply came too late is given back
-// in the background, within the Clients' cleanup timeouts), and it returns:
+// otherwise nothing it took is left held (a grant whose reply came too late, and the give-back
+// of a grant to an instance that did not answer it within the per-instance timeout, go on in
+// the background, within the Clients' cleanup timeouts; a grant whose give-back fails expires
+// with its lease), and it returns:
 //  1. ctx's error, wrapped, when ctx ends first (within 100ms of its end, as a Mutex);
 //  2. [ErrLockLost] when the owner's earlier hold was lost and not yet unlocked;
 //  3. [ErrInvalid] for an invalid handle or owner, or two Clients on one server;
@@ -296,7 +305,8 @@ func (r *RedLock) LockLease(ctx context.Context, lease time.Duration) error {
 // lock held by another owner (or split between contenders); (false, err) for the failures
 // listed at [RedLock.Lock], and when wait ran out while fewer than a majority of the
 // instances answered (the error names how many did, and wraps their errors). In every case
-// but (true, nil) nothing it took is left held. A negative wait, or a fixed lease below
+// but (true, nil) nothing it took is left held (some of it given back in the background, as
+// at [RedLock.Lock]). A negative wait, or a fixed lease below
 // 10ms, is an error wrapping [ErrInvalid].
 func (r *RedLock) TryLock(ctx context.Context, wait, lease time.Duration) (bool, error) {
 	if wait < 0 {
@@ -357,13 +367,14 @@ func (r *RedLock) leases(lease time.Duration) ([]time.Duration, time.Duration) {
 // instances granted, or every instance answered, or tmo ran out, or the round is lost or
 // split and the rest had a little longer: once fewer than a majority can still grant
 // (refusals and errors beyond n-quorum) and the silent instances cannot change whether a
-// majority answered, or once a majority answered without a majority granting, the rest are
-// waited for as long again as the round took so far, and at least a quarter of tmo (within
-// tmo from the start): an instance that answers about when the others do is counted (its
-// grant is given back with the others', or makes a split round a win), a silent one (down,
-// paused) is not waited for up to tmo, while the round's grants refuse every other
-// contender. A round that a majority granted is decided at once: it costs the majority's
-// latency, not the slowest instance's.
+// majority answered, or once a majority answered without a majority granting while every
+// silent instance's server is known to be silent (redSilent: a round ran out tmo on it
+// lately; markSilent), the rest are waited for as long again as the round took so far, and
+// at least a quarter of tmo (within tmo from the start): an instance that answers about
+// when the others do is counted (its grant is given back with the others', or makes a split
+// round a win), a silent one (down, paused) is not waited for up to tmo, while the round's
+// grants refuse every other contender. A round that a majority granted is decided at once:
+// it costs the majority's latency, not the slowest instance's.
 //
 // The instances that had not answered at the decision count as not answered
 // (ErrUnknownOutcome) in the result, and their grants are settled by the returned
@@ -388,6 +399,9 @@ func (r *RedLock) round(ctx context.Context, idx []int, leases []time.Duration, 
 		m.c.spare(func() {
 			defer r.inflight.Add(-1)
 			x := m.attemptOnce(rctx, leases[i], renew, queue, waiting)
+			if _, reply := rueidis.IsRedisErr(x.err); x.ok || x.err == nil || reply || errors.Is(x.err, errLateGrant) {
+				m.c.redSilent.Store(0) // the server answers
+			}
 			st.mu.Lock()
 			if st.decided {
 				st.mu.Unlock()
@@ -441,13 +455,17 @@ func (r *RedLock) round(ctx context.Context, idx []int, leases []time.Duration, 
 		}
 		// Lost (fewer than a majority can still grant, and whether a majority answered is
 		// settled): the silent instances cannot change the outcome. Split (a majority
-		// answered, too few granted): only the silent instances can still make it a win.
-		// Either way the silent ones get the straggler's bound, not the whole timeout: a
-		// round that waits for a down or paused minority holds its grants all that time,
-		// refusing every other contender, whose rounds then split in turn.
+		// answered, too few granted): only the silent instances can still make it a win,
+		// and when every one of them is a server that lately let a request's instance
+		// timeout run out (redSilent), they are not waited for either: a round that waits
+		// for a down or paused minority holds its grants all that time, refusing every
+		// other contender, whose rounds then split in turn. A silent instance whose server
+		// answered its last request is waited for up to the timeout: it may be healthy and
+		// far away, and its grant makes the round a win.
 		lost := len(idx)-no < r.quorum && (heard >= r.quorum || heard+asked < r.quorum)
-		split := heard >= r.quorum
+		split := heard >= r.quorum && r.silentGone(idx, st.answered)
 		if asked == 0 || (straggle != nil && straggled == nil) {
+			r.markSilent(ctx, st, idx, start, tmo)
 			return r.decide(ctx, st, idx, tmo), st.late
 		}
 		st.mu.Unlock()
@@ -465,9 +483,43 @@ func (r *RedLock) round(ctx context.Context, idx []int, leases []time.Duration, 
 			return r.decide(ctx, st, idx, tmo), st.late
 		case <-rctx.Done():
 			st.mu.Lock()
+			r.markSilent(ctx, st, idx, start, tmo)
 			return r.decide(ctx, st, idx, tmo), st.late
 		}
 	}
+}
+
+// redSilentFor is how long a server whose request in a RedLock round got no answer within
+// the instance timeout is not waited for in a split round (see round), unless it answers
+// meanwhile: a server that is down or paused costs a round the whole timeout about once in
+// that time.
+const redSilentFor = time.Second
+
+// markSilent notes the servers of the instances that have not answered a round that ran
+// its whole instance timeout tmo from start (not ended by ctx) as silent for redSilentFor.
+// st.mu must be held.
+func (r *RedLock) markSilent(ctx context.Context, st *roundState, idx []int, start time.Time, tmo time.Duration) {
+	if ctx.Err() != nil || time.Since(start) < tmo {
+		return
+	}
+	until := time.Now().Add(redSilentFor).UnixNano()
+	for _, i := range idx {
+		if !st.answered[i] {
+			r.insts[i].c.redSilent.Store(until)
+		}
+	}
+}
+
+// silentGone reports whether every instance of idx that has not answered (answered, guarded
+// by the round's mu) is a server that lately let a request's instance timeout run out.
+func (r *RedLock) silentGone(idx []int, answered []bool) bool {
+	now := time.Now().UnixNano()
+	for _, i := range idx {
+		if !answered[i] && r.insts[i].c.redSilent.Load() <= now {
+			return false
+		}
+	}
+	return true
 }
 
 // roundState is what a round's instance goroutines report to it; mu guards it.

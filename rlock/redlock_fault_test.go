@@ -62,17 +62,19 @@ func TestRedLock_silentMinorityNotWaitedFor(t *testing.T) {
 
 // A round that a majority answered without a majority granting it (a split: two of the
 // three live instances granted, the third refused) does not wait the whole instance timeout
-// for the paused two that could still make it a win: they get the straggler's bound, as in
-// a lost round. Waiting longer held the two grants all that time, refusing every other
-// contender, whose rounds then split in turn: with 2 of 5 servers paused, 6 contenders took
-// a few dozen grants in 2.5s instead of hundreds. The grants are given back, and so are the
-// paused instances' grants when they resume.
+// for two paused instances that could still make it a win, once their servers let a
+// request's timeout run out: they get the straggler's bound, as in a lost round. Waiting
+// longer held the two grants all that time, refusing every other contender, whose rounds
+// then split in turn: with 2 of 5 servers paused, 6 contenders took a few dozen grants in
+// 2.5s instead of hundreds. The first round after the pause waits for them (they may be
+// healthy and far away: TestRedLock_splitRoundWaitsForAnsweringSlowInstance). The grants are
+// given back, and so are the paused instances' grants when they resume.
 func TestRedLock_splitRoundNotHeldForSilentMinority(t *testing.T) {
 	if testing.Short() {
 		t.Skip("pauses servers")
 	}
 	ss := redServers(t, 5)
-	const tmo, lease = 4 * time.Second, 20 * time.Second
+	const tmo, lease = time.Second, 20 * time.Second
 	cs := redClients(t, addrsOf(ss), rlock.WithCleanupTimeout(5*time.Second))
 	other := redClients(t, []string{ss[4].Addr()})[0]
 	name := redistest.Name(t)
@@ -92,6 +94,13 @@ func TestRedLock_splitRoundNotHeldForSilentMinority(t *testing.T) {
 	p0.pause()
 	p1.pause()
 
+	// The first split round waits for the paused two until the instance timeout, which
+	// tells that their servers are silent.
+	ok, err = r.TryLock(bg, 0, lease)
+	require.NoError(t, err)
+	require.False(t, ok, "granted by 2 of the 3 that answer")
+	require.Equal(t, 0, holdersOn(t, ss[2:4], key), "the split round's grants given back")
+
 	// The caller's deadline is shorter than the instance timeout: a round that waited for
 	// the paused two would end with it.
 	ctx, cancel := context.WithTimeout(bg, tmo*3/4)
@@ -106,6 +115,44 @@ func TestRedLock_splitRoundNotHeldForSilentMinority(t *testing.T) {
 	redistest.WaitFor(t, 10*time.Second, "the paused instances' late grants to be given back", func() bool {
 		return holdersOn(t, ss[:2], key) == 0
 	})
+}
+
+// A split round waits, up to the instance timeout, for a silent instance whose server
+// answers: it may be healthy and far away, and its grant makes the round a win. N=3:
+// instance 0 grants at once, instance 1 refuses (another owner's key there), instance 2 is
+// 70ms away (timeout 200ms). Deciding the split at the straggler's bound (50ms) lost every
+// round, and a Lock retried until the other key expired (found in review).
+func TestRedLock_splitRoundWaitsForAnsweringSlowInstance(t *testing.T) {
+	ss := redServers(t, 3)
+	px := proxyTo(t, ss[2])
+	addrs := addrsOf(ss)
+	addrs[2] = px.Addr()
+	cs := redClients(t, addrs)
+	name := redistest.Name(t)
+	r := rlock.NewRedLock(name, cs, rlock.WithInstanceTimeout(200*time.Millisecond))
+	require.NoError(t, r.Lock(bg)) // the scripts loaded, the servers checked
+	require.NoError(t, r.Unlock(bg))
+	settled(t, r)
+
+	other := redClients(t, []string{ss[1].Addr()})[0]
+	m := other.Mutex(name)
+	ok, err := m.TryLock(bg, 0, 20*time.Second)
+	require.NoError(t, err)
+	require.True(t, ok)
+	defer func() { require.NoError(t, m.Unlock(bg)) }()
+
+	px.SetLatency(35*time.Millisecond, 35*time.Millisecond)
+	ok, err = r.TryLock(bg, 0, 10*time.Second)
+	require.NoError(t, err)
+	require.True(t, ok, "instances 0 and 2 (70ms away, timeout 200ms) are a majority that grants")
+	require.NoError(t, r.Unlock(bg))
+	settled(t, r)
+
+	ctx, cancel := context.WithTimeout(bg, 5*time.Second)
+	defer cancel()
+	require.NoError(t, r.Lock(ctx), "a Lock that kept losing split rounds would end with its ctx")
+	require.NoError(t, r.Unlock(bg))
+	settled(t, r)
 }
 
 // A failed round's grants are given back before the next round, but the caller does not wait
@@ -182,4 +229,90 @@ func TestRedLock_failedRoundGiveBackNotWaitedFor(t *testing.T) {
 	p.resume()
 	settled(t, r)
 	require.Equal(t, 0, holdersOn(t, ss[:2], key), "the paused instance's grant given back when it resumes")
+}
+
+// A failed round's give-back to an instance that went silent goes on in the background
+// while the owner goes on: its next acquire wins on the live instances, and the hold stays
+// consistent with Redis whether that give-back later succeeds (the instance resumes) or fails
+// at the cleanup timeout (the instance's hold abandoned); then Unlock and a fresh Lock over
+// all five leave nothing (found in review of the round changes).
+func TestRedLock_pendingRoundGiveBackThenNextAcquire(t *testing.T) {
+	if testing.Short() {
+		t.Skip("pauses a server")
+	}
+	for _, resumeFirst := range []bool{true, false} {
+		t.Run(map[bool]string{true: "giveBackSucceeds", false: "giveBackFails"}[resumeFirst], func(t *testing.T) {
+			ss := redServers(t, 5)
+			const lease = 3 * time.Second
+			cs := redClients(t, addrsOf(ss), rlock.WithCleanupTimeout(time.Second))
+			name := redistest.Name(t)
+			key := redKey(name)
+			r := rlock.NewRedLock(name, cs, rlock.WithInstanceTimeout(200*time.Millisecond))
+			require.NoError(t, r.Lock(bg))
+			require.NoError(t, r.Unlock(bg))
+			settled(t, r)
+			var ms []*rlock.Mutex // another owner holds the key on servers 2-4
+			for i, c := range redClients(t, addrsOf(ss[2:])) {
+				m := c.Mutex(name)
+				ok, err := m.TryLock(bg, 0, 20*time.Second)
+				require.NoError(t, err)
+				require.True(t, ok, "server %d", 2+i)
+				ms = append(ms, m)
+			}
+			server := map[*rlock.Client]int{}
+			for i, c := range cs {
+				server[c] = i
+			}
+			var once sync.Once
+			paused := -1
+			var p *pauser
+			defer func() {
+				if p != nil {
+					p.resume()
+				}
+			}()
+			restore := rlock.OnRoundGiveBack(func(n string, granted []*rlock.Client) {
+				if n != name {
+					return
+				}
+				once.Do(func() { // one of the two that granted stops answering before its give-back
+					paused = server[granted[0]]
+					p = newPauser(t, ss[paused])
+					p.pause()
+				})
+			})
+			ok, err := r.TryLock(bg, 0, lease)
+			restore()
+			require.NoError(t, err)
+			require.False(t, ok)
+			require.NotEqual(t, -1, paused, "the round was lost with grants to give back")
+			require.Positive(t, rlock.RedInFlight(r), "the give-back to the paused instance goes on")
+			for _, m := range ms {
+				require.NoError(t, m.Unlock(bg))
+			}
+			// The next acquire while that give-back is pending: a majority of the 4 live ones.
+			ok, err = r.TryLock(bg, 0, lease)
+			require.NoError(t, err)
+			require.True(t, ok)
+			if !resumeFirst { // the give-back fails at its cleanup timeout
+				redistest.WaitFor(t, 10*time.Second, "the give-back to end", func() bool { return rlock.RedInFlight(r) == 0 })
+			}
+			p.resume()
+			settled(t, r)
+			require.NoError(t, r.Err(bg), "the hold survives the give-back's outcome")
+			n, _ := rlock.RedInstanceHolds(r, bg)
+			want := 0
+			if existsOn(t, ss[paused], key) {
+				want = 1
+			}
+			require.Equal(t, want, n[cs[paused]], "the paused instance counted iff it holds")
+			require.NoError(t, r.Unlock(bg))
+			settled(t, r)
+			redistest.WaitFor(t, 2*lease, "every key gone", func() bool { return holdersOn(t, ss, key) == 0 })
+			require.NoError(t, r.Lock(bg), "a fresh Lock over all five, the paused one included")
+			require.NoError(t, r.Unlock(bg))
+			settled(t, r)
+			require.Equal(t, 0, holdersOn(t, ss, key))
+		})
+	}
 }
