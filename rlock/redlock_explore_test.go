@@ -198,19 +198,19 @@ type rxEnv struct {
 	prefix         string
 	t0             time.Time
 
-	mu       sync.Mutex
-	faults   []rxSpan // by server; kind latency/blackhole/pause
-	forces   []rxSpan
-	stalls   []rxSpan
-	tenures  []*rxTenure
-	writes   []rxWrite
-	maxTok   map[int]int64
-	viol     []string
-	log      []string
-	handles  []*rlock.RedLock
-	clients  []*rlock.Client
-	paused   [3]bool
-	pauseMu  sync.Mutex
+	mu        sync.Mutex
+	faults    []rxSpan // by server; kind latency/blackhole/pause
+	forces    []rxSpan
+	stalls    []rxSpan
+	tenures   []*rxTenure
+	writes    []rxWrite
+	maxTok    map[int]int64
+	viol      []string
+	log       []string
+	handles   []*rlock.RedLock
+	clients   []*rlock.Client
+	paused    [3]bool
+	pauseMu   sync.Mutex
 	maxFixed  time.Duration
 	explained int
 }
