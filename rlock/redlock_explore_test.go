@@ -860,6 +860,7 @@ type rxWorker struct {
 	cur   int // the name held; -1 none
 	count int
 	ten   *rxTenure
+	keep  time.Time // a long hold: its last hold is not given back before (but at the round's end)
 }
 
 func (w *rxWorker) stopAt() time.Time {
@@ -948,6 +949,11 @@ func (w *rxWorker) step() {
 	case k < 50 && w.ten.fixed == 0 && w.count < 3:
 		w.reenter()
 	case k < 80:
+		if w.count == 1 && time.Now().Before(w.keep) {
+			w.critical()
+			time.Sleep(time.Duration(w.rng.IntN(50)) * time.Millisecond)
+			return
+		}
 		w.unlock()
 	case k < 90:
 		w.reads()
@@ -1037,6 +1043,11 @@ func (w *rxWorker) acquire() {
 	tn := &rxTenure{w: w.id, name: n, owner: w.owner, callStart: start, ret: ret, fixed: fixed, token: tok, ended: make(chan struct{}),
 		followed: map[int]bool{}}
 	w.cur, w.count, w.ten = n, 1, tn
+	w.keep = time.Time{}
+	if w.rng.IntN(3) == 0 {
+		// A long hold, across faults: up to three leases (a fixed one runs out in it).
+		w.keep = ret.Add(time.Duration(w.rng.Int64N(int64(3*e.lease) + 1)))
+	}
 	e.logf("%s: n%d granted: instances %s", w.owner, n, w.instances(r))
 	e.mu.Lock()
 	e.tenures = append(e.tenures, tn)
