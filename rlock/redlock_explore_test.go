@@ -82,9 +82,11 @@ import (
 //	RELOCK_REDLOCK_SEED=<n>             replay one sequence (printed when it fails)
 //	RELOCK_REDLOCK_EXPLORE_SECONDS=<s>  budget: sequences start while it lasts (default 14;
 //	                                    the test takes ~25s). -short skips the test unless set.
+//	RELOCK_REDLOCK_LOG=1                print a sequence's log when it passes too
 const (
 	envRedExploreSeed    = "RELOCK_REDLOCK_SEED"
 	envRedExploreSeconds = "RELOCK_REDLOCK_EXPLORE_SECONDS"
+	envRedExploreLog     = "RELOCK_REDLOCK_LOG"
 )
 
 func TestRedLock_explore(t *testing.T) {
@@ -427,6 +429,9 @@ func exploreRedLock(t *testing.T, ss []*redistest.Server, px []*faultproxy.Proxy
 	t.Logf("seed %d: %d tenures %v, %d writes (%d refused), faults %v, %d forced, %d stalls, %d errors explained",
 		sd, len(e.tenures), causes, len(e.writes), refused, kinds, len(e.forces), len(e.stalls), e.explained)
 	e.mu.Unlock()
+	if len(viol) == 0 && os.Getenv(envRedExploreLog) != "" {
+		t.Logf("log of seed %d:\n%s", sd, strings.Join(log, "\n"))
+	}
 	if len(viol) > 0 {
 		if len(log) > 3000 {
 			log = log[len(log)-3000:]
