@@ -775,7 +775,7 @@ func (e *rxEnv) analyze() {
 			if b.ret.Before(a.callStart) {
 				first, second = b, a
 			}
-			if second.callStart.After(first.ret) && second.token <= first.token {
+			if first.token > 0 && second.token > 0 && second.callStart.After(first.ret) && second.token <= first.token {
 				e.fail("token-order", "%s's grant (call %s, token %d) after %s's (returned %s, token %d)",
 					second.owner, e.rel(second.callStart), second.token, first.owner, e.rel(first.ret), first.token)
 			}
