@@ -587,7 +587,7 @@ var giveBackFailedHook atomic.Pointer[func(name string)]
 // (giveBackInst).
 func (h *hold) abandonFailed(err error, fail giveBackFail) {
 	switch {
-	case err == nil || errors.Is(err, ErrNotHeld) || fail == keepFailed:
+	case err == nil || errors.Is(err, ErrNotHeld):
 	case fail == abandonOne:
 		if !errors.Is(err, ErrNoPermission) && h.holds() > 0 {
 			h.abandon(err)
@@ -1025,12 +1025,10 @@ func (r *RedLock) sleep(ctx context.Context, timer *time.Timer, ws []*pubsub.Wai
 type giveBackFail int
 
 const (
-	// keepFailed: the RedLock still counts it (a re-entry's give-back): it stays held and
-	// renewed, and the owner's last Unlock gives it back.
-	keepFailed giveBackFail = iota
-	// abandonOne: nothing counts it (a failed re-entry round): it becomes an orphan of the
-	// instance's tenure (hold.abandon), given back with its last hold.
-	abandonOne
+	// abandonOne: nothing counts it (a failed re-entry round, an Unlock that is not the
+	// owner's last): it becomes an orphan of the instance's tenure (hold.abandon), given
+	// back with its last hold.
+	abandonOne giveBackFail = iota
 	// abandonAll: nothing counts any hold of the owner on the instance (a failed fresh
 	// round, the last Unlock): they are no longer renewed and expire (hold.abandonAll).
 	abandonAll
@@ -1204,25 +1202,21 @@ func (r *RedLock) Unlock(ctx context.Context) (err error) {
 		rh.mu.Lock()
 		// One hold back on every instance that counts more than one: each keeps one until
 		// the last Unlock. (An instance may count fewer than count: it missed a re-entry,
-		// or its late grant of one is still to be adopted.)
+		// or its late grant of one is still to be adopted.) Each is uncounted now, before
+		// its give-back is answered: the give-back of a slow instance goes on after the
+		// return, and the owner's next Unlock, counting it still, would give it back again,
+		// releasing that instance's last hold while the owner holds the lock (and the last
+		// Unlock would find one hold too few: ErrNotHeld). A give-back that fails leaves the
+		// hold to the instance's tenure as an orphan (abandonOne): renewed with it and given
+		// back with its last hold.
 		for i, n := range rh.n {
 			if n > 1 {
 				idx = append(idx, i)
+				rh.n[i]--
 			}
 		}
-		gen := rh.gen
 		rh.mu.Unlock()
-		// Each instance's hold is uncounted as its give-back succeeds, also after the
-		// return (a failed one stays counted: keepFailed).
-		errs, answered = r.giveBack(ctx, nil, idx, nil, keepFailed, func(i int, err error) {
-			if err == nil || errors.Is(err, ErrNotHeld) {
-				rh.mu.Lock()
-				if rh.gen == gen && rh.n[i] > 0 {
-					rh.n[i]--
-				}
-				rh.mu.Unlock()
-			}
-		})
+		errs, answered = r.giveBack(ctx, nil, idx, nil, abandonOne, nil)
 		rh.mu.Lock()
 		rh.count--
 		rh.mu.Unlock()
