@@ -77,3 +77,77 @@ func TestRedLock_unlockWhileGiveBackInFlight(t *testing.T) {
 	settled(t, r)
 	redistest.WaitFor(t, 5*time.Second, "released everywhere", func() bool { return holdersOn(t, ss, key) == 0 })
 }
+
+// The last Unlock gives back every hold an instance counts; when the instance's hold was
+// lost on its Client (its lease ran out unconfirmed) while Redis still counts the owner's
+// holds (a renewal that reached the server late, after the Client's deadline, extended them),
+// each give-back reports the loss (ErrNotHeld) and the next must still be sent: found by
+// TestRedLock_explore (seed 17580431592676458215), where the first report ended the
+// instance's give-backs, its Client kept counting one lost hold, and from then on refused
+// the owner's acquires on that instance (ErrLockLost until it has unlocked), so that every
+// later hold of the owner had two instances of three. Here an instance counts two holds
+// when the owner holds one (a re-entry's late grant adopted after the next Unlock), and its
+// hold is lost on its Client while Redis keeps both (a DEL, then the hash put back, stands
+// for the late renewal).
+func TestRedLock_lastUnlockGivesBackLostInstanceHolds(t *testing.T) {
+	if testing.Short() {
+		t.Skip("slow proxy, waits out a renewal")
+	}
+	ss := redServers(t, 3)
+	p := proxyTo(t, ss[2])
+	const lease = 400 * time.Millisecond
+	cs := redClients(t, []string{ss[0].Addr(), ss[1].Addr(), p.Addr()},
+		rlock.WithWatchdogTimeout(lease), rlock.WithCleanupTimeout(2*time.Second))
+	name := redistest.Name(t)
+	key := redKey(name)
+	r := rlock.NewRedLock(name, cs, rlock.WithInstanceTimeout(300*time.Millisecond))
+	require.NoError(t, r.Lock(bg))
+	settled(t, r)
+	p.SetLatency(40*time.Millisecond, 40*time.Millisecond)
+	require.NoError(t, r.Lock(bg))   // re-entry: decided by the fast two
+	require.NoError(t, r.Unlock(bg)) // before the slow one's grant comes, adopted after
+	settled(t, r)
+	p.SetLatency(0, 0)
+	n, _ := rlock.RedInstanceHolds(r, bg)
+	require.Equal(t, []int{1, 1, 2}, []int{n[cs[0]], n[cs[1]], n[cs[2]]})
+	require.Equal(t, 2, ownerHoldsOn(t, ss[2], key))
+
+	msg := ss[2].Do(t, "HGETALL", key)
+	m, err := msg.AsStrMap()
+	require.NoError(t, err)
+	field := ""
+	for f := range m {
+		if strings.HasPrefix(f, "h:") && !strings.HasSuffix(f, ":r") {
+			field = f
+		}
+	}
+	require.NotEmpty(t, field)
+	ss[2].Do(t, "DEL", key)
+	redistest.WaitFor(t, 3*lease, "the instance's hold lost on its Client", func() bool {
+		_, watched := rlock.RedInstanceHolds(r, bg)
+		return !watched[cs[2]]
+	})
+	ss[2].Do(t, "HSET", key, field, "2")
+	ss[2].Do(t, "PEXPIRE", key, "10000")
+	require.NoError(t, r.Err(bg), "held on the other two")
+
+	require.NoError(t, r.Unlock(bg))
+	settled(t, r)
+	redistest.WaitFor(t, 3*time.Second, "the lost instance's holds given back", func() bool {
+		return ownerHoldsOn(t, ss[2], key) == 0
+	})
+	hs, _ := rlock.ModelTables(cs[2])
+	require.Empty(t, hs, "the Client of the lost instance counts nothing")
+
+	// The owner takes it again on all three.
+	require.NoError(t, r.Lock(bg))
+	settled(t, r)
+	n, watched := rlock.RedInstanceHolds(r, bg)
+	for i, c := range cs {
+		require.Equal(t, 1, n[c], "instance %d", i)
+		require.True(t, watched[c], "instance %d", i)
+	}
+	require.NoError(t, r.Unlock(bg))
+	settled(t, r)
+	redistest.WaitFor(t, 3*time.Second, "released everywhere", func() bool { return holdersOn(t, ss, key) == 0 })
+}
