@@ -574,6 +574,16 @@ func (m *Mutex) giveBackInst(ctx context.Context, fail giveBackFail) error {
 	return err
 }
 
+// countsHold reports whether this Client counts a hold of the caller's owner on m.
+func (m *Mutex) countsHold(ctx context.Context) bool {
+	owner, err := m.ownerOf(ctx)
+	if err != nil {
+		return false
+	}
+	h := m.instHold(owner)
+	return h != nil && h.holds() > 0
+}
+
 // giveBackFailedHook, set by tests only (export_test.go), is called with the lock's name by
 // a RedLock's give-back of an instance hold that failed, before the hold is abandoned.
 var giveBackFailedHook atomic.Pointer[func(name string)]
@@ -1066,8 +1076,19 @@ func (r *RedLock) giveBack(ctx, caller context.Context, idx []int, times []int, 
 		m.c.spare(func() {
 			defer r.inflight.Add(-1)
 			var err error
-			for k := 0; k < n && err == nil; k++ {
-				err = m.giveBackInst(ctx, fail) // one that fails is not given back: let it expire
+			for k := 0; k < n; k++ {
+				e := m.giveBackInst(ctx, fail)
+				if err == nil {
+					err = e
+				}
+				// One that fails is not given back: let it expire. The give-back of a hold
+				// lost on this Client reports the loss (ErrNotHeld) and gives back one hold
+				// that Redis may still count (a renewal that reached it late): the next go
+				// on while this Client counts any, else its lost count would stay and refuse
+				// the owner's next acquires on the instance.
+				if e != nil && (!errors.Is(e, ErrNotHeld) || !m.countsHold(ctx)) {
+					break
+				}
 			}
 			if after != nil {
 				after(i, err)
