@@ -1107,6 +1107,9 @@ func (e *rxEnv) explainErr(w *rxWorker, what string, start, ret time.Time, err e
 			e.fail("hang", "%s: %s: %v", w.owner, what, err)
 		}
 		return
+	case tn != nil && e.forcedDuring(tn.name, tn.callStart, ret):
+		// A ForceUnlock took the hold: re-entries are refused, give-backs find nothing.
+		return
 	case tn != nil && (errors.Is(err, rlock.ErrLockLost) || errors.Is(err, rlock.ErrLeaseExpired)):
 		// The hold's end, told by the call: judged with the tenure (HoldContext's cause).
 		return
