@@ -1255,7 +1255,9 @@ func (r *RedLock) Unlock(ctx context.Context) (err error) {
 		return errorf("unlock red lock %q: %w (%w)", r.name, ErrNotHeld, ended)
 	}
 	// The last hold: a majority must give it back. Another: the instances that counted more
-	// than one, or a majority of them.
+	// than one, or a majority of them; one whose hold was lost there (ErrNotHeld) has
+	// nothing of the owner's left to give back: instances lost in a minority are not an
+	// error (a lost majority ended the hold, reported above or by the next call).
 	need := r.quorum
 	if count > 1 {
 		need = min(need, len(idx))
@@ -1268,7 +1270,7 @@ func (r *RedLock) Unlock(ctx context.Context) (err error) {
 			continue
 		}
 		heard++
-		if errs[i] == nil {
+		if errs[i] == nil || (count > 1 && errors.Is(errs[i], ErrNotHeld)) {
 			ok++
 		} else {
 			failed = append(failed, errs[i])
