@@ -204,21 +204,22 @@ type rxEnv struct {
 	prefix         string
 	t0             time.Time
 
-	mu        sync.Mutex
-	faults    []rxSpan // by server; kind latency/blackhole/pause
-	forces    []rxSpan
-	stalls    []rxSpan
-	tenures   []*rxTenure
-	writes    []rxWrite
-	maxTok    map[int]int64
-	viol      []string
-	log       []string
-	handles   []*rlock.RedLock
-	clients   []*rlock.Client
-	paused    [3]bool
-	pauseMu   sync.Mutex
-	maxFixed  time.Duration
-	explained int
+	mu           sync.Mutex
+	faults       []rxSpan // by server; kind latency/blackhole/pause
+	forces       []rxSpan
+	stalls       []rxSpan
+	tenures      []*rxTenure
+	writes       []rxWrite
+	maxTok       map[int]int64
+	viol         []string
+	log          []string
+	handles      []*rlock.RedLock
+	clients      []*rlock.Client
+	paused       [3]bool
+	pauseMu      sync.Mutex
+	maxFixed     time.Duration
+	explained    int
+	lossAtUnlock int // losses told during the owner's last Unlock (not checked)
 }
 
 func (e *rxEnv) logf(format string, args ...any) {
@@ -430,8 +431,8 @@ func exploreRedLock(t *testing.T, ss []*redistest.Server, px []*faultproxy.Proxy
 			refused++
 		}
 	}
-	t.Logf("seed %d: %d tenures %v, %d writes (%d refused), faults %v, %d forced, %d stalls, %d errors explained",
-		sd, len(e.tenures), causes, len(e.writes), refused, kinds, len(e.forces), len(e.stalls), e.explained)
+	t.Logf("seed %d: %d tenures %v (%d told lost during the last Unlock), %d writes (%d refused), faults %v, %d forced, %d stalls, %d errors explained",
+		sd, len(e.tenures), causes, e.lossAtUnlock, len(e.writes), refused, kinds, len(e.forces), len(e.stalls), e.explained)
 	e.mu.Unlock()
 	if len(viol) == 0 && os.Getenv(envRedExploreLog) != "" {
 		t.Logf("log of seed %d:\n%s", sd, strings.Join(log, "\n"))
@@ -1175,6 +1176,9 @@ func (e *rxEnv) judgeLoss(tn *rxTenure, at time.Time, err error) {
 		// gone" while its Unlock returns nil, about 1 cycle in 50 with a 30ms lease):
 		// reported, not checked here.
 		e.logf("%s: loss told during the last Unlock (renewal racing the give-back): %v", tn.owner, err)
+		e.mu.Lock()
+		e.lossAtUnlock++
+		e.mu.Unlock()
 		return
 	}
 	e.fail("loss-spurious", "%s's hold of n%d (acquired %s..%s, following servers %v) told lost at %s, servers %v never faulted: %v",
