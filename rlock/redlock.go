@@ -635,6 +635,16 @@ func (m *Mutex) giveBackInst(ctx context.Context, fail giveBackFail) error {
 	return err
 }
 
+// countsHold reports whether this Client counts a hold of the caller's owner on m.
+func (m *Mutex) countsHold(ctx context.Context) bool {
+	owner, err := m.ownerOf(ctx)
+	if err != nil {
+		return false
+	}
+	h := m.instHold(owner)
+	return h != nil && h.holds() > 0
+}
+
 // giveBackFailedHook, set by tests only (export_test.go), is called with the lock's name by
 // a RedLock's give-back of an instance hold that failed, before the hold is abandoned.
 var giveBackFailedHook atomic.Pointer[func(name string)]
@@ -648,7 +658,7 @@ var giveBackFailedHook atomic.Pointer[func(name string)]
 // (giveBackInst).
 func (h *hold) abandonFailed(err error, fail giveBackFail) {
 	switch {
-	case err == nil || errors.Is(err, ErrNotHeld) || fail == keepFailed:
+	case err == nil || errors.Is(err, ErrNotHeld):
 	case fail == abandonOne:
 		if !errors.Is(err, ErrNoPermission) && h.holds() > 0 {
 			h.abandon(err)
@@ -1098,12 +1108,10 @@ func (r *RedLock) sleep(ctx context.Context, timer *time.Timer, ws []*pubsub.Wai
 type giveBackFail int
 
 const (
-	// keepFailed: the RedLock still counts it (a re-entry's give-back): it stays held and
-	// renewed, and the owner's last Unlock gives it back.
-	keepFailed giveBackFail = iota
-	// abandonOne: nothing counts it (a failed re-entry round): it becomes an orphan of the
-	// instance's tenure (hold.abandon), given back with its last hold.
-	abandonOne
+	// abandonOne: nothing counts it (a failed re-entry round, an Unlock that is not the
+	// owner's last): it becomes an orphan of the instance's tenure (hold.abandon), given
+	// back with its last hold.
+	abandonOne giveBackFail = iota
 	// abandonAll: nothing counts any hold of the owner on the instance (a failed fresh
 	// round, the last Unlock): they are no longer renewed and expire (hold.abandonAll).
 	abandonAll
@@ -1141,8 +1149,19 @@ func (r *RedLock) giveBack(ctx, caller context.Context, idx []int, times []int, 
 		m.c.spare(func() {
 			defer r.inflight.Add(-1)
 			var err error
-			for k := 0; k < n && err == nil; k++ {
-				err = m.giveBackInst(ctx, fail) // one that fails is not given back: let it expire
+			for k := 0; k < n; k++ {
+				e := m.giveBackInst(ctx, fail)
+				if err == nil {
+					err = e
+				}
+				// One that fails is not given back: let it expire. The give-back of a hold
+				// lost on this Client reports the loss (ErrNotHeld) and gives back one hold
+				// that Redis may still count (a renewal that reached it late): the next go
+				// on while this Client counts any, else its lost count would stay and refuse
+				// the owner's next acquires on the instance.
+				if e != nil && (!errors.Is(e, ErrNotHeld) || !m.countsHold(ctx)) {
+					break
+				}
 			}
 			if after != nil {
 				after(i, err)
@@ -1289,25 +1308,21 @@ func (r *RedLock) Unlock(ctx context.Context) (err error) {
 		rh.mu.Lock()
 		// One hold back on every instance that counts more than one: each keeps one until
 		// the last Unlock. (An instance may count fewer than count: it missed a re-entry,
-		// or its late grant of one is still to be adopted.)
+		// or its late grant of one is still to be adopted.) Each is uncounted now, before
+		// its give-back is answered: the give-back of a slow instance goes on after the
+		// return, and the owner's next Unlock, counting it still, would give it back again,
+		// releasing that instance's last hold while the owner holds the lock (and the last
+		// Unlock would find one hold too few: ErrNotHeld). A give-back that fails leaves the
+		// hold to the instance's tenure as an orphan (abandonOne): renewed with it and given
+		// back with its last hold.
 		for i, n := range rh.n {
 			if n > 1 {
 				idx = append(idx, i)
+				rh.n[i]--
 			}
 		}
-		gen := rh.gen
 		rh.mu.Unlock()
-		// Each instance's hold is uncounted as its give-back succeeds, also after the
-		// return (a failed one stays counted: keepFailed).
-		errs, answered = r.giveBack(ctx, nil, idx, nil, keepFailed, func(i int, err error) {
-			if err == nil || errors.Is(err, ErrNotHeld) {
-				rh.mu.Lock()
-				if rh.gen == gen && rh.n[i] > 0 {
-					rh.n[i]--
-				}
-				rh.mu.Unlock()
-			}
-		})
+		errs, answered = r.giveBack(ctx, nil, idx, nil, abandonOne, nil)
 		rh.mu.Lock()
 		rh.count--
 		rh.mu.Unlock()
@@ -1325,7 +1340,9 @@ func (r *RedLock) Unlock(ctx context.Context) (err error) {
 		return errorf("unlock red lock %q: %w (%w)", r.name, ErrNotHeld, ended)
 	}
 	// The last hold: a majority must give it back. Another: the instances that counted more
-	// than one, or a majority of them.
+	// than one, or a majority of them; one whose hold was lost there (ErrNotHeld) has
+	// nothing of the owner's left to give back: instances lost in a minority are not an
+	// error (a lost majority ended the hold, reported above or by the next call).
 	need := r.quorum
 	if count > 1 {
 		need = min(need, len(idx))
@@ -1338,7 +1355,7 @@ func (r *RedLock) Unlock(ctx context.Context) (err error) {
 			continue
 		}
 		heard++
-		if errs[i] == nil {
+		if errs[i] == nil || (count > 1 && errors.Is(errs[i], ErrNotHeld)) {
 			ok++
 		} else {
 			failed = append(failed, errs[i])
