@@ -766,6 +766,9 @@ func (r *RedLock) reenter(ctx context.Context, rh *redHold, owner string, leases
 	if err := ctx.Err(); err != nil {
 		return false, errorf("red lock %q: %w", r.name, err)
 	}
+	if len(errs) == 0 { // the others refused it: they no longer hold the owner's lock
+		return false, errorf("red lock %q: re-entry granted by %d of %d instances, %d needed: the others refused it", r.name, len(got), len(r.insts), r.quorum)
+	}
 	return false, errorf("red lock %q: re-entry granted by %d of %d instances, %d needed: %w", r.name, len(got), len(r.insts), r.quorum, errors.Join(errs...))
 }
 
@@ -1350,8 +1353,13 @@ func (r *RedLock) Unlock(ctx context.Context) (err error) {
 	ok, heard := 0, 0
 	var failed []error
 	for _, i := range idx {
-		if !answered[i] {
+		switch {
+		case !answered[i]:
 			failed = append(failed, errorf("instance %d: no answer yet", i))
+			continue
+		case errors.Is(errs[i], ErrUnknownOutcome):
+			// Not an answer: the give-back may or may not have been applied.
+			failed = append(failed, errs[i])
 			continue
 		}
 		heard++
