@@ -229,9 +229,10 @@ func TestRedLock_unlockUnknownOutcomeIsNotNotHeld(t *testing.T) {
 	})
 }
 
-// A re-entry that a majority refuses (the lock freed behind the owner's back on two of three
-// instances) fails with an error that says so, not a malformed "%!w(<nil>)" where the
-// instances' errors would be (found by TestRedLock_explore).
+// A re-entry that a majority refuses (another owner holds the lock there, taken after a
+// ForceUnlock behind the owner's back on two of three instances) fails with an error that
+// says so, not a malformed "%!w(<nil>)" where the instances' errors would be (found by
+// TestRedLock_explore).
 func TestRedLock_refusedReentryErrorText(t *testing.T) {
 	ss := redServers(t, 3)
 	cs := redClients(t, addrsOf(ss))
@@ -240,7 +241,11 @@ func TestRedLock_refusedReentryErrorText(t *testing.T) {
 	require.NoError(t, r.Lock(bg))
 	settled(t, r)
 	for _, c := range redClients(t, addrsOf(ss[1:])) {
-		ok, err := c.Mutex(name).ForceUnlock(bg)
+		m := c.Mutex(name)
+		ok, err := m.ForceUnlock(bg)
+		require.NoError(t, err)
+		require.True(t, ok)
+		ok, err = m.TryLock(bg, 0, 10*time.Second)
 		require.NoError(t, err)
 		require.True(t, ok)
 	}
