@@ -1328,6 +1328,11 @@ func (r *RedLock) Unlock(ctx context.Context) (err error) {
 		errs, answered = r.giveBack(ctx, nil, idx, nil, abandonOne, nil)
 		rh.mu.Lock()
 		rh.count--
+		if ended == nil {
+			// A loss of the majority that the give-backs found (ErrNotHeld there, counted
+			// as given back below) is reported now, as a Mutex's Unlock does.
+			ended = rh.ended
+		}
 		rh.mu.Unlock()
 	} else {
 		// The instances are those giveBackAll took: one adopted since the count above is
