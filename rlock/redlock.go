@@ -601,7 +601,7 @@ func (r *RedLock) decide(ctx context.Context, st *roundState, idx []int, tmo tim
 // Client's cleanup timeout. A give-back that fails leaves the hold to expire with its
 // lease: this Client stops counting and renewing it (hold.abandon).
 func (m *Mutex) giveBackLate(ctx context.Context) {
-	_ = m.giveBackInst(context.WithoutCancel(ctx), abandonOne)
+	_, _ = m.giveBackInst(context.WithoutCancel(ctx), abandonOne)
 }
 
 // giveBackInst gives back one hold of the caller's owner on instance m, as Unlock does (the
@@ -614,10 +614,10 @@ func (m *Mutex) giveBackLate(ctx context.Context) {
 // new tenure to the abandon, unrenewed while the RedLock counts it. A give-back that never
 // ran, because another call of the owner on the instance kept it busy for the whole cleanup
 // timeout, abandons the hold all the same once it gives up (nothing else will give it back).
-func (m *Mutex) giveBackInst(ctx context.Context, fail giveBackFail) error {
+func (m *Mutex) giveBackInst(ctx context.Context, fail giveBackFail) (err error, more bool) {
 	owner, err := m.ownerOf(ctx)
 	if err != nil {
-		return err
+		return err, false
 	}
 	ran := false
 	err = m.unlock(ctx, owner, nil, func(h *hold, err error) {
@@ -626,23 +626,17 @@ func (m *Mutex) giveBackInst(ctx context.Context, fail giveBackFail) error {
 			(*f)(m.name)
 		}
 		h.abandonFailed(err, fail)
+		// Decided under h.op: a hold lost here still counted means its loss is recorded
+		// (which refuses the owner's acquires), so no new grant can come in before the next
+		// give-back.
+		more = errors.Is(err, ErrNotHeld) && h.holds() > 0
 	})
 	if err != nil && !ran {
 		if h := m.instHold(owner); h != nil {
 			h.abandonFailed(err, fail)
 		}
 	}
-	return err
-}
-
-// countsHold reports whether this Client counts a hold of the caller's owner on m.
-func (m *Mutex) countsHold(ctx context.Context) bool {
-	owner, err := m.ownerOf(ctx)
-	if err != nil {
-		return false
-	}
-	h := m.instHold(owner)
-	return h != nil && h.holds() > 0
+	return err, more
 }
 
 // giveBackFailedHook, set by tests only (export_test.go), is called with the lock's name by
@@ -1153,16 +1147,18 @@ func (r *RedLock) giveBack(ctx, caller context.Context, idx []int, times []int, 
 			defer r.inflight.Add(-1)
 			var err error
 			for k := 0; k < n; k++ {
-				e := m.giveBackInst(ctx, fail)
+				e, more := m.giveBackInst(ctx, fail)
 				if err == nil {
 					err = e
 				}
 				// One that fails is not given back: let it expire. The give-back of a hold
 				// lost on this Client reports the loss (ErrNotHeld) and gives back one hold
 				// that Redis may still count (a renewal that reached it late): the next go
-				// on while this Client counts any, else its lost count would stay and refuse
-				// the owner's next acquires on the instance.
-				if e != nil && (!errors.Is(e, ErrNotHeld) || !m.countsHold(ctx)) {
+				// on while this Client counts any (more, decided under the hold's operation
+				// lock: read after it, the owner's next grant there could be counted and
+				// given back), else its lost count would stay and refuse the owner's next
+				// acquires on the instance.
+				if e != nil && !more {
 					break
 				}
 			}
