@@ -1243,16 +1243,25 @@ func (r *RedLock) giveBackAll(ctx context.Context, rh *redHold) ([]int, []error,
 // timeout) and returns as soon as a majority of the instances gave the hold back, or every
 // instance answered, or a majority answered and one per-instance timeout more has passed.
 // The other instances' give-backs go on in the background, each within its Client's
-// cleanup timeout (a Client's Close ends them); one that fails there is abandoned: that
-// instance's hold is no longer renewed and expires with its lease. A grant that reaches an
-// acquire's round after the owner's last Unlock began is given back, not adopted.
+// cleanup timeout (a Client's Close ends them). One of the last hold that fails there is
+// abandoned: that instance's hold is no longer renewed and expires with its lease. One of
+// another hold that fails stays with the instance's other holds: renewed with them, and
+// given back with the last. A grant that reaches an acquire's round after the owner's last
+// Unlock began is given back, not adopted. The hold is given back whatever Unlock returns:
+// do not call Unlock again for it.
 //
-// Unlock returns nil when the owner held the lock and a majority of the instances gave it
-// back (instances lost in a minority, and those still answering, are not an error: the
-// lock is free on a majority, so another owner can take it); otherwise:
+// Unlock of the last hold returns nil when the owner held the lock and a majority of the
+// instances gave it back (instances lost in a minority, and those still answering, are not
+// an error: the lock is free on a majority, so another owner can take it); Unlock of
+// another hold returns nil when the instances that counted more than one hold (or a
+// majority of them) gave one back or answered that they lost the lock (a minority's loss
+// leaves the lock held on a majority); otherwise:
 //  1. [ErrNotHeld] when the owner holds no hold (joined with the loss when the lock was
-//     lost; an error wrapping [ErrLeaseExpired] after a fixed lease ran its course);
-//  2. the instances' errors, joined, when fewer than a majority answered;
+//     lost; an error wrapping [ErrLeaseExpired] after a fixed lease ran its course), or
+//     when the give-backs showed it lost: enough instances answered, too few gave it back
+//     ("given back by k of N");
+//  2. the instances' errors, joined, when fewer than a majority answered (a give-back
+//     whose outcome is unknown, [ErrUnknownOutcome], is no answer);
 //  3. [ErrClosed] when a Client's Close ended the hold, or the owner holds none and fewer
 //     than a majority of the Clients are open;
 //  4. [ErrInvalid] for an invalid handle or owner.
