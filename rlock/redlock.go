@@ -1247,8 +1247,8 @@ func (r *RedLock) giveBackAll(ctx context.Context, rh *redHold) ([]int, []error,
 // abandoned: that instance's hold is no longer renewed and expires with its lease. One of
 // another hold that fails stays with the instance's other holds: renewed with them, and
 // given back with the last. A grant that reaches an acquire's round after the owner's last
-// Unlock began is given back, not adopted. The hold is given back whatever Unlock returns:
-// do not call Unlock again for it.
+// Unlock began is given back, not adopted. An Unlock whose give-backs went out has given
+// the hold back whatever it returns (cases 1 and 2 below): do not call Unlock again for it.
 //
 // Unlock of the last hold returns nil when the owner held the lock and a majority of the
 // instances gave it back (instances lost in a minority, and those still answering, are not
