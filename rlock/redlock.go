@@ -304,10 +304,12 @@ func (r *RedLock) LockLease(ctx context.Context, lease time.Duration) error {
 // watchdog mode. It returns (true, nil) when held; (false, nil) when wait ran out with the
 // lock held by another owner (or split between contenders); (false, err) for the failures
 // listed at [RedLock.Lock], and when wait ran out while fewer than a majority of the
-// instances answered (the error names how many did, and wraps their errors). In every case
-// but (true, nil) nothing it took is left held (some of it given back in the background, as
-// at [RedLock.Lock]). A negative wait, or a fixed lease below
-// 10ms, is an error wrapping [ErrInvalid].
+// instances answered (the error names how many did, and wraps their errors). A majority's
+// grant that came after the validity ran out (the instances answered too slowly for the
+// lease) is given back and tried again within wait; if wait ends that way, the error wraps
+// [ErrLeaseExpired]. In every case but (true, nil) nothing it took is left held (some of it
+// given back in the background, as at [RedLock.Lock]). A negative wait, or a fixed lease
+// below 10ms, is an error wrapping [ErrInvalid].
 func (r *RedLock) TryLock(ctx context.Context, wait, lease time.Duration) (bool, error) {
 	if wait < 0 {
 		return false, invalid("negative wait %v", wait)

@@ -1135,7 +1135,10 @@ func (e *rxEnv) explainErr(w *rxWorker, what string, start, ret time.Time, err e
 		}
 	case strings.Contains(msg, "a majority granted it after"):
 		// Granted too late for the lease: a stall, or a fixed lease short for the latency.
-		if stall >= e.tmo/2 || len(faulted) >= 2 {
+		// One slowed server is enough: when a contender holds another instance, every
+		// majority left includes the slow one (seed 5696420818359550630: a TryLock with an
+		// 89ms lease, granted by the fast instance and the one 66ms away each way).
+		if stall >= e.tmo/2 || len(faulted) >= 1 {
 			return
 		}
 	}
