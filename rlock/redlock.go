@@ -607,7 +607,9 @@ func (m *Mutex) giveBackLate(ctx context.Context) {
 }
 
 // giveBackInst gives back one hold of the caller's owner on instance m, as Unlock does (the
-// instances report no events), and returns Unlock's error. When the give-back failed (other
+// instances report no events), and returns Unlock's error, and whether this Client still
+// counts a hold of the owner there that the give-back found lost (ErrNotHeld: a hold Redis
+// may still count, to give back next). When the give-back failed (other
 // than with ErrNotHeld: then there is nothing to abandon), this Client stops counting and
 // renewing the hold as fail says (abandonFailed) before the owner's next call on the
 // instance runs: the hold abandoned is the one the give-back was for. Were it abandoned
@@ -616,10 +618,10 @@ func (m *Mutex) giveBackLate(ctx context.Context) {
 // new tenure to the abandon, unrenewed while the RedLock counts it. A give-back that never
 // ran, because another call of the owner on the instance kept it busy for the whole cleanup
 // timeout, abandons the hold all the same once it gives up (nothing else will give it back).
-func (m *Mutex) giveBackInst(ctx context.Context, fail giveBackFail) (err error, more bool) {
+func (m *Mutex) giveBackInst(ctx context.Context, fail giveBackFail) (more bool, err error) {
 	owner, err := m.ownerOf(ctx)
 	if err != nil {
-		return err, false
+		return false, err
 	}
 	ran := false
 	err = m.unlock(ctx, owner, nil, func(h *hold, err error) {
@@ -638,7 +640,7 @@ func (m *Mutex) giveBackInst(ctx context.Context, fail giveBackFail) (err error,
 			h.abandonFailed(err, fail)
 		}
 	}
-	return err, more
+	return more, err
 }
 
 // giveBackFailedHook, set by tests only (export_test.go), is called with the lock's name by
@@ -1117,16 +1119,14 @@ const (
 )
 
 // giveBack gives back one hold on each instance in idx (times[i] holds when times is
-// given, see giveBackAll), in parallel, on ctx's values without its cancellation; after,
-// when not nil, is called with each instance's outcome as it comes (on the instance's
-// goroutine, also for those that come after giveBack returned). It returns as soon as a
-// majority of the instances gave their holds back, or every instance answered, or, once a
-// majority answered, one per-instance timeout more has passed, or, when caller (an
-// acquire's ctx; nil for Unlock) ends, returnGrace more; the rest go on in the background,
-// each within its Client's cleanup timeout and ended by its Close (counted for it), and a
-// give-back that fails there is treated as fail says. It returns each instance's error
-// (nil: given back), and which answered in time.
-func (r *RedLock) giveBack(ctx, caller context.Context, idx []int, times []int, fail giveBackFail, after func(i int, err error)) ([]error, []bool) {
+// given, see giveBackAll), in parallel, on ctx's values without its cancellation. It
+// returns as soon as a majority of the instances gave their holds back, or every instance
+// answered, or, once a majority answered, one per-instance timeout more has passed, or,
+// when caller (an acquire's ctx; nil for Unlock) ends, returnGrace more; the rest go on in
+// the background, each within its Client's cleanup timeout and ended by its Close (counted
+// for it), and a give-back that fails there is treated as fail says. It returns each
+// instance's error (nil: given back), and which answered in time.
+func (r *RedLock) giveBack(ctx, caller context.Context, idx []int, times []int, fail giveBackFail) ([]error, []bool) {
 	errs := make([]error, len(r.insts))
 	answered := make([]bool, len(r.insts))
 	if len(idx) == 0 {
@@ -1149,7 +1149,7 @@ func (r *RedLock) giveBack(ctx, caller context.Context, idx []int, times []int, 
 			defer r.inflight.Add(-1)
 			var err error
 			for k := 0; k < n; k++ {
-				e, more := m.giveBackInst(ctx, fail)
+				more, e := m.giveBackInst(ctx, fail)
 				if err == nil {
 					err = e
 				}
@@ -1163,9 +1163,6 @@ func (r *RedLock) giveBack(ctx, caller context.Context, idx []int, times []int, 
 				if e != nil && !more {
 					break
 				}
-			}
-			if after != nil {
-				after(i, err)
 			}
 			ch <- done{i, err}
 		})
@@ -1216,7 +1213,7 @@ func (r *RedLock) giveBack(ctx, caller context.Context, idx []int, times []int, 
 func (r *RedLock) giveBackRound(ctx context.Context, got []int, fail giveBackFail, tmo time.Duration) {
 	bound, cancel := context.WithTimeout(ctx, tmo)
 	defer cancel()
-	r.giveBack(ctx, bound, got, nil, fail, nil)
+	r.giveBack(ctx, bound, got, nil, fail)
 }
 
 // giveBackAll gives back every hold rh counts on every instance and forgets them (the
@@ -1234,7 +1231,7 @@ func (r *RedLock) giveBackAll(ctx context.Context, rh *redHold) ([]int, []error,
 			idx = append(idx, i)
 		}
 	}
-	errs, answered := r.giveBack(ctx, nil, idx, times, abandonAll, nil)
+	errs, answered := r.giveBack(ctx, nil, idx, times, abandonAll)
 	rh.reset()
 	return idx, errs, answered
 }
@@ -1332,7 +1329,7 @@ func (r *RedLock) Unlock(ctx context.Context) (err error) {
 			}
 		}
 		rh.mu.Unlock()
-		errs, answered = r.giveBack(ctx, nil, idx, nil, abandonOne, nil)
+		errs, answered = r.giveBack(ctx, nil, idx, nil, abandonOne)
 		rh.mu.Lock()
 		rh.count--
 		if ended == nil {
