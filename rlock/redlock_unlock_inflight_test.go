@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/relock-go/relock/internal/faultproxy"
 	"github.com/relock-go/relock/internal/redistest"
 	"github.com/relock-go/relock/rlock"
 )
@@ -29,6 +30,22 @@ func ownerHoldsOn(t *testing.T, s *redistest.Server, key string) int {
 	return n
 }
 
+// slowThirdRedLock starts 3 servers, the third reached through a proxy (p, to slow it), and
+// returns the Clients (one per server, in order), the lock's key, and a RedLock over them
+// (watchdog timeout lease, cleanup timeout cleanup, instance timeout tmo) that has taken
+// the lock once, settled.
+func slowThirdRedLock(t *testing.T, lease, cleanup, tmo time.Duration) ([]*redistest.Server, *faultproxy.Proxy, []*rlock.Client, string, *rlock.RedLock) {
+	ss := redServers(t, 3)
+	p := proxyTo(t, ss[2])
+	cs := redClients(t, []string{ss[0].Addr(), ss[1].Addr(), p.Addr()},
+		rlock.WithWatchdogTimeout(lease), rlock.WithCleanupTimeout(cleanup))
+	name := redistest.Name(t)
+	r := rlock.NewRedLock(name, cs, rlock.WithInstanceTimeout(tmo))
+	require.NoError(t, r.Lock(bg))
+	settled(t, r)
+	return ss, p, cs, redKey(name), r
+}
+
 // An Unlock that is not the owner's last returns once a majority of the instances gave one
 // hold back; a slow instance's give-back goes on in the background. The owner's next Unlock
 // must not count that hold again: found by TestRedLock_explore (seed 11521957050360281519),
@@ -43,15 +60,9 @@ func TestRedLock_unlockWhileGiveBackInFlight(t *testing.T) {
 	if testing.Short() {
 		t.Skip("slow proxy")
 	}
-	ss := redServers(t, 3)
-	p := proxyTo(t, ss[2])
-	cs := redClients(t, []string{ss[0].Addr(), ss[1].Addr(), p.Addr()},
-		rlock.WithWatchdogTimeout(3*time.Second), rlock.WithCleanupTimeout(3*time.Second))
-	name := redistest.Name(t)
-	key := redKey(name)
-	r := rlock.NewRedLock(name, cs, rlock.WithInstanceTimeout(50*time.Millisecond))
-	require.NoError(t, r.Lock(bg))
-	settled(t, r) // the third instance's grant adopted: a re-entry asks the instances followed
+	ss, p, cs, key, r := slowThirdRedLock(t, 3*time.Second, 3*time.Second, 50*time.Millisecond)
+	// The third instance's grant adopted (slowThirdRedLock settles): a re-entry asks the
+	// instances followed.
 	require.NoError(t, r.Lock(bg))
 	settled(t, r)
 	p.SetLatency(100*time.Millisecond, 100*time.Millisecond) // a round trip of 200ms: too late
@@ -93,16 +104,8 @@ func TestRedLock_lastUnlockGivesBackLostInstanceHolds(t *testing.T) {
 	if testing.Short() {
 		t.Skip("slow proxy, waits out a renewal")
 	}
-	ss := redServers(t, 3)
-	p := proxyTo(t, ss[2])
 	const lease = 400 * time.Millisecond
-	cs := redClients(t, []string{ss[0].Addr(), ss[1].Addr(), p.Addr()},
-		rlock.WithWatchdogTimeout(lease), rlock.WithCleanupTimeout(2*time.Second))
-	name := redistest.Name(t)
-	key := redKey(name)
-	r := rlock.NewRedLock(name, cs, rlock.WithInstanceTimeout(300*time.Millisecond))
-	require.NoError(t, r.Lock(bg))
-	settled(t, r)
+	ss, p, cs, key, r := slowThirdRedLock(t, lease, 2*time.Second, 300*time.Millisecond)
 	p.SetLatency(40*time.Millisecond, 40*time.Millisecond)
 	require.NoError(t, r.Lock(bg))   // re-entry: decided by the fast two
 	require.NoError(t, r.Unlock(bg)) // before the slow one's grant comes, adopted after
@@ -163,16 +166,8 @@ func TestRedLock_reentryUnlockWithLostMinority(t *testing.T) {
 	if testing.Short() {
 		t.Skip("slow proxy, waits out a renewal")
 	}
-	ss := redServers(t, 3)
-	p := proxyTo(t, ss[2])
 	const lease = 400 * time.Millisecond
-	cs := redClients(t, []string{ss[0].Addr(), ss[1].Addr(), p.Addr()},
-		rlock.WithWatchdogTimeout(lease), rlock.WithCleanupTimeout(2*time.Second))
-	name := redistest.Name(t)
-	key := redKey(name)
-	r := rlock.NewRedLock(name, cs, rlock.WithInstanceTimeout(50*time.Millisecond))
-	require.NoError(t, r.Lock(bg))
-	settled(t, r)
+	ss, p, cs, key, r := slowThirdRedLock(t, lease, 2*time.Second, 50*time.Millisecond)
 	p.SetLatency(100*time.Millisecond, 100*time.Millisecond)
 	require.NoError(t, r.Lock(bg), "re-entry granted by the fast two")
 	settled(t, r)
