@@ -43,8 +43,11 @@
 // unless --yes is given, and prints what it freed. It frees only the holders it showed (or,
 // with --yes, read): the force is conditional on their owners and fencing token
 // (rlock.Client.ForceUnlockSeen), so a lock that changed hands meanwhile, even in the
-// instant before the force, is left alone (exit code 4). It frees locks only (a Mutex,
-// SpinMutex, FairMutex or RWMutex), never a semaphore's permits or a latch.
+// instant before the force, is left alone: taken by another owner, by the owner shown again
+// (a new token), joined by a reader not shown, or taken as another kind of primitive. It
+// then says "changed hands since it was shown: nothing freed" and exits with code 4: read
+// it again (inspect) and decide again. It frees locks only (a Mutex, SpinMutex, FairMutex or
+// RWMutex), never a semaphore's permits or a latch.
 //
 // relock writes nothing else to Redis: in particular it keeps no Client record
 // (rlock.WithClientInfo).
@@ -57,6 +60,6 @@
 //	2  bad usage: an unknown command or flag, a missing or extra argument
 //	3  nothing there: inspect of a name that holds nothing, force-unlock of a lock that
 //	   is not held
-//	4  force-unlock not confirmed, or the lock changed hands since its holders were read
-//	   (nothing freed: run it again)
+//	4  force-unlock not confirmed, or the lock changed hands since its holders were read,
+//	   or became another kind (nothing freed: run it again)
 package main

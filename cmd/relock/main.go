@@ -34,7 +34,7 @@ const (
   relock watch [flags] NAME
   relock force-unlock [flags] NAME
 run "relock COMMAND -h" for the flags; exit codes: 0 done, 1 failed, 2 bad usage,
-3 nothing there, 4 not confirmed`
+3 nothing there, 4 not confirmed or changed hands since shown (nothing freed)`
 )
 
 func main() {
@@ -145,7 +145,7 @@ func (e *env) parse(cmd string, args []string) ([]string, error) {
 		fs.IntVar(&e.cfg.count, "count", 0, "stop after this many refreshes (0: until interrupted)")
 	}
 	if cmd == "force-unlock" {
-		fs.BoolVar(&e.cfg.yes, "yes", false, "do not ask for confirmation")
+		fs.BoolVar(&e.cfg.yes, "yes", false, "do not ask for confirmation (the force still frees only the holders read: a lock that changed hands meanwhile is left alone, exit code 4)")
 	}
 	var pos []string
 	for {
@@ -376,6 +376,11 @@ func (e *env) forceUnlock(parent context.Context, name string) int {
 	freed, err := e.client.ForceUnlockSeen(ctx, in)
 	if errors.Is(err, rlock.ErrConflict) {
 		return e.nothingFreed(name, in.Kind, fmt.Sprintf("%s changed hands since it was shown: nothing freed (run force-unlock again)", quoteName(name)), exitAborted)
+	}
+	if errors.Is(err, rlock.ErrWrongType) {
+		// It was read as a lock of in.Kind a moment ago: it was freed and the name taken
+		// since as another kind (a read-write lock for a mutex, a semaphore...).
+		return e.nothingFreed(name, in.Kind, fmt.Sprintf("%s changed hands since it was shown (it is no longer a %s): nothing freed (run force-unlock again)", quoteName(name), in.Kind), exitAborted)
 	}
 	if err != nil {
 		return e.fail(err)
