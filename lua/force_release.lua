@@ -15,7 +15,9 @@
 -- returns 1 if a lock was removed, 0 if there was none;
 --         -1 (and nothing changed) if ARGV[4] is given and the lock is held by an owner not
 --         seen, or under another token;
---         a WRONGTYPE error (and nothing deleted) if the key is not a hash
+--         a WRONGTYPE error (and nothing deleted) if the key is not a hash, or is another
+--         kind's hash (a read-write lock's, with a 'mode' field; a permit semaphore's, with
+--         'permits')
 -- DEL and PUBLISH are accepted by a full (noeviction) server; the record is not written there.
 -- The waiters are told, and the lock deleted, before the record is written, so that a refused
 -- PUBLISH or DEL (an ACL without it) fails the script before it changes anything; a record
@@ -38,6 +40,10 @@ for i = 1, #fields, 2 do
     token = fields[i + 1]
   elseif p == 'h:' or p == 'u:' then
     owners[#owners + 1] = f
+  elseif f == 'mode' or f == 'permits' then
+    -- A read-write lock's hash (rw_acquire.lua) or a permit semaphore's (psem_set.lua): the
+    -- name is another primitive's, whose holds are not this lock's to free.
+    return redis.error_reply('WRONGTYPE the key holds another kind of primitive, not a lock')
   end
 end
 if ARGV[4] and ARGV[4] ~= '' and #owners > 0 then

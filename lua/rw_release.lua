@@ -21,7 +21,8 @@
 --         0       the owner's last hold of that kind was given back
 --         -1      the owner holds no hold of that kind (never held, released, expired, or
 --                 removed by a force unlock)
---         a WRONGTYPE error (nothing written) when the lock key is not a read-write lock
+--         a WRONGTYPE error (nothing written, nobody told) when the lock key is not a
+--                 read-write lock, or the writers key (KEYS[4]) is not a zset
 -- Releasing the write hold while holding read holds leaves the lock in read mode (a
 -- downgrade). Giving back a hold also drops the holds whose lease has ended, and sets the
 -- lock's expiry to the longest lease still in force. Runs with allow-oom: giving a lock back
@@ -38,6 +39,13 @@ local function ms(x) return string.format('%.0f', x) end
 local mode = redis.call('hget', lock, 'mode')
 if not mode and redis.call('exists', lock) == 1 then
   return redis.error_reply('WRONGTYPE the key holds another kind of lock, not a read-write lock')
+end
+-- The writers key is written only on some paths (a write hold's end, with a readers' channel),
+-- but a key of another type there is refused on every one, before anything is written: the
+-- name is not a read-write lock's alone.
+local wtype = redis.call('type', writers).ok
+if wtype ~= 'zset' and wtype ~= 'none' then
+  return redis.error_reply('WRONGTYPE the writers key holds a ' .. wtype .. ', not a read-write lock\'s claims')
 end
 local f = owner
 if kind == 'r' then

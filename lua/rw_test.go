@@ -2,6 +2,7 @@ package lua_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -90,6 +91,117 @@ func TestRWScripts_protocol(t *testing.T) {
 		}
 		if n, err := run(lua.RWRelease, rel("9"), relArgs("b", "9", "r")...).AsInt64(); err != nil || n != -1 {
 			t.Fatalf("release after force: %v %v", n, err)
+		}
+	})
+}
+
+// TestRWRelease_wrongTypeWriters: a writers key of another type (a key of another
+// application's, or of another primitive's, under the same name) makes every release refuse
+// with a WRONGTYPE error and change nothing, whatever hold it gives back (the last read hold,
+// one of several, the write hold, the write hold of an owner that also reads) and whether it
+// tells the readers or not: every state, kind, channel and wrong type in turn.
+func TestRWRelease_wrongTypeWriters(t *testing.T) {
+	eachServer(t, func(t *testing.T, tc server) {
+		ctx := context.Background()
+		run := func(s *lua.Script, keys []string, args ...string) rueidis.RedisResult {
+			t.Helper()
+			return s.Lua(tc.flags).Exec(ctx, tc.c, keys, args)
+		}
+		do := func(args ...string) {
+			t.Helper()
+			if err := tc.c.Do(ctx, tc.c.B().Arbitrary(args...).Build()).Error(); err != nil {
+				t.Fatalf("%v: %v", args, err)
+			}
+		}
+		const lock, fence, leases, writers, record = "{rw}", "{rw}:fence", "{rw}:leases", "{rw}:writers", "{rw}:rel:r"
+		keys := []string{lock, record, leases, writers} // rw_release.lua's KEYS
+		// snapshot is the state of keys: each one's type, value and whether it expires.
+		snapshot := func() string {
+			t.Helper()
+			var b strings.Builder
+			for _, k := range keys {
+				typ, err := tc.c.Do(ctx, tc.c.B().Type().Key(k).Build()).ToString()
+				if err != nil {
+					t.Fatal(err)
+				}
+				var cmd []string
+				switch typ {
+				case "hash":
+					cmd = []string{"HGETALL", k}
+				case "zset":
+					cmd = []string{"ZRANGE", k, "0", "-1", "WITHSCORES"}
+				case "string":
+					cmd = []string{"GET", k}
+				case "list":
+					cmd = []string{"LRANGE", k, "0", "-1"}
+				case "set":
+					cmd = []string{"SMEMBERS", k}
+				}
+				var val any
+				if cmd != nil {
+					v, err := tc.c.Do(ctx, tc.c.B().Arbitrary(cmd...).Build()).ToAny()
+					if err != nil {
+						t.Fatal(err)
+					}
+					if m, ok := v.(map[string]any); ok { // HGETALL in RESP3: print it sorted
+						val = fmt.Sprint(m)
+					} else {
+						val = v
+					}
+				}
+				pttl, err := tc.c.Do(ctx, tc.c.B().Pttl().Key(k).Build()).AsInt64()
+				if err != nil {
+					t.Fatal(err)
+				}
+				fmt.Fprintf(&b, "%s: %s %v expires=%v\n", k, typ, val, pttl > 0)
+			}
+			return b.String()
+		}
+		acquire := func(owner, req, kind string) {
+			t.Helper()
+			v, err := run(lua.RWAcquire, []string{lock, fence, leases, writers}, "60000", owner, req, kind, "3000", "0").AsIntSlice()
+			if err != nil || v[0] != 1 {
+				t.Fatalf("acquire %s %s: %v %v", owner, kind, v, err)
+			}
+		}
+		wrongs := map[string][]string{
+			"string": {"SET", writers, "x"},
+			"list":   {"RPUSH", writers, "x"},
+			"hash":   {"HSET", writers, "x", "1"},
+			"set":    {"SADD", writers, "x"},
+		}
+		for _, st := range []struct {
+			name  string
+			take  [][2]string // owner, kind
+			owner string      // the releasing owner
+			kinds string      // the kinds it may give back
+		}{
+			{"one read hold", [][2]string{{"a", "r"}}, "a", "r"},
+			{"two read holds", [][2]string{{"a", "r"}, {"a", "r"}}, "a", "r"},
+			{"two readers", [][2]string{{"a", "r"}, {"c", "r"}}, "a", "r"},
+			{"write hold", [][2]string{{"b", "w"}}, "b", "w"},
+			{"write and read holds", [][2]string{{"b", "w"}, {"b", "r"}}, "b", "wr"},
+		} {
+			for _, kind := range strings.Split(st.kinds, "") {
+				for _, rchan := range []string{"P{rw}:released:read", ""} {
+					for wrong, cmd := range wrongs {
+						what := fmt.Sprintf("%s, release %s, readers' channel %q, writers a %s", st.name, kind, rchan, wrong)
+						do("DEL", lock, fence, leases, writers, record)
+						for i, h := range st.take {
+							acquire(h[0], fmt.Sprint("t", i), h[1])
+						}
+						do(cmd...)
+						before := snapshot()
+						err := run(lua.RWRelease, keys, st.owner, "r", "", "10000", kind, "P{rw}:released", rchan).Error()
+						if err == nil || !strings.Contains(err.Error(), "WRONGTYPE") {
+							t.Errorf("%s: want a WRONGTYPE error, got %v", what, err)
+						}
+						if after := snapshot(); after != before {
+							t.Errorf("%s: the release changed the keys:\nbefore:\n%safter:\n%s", what, before, after)
+						}
+					}
+				}
+			}
 		}
 	})
 }

@@ -25,7 +25,9 @@
 //	                   count of subscribers (default auto: sharded on a Cluster)
 //	--json             machine-readable output: one JSON object (list: one per line)
 //	--timeout D        bound of the connection and of each command's work: each name's
-//	                   inspection by list, each refresh of watch (default 10s)
+//	                   inspection by list (a name that takes longer is listed as not
+//	                   inspected and the walk goes on: see below), each refresh of watch
+//	                   (default 10s)
 //	--walk-timeout D   list: bound of the whole walk, its inspections included (default 0:
 //	                   none; the walk ends when the keyspace is walked, or at Ctrl-C)
 //	--interval D       watch: time between refreshes (default 1s)
@@ -34,7 +36,12 @@
 //
 // list prints one line per name as it finds it (SCAN order: pipe it to sort), with its
 // kind, lease, holders and waiters ("?" where Redis does not record a kind's waiters: see
-// the subscribers of inspect), or one JSON object per line with --json.
+// the subscribers of inspect), or one JSON object per line with --json. A name whose
+// inspection takes longer than --timeout (a slow server, a key too large to read in time)
+// does not stall the listing: it is listed with "?" and "(not inspected within --timeout
+// D)", with --json as {"name":..., "error":"not inspected within --timeout D"}, told on
+// stderr, and the walk goes on; list then exits with code 1. On a Cluster list walks each
+// master's keyspace once (one SCAN walk per master, none of a replica).
 //
 // relock reads with read-only commands only (see rlock.Client.Inspect): inspect, list and
 // watch never block or slow a lock, and need no more than rlock.InspectACLRule's rights.
@@ -43,8 +50,11 @@
 // unless --yes is given, and prints what it freed. It frees only the holders it showed (or,
 // with --yes, read): the force is conditional on their owners and fencing token
 // (rlock.Client.ForceUnlockSeen), so a lock that changed hands meanwhile, even in the
-// instant before the force, is left alone (exit code 4). It frees locks only (a Mutex,
-// SpinMutex, FairMutex or RWMutex), never a semaphore's permits or a latch.
+// instant before the force, is left alone: taken by another owner, by the owner shown again
+// (a new token), joined by a reader not shown, or taken as another kind of primitive. It
+// then says "changed hands since it was shown: nothing freed" and exits with code 4: read
+// it again (inspect) and decide again. It frees locks only (a Mutex, SpinMutex, FairMutex or
+// RWMutex), never a semaphore's permits or a latch.
 //
 // relock writes nothing else to Redis: in particular it keeps no Client record
 // (rlock.WithClientInfo).
@@ -53,10 +63,11 @@
 //
 //	0  done
 //	1  failed: Redis unreachable, a command refused (ACL), a key of another type, a name
-//	   that is not a lock given to force-unlock
+//	   that is not a lock given to force-unlock, a name that list could not inspect
+//	   within --timeout (the others listed)
 //	2  bad usage: an unknown command or flag, a missing or extra argument
 //	3  nothing there: inspect of a name that holds nothing, force-unlock of a lock that
 //	   is not held
-//	4  force-unlock not confirmed, or the lock changed hands since its holders were read
-//	   (nothing freed: run it again)
+//	4  force-unlock not confirmed, or the lock changed hands since its holders were read,
+//	   or became another kind (nothing freed: run it again)
 package main

@@ -34,7 +34,7 @@ const (
   relock watch [flags] NAME
   relock force-unlock [flags] NAME
 run "relock COMMAND -h" for the flags; exit codes: 0 done, 1 failed, 2 bad usage,
-3 nothing there, 4 not confirmed`
+3 nothing there, 4 not confirmed or changed hands since shown (nothing freed)`
 )
 
 func main() {
@@ -136,7 +136,7 @@ func (e *env) parse(cmd string, args []string) ([]string, error) {
 	fs.StringVar(&e.cfg.prefix, "prefix", rlock.DefaultKeyPrefix, "the key prefix of the Clients that made the locks")
 	fs.StringVar(&e.cfg.pubsub, "pubsub", "auto", "the pub/sub mode of those Clients: auto, classic or sharded")
 	fs.BoolVar(&e.cfg.json, "json", false, "machine-readable output (JSON)")
-	fs.DurationVar(&e.cfg.timeout, "timeout", 10*time.Second, "bound of the connection and of each command's work (list: each name's inspection; watch: each refresh)")
+	fs.DurationVar(&e.cfg.timeout, "timeout", 10*time.Second, "bound of the connection and of each command's work (list: each name's inspection: a name that takes longer is listed as not inspected, the others still are, exit code 1; watch: each refresh)")
 	if cmd == "list" {
 		fs.DurationVar(&e.cfg.walkTimeout, "walk-timeout", 0, "bound of the whole walk of the keyspace, its names' inspections included (0: none, until done or interrupted)")
 	}
@@ -145,7 +145,7 @@ func (e *env) parse(cmd string, args []string) ([]string, error) {
 		fs.IntVar(&e.cfg.count, "count", 0, "stop after this many refreshes (0: until interrupted)")
 	}
 	if cmd == "force-unlock" {
-		fs.BoolVar(&e.cfg.yes, "yes", false, "do not ask for confirmation")
+		fs.BoolVar(&e.cfg.yes, "yes", false, "do not ask for confirmation (the force still frees only the holders read: a lock that changed hands meanwhile is left alone, exit code 4)")
 	}
 	var pos []string
 	for {
@@ -257,9 +257,11 @@ func (e *env) show(in rlock.Info) error {
 }
 
 // list walks the names matching pattern and inspects each. --timeout bounds each name's
-// Inspect, not the walk (a large keyspace takes longer than any one bound): the walk ends
-// when SCAN is done, at --walk-timeout if set, or when interrupted; a server that stops
-// answering fails it by the connection's own timeout (rueidis's ConnWriteTimeout).
+// Inspect, not the walk (a large keyspace takes longer than any one bound): a name whose
+// inspection runs out of it is listed as not inspected (and told on stderr), and the walk
+// goes on, so that one slow name does not stall the listing; the exit code is then 1. The
+// walk ends when SCAN is done, at --walk-timeout if set, or when interrupted; a server that
+// stops answering fails it by the connection's own timeout (rueidis's ConnWriteTimeout).
 func (e *env) list(ctx context.Context, pattern string) int {
 	if e.cfg.walkTimeout > 0 {
 		var cancel context.CancelFunc
@@ -267,21 +269,32 @@ func (e *env) list(ctx context.Context, pattern string) int {
 		defer cancel()
 	}
 	header := false
+	code := exitOK
 	for name, err := range e.client.List(ctx, pattern) {
 		if err != nil {
 			return e.fail(err)
 		}
-		if testHookListName != nil {
-			testHookListName(name)
-		}
 		ictx, cancel := context.WithTimeout(ctx, e.cfg.timeout)
+		if testHookListName != nil {
+			testHookListName(ictx, name)
+		}
 		in, err := e.client.Inspect(ictx, name)
+		timedOut := err != nil && ictx.Err() != nil && ctx.Err() == nil
 		cancel()
-		if err != nil && !errors.Is(err, rlock.ErrWrongType) {
+		if err != nil && !timedOut && !errors.Is(err, rlock.ErrWrongType) {
 			return e.fail(err)
 		}
+		if timedOut {
+			// This name's bound, not the walk's: the others may answer in time.
+			fmt.Fprintf(e.stderr, "relock: list: %s: not inspected within --timeout %v: %v\n", quoteName(name), e.cfg.timeout, err)
+			code = exitFailed
+		}
 		if e.cfg.json {
-			if err := writeJSON(e.stdout, jsonInfo(in)); err != nil {
+			var v any = jsonInfo(in)
+			if timedOut {
+				v = jsonNotInspected{Name: name, Error: fmt.Sprintf("not inspected within --timeout %v", e.cfg.timeout)}
+			}
+			if err := writeJSON(e.stdout, v); err != nil {
 				return e.fail(err)
 			}
 			continue
@@ -290,9 +303,19 @@ func (e *env) list(ctx context.Context, pattern string) int {
 			fmt.Fprintf(e.stdout, listFormat, "NAME", "KIND", "TTL", "HOLDERS", "WAITERS", "HELD BY")
 			header = true
 		}
+		if timedOut {
+			fmt.Fprintf(e.stdout, listFormat, quoteName(name), "?", "?", "?", "?", fmt.Sprintf("(not inspected within --timeout %v)", e.cfg.timeout))
+			continue
+		}
 		fmt.Fprintf(e.stdout, listFormat, quoteName(name), kindText(in), formatTTL(in), len(in.Holders), waiterCount(in), heldBy(in))
 	}
-	return exitOK
+	return code
+}
+
+// jsonNotInspected is list's JSON line for a name whose inspection ran out of --timeout.
+type jsonNotInspected struct {
+	Name  string `json:"name"`
+	Error string `json:"error"`
 }
 
 const listFormat = "%-32s %-30s %-8s %-8v %-8v %s\n"
@@ -377,6 +400,11 @@ func (e *env) forceUnlock(parent context.Context, name string) int {
 	if errors.Is(err, rlock.ErrConflict) {
 		return e.nothingFreed(name, in.Kind, fmt.Sprintf("%s changed hands since it was shown: nothing freed (run force-unlock again)", quoteName(name)), exitAborted)
 	}
+	if errors.Is(err, rlock.ErrWrongType) {
+		// It was read as a lock of in.Kind a moment ago: it was freed and the name taken
+		// since as another kind (a read-write lock for a mutex, a semaphore...).
+		return e.nothingFreed(name, in.Kind, fmt.Sprintf("%s changed hands since it was shown (it is no longer a %s): nothing freed (run force-unlock again)", quoteName(name), in.Kind), exitAborted)
+	}
 	if err != nil {
 		return e.fail(err)
 	}
@@ -399,8 +427,8 @@ func (e *env) forceUnlock(parent context.Context, name string) int {
 }
 
 // testHookListName, when set (by tests only), runs for each name list found, before it
-// inspects it.
-var testHookListName func(name string)
+// inspects it, with the context of the name's inspection (bounded by --timeout).
+var testHookListName func(ctx context.Context, name string)
 
 // testHookBeforeForce, when set (by tests only), runs after the holders were shown and the
 // force confirmed, just before the force is sent.

@@ -205,7 +205,7 @@ func TestList_timeoutPerName(t *testing.T) {
 	for _, n := range names {
 		require.NoError(t, c.Mutex(n).Lock(bg))
 	}
-	testHookListName = func(string) { time.Sleep(1200 * time.Millisecond) }
+	testHookListName = func(context.Context, string) { time.Sleep(1200 * time.Millisecond) }
 	defer func() { testHookListName = nil }()
 	out, errOut, code := relock(t, "", "list", "--url", url, "--timeout", "2s", "walk-*")
 	require.Equal(t, exitOK, code, "stdout: %s\nstderr: %s", out, errOut)
