@@ -1,84 +1,114 @@
--- acquire: take or re-enter a reentrant lock.
--- KEYS[1] = lock hash: field <owner> = hold count, q:<owner> = last request id applied for that
---           owner, token = the fencing token of the current holder's grant, w = present once
---           a waiter was refused during this tenure (its release publishes), g = present
---           while the fence may record spent request ids (re-entries then read it). Owner
---           ids start with 'h:' or 'u:' (see rlock), so no owner id can name another field.
--- KEYS[2] = fence (string: the name's last fencing token, a decimal integer, then for a while
---           the spent request ids); it lives 24 hours after the last fresh grant (see
+-- acquire: take or re-enter a reentrant lock (lock protocol v2, docs/DESIGN.md).
+-- KEYS[1] = lock hash: field <owner> = hold count, q:<owner> = the sequence number of the
+--           owner's operation last applied (ARGV[3]), token = the fencing token of the
+--           current tenure, w = present once a waiter was refused during this tenure (its
+--           release publishes). Owner ids start with 'h:' or 'u:' (see rlock), so no owner id
+--           can name another field. (A hash written before v2 may hold a field g: ignored.)
+-- KEYS[2] = fence (string: the name's last fencing token, a decimal integer that INCR
+--           raises, then for a while the spent sequence numbers of replays; see
 --           lib_fence.lua and lua.FenceTTL)
 -- ARGV[1] = lease in milliseconds (> 0)
 -- ARGV[2] = owner id
--- ARGV[3] = request id (unique per call; a replay with the same id is answered, not applied again);
---           a replay (a send after the first) sends it as '+' .. id: the id is then spent
---           (lib_spent.lua, lib_fence.lua), whether the replay was granted or refused, and
---           a later send of it (the first, reaching Redis last) grants nothing: where it
---           would take or re-enter the lock it is refused with {0, 0}, writing nothing
+-- ARGV[3] = the operation's sequence number, '<client id>.<n>': a Client numbers every
+--           operation it sends with a rising n, and sends one owner's operations on one lock
+--           one after another. Redis applies an operation only if the owner's last applied
+--           one (q:<owner>) is of another Client or has a lower n; the same number again is
+--           answered from the state it finds (a replay, or a first send arriving after its
+--           replay), and a lower one is refused with {0, 0}, writing nothing (a send that
+--           lingered in the network past the next operation). A replay (a send after the
+--           first) sends it as '+' .. number: unless answered from the state, the number is
+--           then spent, recorded in the fence for a while (lib_spent.lua), so that the first
+--           send, reaching Redis after the lock was freed (the replay's grant given back) or
+--           after the replay's refusal, grants nothing ({0, 0}).
 -- ARGV[4] = (optional) '1' when the caller, if refused, waits on the release channel: the
 --           refusal then marks the lock (field w) so that its release publishes (release.lua);
 --           '2' when the caller has been waiting already: a grant marks the lock too (other
 --           waiters may still wait: the release must tell them). Without a mark, a release
 --           publishes nothing: nobody waits. On a full server (noeviction), where the mark
 --           cannot be written, a refusal answers a pttl of at most 50 ms: the waiter polls.
--- returns {1, token, holds}  acquired (fresh, re-entered, or a replay of an applied request)
---         {0, pttl}          held by another owner; pttl is the lock's remaining lease (-1: no expiry)
+-- ARGV[5] = (optional) 'c': a fresh grant's token follows the server's clock exactly
+--           (max(last token + 1, TIME in microseconds), as the fair and read-write locks'),
+--           for RedLock's instances, whose tokens are compared across servers
+-- returns {1, token, holds}  acquired (fresh, re-entered, or the answer to an applied
+--                            operation), holds = the owner's hold count in Redis now
+--         {0, pttl}          held by another owner; pttl is the lock's remaining lease (-1: no
+--                            expiry); 0 for a refused sequence number (spent or superseded)
 --         a WRONGTYPE error, with nothing written, when the lock or the fence holds another type
---         (or the fence a string that is not a token: it is put back, without its expiry)
--- A fresh grant's token is the larger of the fence's last token + 1 and the server's clock in
--- microseconds, so tokens keep rising when the fence expired or was lost (a restart without
--- persistence, a failover to a replica that lacked it), unless the server's clock was set
--- back by more than the time since the fence was last written.
--- An uncontended grant costs six server calls, this script's included (EVALSHA, EXISTS, TIME,
--- SET, HSET, PEXPIRE); the release after it three (release.lua). Spent ids cost a first send
--- nothing more unless the fence records some (a replay on this name within a minute or so).
---#include lib_spent
---#include lib_fence
---#include lib_refusal
+--         (or the fence a string that is not a fence value)
+-- A fresh grant's token is the fence's INCR; a missing fence is seeded from the server's
+-- clock in microseconds and counts for a second (lib_fence.lua), so tokens keep rising when
+-- it expired or was lost, and stay within a second of the clock at their grant.
+-- An uncontended grant costs five server calls, this script's included (EVALSHA, EXISTS,
+-- INCR, HSET, PEXPIRE); the release after it three (release.lua). The helpers of the rare
+-- paths (a replay, a missing fence, spent records) are defined only when one is taken.
 local lock, fence = KEYS[1], KEYS[2]
-local lease, owner = ARGV[1], ARGV[2]
-local req, replay = replayOf(ARGV[3])
-local reqField = 'q:' .. owner
+local lease, owner, seq = ARGV[1], ARGV[2], ARGV[3]
+local replay = string.byte(seq) == 43 -- '+'
+if replay then
+  seq = string.sub(seq, 2)
+end
+local clock = ARGV[5] == 'c'
+local seqField = 'q:' .. owner
 local markRetry = 50 -- ms: how soon a waiter whose mark could not be written tries again
 
--- keep is how long a replay's id stays spent.
-local function keep()
-  return math.max(tonumber(lease), spentKeep)
+-- refused(r) reports whether r, the reply of a redis.pcall, is an error (lib_refusal.lua).
+local function refused(r)
+  return type(r) == 'table' and r.err ~= nil
 end
 
--- ungrant takes a fresh grant back.
-local function ungrant()
-  redis.call('del', lock)
+-- rare returns the helpers of the rare paths.
+local function rare()
+--#include lib_spent
+--#include lib_fence
+  return {grantToken = grantToken, spend = spend, serverMs = serverMs,
+    keep = math.max(tonumber(lease), spentKeep),
+    ungrant = function() redis.call('del', lock) end}
 end
 
 if redis.call('exists', lock) == 0 then
   -- Fresh grant. The fence is written first: if it holds a value of another type the
   -- script fails there, before the lock key is touched.
-  local token, flagged = grantToken(fence, req, replay and keep() or nil)
-  if token == false then
-    return {0, 0} -- a spent request id: it grants nothing again
+  local token
+  if not clock then
+    token = redis.pcall('incr', fence)
   end
-  if not token then
-    return redis.error_reply('WRONGTYPE ' .. fence .. ' holds a string that is not a fencing token')
+  if clock or type(token) ~= 'number' or token == 1 or replay then
+    local r = rare()
+    token = r.grantToken(fence, token, seq, replay and r.keep or nil, clock)
+    if token == false then
+      return {0, 0} -- a spent sequence number: it grants nothing again
+    end
+    if not token then
+      return redis.error_reply('WRONGTYPE ' .. fence .. ' holds a string that is not a fencing token')
+    end
   end
   if ARGV[4] == '2' then
-    redis.call('hset', lock, owner, '1', reqField, req, 'token', token, 'w', '1')
+    redis.call('hset', lock, owner, '1', seqField, seq, 'token', token, 'w', '1')
   else
-    redis.call('hset', lock, owner, '1', reqField, req, 'token', token)
-  end
-  if flagged then
-    redis.call('hset', lock, spentFlag, '1')
+    redis.call('hset', lock, owner, '1', seqField, seq, 'token', token)
   end
   -- A lock without an expiry would outlive a crashed holder: if the expiry is refused (an
   -- ACL without PEXPIRE), the grant is undone and the script fails with the refusal.
-  local r = redis.pcall('pexpire', lock, lease) if refused(r) then ungrant() error(r) end
+  local r = redis.pcall('pexpire', lock, lease) if refused(r) then rare().ungrant() error(r) end
   return {1, tonumber(token), 1}
 end
 
-local got = redis.call('hmget', lock, owner, reqField, 'token', 'w', spentFlag)
+local got = redis.call('hmget', lock, owner, seqField, 'token', 'w')
 local holds, last, token = got[1], got[2], tonumber(got[3] or '0')
+if holds and last then
+  if last == seq then
+    return {1, token, tonumber(holds)} -- applied already: answered from the state
+  end
+  local c1, n1 = string.match(seq, '^(.*)%.(%d+)$')
+  local c2, n2 = string.match(last, '^(.*)%.(%d+)$')
+  if c1 and c1 == c2 and tonumber(n1) < tonumber(n2) then
+    return {0, 0} -- superseded: the owner's later operation was applied
+  end
+end
 if not holds then
   if replay then
-    spend(lock, fence, req, serverMs(), keep())
+    local r = rare()
+    r.spend(lock, fence, seq, r.serverMs(), r.keep)
   end
   local pttl = redis.call('pttl', lock)
   if (ARGV[4] == '1' or ARGV[4] == '2') and not got[4] then
@@ -93,24 +123,17 @@ if not holds then
   end
   return {0, pttl}
 end
-if last == req then
-  return {1, token, tonumber(holds)}
-end
-local now
-if got[5] or replay then
-  now = serverMs()
-  if fenceSpent(fence, req, now) then
-    return {0, 0}
-  end
-end
 -- Re-entry never shortens the lease it finds. The lease comes before the count, so that a
 -- refused PTTL or PEXPIRE fails the re-entry before it counts a hold.
 if redis.call('pttl', lock) < tonumber(lease) then
   redis.call('pexpire', lock, lease)
 end
 holds = redis.call('hincrby', lock, owner, '1')
-redis.call('hset', lock, reqField, req)
+redis.call('hset', lock, seqField, seq)
 if replay then
-  spend(lock, fence, req, now, keep())
+  -- The order of sequence numbers refuses the first send while the owner holds the lock;
+  -- the record refuses it once the lock was freed.
+  local r = rare()
+  r.spend(lock, fence, seq, r.serverMs(), r.keep)
 end
 return {1, token, holds}

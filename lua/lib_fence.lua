@@ -14,6 +14,8 @@
 -- hash carries the field g (spentFlag), which tells re-entries to read the fence too.
 local fenceTTL = 86400000
 local fenceTTLArg = tostring(fenceTTL) -- as Redis takes it: a string converts for free
+local counterTTL = 1000
+local counterTTLArg = tostring(counterTTL)
 
 -- splitFence(v) returns the token of fence value v and its spent records (the rest of v,
 -- '' when none), or nil when v is not a fence value.
@@ -89,52 +91,64 @@ local function setFence(fence, token, tail)
   redis.call('set', fence, token .. (tail or ''), 'px', fenceTTL)
 end
 
--- grantToken(fence, req, keep) is nextToken and setFence in two calls instead of three (TIME,
--- then a SET ... GET that writes the server's clock and reads the last token in one call): it
--- sets the fence to the token of a fresh grant now and returns that token, a decimal string,
--- and whether the fence holds live spent records after it (the lock hash then gets the field
--- g). A third call rewrites the fence only when its last token was not below the clock (a
--- clock set back, or two grants within a microsecond), or when it holds spent records (kept),
--- or when keep is given: then req (a replay's request id) is spent for keep ms. When req
--- (nil: not checked) is spent, grantToken puts the fence back and returns false: no grant.
--- When the fence held a string that is not a fence value, grantToken puts that string back
--- (without the expiry it may have had) and returns nil; a fence of another type fails the
--- script in the SET, which then writes nothing.
-local function grantToken(fence, req, keep)
-  local now = redis.call('time')
-  local sec, usec = now[1], now[2]
-  local nowUs = tonumber(sec) * 1000000 + tonumber(usec)
-  -- The decimal digits of nowUs, without formatting a number (cheaper per call).
-  local token = sec .. string.rep('0', 6 - #usec) .. usec
-  local last = redis.call('set', fence, token, 'px', fenceTTLArg, 'get')
-  local tail, rewrite = '', false
-  if last then
-    if not string.match(last, '^%d+$') then
-      local tok, rest = splitFence(last)
-      if not tok then
-        redis.call('set', fence, last)
-        return nil
-      end
-      local spent
-      tail, spent = liveSpent(rest, math.floor(nowUs / 1000), req, keep and 1 or 0)
-      if spent then
-        redis.call('set', fence, last, 'px', fenceTTLArg)
-        return false
-      end
-      last, rewrite = tok, tail ~= ''
+-- grantToken(fence, n, req, keep, clock) completes the token of a fresh grant on the paths
+-- its caller does not take inline. The caller sent INCR to the fence (redis.pcall) and got n,
+-- unless clock is set (then n is nil and nothing was sent: the token follows the server's
+-- clock, for RedLock's instances). While the counter lives (n > 1) its INCR is the token, and
+-- grantToken runs only for a replay (keep given: req is spent for keep ms, so that its first
+-- send, reaching Redis later, grants nothing). Otherwise (the fence was missing, INCR made it
+-- 1; it holds spent records after its token, so INCR refused it; or clock) the token is
+-- max(last token + 1, the server's clock in microseconds), and the fence is written: for
+-- counterTTL ms when it holds only the token and clock is not set (the counter then counts up
+-- by INCR from a clock reading at most counterTTL old), for fenceTTL ms otherwise. It returns
+-- the token (a decimal string) and whether the fence holds live spent records after it;
+-- false, with nothing written, when req is spent; nil, with nothing written, when the fence
+-- holds a string that is not a fence value. A fence of another type (or an INCR refused)
+-- fails the script with INCR's error, nothing written.
+-- So tokens rise by one per grant for at most counterTTL ms, then follow the clock again:
+-- they keep rising when the fence expired or was lost (a restart, a failover), since no name
+-- is granted more than once a microsecond, unless the server's clock was set back; and a
+-- token is the server's clock at its grant to within counterTTL (rlock.HolderInfo.Since).
+local function grantToken(fence, n, req, keep, clock)
+  local token, tail, nowMs, ttl = nil, '', nil, nil
+  if type(n) == 'number' and n > 1 and not clock then
+    token = string.format('%.0f', n)
+  else
+    if type(n) == 'table' and not string.find(n.err, 'not an integer', 1, true) then
+      redis.call('incr', fence) -- fails again, here: another type (WRONGTYPE) or a refusal
     end
-    local n = tonumber(last)
-    if n >= nowUs then
-      token = string.format('%.0f', n + 1)
-      rewrite = true
+    local now = redis.call('time')
+    local nowUs = tonumber(now[1]) * 1000000 + tonumber(now[2])
+    nowMs = math.floor(nowUs / 1000)
+    local last = 0
+    if n ~= 1 then
+      local v = redis.call('get', fence)
+      if v then
+        local tok, rest = splitFence(v)
+        if not tok then
+          return nil
+        end
+        local spent
+        tail, spent = liveSpent(rest, nowMs, req, keep and 1 or 0)
+        if spent then
+          return false
+        end
+        last = tonumber(tok)
+      end
     end
+    if last >= nowUs then
+      token = string.format('%.0f', last + 1)
+    else
+      token = now[1] .. string.rep('0', 6 - #now[2]) .. now[2]
+    end
+    ttl = (tail == '' and not clock) and counterTTLArg or fenceTTLArg
   end
   if keep then
-    tail = tail .. spentRecord(req, math.floor(nowUs / 1000) + keep)
-    rewrite = true
+    tail = tail .. spentRecord(req, (nowMs or serverMs()) + keep)
+    ttl = fenceTTLArg
   end
-  if rewrite then
-    redis.call('set', fence, token .. tail, 'px', fenceTTLArg)
+  if ttl then
+    redis.call('set', fence, token .. tail, 'px', ttl)
   end
   return token, tail ~= ''
 end

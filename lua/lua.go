@@ -79,11 +79,21 @@ func include(src string) string {
 }
 
 // FenceTTL is how long a lock name's fence (the key holding its last fencing token) lives
-// after the last fresh grant, by an acquire or a hand-off (fenceTTL in lib_fence.lua). Tokens
+// after the last fresh grant of a fair lock, a read-write lock or a RedLock's instance, or
+// once it records spent request ids (fenceTTL in lib_fence.lua; a plain lock's counter lives
+// [CounterTTL]). Tokens
 // do not need it to keep rising: a fresh grant's token is the larger of the last token + 1
 // and the server's clock in microseconds, so a fence that expired after a day without a
 // grant only matters if the server's clock was set back by more than that day.
 const FenceTTL = 24 * time.Hour
+
+// CounterTTL is how long a plain lock's fence counts grants by INCR after it was set from
+// the server's clock (counterTTL in lib_fence.lua): then it expires, and the next fresh grant
+// sets it from the clock again. So a Mutex's or SpinMutex's token is the server's clock in
+// microseconds at its grant to within CounterTTL (it never reads later than the clock did),
+// and a name no longer locked leaves no fence behind for long. A fence that holds spent
+// request ids lives [FenceTTL].
+const CounterTTL = time.Second
 
 // The scripts. Their contracts are in the headers of the .lua files.
 var (

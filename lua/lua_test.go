@@ -87,12 +87,18 @@ func TestIsShebangError(t *testing.T) {
 	}
 }
 
-// TestFenceTTL_matchesTheScripts: lua.FenceTTL is what lib_fence.lua sets.
+// TestFenceTTL_matchesTheScripts: lua.FenceTTL and lua.CounterTTL are what lib_fence.lua sets.
 func TestFenceTTL_matchesTheScripts(t *testing.T) {
 	want := "local fenceTTL = " + strconv.FormatInt(lua.FenceTTL.Milliseconds(), 10) + "\n"
 	for _, s := range []*lua.Script{lua.Acquire, lua.Release, lua.FairAcquire, lua.RWAcquire} {
 		if !strings.Contains(s.Source(), want) {
 			t.Errorf("%s: does not set the fence for lua.FenceTTL (%q)", s.Name(), want)
+		}
+	}
+	want = "local counterTTL = " + strconv.FormatInt(lua.CounterTTL.Milliseconds(), 10) + "\n"
+	for _, s := range []*lua.Script{lua.Acquire, lua.Release} {
+		if !strings.Contains(s.Source(), want) {
+			t.Errorf("%s: does not count for lua.CounterTTL (%q)", s.Name(), want)
 		}
 	}
 }

@@ -8,13 +8,15 @@
 --           node serves the script while the lock's slot migrates)
 -- KEYS[3] = fence (only with a successor; see acquire.lua)
 -- ARGV[1] = owner id
--- ARGV[2] = request id (a replay with the same id is answered, not applied again)
+-- ARGV[2] = the operation's sequence number (see acquire.lua: the same number again is
+--           answered from the state, not applied again; a lower one than the owner's last
+--           applied is refused with -3, nothing written)
 -- ARGV[3] = release channel, published when the last hold is given back and not passed on
 --           while a waiter marked the lock (field w, see acquire.lua) ('' publishes nothing)
 -- ARGV[4] = '' on the request's first send; on a replay, the fencing token of the tenure
 --           whose hold it gives back ('0' when the caller does not know it)
 -- ARGV[5], ARGV[6], ARGV[7] (optional) = a successor: owner id, lease in milliseconds and
---           request id of a waiter that the last hold passes to directly (a fresh grant, with
+--           sequence number of a waiter that the last hold passes to directly (a fresh grant, with
 --           a new fencing token, and no publish)
 -- returns, without a successor:
 --         n >= 1  holds this owner still has (the lock stays held)
@@ -26,15 +28,15 @@
 --                 the hold's conservative end finds it gone only if the first send freed it
 --                 (the lease cannot have run out before that end; any other removal is a
 --                 force, which leaves the forced record, or is outside relock).
+--         -3      superseded: the owner's later operation was applied (nothing written)
 --         with a successor, {n, token}: n as above, and token > 0 when the lock passed to the
 --         successor (0 when it did not: then the channel was told as usual)
 --         a WRONGTYPE error, with nothing written, when a key holds another type (or the
 --         fence a string that is not a token)
 -- No release record is written: an uncontended release costs three server calls, this
 -- script's included (EVALSHA, HMGET, DEL), and a fourth (PUBLISH) only when a waiter is told.
+-- A hand-off's token is the fence's INCR, as acquire.lua's (lib_fence.lua, defined only then).
 -- Runs with allow-oom: giving a lock back must work on a full server.
---#include lib_spent
---#include lib_fence
 --#include lib_publish
 local lock, forced = KEYS[1], KEYS[2]
 local owner, req, channel, tenure = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
@@ -68,7 +70,14 @@ if not holds then
   return reply(-2)
 end
 if last == req then
-  return reply(tonumber(holds))
+  return reply(tonumber(holds)) -- applied already: answered from the state
+end
+if last then
+  local c1, n1 = string.match(req, '^(.*)%.(%d+)$')
+  local c2, n2 = string.match(last, '^(.*)%.(%d+)$')
+  if c1 and c1 == c2 and tonumber(n1) < tonumber(n2) then
+    return reply(-3) -- superseded: the owner's later operation was applied
+  end
 end
 if tonumber(holds) > 1 then
   holds = redis.call('hincrby', lock, owner, '-1')
@@ -80,9 +89,17 @@ if next then
   -- A fresh grant to the successor, its token as acquire.lua computes it. The fence is
   -- written first, so that a fence of another type fails the script before the lock is
   -- touched.
-  local token, flagged = grantToken(KEYS[3])
-  if not token then
-    return redis.error_reply('WRONGTYPE ' .. KEYS[3] .. ' holds a string that is not a fencing token')
+  local token = redis.pcall('incr', KEYS[3])
+  if type(token) ~= 'number' or token == 1 then
+    local function rare()
+--#include lib_spent
+--#include lib_fence
+      return grantToken
+    end
+    token = rare()(KEYS[3], token)
+    if not token then
+      return redis.error_reply('WRONGTYPE ' .. KEYS[3] .. ' holds a string that is not a fencing token')
+    end
   end
   -- Pass the lock on, without a publish: nobody else is told it was free. The successor was
   -- a waiter, and others may still wait: the lock is marked (see acquire.lua), so that the
@@ -92,9 +109,6 @@ if next then
   -- fail half-way, with the lock freed and not passed on.
   redis.call('hdel', lock, owner, reqField)
   redis.call('hset', lock, next, '1', 'q:' .. next, nextReq, 'token', token, 'w', '1')
-  if flagged then
-    redis.call('hset', lock, spentFlag, '1') -- the fence records spent ids (lib_fence.lua)
-  end
   local r = redis.pcall('pexpire', lock, nextLease)
   if type(r) == 'table' and r.err then
     -- No lock without an expiry (an ACL without PEXPIRE): the hand-off is undone, and the

@@ -13,7 +13,9 @@ import (
 
 // TestAcquire_spentRequestIDs: a replay (its request id sent as '+' .. id) spends the id in
 // the fence; after that, the id's first send grants nothing, neither on a free lock nor as a
-// re-entry, and a replay of it answers only while it is the owner's last request. Records
+// re-entry, and a replay of it answers only while it is the owner's last request. (The ids
+// are sequence numbers, '<client>.<n>': acquire.lua also refuses, by their order, a first
+// send arriving after the owner's later request; the other scripts take them as opaque ids.) Records
 // run out, are kept by other grants, and a fence keeps at most 32. For every acquire script
 // (and both kinds of an RWMutex hold).
 func TestAcquire_spentRequestIDs(t *testing.T) {
@@ -78,68 +80,68 @@ func TestAcquire_spentRequestIDs(t *testing.T) {
 				do("DEL", "{s}:fence")
 
 				// A replay takes the free lock and spends its id; a second replay is answered.
-				if v := acq("h:a", "+r1"); v[0] != 1 || v[2] != 1 {
-					t.Fatalf("replay r1 on a free lock: %v", v)
+				if v := acq("h:a", "+c.1"); v[0] != 1 || v[2] != 1 {
+					t.Fatalf("replay c.1 on a free lock: %v", v)
 				}
-				if f := fence(); !strings.Contains(f, "/r1/") {
-					t.Fatalf("the fence %q does not record r1 as spent", f)
+				if f := fence(); !strings.Contains(f, "/c.1/") {
+					t.Fatalf("the fence %q does not record c.1 as spent", f)
 				}
-				if v := acq("h:a", "+r1"); v[0] != 1 || v[2] != 1 {
-					t.Fatalf("replay r1 again: %v", v)
+				if v := acq("h:a", "+c.1"); v[0] != 1 || v[2] != 1 {
+					t.Fatalf("replay c.1 again: %v", v)
 				}
 				// Given back; then the first send arrives: nothing.
 				free()
-				if v := acq("h:a", "r1"); v[0] != 0 || v[1] != 0 {
-					t.Fatalf("late first send of r1 on the free lock: %v, want {0, 0}", v)
+				if v := acq("h:a", "c.1"); v[0] != 0 || v[1] != 0 {
+					t.Fatalf("late first send of c.1 on the free lock: %v, want {0, 0}", v)
 				}
 				if n, _ := do("EXISTS", "{s}").AsInt64(); n != 0 {
 					t.Fatal("the late first send wrote the lock")
 				}
-				if v := acq("h:a", "+r1"); v[0] != 0 {
-					t.Fatalf("a replay of the spent r1 on the free lock: %v", v)
+				if v := acq("h:a", "+c.1"); v[0] != 0 {
+					t.Fatalf("a replay of the spent c.1 on the free lock: %v", v)
 				}
 				// Another request takes the lock; the record stays, and re-entries read it.
-				if v := acq("h:a", "r2"); v[0] != 1 || v[2] != 1 {
-					t.Fatalf("r2: %v", v)
+				if v := acq("h:a", "c.2"); v[0] != 1 || v[2] != 1 {
+					t.Fatalf("c.2: %v", v)
 				}
-				if f := fence(); !strings.Contains(f, "/r1/") {
-					t.Fatalf("the grant of r2 dropped the record of r1: %q", f)
+				if f := fence(); !strings.Contains(f, "/c.1/") {
+					t.Fatalf("the grant of c.2 dropped the record of c.1: %q", f)
 				}
-				if v := acq("h:a", "r1"); v[0] != 0 || holds("h:a") != "1" {
-					t.Fatalf("late first send of r1 as a re-entry: %v, holds %s", v, holds("h:a"))
+				if v := acq("h:a", "c.1"); v[0] != 0 || holds("h:a") != "1" {
+					t.Fatalf("late first send of c.1 as a re-entry: %v, holds %s", v, holds("h:a"))
 				}
 				// A replayed re-entry is applied once and spent.
-				if v := acq("h:a", "+r3"); v[0] != 1 || v[2] != 2 {
-					t.Fatalf("replayed re-entry r3: %v", v)
+				if v := acq("h:a", "+c.3"); v[0] != 1 || v[2] != 2 {
+					t.Fatalf("replayed re-entry c.3: %v", v)
 				}
-				if v := acq("h:a", "r3"); v[0] != 1 || v[2] != 2 || holds("h:a") != "2" {
-					t.Fatalf("first send of r3 while it is the last request: %v, holds %s", v, holds("h:a"))
+				if v := acq("h:a", "c.3"); v[0] != 1 || v[2] != 2 || holds("h:a") != "2" {
+					t.Fatalf("first send of c.3 while it is the last request: %v, holds %s", v, holds("h:a"))
 				}
-				if v := acq("h:a", "r4"); v[0] != 1 || v[2] != 3 {
-					t.Fatalf("re-entry r4: %v", v)
+				if v := acq("h:a", "c.4"); v[0] != 1 || v[2] != 3 {
+					t.Fatalf("re-entry c.4: %v", v)
 				}
-				if v := acq("h:a", "r3"); v[0] != 0 || holds("h:a") != "3" {
-					t.Fatalf("late first send of r3 after r4: %v, holds %s", v, holds("h:a"))
+				if v := acq("h:a", "c.3"); v[0] != 0 || holds("h:a") != "3" {
+					t.Fatalf("late first send of r3 after c.4: %v, holds %s", v, holds("h:a"))
 				}
 				// A replay refused by another holder spends its id too (readers share a read
 				// lock: not refused).
 				if k.name != "rw_acquire/r" {
-					if v := acq("h:b", "+r5"); v[0] != 0 {
-						t.Fatalf("replay r5 of another owner: %v", v)
+					if v := acq("h:b", "+c.5"); v[0] != 0 {
+						t.Fatalf("replay c.5 of another owner: %v", v)
 					}
 					free()
-					if v := acq("h:b", "r5"); v[0] != 0 {
-						t.Fatalf("late first send of r5 on the free lock: %v", v)
+					if v := acq("h:b", "c.5"); v[0] != 0 {
+						t.Fatalf("late first send of c.5 on the free lock: %v", v)
 					}
 					if n, _ := do("EXISTS", "{s}", "{s}:queue", "{s}:writers").AsInt64(); n != 0 {
-						t.Fatal("the late first send of r5 wrote the lock, a place or a claim")
+						t.Fatal("the late first send of c.5 wrote the lock, a place or a claim")
 					}
 				}
 				free()
 
 				// Records run out: an ended one grants again, and the next grant drops it.
-				do("SET", "{s}:fence", "5/r9/1")
-				if v := acq("h:c", "r9"); v[0] != 1 {
+				do("SET", "{s}:fence", "5/c.9/1")
+				if v := acq("h:c", "c.9"); v[0] != 1 {
 					t.Fatalf("an ended record: %v", v)
 				}
 				if f := fence(); k.name != "rw_acquire/r" && strings.Contains(f, "/") { // a read grant writes no fence
@@ -153,18 +155,18 @@ func TestAcquire_spentRequestIDs(t *testing.T) {
 					fmt.Fprintf(&b, "/old%d/99999999999999", i)
 				}
 				do("SET", "{s}:fence", b.String())
-				if v := acq("h:c", "+r10"); v[0] != 1 {
-					t.Fatalf("replay r10: %v", v)
+				if v := acq("h:c", "+c.10"); v[0] != 1 {
+					t.Fatalf("replay c.10: %v", v)
 				}
 				f := fence()
-				if n := strings.Count(f, "/") / 2; n != 32 || !strings.Contains(f, "/r10/") || strings.Contains(f, "/old8/") {
+				if n := strings.Count(f, "/") / 2; n != 32 || !strings.Contains(f, "/c.10/") || strings.Contains(f, "/old8/") {
 					t.Fatalf("the fence keeps %d records (want 32, the newest): %q", n, f)
 				}
 				free()
 				// A fence that is not a token and records still fails a fresh write grant.
 				if k.name != "rw_acquire/r" {
 					do("SET", "{s}:fence", "5/x")
-					if _, err := k.acq(ctx, tc, "h:d", "r11"); err == nil || !strings.Contains(err.Error(), "WRONGTYPE") {
+					if _, err := k.acq(ctx, tc, "h:d", "c.11"); err == nil || !strings.Contains(err.Error(), "WRONGTYPE") {
 						t.Fatalf("a fence that is not a fence value: %v", err)
 					}
 				}

@@ -79,12 +79,12 @@
 // # Keys
 //
 // A lock called name lives in Redis as a hash at "{<prefix><name>}" (owner id -> hold count,
-// beside the holder's fencing token, each owner's last request id, a mark "w" once a
-// waiter was refused during the tenure, and a mark "g" while the counter lists spent request
-// ids), with a fencing counter at "...:fence" (the last token, then for a minute or the lease
-// after a replayed acquire its spent request id) and a release channel "...:released", all in
-// one hash slot. A release publishes only when the lock is
-// marked: an uncontended Lock+Unlock costs Redis nine calls, two of them the scripts. A
+// beside the holder's fencing token, the sequence number of each owner's operation last
+// applied, and a mark "w" once a waiter was refused during the tenure), with a fencing
+// counter at "...:fence" (the last token, then for a minute or the lease after a replayed
+// acquire its spent sequence number) and a release channel "...:released", all in one hash
+// slot. A release publishes only when the lock is marked: an uncontended Lock+Unlock costs
+// Redis eight calls, two of them the scripts (docs/DESIGN.md, "Lock protocol v2"). A
 // ForceUnlock leaves a short-lived record at "...:forced" (the owners it took the lock from,
 // with the fencing token of their tenure) so that an Unlock whose reply was lost, and which is
 // replayed, tells a hold it gave back from one the force took: a replay that finds the hold
@@ -94,8 +94,9 @@
 // record per final release instead ("...:rel:<request id>", twice the cleanup timeout). A name that carries its own hash tag
 // ("{user42}:cart") keeps that slot. Owner ids start with "h:" (a handle's) or "u:" (a
 // context owner's, [WithOwner]) and the hash's other fields never do, so no owner id, whatever
-// its text, can be taken for another field. The fencing counter expires 24 hours after the
-// name's last fresh grant (lua.FenceTTL): tokens keep rising without it, since they follow
+// its text, can be taken for another field. The fencing counter expires a second after it was
+// set from the server's clock (lua.CounterTTL; a fair or read-write lock's 24 hours after the
+// name's last fresh grant, lua.FenceTTL): tokens keep rising without it, since they follow
 // the server's clock ([Mutex.Token]).
 //
 // # Direct hand-off

@@ -64,8 +64,13 @@ type tenure struct {
 	lease *watchdog.Lease
 	first watchdog.Lease // the fresh grant's lease: lease points here until a re-entry extends it
 	renew bool
-	end   time.Time // conservative end of the lease as last granted (fixed leases)
-	gone  time.Time // by then Redis has surely let the lease as last granted expire (fixed leases)
+	// releasing: the give-back of the tenure's last hold is in flight (Mutex.release). A
+	// renewal that finds the hold gone meanwhile may have met that very give-back: the loss
+	// waits (deferred) for the give-back's answer, which ends the tenure either way.
+	releasing bool
+	deferred  error     // the renewal's loss, told only if the give-back fails (releaseFailed)
+	end       time.Time // conservative end of the lease as last granted (fixed leases)
+	gone      time.Time // by then Redis has surely let the lease as last granted expire (fixed leases)
 	// start is when the grant's reply came, on the observation clock (observer.now); set
 	// only when the Client has an observer, for HoldEnd's Held. -1: a tenure no caller was
 	// told of (hideTenure), whose end is not reported.
@@ -291,6 +296,14 @@ func (h *hold) onLost(l *watchdog.Lease, cause error) {
 		return
 	}
 	h.cur.lease = nil
+	if h.cur.releasing && errors.Is(cause, watchdog.ErrGone) {
+		// Redis no longer has the hold, and the give-back of its last hold is in flight: the
+		// renewal may have reached Redis after the give-back freed it. The give-back's answer
+		// tells (released ends the tenure, as lost if Redis had nothing to give back).
+		h.cur.deferred = cause
+		h.unlockMu()
+		return
+	}
 	if !h.cur.renew && errors.Is(cause, watchdog.ErrExpired) {
 		// A fixed lease ran its course: the holds are over, nothing was lost. Redis may keep
 		// them a little longer (the drift allowance): a re-entry in that moment finds them.
@@ -393,6 +406,28 @@ func (h *hold) released(remaining int64) (extra int64, known int) {
 		}
 	}
 	return extra, known
+}
+
+// releasing marks tenure t, if still current, as having the give-back of its last hold in
+// flight (see tenure.releasing). h.op must be held; the give-back's end is told by released
+// or releaseFailed.
+func (h *hold) beginRelease(t *tenure) {
+	h.mu.Lock()
+	if h.cur == t {
+		t.releasing = true
+	}
+	h.mu.Unlock()
+}
+
+// releaseFailed tells that the give-back of tenure t's last hold got no answer: the tenure
+// goes on, and a loss a renewal found meanwhile (deferred) ends it now.
+func (h *hold) releaseFailed(t *tenure) {
+	h.mu.Lock()
+	defer h.unlockMu()
+	t.releasing = false
+	if h.cur == t && t.deferred != nil {
+		h.endLocked(errorf("%w: %w", ErrLockLost, t.deferred))
+	}
 }
 
 // hideTenure marks h's current tenure as one that no caller was told of: a fresh grant

@@ -68,9 +68,9 @@ type HolderInfo struct {
 	// TTL is the hold's remaining lease (for a Mutex or FairMutex, the key's).
 	TTL time.Duration
 	// Since is when the hold was granted, read from its fencing token (a fresh grant's token
-	// is the server's clock in microseconds, unless tokens were handed out faster than one
-	// per microsecond or the clock went back); zero for holds without a token (read holds,
-	// permits).
+	// is the server's clock in microseconds, up to a second earlier for a Mutex or SpinMutex,
+	// whose counter counts grants for a second after it read the clock ([lua.CounterTTL]),
+	// unless the clock went back); zero for holds without a token (read holds, permits).
 	Since time.Time
 	// ClientID is the id of the [Client] that made the owner id ([Client.ID]), when the id
 	// shows it: every handle's own owner, an owner made by [Client.WithNewOwner], every

@@ -599,6 +599,12 @@ func (m *Mutex) attempt(ctx context.Context, h *hold, lease time.Duration, renew
 	case m.v.marks && queue:
 		args = append(args, "1")
 	}
+	if m.v.clockToken {
+		if len(args) == 3 {
+			args = append(args, "")
+		}
+		args = append(args, "c")
+	}
 	if m.v.acquireExtra != nil {
 		k, a := m.v.acquireExtra(m, queue)
 		keys, args = append(keys, k...), append(args, a...)
@@ -969,9 +975,14 @@ func (m *Mutex) release(ctx context.Context, h *hold, rt *relTrace) error {
 	}
 	if !last {
 		t = nil
+	} else {
+		h.beginRelease(t)
 	}
 	sent := time.Now()
 	n, token, err := m.sendRelease(ctx, h.owner, cand, h, t)
+	if err != nil && t != nil {
+		h.releaseFailed(t)
+	}
 	if cand != nil {
 		var unknown error
 		if err != nil && !definitive(err) {
@@ -1108,6 +1119,11 @@ func (m *Mutex) sendRelease(ctx context.Context, owner string, next *candidate, 
 	}
 	if err != nil {
 		return 0, 0, classify("unlock", m.name, err)
+	}
+	if n == -3 {
+		// Only a release sent beside a later operation of the owner on the lock (not one
+		// after another, as h.op keeps them) meets it: nothing was given back.
+		return 0, 0, errorf("unlock %q: %w: the owner's later operation reached Redis first", m.name, ErrUnknownOutcome)
 	}
 	if n == -2 {
 		n = -1
@@ -1280,13 +1296,15 @@ func (m *Mutex) Err(ctx context.Context) error {
 }
 
 // Token is the fencing token of the caller's owner's current hold: a number that strictly
-// rises with every fresh grant of this lock name (re-entry keeps it). It is the larger of the
-// last token + 1 and the Redis server's clock in microseconds; it does not rise by exactly
-// one. The counter of the last token expires 24 hours after the name's last fresh grant
-// ([lua.FenceTTL]), so that a name locked once does not keep a key forever, and it can be lost
-// with a restart without persistence or a failover to a replica that lacked it: tokens keep
-// rising across all of these as long as the server's clock reads later than it did at the
-// name's last grant (it was not set back). Pass it to the resource you protect and have it
+// rises with every fresh grant of this lock name (re-entry keeps it). The name's counter of
+// tokens is set from the Redis server's clock in microseconds (to the larger of that and the
+// last token + 1) and then counts up by one per fresh grant for a second ([lua.CounterTTL]),
+// when it expires; so a token is the server's clock at its grant to within a second, and does
+// not rise by exactly one. The counter can also be lost with a restart without persistence or
+// a failover to a replica that lacked it: tokens keep rising across all of these as long as
+// the server's clock reads later than it did at the name's last grant (it was not set back).
+// (A fair lock's, a read-write lock's and a RedLock's tokens follow the clock at every grant;
+// their counter lives a day, [lua.FenceTTL].) Pass it to the resource you protect and have it
 // refuse any token lower than one it has seen: that is what keeps a paused or partitioned
 // former holder from doing harm. It returns [ErrNotHeld] when the owner holds no hold through
 // this Client.

@@ -44,6 +44,10 @@ type variant struct {
 	// marks: the acquire script takes ARGV[4], by which the attempts of a wait mark the lock
 	// so that its release publishes (acquire.lua); releases publish only then.
 	marks bool
+	// clockToken: a fresh grant's token follows the server's clock exactly (acquire.lua's
+	// ARGV[5] 'c'), not the fence's counter: a RedLock compares its instances' tokens,
+	// given by several servers.
+	clockToken bool
 	// forced: the release script keeps no record per request; a replay asks the lock's
 	// forced record instead, which the force script writes (release.lua).
 	forced bool
