@@ -265,14 +265,17 @@ func (m *Mutex) acquireObserved(ctx context.Context, o *observer, owner string, 
 // acquireAs is acquire for owner, with the lease checked; tr, when not nil, traces it for
 // the observer.
 func (m *Mutex) acquireAs(ctx context.Context, owner string, wait, lease time.Duration, renew bool, tr *acqTrace) (bool, error) {
-	ok, err := m.acquireAs1(ctx, owner, wait, lease, renew, tr)
+	ok, err := m.waitForHold(ctx, owner, wait, lease, renew, tr)
 	if err != nil && m.v.acquireErr != nil {
 		err = m.v.acquireErr(m.name, err)
 	}
 	return ok, err
 }
 
-func (m *Mutex) acquireAs1(ctx context.Context, owner string, wait, lease time.Duration, renew bool, tr *acqTrace) (bool, error) {
+// waitForHold is acquireAs before its error is mapped: it counts the call on owner's hold,
+// waits (attempts, parks as a hand-off candidate) within wait, and settles a hand-off claimed
+// as the wait ended.
+func (m *Mutex) waitForHold(ctx context.Context, owner string, wait, lease time.Duration, renew bool, tr *acqTrace) (bool, error) {
 	if err := ctx.Err(); err != nil {
 		return false, errorf("lock %q: %w", m.name, err)
 	}
@@ -377,7 +380,7 @@ func (m *Mutex) claimedAtEnd(ctx context.Context, h *hold, cand *candidate, g *g
 			defer cancel()
 			if gok, _, _ := m.handedOff(cctx, h, cand, nil, nil, nil); gok {
 				h.hideTenure() // a hand-off is a fresh grant
-				m.gaveBack(h, GiveBackCanceled, m.release1(cctx, h))
+				m.gaveBack(h, GiveBackCanceled, m.giveBackOne(cctx, h))
 			}
 		})
 		if err == nil {
@@ -393,7 +396,7 @@ func (m *Mutex) claimedAtEnd(ctx context.Context, h *hold, cand *candidate, g *g
 	case gok:
 		// The caller is gone: give it back.
 		h.hideTenure() // a hand-off is a fresh grant
-		m.later(ctx, o, g, func() { m.gaveBack(h, GiveBackCanceled, m.release1(ctx, h)) })
+		m.later(ctx, o, g, func() { m.gaveBack(h, GiveBackCanceled, m.giveBackOne(ctx, h)) })
 	case err == nil:
 		err = gerr
 	}
@@ -466,10 +469,10 @@ func (m *Mutex) handedOff(ctx context.Context, h *hold, cand *candidate, o *opHo
 	return true, nil, true
 }
 
-// release1 gives back one hold of h on behalf of a caller that has gone. If the give-back
+// giveBackOne gives back one hold of h on behalf of a caller that has gone. If the give-back
 // fails, this Client stops counting and renewing the hold (h.abandon): Redis lets it expire
 // within its lease; the error is returned (for the observer). h.op must be held.
-func (m *Mutex) release1(ctx context.Context, h *hold) error {
+func (m *Mutex) giveBackOne(ctx context.Context, h *hold) error {
 	err := m.release(ctx, h, nil)
 	if err != nil && !errors.Is(err, ErrNotHeld) {
 		h.abandon(err)
@@ -761,7 +764,7 @@ func (m *Mutex) undo(ctx context.Context, h *hold, vals []int64, sent time.Time,
 		if !tr.reentered {
 			h.hideTenure()
 		}
-		m.gaveBack(h, GiveBackCanceled, m.release1(ctx, h))
+		m.gaveBack(h, GiveBackCanceled, m.giveBackOne(ctx, h))
 	}
 }
 
@@ -795,7 +798,7 @@ func (m *Mutex) grant(ctx context.Context, h *hold, vals []int64, sent time.Time
 		// Orphans: each gives back one hold and never the last (this grant's), so the lock
 		// stays held. One that fails leaves the orphan to the end of this tenure, whose last
 		// Unlock stops renewing whatever Redis still counts (hold.released).
-		n, rerr := m.releaseN(ctx, h.owner, extra)
+		n, rerr := m.giveBackOrphans(ctx, h.owner, extra)
 		if m.c.obs != nil && m.v.obs != "" {
 			m.c.gaveBack(m.v.obs, m.name, h.owner, int(n), reason, rerr)
 		}
@@ -808,9 +811,9 @@ func (m *Mutex) grant(ctx context.Context, h *hold, vals []int64, sent time.Time
 	return err
 }
 
-// releaseN gives back n holds of owner, one release each, within one cleanup timeout; it
+// giveBackOrphans gives back n holds of owner, one release each, within one cleanup timeout; it
 // stops at the first that fails. It returns n and that failure.
-func (m *Mutex) releaseN(ctx context.Context, owner string, n int64) (int64, error) {
+func (m *Mutex) giveBackOrphans(ctx context.Context, owner string, n int64) (int64, error) {
 	cctx, cancel := m.c.cleanupCtx(ctx)
 	defer cancel()
 	for i := n; i > 0; i-- {
@@ -1008,7 +1011,7 @@ func (m *Mutex) release(ctx context.Context, h *hold, rt *relTrace) error {
 			extra = min(extra, int64(known))
 		}
 		if extra > 0 {
-			_, rerr := m.releaseN(ctx, h.owner, extra)
+			_, rerr := m.giveBackOrphans(ctx, h.owner, extra)
 			if m.c.obs != nil && m.v.obs != "" {
 				m.c.gaveBack(m.v.obs, m.name, h.owner, int(extra), GiveBackOrphan, rerr)
 			}
