@@ -15,11 +15,13 @@ import (
 
 // BenchmarkScriptCycle measures an uncontended acquire+release pair sent straight through a
 // rueidis client (DisableCache, one goroutine: rueidis's synchronous path), for the data
-// models issue 10 weighs: relock's own scripts (a hash: owner -> count, request id, token;
-// a fence key written with TIME and SET ... GET), a string lock (SET NX PX inside a script,
-// the value packing owner, count, request id and token) with and without that fence, and the
-// peers' shape (SET NX PX, then a GET+DEL script). It reports the wall time per cycle (ns/op)
-// and Redis's own time per cycle (redis_us/op: INFO commandstats usec of EVALSHA, inner calls
+// models and script forms issues 10 and 23 weigh: relock's own scripts (lock protocol v2: a
+// hash owner -> count, sequence number, token; a fence raised by INCR) sent with EVALSHA, the
+// same two script bodies loaded once as a Redis Function library and sent with FCALL, a
+// string lock (SET NX PX inside a script, the value packing owner, count, request id and
+// token) with and without a fence written with TIME and SET ... GET, and the peers' shape (SET
+// NX PX, then a GET+DEL script). It reports the wall time per cycle (ns/op) and Redis's own
+// time per cycle (redis_us/op: INFO commandstats usec of EVALSHA and FCALL, inner calls
 // included, plus SET sent alone).
 func BenchmarkScriptCycle(b *testing.B) {
 	srv := redistest.Start(b)
@@ -45,17 +47,33 @@ redis.call('set', KEYS[2], token, 'px', '86400000', 'get')
 		return c.B().Evalsha().Sha1(sha).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build()
 	}
 	acq, rel := load(lua.Acquire.Text(true)), load(lua.Release.Text(true))
+	// The same bodies as a Function library: a function's body is the script's (KEYS and ARGV
+	// are its parameters), defined once by FUNCTION LOAD.
+	lib := "#!lua name=relockbench\n" +
+		"redis.register_function('relock_acquire', function(KEYS, ARGV)\n" + lua.Acquire.Text(false) + "\nend)\n" +
+		"redis.register_function{function_name='relock_release', flags={'allow-oom'}, callback=function(KEYS, ARGV)\n" +
+		lua.Release.Text(false) + "\nend}\n"
+	if err := c.Do(bg, c.B().FunctionLoad().Replace().FunctionCode(lib).Build()).Error(); err != nil {
+		b.Fatal(err)
+	}
+	fcall := func(f string, keys []string, args ...string) rueidis.Completed {
+		return c.B().Fcall().Function(f).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build()
+	}
 	strAcq := load(fence + `redis.call('set', KEYS[1], ARGV[2] .. '|1|' .. ARGV[3] .. '|' .. token, 'nx', 'px', ARGV[1]) return 1`)
 	strAcqNoFence := load(`redis.call('set', KEYS[1], ARGV[2] .. '|1|' .. ARGV[3], 'nx', 'px', ARGV[1]) return 1`)
 	strRel := load(`local v = redis.call('get', KEYS[1]) redis.call('del', KEYS[1]) return 0`)
 	peerRel := load(`if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0`)
+	// seq is the i-th operation's sequence number, as a Client numbers them.
+	seq := func(i int) string { return "0b8d9c1e7f1a4a559a3e1d2c3b4a5f60." + strconv.Itoa(i+1) }
 	for _, p := range []struct {
 		name  string
 		cycle func(i int) []rueidis.Completed
 	}{
 		{"relock-hash", func(i int) []rueidis.Completed {
-			n := strconv.Itoa(i)
-			return []rueidis.Completed{evalsha(acq, keys, "30000", owner, "a"+n, ""), evalsha(rel, keys[:1], owner, "r"+n, "P{relock:cycle}:released", "")}
+			return []rueidis.Completed{evalsha(acq, keys, "30000", owner, seq(2*i), ""), evalsha(rel, keys[:1], owner, seq(2*i+1), "P{relock:cycle}:released", "")}
+		}},
+		{"relock-hash-fcall", func(i int) []rueidis.Completed {
+			return []rueidis.Completed{fcall("relock_acquire", keys, "30000", owner, seq(2*i), ""), fcall("relock_release", keys[:1], owner, seq(2*i+1), "P{relock:cycle}:released", "")}
 		}},
 		{"string-fenced", func(i int) []rueidis.Completed {
 			return []rueidis.Completed{evalsha(strAcq, keys, "30000", owner, "a"+strconv.Itoa(i)), evalsha(strRel, keys[:1])}
@@ -84,7 +102,7 @@ redis.call('set', KEYS[2], token, 'px', '86400000', 'get')
 				run(i)
 			}
 			b.StopTimer()
-			b.ReportMetric(float64(commandUsec(b, srv, "evalsha", "set"))/float64(b.N), "redis_us/op")
+			b.ReportMetric(float64(commandUsec(b, srv, "evalsha", "fcall", "set"))/float64(b.N), "redis_us/op")
 		})
 	}
 }

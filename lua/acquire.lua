@@ -51,11 +51,6 @@ local clock = ARGV[5] == 'c'
 local seqField = 'q:' .. owner
 local markRetry = 50 -- ms: how soon a waiter whose mark could not be written tries again
 
--- refused(r) reports whether r, the reply of a redis.pcall, is an error (lib_refusal.lua).
-local function refused(r)
-  return type(r) == 'table' and r.err ~= nil
-end
-
 -- rare returns the helpers of the rare paths.
 local function rare()
 --#include lib_spent
@@ -89,7 +84,7 @@ if redis.call('exists', lock) == 0 then
   end
   -- A lock without an expiry would outlive a crashed holder: if the expiry is refused (an
   -- ACL without PEXPIRE), the grant is undone and the script fails with the refusal.
-  local r = redis.pcall('pexpire', lock, lease) if refused(r) then rare().ungrant() error(r) end
+  local r = redis.pcall('pexpire', lock, lease) if type(r) == 'table' and r.err then rare().ungrant() error(r) end
   return {1, tonumber(token), 1}
 end
 
@@ -99,10 +94,14 @@ if holds and last then
   if last == seq then
     return {1, token, tonumber(holds)} -- applied already: answered from the state
   end
-  local c1, n1 = string.match(seq, '^(.*)%.(%d+)$')
-  local c2, n2 = string.match(last, '^(.*)%.(%d+)$')
-  if c1 and c1 == c2 and tonumber(n1) < tonumber(n2) then
-    return {0, 0} -- superseded: the owner's later operation was applied
+  -- Of one Client's numbers (one length of id), the later is the longer, or of the same
+  -- length the greater string: only such a last needs the full comparison.
+  if #last > #seq or #last == #seq and last > seq then
+    local c1, n1 = string.match(seq, '^(.*)%.(%d+)$')
+    local c2, n2 = string.match(last, '^(.*)%.(%d+)$')
+    if c1 and c1 == c2 and tonumber(n1) < tonumber(n2) then
+      return {0, 0} -- superseded: the owner's later operation was applied
+    end
   end
 end
 if not holds then
@@ -115,7 +114,7 @@ if not holds then
     -- A waiter: the release of this tenure must publish. On a full server the mark cannot
     -- be written: no release will tell this waiter, so it is told to try again soon.
     local r = redis.pcall('hset', lock, 'w', '1')
-    if refused(r) then
+    if type(r) == 'table' and r.err then
       if pttl < 0 or pttl > markRetry then
         pttl = markRetry
       end

@@ -59,7 +59,7 @@ func TestCommandAt_eachLine(t *testing.T) {
 // line of the refused call (lib_refusal.lua).
 func TestScripts_refusalsNamed(t *testing.T) {
 	raise := regexp.MustCompile(`\berror\(`)
-	idiom := regexp.MustCompile(`^\s*(local )?\w+ = redis\.pcall\('[a-z]+'.*\) if refused\(\w+\) then (\w+\(\)\.)?\w+\([^()]*\) error\(\w+\) end$`)
+	idiom := regexp.MustCompile(`^\s*(local )?\w+ = redis\.pcall\('[a-z]+'.*\) if (refused\(\w+\)|type\(\w+\) == 'table' and \w+\.err) then (\w+\(\)\.)?\w+\([^()]*\) error\(\w+\) end$`)
 	for _, s := range lua.All() {
 		for i, l := range strings.Split(s.PlainSource(), "\n") {
 			if strings.HasPrefix(strings.TrimSpace(l), "--") {

@@ -37,24 +37,31 @@
 -- script's included (EVALSHA, HMGET, DEL), and a fourth (PUBLISH) only when a waiter is told.
 -- A hand-off's token is the fence's INCR, as acquire.lua's (lib_fence.lua, defined only then).
 -- Runs with allow-oom: giving a lock back must work on a full server.
---#include lib_publish
 local lock, forced = KEYS[1], KEYS[2]
 local owner, req, channel, tenure = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local next, nextLease, nextReq = ARGV[5], ARGV[6], ARGV[7]
 local reqField = 'q:' .. owner
 
-local function reply(n, token)
-  if next then
-    return {n, token or 0}
-  end
-  return n
+-- rare returns the helpers of the paths an uncontended release does not take (a hand-off, a
+-- publish, a replay's answer): defined only when one is taken.
+local function rare()
+--#include lib_publish
+--#include lib_spent
+--#include lib_fence
+  return {publish = publish, grantToken = grantToken,
+    reply = function(n, token)
+      if next then
+        return {n, token or 0}
+      end
+      return n
+    end}
 end
 
 local got = redis.call('hmget', lock, owner, reqField, 'w')
 local holds, last, waiters = got[1], got[2], got[3]
 if not holds then
   if tenure == '' then
-    return reply(-1) -- a first send: this request gave nothing back before
+    return rare().reply(-1) -- a first send: this request gave nothing back before
   end
   if next then
     -- A replay of a final release that may have passed the lock on.
@@ -65,24 +72,29 @@ if not holds then
   end
   if redis.call('type', forced).ok == 'hash'
     and redis.call('hget', forced, owner) == tenure then
-    return reply(-1) -- forced away before this request arrived
+    return rare().reply(-1) -- forced away before this request arrived
   end
-  return reply(-2)
+  return rare().reply(-2)
 end
 if last == req then
-  return reply(tonumber(holds)) -- applied already: answered from the state
+  return rare().reply(tonumber(holds)) -- applied already: answered from the state
 end
-if last then
+-- Of one Client's numbers ('<client id>.<n>', one length of id), the later is the longer,
+-- or of the same length the greater string: only such a last needs the full comparison.
+if last and (#last > #req or #last == #req and last > req) then
   local c1, n1 = string.match(req, '^(.*)%.(%d+)$')
   local c2, n2 = string.match(last, '^(.*)%.(%d+)$')
   if c1 and c1 == c2 and tonumber(n1) < tonumber(n2) then
-    return reply(-3) -- superseded: the owner's later operation was applied
+    return rare().reply(-3) -- superseded: the owner's later operation was applied
   end
 end
 if tonumber(holds) > 1 then
   holds = redis.call('hincrby', lock, owner, '-1')
   redis.call('hset', lock, reqField, req)
-  return reply(holds)
+  if next then
+    return {holds, 0}
+  end
+  return holds
 end
 -- The last hold.
 if next then
@@ -91,12 +103,7 @@ if next then
   -- touched.
   local token = redis.pcall('incr', KEYS[3])
   if type(token) ~= 'number' or token == 1 then
-    local function rare()
---#include lib_spent
---#include lib_fence
-      return grantToken
-    end
-    token = rare()(KEYS[3], token)
+    token = rare().grantToken(KEYS[3], token)
     if not token then
       return redis.error_reply('WRONGTYPE ' .. KEYS[3] .. ' holds a string that is not a fencing token')
     end
@@ -114,9 +121,7 @@ if next then
     -- No lock without an expiry (an ACL without PEXPIRE): the hand-off is undone, and the
     -- release, already applied, is answered as one that freed the lock without passing it.
     redis.call('del', lock)
-    if channel ~= '' then
-      publish(channel, '0')
-    end
+    rare().publish(channel, '0')
     return {0, 0}
   end
   return {0, tonumber(token)}
@@ -124,7 +129,7 @@ end
 -- The waiters are told before the lock goes (they read the message only after this script),
 -- so that a refused PUBLISH (an ACL without it) fails the release before it changes anything.
 if waiters and channel ~= '' then
-  publish(channel, '0')
+  rare().publish(channel, '0')
 end
 redis.call('del', lock)
 return 0
