@@ -7,11 +7,12 @@
 // connection to a server that does not answer holds it until the dial fails (rueidis dials
 // under a context of its own, bounded by its Dialer timeout or ConnWriteTimeout);
 // [Subscriber.Shutdown] bounds that wait by a context and leaves such a goroutine to exit
-// by itself when its dial ends, closing what it got and sending nothing. Channels are reference-counted: a channel is
-// subscribed while it has waiters and for a short linger after the last one leaves (so a
-// hot lock does not pay a SUBSCRIBE and UNSUBSCRIBE per acquisition), then unsubscribed.
-// Only the first goroutine sends SUBSCRIBE and UNSUBSCRIBE, so they reach Redis in the order
-// they were decided.
+// by itself when its dial ends, closing what it got and sending nothing.
+//
+// Channels are reference-counted: a channel is subscribed while it has waiters and for a
+// short linger after the last one leaves (so a hot lock does not pay a SUBSCRIBE and
+// UNSUBSCRIBE per acquisition), then unsubscribed. Only the first goroutine sends SUBSCRIBE
+// and UNSUBSCRIBE, so they reach Redis in the order they were decided.
 //
 // Delivery: a message on a channel wakes one of its waiters, the one that has waited
 // longest and holds no unread wake-up; a woken waiter moves to the back of the line. Two
