@@ -3,11 +3,16 @@
 //
 // A [Subscriber] owns one dedicated connection and one goroutine, started by the first
 // [Subscriber.Watch] and stopped by [Subscriber.Close], plus, while a connection is up, a
-// second one that watches it for loss. Channels are reference-counted: a channel is
-// subscribed while it has waiters and for a short linger after the last one leaves (so a
-// hot lock does not pay a SUBSCRIBE and UNSUBSCRIBE per acquisition), then unsubscribed.
-// Only the first goroutine sends SUBSCRIBE and UNSUBSCRIBE, so they reach Redis in the order
-// they were decided.
+// second one that watches it for loss. Close waits for them, and a goroutine dialling a
+// connection to a server that does not answer holds it until the dial fails (rueidis dials
+// under a context of its own, bounded by its Dialer timeout or ConnWriteTimeout);
+// [Subscriber.Shutdown] bounds that wait by a context and leaves such a goroutine to exit
+// by itself when its dial ends, closing what it got and sending nothing.
+//
+// Channels are reference-counted: a channel is subscribed while it has waiters and for a
+// short linger after the last one leaves (so a hot lock does not pay a SUBSCRIBE and
+// UNSUBSCRIBE per acquisition), then unsubscribed. Only the first goroutine sends SUBSCRIBE
+// and UNSUBSCRIBE, so they reach Redis in the order they were decided.
 //
 // Delivery: a message on a channel wakes one of its waiters, the one that has waited
 // longest and holds no unread wake-up; a woken waiter moves to the back of the line. Two
@@ -125,7 +130,8 @@ type Subscriber struct {
 	route   chan struct{} // capacity 1: a channel needs a home (sharded)
 	ctx     context.Context
 	cancel  context.CancelFunc
-	wg      sync.WaitGroup // the goroutines
+	running int           // the goroutines started and not exited
+	gone    chan struct{} // closed once closed is set and running is 0
 }
 
 // conn is one subscription connection and its goroutine: the only one (classic), or one
@@ -162,6 +168,7 @@ func New(client rueidis.Client, opts ...Option) (*Subscriber, error) {
 		conns:  make(map[string]*conn),
 		slots:  make(map[uint16]string),
 		route:  make(chan struct{}, 1),
+		gone:   make(chan struct{}),
 	}
 	for _, o := range opts {
 		o.apply(s)
@@ -268,7 +275,7 @@ func (s *Subscriber) connTo(addr string) *conn {
 	}
 	if !cn.started && !s.closed {
 		cn.started = true
-		s.wg.Add(1)
+		s.running++
 		go s.loop(cn)
 	}
 	return cn
@@ -279,7 +286,7 @@ func (s *Subscriber) connTo(addr string) *conn {
 func (s *Subscriber) needRoute() {
 	if !s.routing && !s.closed {
 		s.routing = true
-		s.wg.Add(1)
+		s.running++
 		go s.router()
 	}
 	select {
@@ -310,21 +317,55 @@ func (s *Subscriber) rehome(c *channel, addr string, wake bool) {
 	}
 }
 
-// Close stops the Subscriber's goroutines, closes its connections and wakes every waiter. It
-// waits for the goroutines to exit: a connection being dialled to a server that does not
-// answer holds it up to rueidis's bound on a connection's setup (its Dialer timeout, 5 s by
-// default, or ConnWriteTimeout when shorter), which no cancellation reaches (only closing
-// the connection does: a dial function of the client's own may). Later Watch calls return
-// ErrClosed.
-func (s *Subscriber) Close() {
+// Close stops the Subscriber's goroutines, closes its connections, wakes every waiter, and
+// waits for the goroutines to exit. A goroutine dialling a connection to a server that does
+// not answer holds Close up to rueidis's bound on a connection's setup (its Dialer timeout,
+// 5 s by default, or ConnWriteTimeout when shorter), which no cancellation reaches (only
+// closing the connection does: a dial function of the client's own may); [Subscriber.Shutdown]
+// bounds that wait. Later Watch calls return ErrClosed. Close is Shutdown with no bound.
+func (s *Subscriber) Close() { _ = s.Shutdown(context.Background()) }
+
+// Shutdown is Close with its wait for the goroutines bounded by ctx. It stops the
+// Subscriber and wakes every waiter at once, whatever ctx. It returns nil when every
+// goroutine has exited, or ctx's error when ctx ended first: then a goroutine still
+// dialling a connection (see Close) goes on until the dial ends, by rueidis's bound, then
+// closes what it got and exits; it wakes, reports (WithNotify) and subscribes nothing
+// more. A later Close or Shutdown waits for it again. Later Watch calls return ErrClosed.
+func (s *Subscriber) Shutdown(ctx context.Context) error {
 	s.mu.Lock()
-	s.closed = true
+	if !s.closed {
+		s.closed = true
+		if s.running == 0 {
+			close(s.gone)
+		}
+	}
 	for _, c := range s.chans {
 		c.wakeAll()
 	}
 	s.mu.Unlock()
 	s.cancel()
-	s.wg.Wait()
+	select {
+	case <-s.gone:
+		return nil
+	case <-ctx.Done():
+		select {
+		case <-s.gone: // both were ready: the goroutines did exit
+			return nil
+		default:
+			return ctx.Err()
+		}
+	}
+}
+
+// exit is deferred first by each of the Subscriber's goroutines (after its last use of
+// Subscriber.mu): the last to exit after Close says so.
+func (s *Subscriber) exit() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.running--
+	if s.closed && s.running == 0 {
+		close(s.gone)
+	}
 }
 
 func (cn *conn) poke() {
@@ -513,7 +554,7 @@ func (s *Subscriber) subscription(cn *conn, gen uint64, e rueidis.PubSubSubscrip
 // lives (CLUSTER SLOTS) and tells each such channel's node, trying again with backoff while
 // the cluster cannot say (a failover in progress) or a node cannot be reached.
 func (s *Subscriber) router() {
-	defer s.wg.Done()
+	defer s.exit()
 	backoff := 10 * time.Millisecond
 	for {
 		select {
@@ -616,7 +657,7 @@ func (s *Subscriber) sleep(d time.Duration) bool {
 // a channel's slot still lives at its node, after a backoff that grows while the node keeps
 // failing.
 func (s *Subscriber) loop(cn *conn) {
-	defer s.wg.Done()
+	defer s.exit()
 	if s.sharded {
 		if cn.backoff > 0 && !s.sleep(cn.backoff) {
 			return
@@ -713,6 +754,14 @@ func (s *Subscriber) dedicate(cn *conn) (rueidis.DedicatedClient, func(), error)
 // may be dead, and the waiters of cn's channels were not woken (see Loss in the package doc).
 func (s *Subscriber) serve(cn *conn) (broken bool) {
 	dc, _, err := s.dedicate(cn)
+	if s.ctx.Err() != nil {
+		// Closed while dialling (a dial no cancellation reaches: Shutdown may have returned
+		// already): close what the dial got and send nothing.
+		if err == nil {
+			dc.Close()
+		}
+		return true
+	}
 	if err != nil {
 		s.nudge(cn)
 		return true

@@ -154,7 +154,8 @@ func Dial(opt rueidis.ClientOption, opts ...Option) (*Client, error) {
 	return DialContext(context.Background(), opt, opts...)
 }
 
-// Close stops every goroutine the Client started and waits for them. Locks still held are
+// Close stops every goroutine the Client started and waits for them (but see the second
+// exception below for a subscription connection being dialled). Locks still held are
 // not released: like a crashed process's, they expire within their lease (the watchdog
 // timeout for locks held in watchdog mode). Their holders are told: the hold's Done channel
 // closes and its contexts are cancelled with cause [ErrClosed]. Calls in flight that are
@@ -176,14 +177,17 @@ func Dial(opt rueidis.ClientOption, opts ...Option) (*Client, error) {
 // [Semaphore]). A [PermitSemaphore]'s permits expire with their lease: Close ends that work
 // for them, as it does for locks.
 //
-// Second, Close waits for the Client's subscription
-// goroutines, and one of them may be dialling a subscription connection (the first wait
-// on a lock, or a reconnection) to a server that does not answer. A Client made by Dial
-// ends such a dial (Close closes the connections its rueidis client is dialling or setting
-// up). A Client made by New cannot, since the rueidis client dials it under a context of
-// its own: Close then waits until the dial fails, by the rueidis client's bound on a
-// connection's setup: ClientOption.Dialer.Timeout (5 s by default), or ConnWriteTimeout
-// (10 s by default) when that is shorter.
+// Second, Close waits for the Client's subscription goroutines, at most until the cleanup
+// timeout since it began (or 0.1 s, when the first exception took all of it), and one of
+// them may be dialling a subscription connection (the first wait on a lock, or a
+// reconnection) to a server that does not answer. A Client made by Dial ends such a dial
+// (Close closes the connections its rueidis client is dialling or setting up). A Client made
+// by New cannot, since the rueidis client dials it under a context of its own: Close returns
+// at the cleanup timeout and leaves that goroutine to end when the dial fails, by the rueidis
+// client's bound on a connection's setup (ClientOption.Dialer.Timeout, 5 s by default, or
+// ConnWriteTimeout, 10 s by default, when that is shorter); it then closes the connection it
+// got and sends nothing (a goroutine-leak check run at once may see it). So Close returns
+// within the cleanup timeout, plus 0.1 s at most when both exceptions meet.
 func (c *Client) Close() error {
 	if c.usable() != nil {
 		return nil
@@ -209,7 +213,17 @@ func (c *Client) Close() error {
 	if c.dials != nil {
 		c.dials.close() // a subscription connection being dialled: Close does not wait it out
 	}
-	c.sub.Close()
+	// Bounded by closeBy: a subscription connection being dialled to a server that does not
+	// answer is left to end by itself (the Subscriber's goroutine exits when the dial fails).
+	// When the Semaphore drain above took all of it, the goroutines still get a moment to
+	// exit, which they do at once unless one dials.
+	by := c.closeBy
+	if least := time.Now().Add(100 * time.Millisecond); by.Before(least) {
+		by = least
+	}
+	subCtx, cancel := context.WithDeadline(context.Background(), by)
+	_ = c.sub.Shutdown(subCtx)
+	cancel()
 	c.mu.Lock()
 	holds := make([]*hold, 0, len(c.holds))
 	for _, h := range c.holds {
