@@ -55,7 +55,8 @@ local markRetry = 50 -- ms: how soon a waiter whose mark could not be written tr
 local function rare()
 --#include lib_spent
 --#include lib_fence
-  return {grantToken = grantToken, spend = spend, serverMs = serverMs,
+--#include lib_seq
+  return {grantToken = grantToken, spend = spend, serverMs = serverMs, superseded = superseded,
     keep = math.max(tonumber(lease), spentKeep),
     ungrant = function() redis.call('del', lock) end}
 end
@@ -94,14 +95,9 @@ if holds and last then
   if last == seq then
     return {1, token, tonumber(holds)} -- applied already: answered from the state
   end
-  -- Of one Client's numbers (one length of id), the later is the longer, or of the same
-  -- length the greater string: only such a last needs the full comparison.
-  if #last > #seq or #last == #seq and last > seq then
-    local c1, n1 = string.match(seq, '^(.*)%.(%d+)$')
-    local c2, n2 = string.match(last, '^(.*)%.(%d+)$')
-    if c1 and c1 == c2 and tonumber(n1) < tonumber(n2) then
-      return {0, 0} -- superseded: the owner's later operation was applied
-    end
+  -- Only a last that may be the later is compared in full (lib_seq.lua).
+  if (#last > #seq or #last == #seq and last > seq) and rare().superseded(seq, last) then
+    return {0, 0} -- superseded: the owner's later operation was applied
   end
 end
 if not holds then

@@ -9,7 +9,8 @@
 --           expires unless refreshed)
 -- ARGV[1] = lease in milliseconds (> 0)
 -- ARGV[2] = owner id
--- ARGV[3] = request id (a replay with the same id is answered, not applied again); a replay
+-- ARGV[3] = request id, a sequence number (lib_seq.lua: one below the owner's last applied is
+--           refused with {0, 0}; the same one is answered, not applied again); a replay
 --           sends it as '+' .. id: the id is then spent (see acquire.lua and lib_fence.lua),
 --           and a later first send of it neither takes the lock nor queues ({0, 0})
 -- ARGV[4] = waiter timeout in milliseconds: a place lives this long after its last refresh
@@ -32,6 +33,7 @@
 --#include lib_fence
 --#include lib_refusal
 --#include lib_publish
+--#include lib_seq
 local lock, fence, queue, alive = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local lease, owner = ARGV[1], ARGV[2]
 local req, replay = replayOf(ARGV[3])
@@ -141,7 +143,7 @@ if holds then
     wake()
     return {1, tonumber(got[3] or '0'), tonumber(holds)}
   end
-  if spent then
+  if spent or superseded(req, got[2]) then
     return {0, 0} -- a spent request id grants nothing again
   end
   -- Re-entry never shortens the lease it finds. The lease, the place and the wake-up come

@@ -6,7 +6,8 @@
 -- KEYS[3] = queue zset (see fair_acquire.lua)
 -- KEYS[4] = alive zset (see fair_acquire.lua)
 -- ARGV[1] = owner id
--- ARGV[2] = request id (a replay with the same id is answered, not applied again)
+-- ARGV[2] = request id, a sequence number (lib_seq.lua: the same one is answered, not applied
+--           again; one below the owner's last applied is refused with -3)
 -- ARGV[3] = release channel: when the last hold is given back, the queue head (after dead
 --           places are purged) is told with the message '=' .. head; nothing is published
 --           when the queue is empty ('' publishes nothing)
@@ -14,9 +15,11 @@
 -- returns n >= 1  holds this owner still has (the lock stays held)
 --         0       the last hold was given back: the lock is free and the head was told
 --         -1      this owner holds no hold (never held, released, expired or taken)
+--         -3      superseded: the owner's later operation was applied (lib_seq.lua)
 --         a WRONGTYPE error, with nothing written, when a key holds another type
 -- Runs with allow-oom: giving a lock back must work on a full server.
 --#include lib_publish
+--#include lib_seq
 local lock, record, queue, alive = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local owner, req, channel = ARGV[1], ARGV[2], ARGV[3]
 local reqField = 'q:' .. owner
@@ -31,6 +34,9 @@ if not holds then
 end
 if got[2] == req then
   return tonumber(holds)
+end
+if superseded(req, got[2]) then
+  return -3 -- the owner's later operation was applied (lib_seq.lua): nothing written
 end
 if tonumber(holds) > 1 then
   holds = redis.call('hincrby', lock, owner, -1)

@@ -48,7 +48,8 @@ local function rare()
 --#include lib_publish
 --#include lib_spent
 --#include lib_fence
-  return {publish = publish, grantToken = grantToken,
+--#include lib_seq
+  return {publish = publish, grantToken = grantToken, superseded = superseded,
     reply = function(n, token)
       if next then
         return {n, token or 0}
@@ -79,14 +80,9 @@ end
 if last == req then
   return rare().reply(tonumber(holds)) -- applied already: answered from the state
 end
--- Of one Client's numbers ('<client id>.<n>', one length of id), the later is the longer,
--- or of the same length the greater string: only such a last needs the full comparison.
-if last and (#last > #req or #last == #req and last > req) then
-  local c1, n1 = string.match(req, '^(.*)%.(%d+)$')
-  local c2, n2 = string.match(last, '^(.*)%.(%d+)$')
-  if c1 and c1 == c2 and tonumber(n1) < tonumber(n2) then
-    return rare().reply(-3) -- superseded: the owner's later operation was applied
-  end
+-- Only a last that may be the later is compared in full (lib_seq.lua).
+if last and (#last > #req or #last == #req and last > req) and rare().superseded(req, last) then
+  return rare().reply(-3) -- superseded: the owner's later operation was applied
 end
 if tonumber(holds) > 1 then
   holds = redis.call('hincrby', lock, owner, '-1')

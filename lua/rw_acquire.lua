@@ -13,7 +13,8 @@
 --           refused read holds (writers are preferred).
 -- ARGV[1] = lease in milliseconds (> 0)
 -- ARGV[2] = owner id
--- ARGV[3] = request id (a replay with the same id is answered, not applied again); a replay
+-- ARGV[3] = request id, a sequence number (lib_seq.lua: one below the owner's last applied is
+--           refused with {0, 0}; the same one is answered, not applied again); a replay
 --           sends it as '+' .. id: the id is then spent (see acquire.lua and lib_fence.lua),
 --           and a later first send of it neither takes a hold nor claims ({0, 0})
 -- ARGV[4] = 'w' for the write hold, 'r' for a read hold
@@ -40,6 +41,7 @@
 --#include lib_spent
 --#include lib_fence
 --#include lib_refusal
+--#include lib_seq
 local lock, fence, leases, writers = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local lease, owner, kind = tonumber(ARGV[1]), ARGV[2], ARGV[4]
 local req, replay = replayOf(ARGV[3])
@@ -136,7 +138,7 @@ local function reenter(f, token)
   if got[2] == req then
     return {1, token, tonumber(got[1])}
   end
-  if spent then
+  if spent or superseded(req, got[2]) then
     return {0, 0} -- a spent request id grants nothing again
   end
   extend(f)

@@ -7,7 +7,8 @@
 -- KEYS[3] = leases zset (see rw_acquire.lua)
 -- KEYS[4] = writers zset: waiting writers' claims (see rw_acquire.lua)
 -- ARGV[1] = owner id
--- ARGV[2] = request id (a replay with the same id is answered, not applied again)
+-- ARGV[2] = request id, a sequence number (lib_seq.lua: the same one is answered, not applied
+--           again; one below the owner's last applied is refused with -3)
 -- ARGV[3] = the released side's channel (unused: ARGV[6] and ARGV[7] name both sides')
 -- ARGV[4] = how long to remember a full release, in milliseconds (> 0)
 -- ARGV[5] = 'w' for the write hold, 'r' for a read hold
@@ -21,6 +22,7 @@
 --         0       the owner's last hold of that kind was given back
 --         -1      the owner holds no hold of that kind (never held, released, expired, or
 --                 removed by a force unlock)
+--         -3      superseded: the owner's later operation was applied (lib_seq.lua)
 --         a WRONGTYPE error (nothing written, nobody told) when the lock key is not a
 --                 read-write lock, or the writers key (KEYS[4]) is not a zset
 -- Releasing the write hold while holding read holds leaves the lock in read mode (a
@@ -29,6 +31,7 @@
 -- must work on a full server.
 --#include lib_refusal
 --#include lib_publish
+--#include lib_seq
 local lock, record, leases, writers = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local owner, req, kind, wchan, rchan = ARGV[1], ARGV[2], ARGV[5], ARGV[6], ARGV[7]
 
@@ -65,6 +68,9 @@ end
 local lastReq = redis.call('hget', lock, 'q:' .. f)
 if lastReq == req then
   return tonumber(holds)
+end
+if superseded(req, lastReq) then
+  return -3 -- the owner's later operation was applied (lib_seq.lua): nothing written
 end
 if tonumber(holds) > 1 then
   holds = redis.call('hincrby', lock, f, -1)

@@ -1,0 +1,125 @@
+package lua_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/redis/rueidis"
+
+	"github.com/relock-go/relock/lua"
+)
+
+// TestScripts_supersededSequence: every reentrant lock's acquire and release orders an owner's
+// operations by their sequence numbers (lib_seq.lua): a send that lingered past the owner's
+// later operation (a lower number of the same Client) applies nothing, neither as a re-entry
+// nor as a give-back; the same number again is answered from the state; another Client's
+// numbers are not compared (its operations apply). For the plain, fair and read-write locks
+// (both sides).
+func TestScripts_supersededSequence(t *testing.T) {
+	type kind struct {
+		name  string
+		acq   func(ctx context.Context, tc server, owner, seq string) ([]int64, error)
+		rel   func(ctx context.Context, tc server, owner, seq string) (int64, error)
+		field func(owner string) string
+	}
+	const lease = "10000"
+	relRW := func(side string) func(ctx context.Context, tc server, owner, seq string) (int64, error) {
+		return func(ctx context.Context, tc server, owner, seq string) (int64, error) {
+			return lua.RWRelease.Lua(tc.flags).Exec(ctx, tc.c, []string{"{q}", "{q}:rel:" + seq, "{q}:leases", "{q}:writers"},
+				[]string{owner, seq, "", "10000", side, "", ""}).AsInt64()
+		}
+	}
+	acqRW := func(side, mark string) func(ctx context.Context, tc server, owner, seq string) ([]int64, error) {
+		return func(ctx context.Context, tc server, owner, seq string) ([]int64, error) {
+			return lua.RWAcquire.Lua(tc.flags).Exec(ctx, tc.c, []string{"{q}", "{q}:fence", "{q}:leases", "{q}:writers"},
+				[]string{lease, owner, seq, side, "10000", mark}).AsIntSlice()
+		}
+	}
+	kinds := []kind{
+		{"plain", func(ctx context.Context, tc server, owner, seq string) ([]int64, error) {
+			return lua.Acquire.Lua(tc.flags).Exec(ctx, tc.c, []string{"{q}", "{q}:fence"}, []string{lease, owner, seq}).AsIntSlice()
+		}, func(ctx context.Context, tc server, owner, seq string) (int64, error) {
+			return lua.Release.Lua(tc.flags).Exec(ctx, tc.c, []string{"{q}", "{q}:forced"}, []string{owner, seq, "", ""}).AsInt64()
+		}, func(o string) string { return o }},
+		{"fair", func(ctx context.Context, tc server, owner, seq string) ([]int64, error) {
+			return lua.FairAcquire.Lua(tc.flags).Exec(ctx, tc.c, []string{"{q}", "{q}:fence", "{q}:queue", "{q}:alive"},
+				[]string{lease, owner, seq, "10000", "0", "3000", ""}).AsIntSlice()
+		}, func(ctx context.Context, tc server, owner, seq string) (int64, error) {
+			return lua.FairRelease.Lua(tc.flags).Exec(ctx, tc.c, []string{"{q}", "{q}:rel:" + seq, "{q}:queue", "{q}:alive"},
+				[]string{owner, seq, "", "10000"}).AsInt64()
+		}, func(o string) string { return o }},
+		{"rw/w", acqRW("w", "1"), relRW("w"), func(o string) string { return o }},
+		{"rw/r", acqRW("r", "0"), relRW("r"), func(o string) string { return "r:" + o }},
+	}
+	for _, k := range kinds {
+		t.Run(k.name, func(t *testing.T) {
+			eachServer(t, func(t *testing.T, tc server) {
+				ctx := context.Background()
+				do := func(args ...string) rueidis.RedisResult {
+					return tc.c.Do(ctx, tc.c.B().Arbitrary(args...).Build())
+				}
+				defer do("DEL", "{q}", "{q}:fence", "{q}:queue", "{q}:alive", "{q}:leases", "{q}:writers")
+				holds := func() string {
+					t.Helper()
+					s, err := do("HGET", "{q}", k.field("h:a")).ToString()
+					if rueidis.IsRedisNil(err) {
+						return ""
+					}
+					if err != nil {
+						t.Fatal(err)
+					}
+					return s
+				}
+				acq := func(seq string) []int64 {
+					t.Helper()
+					v, err := k.acq(ctx, tc, "h:a", seq)
+					if err != nil {
+						t.Fatalf("acquire %s: %v", seq, err)
+					}
+					return v
+				}
+				rel := func(seq string) int64 {
+					t.Helper()
+					n, err := k.rel(ctx, tc, "h:a", seq)
+					if err != nil {
+						t.Fatalf("release %s: %v", seq, err)
+					}
+					return n
+				}
+				const c = "0b8d9c1e7f1a4a559a3e1d2c3b4a5f60."
+				if v := acq(c + "9"); v[0] != 1 || v[2] != 1 {
+					t.Fatalf("grant 9: %v", v)
+				}
+				if v := acq(c + "10"); v[0] != 1 || v[2] != 2 {
+					t.Fatalf("re-entry 10: %v", v)
+				}
+				if v := acq(c + "10"); v[0] != 1 || v[2] != 2 {
+					t.Fatalf("10 again is answered from the state: %v", v)
+				}
+				// 9 and 8 linger past 10: nothing applies.
+				if v := acq(c + "9"); v[0] != 0 || holds() != "2" {
+					t.Fatalf("re-entry 9 after 10: %v, holds %s", v, holds())
+				}
+				if n := rel(c + "8"); n != -3 || holds() != "2" {
+					t.Fatalf("give-back 8 after 10: %d, holds %s", n, holds())
+				}
+				if n := rel(c + "11"); n != 1 {
+					t.Fatalf("give-back 11: %d", n)
+				}
+				if v := acq(c + "10"); v[0] != 0 || holds() != "1" {
+					t.Fatalf("re-entry 10 after 11: %v, holds %s", v, holds())
+				}
+				// Another Client's number is not compared: it applies.
+				if v := acq("1c8d9c1e7f1a4a559a3e1d2c3b4a5f61.1"); v[0] != 1 || v[2] != 2 {
+					t.Fatalf("another Client's re-entry: %v", v)
+				}
+				if n := rel(c + "12"); n != 1 {
+					t.Fatalf("give-back 12: %d", n)
+				}
+				if n := rel(c + "13"); n != 0 {
+					t.Fatalf("the last give-back 13: %d", n)
+				}
+			})
+		})
+	}
+}
