@@ -46,7 +46,8 @@ import (
 // lease, or a minute if longer): the first send, if it reaches Redis only after the permit
 // was given back (or freed), grants nothing. Release,
 // TrySetPermits and AddPermits carry request ids that Redis remembers for twice the cleanup
-// timeout, like a [Semaphore]'s. An Acquire granted by a resend after its context ended
+// timeout, like a [Semaphore]'s; an Extend's request id orders it after the Client's earlier
+// Extends of the permit (see [PermitSemaphore.Extend]). An Acquire granted by a resend after its context ended
 // releases the permit before it returns; a permit whose acquire ends in [ErrUnknownOutcome]
 // comes back at the end of its lease.
 //
@@ -58,7 +59,8 @@ import (
 // ("{<prefix><name>}"; its field "spent" lists the permit ids spent by resends); the leases are a sorted set at "...:leases" (permit id -> lease end
 // in server milliseconds; expired members are purged by every acquire and release, and the
 // key expires with its last lease); the request log and the channel are named as for a
-// [Semaphore]. All share one hash slot. A Semaphore or PermitSemaphore used on the name of
+// [Semaphore] (the log also keeps, under "x/" + a permit id, the request id of the permit's
+// last Extend). All share one hash slot. A Semaphore or PermitSemaphore used on the name of
 // the other kind, or of a lock, finds its key of the wrong type ([ErrWrongType]); but a
 // [Mutex] used on a PermitSemaphore's name sees a hash and takes it for a lock held by
 // another: do not share names between kinds.
@@ -326,7 +328,15 @@ func (p *PermitSemaphore) release(ctx context.Context, id string) error {
 // Extend sets the lease of the live permit id to end lease (at least 10ms) from now, by the
 // server's clock: it may lengthen or shorten it. The permit's new local deadline is the
 // moment Extend was called plus lease, minus the drift allowance of [Permit.Expires]. A
-// resend of an Extend whose reply was lost sets the lease again from a later moment.
+// resend of an Extend whose reply was lost sets the lease again from a later moment only
+// when that lengthens it.
+//
+// Extends of one permit through one Client are ordered: a send of an earlier Extend that
+// reaches Redis after a later one was applied (a lost reply's send, still on its way, or
+// one of an Extend that ended in [ErrUnknownOutcome]) may lengthen the lease, never shorten
+// it, so the deadline of the last Extend that returned nil holds. This holds while Redis
+// remembers the later Extend, twice the cleanup timeout ([WithCleanupTimeout]) after it was
+// applied. Extends of one permit through different Clients are not so ordered.
 //
 // Extend returns nil, or an error wrapping [ErrNotHeld] when id is not a live permit
 // (unknown, released, or its lease ended: an expired permit cannot be revived), or
@@ -348,8 +358,8 @@ func (p *PermitSemaphore) Extend(ctx context.Context, id string, lease time.Dura
 	if err := checkLease("permit lease", lease); err != nil {
 		return err
 	}
-	keys := []string{p.keys.sem, p.keys.leases}
-	args := []string{id, strconv.FormatInt(lease.Milliseconds(), 10), p.c.pubArg(p.keys.channel)}
+	keys := []string{p.keys.sem, p.keys.leases, p.keys.log, p.keys.logx}
+	args := []string{id, strconv.FormatInt(lease.Milliseconds(), 10), p.c.pubArg(p.keys.channel), p.c.newRequest(), p.c.semKeep()}
 	got, _, err := p.c.semInt(ctx, KindPermitSemaphore, op, p.name, false, lua.PsemExtend, keys, args)
 	if err != nil {
 		return err
