@@ -77,8 +77,10 @@ type Permit struct {
 	// is unique across Clients and time.
 	ID string
 	// Expires is when the permit's lease ends at the earliest, by the local clock: the moment
-	// the acquire was sent, plus the lease, minus a drift allowance (1% + 2ms). Past it the
-	// permit may be someone else's.
+	// the acquire was first sent, plus the lease, minus a drift allowance (1% + 2ms); or, when
+	// an attempt found the permit granted already (an earlier attempt's send reaching Redis
+	// late), the moment of that attempt's send plus the lease left then, if that is later.
+	// Past it the permit may be someone else's.
 	Expires time.Time
 }
 
@@ -213,6 +215,7 @@ func (p *PermitSemaphore) acquire(ctx context.Context, wait, lease time.Duration
 func (p *PermitSemaphore) acquireAs(ctx context.Context, wait, lease time.Duration, tr *acqTrace) (Permit, bool, error) {
 	// One id for every attempt of this call: a failed attempt leaves nothing under it.
 	permit := Permit{ID: p.c.newRequest()}
+	var first time.Time // the first attempt's send
 	spec := waitSpec{op: "acquire", name: p.name, channel: p.keys.channel}
 	if tr != nil {
 		spec.waited = &tr.waited
@@ -222,9 +225,21 @@ func (p *PermitSemaphore) acquireAs(ctx context.Context, wait, lease time.Durati
 			tr.attempts++
 		}
 		sent := time.Now() // the lease is counted from the first send
+		if first.IsZero() {
+			first = sent
+		}
 		ok, ttl, err := p.attempt(ctx, permit.ID, lease)
 		if ok {
-			permit.Expires = sent.Add(lease - watchdog.Drift(lease))
+			// Whichever send granted the permit, it reached Redis after the call's first
+			// send. ttl > 0: an earlier send granted it (a resend's, or the late first send
+			// of an earlier attempt, whose lease began before this attempt), and the lease
+			// ends ttl after this attempt's send at the earliest.
+			end := first.Add(lease)
+			if ttl > 0 && sent.Add(min(lease, ttl)).After(end) {
+				end = sent.Add(min(lease, ttl))
+			}
+			permit.Expires = end.Add(-watchdog.Drift(lease))
+			return true, 0, err
 		}
 		return ok, ttl, err
 	}))
@@ -235,7 +250,10 @@ func (p *PermitSemaphore) acquireAs(ctx context.Context, wait, lease time.Durati
 }
 
 // attempt makes one acquire request (resent until its outcome is known). It returns whether
-// the permit was granted, or else how long until a lease end makes room (-1: unknown).
+// the permit was granted, or else how long until a lease end makes room (-1: unknown). A
+// grant found made by an earlier send of the permit id (its lease may have begun before
+// this attempt: an earlier attempt's first send can reach Redis late) returns the lease
+// left then as the duration (> 0); a grant by the request itself returns 0.
 func (p *PermitSemaphore) attempt(ctx context.Context, id string, lease time.Duration) (bool, time.Duration, error) {
 	keys := []string{p.keys.sem, p.keys.leases}
 	args := []string{id, strconv.FormatInt(lease.Milliseconds(), 10)}
@@ -253,7 +271,7 @@ func (p *PermitSemaphore) attempt(ctx context.Context, id string, lease time.Dur
 	res, replayed, err := p.c.semAcquire(ctx, site, false, lua.PsemAcquire, keys, args, 0, func(gctx context.Context, res rueidis.RedisResult, err error) {
 		if err != nil { // unknown: a permit it may have granted ends with its lease
 			p.c.gaveBack(KindPermitSemaphore, p.name, "", 1, GiveBackCanceled, classify("acquire", p.name, err))
-		} else if vals, err := res.AsIntSlice(); err == nil && len(vals) == 1 && vals[0] == 1 {
+		} else if vals, err := res.AsIntSlice(); err == nil && len(vals) >= 1 && len(vals) <= 2 && vals[0] == 1 {
 			giveBack(gctx)
 		}
 	})
@@ -265,10 +283,13 @@ func (p *PermitSemaphore) attempt(ctx context.Context, id string, lease time.Dur
 		return false, 0, classify("acquire", p.name, err)
 	}
 	switch {
-	case len(vals) == 1 && vals[0] == 1:
+	case len(vals) == 1 && vals[0] == 1, len(vals) == 2 && vals[0] == 1 && vals[1] > 0:
 		if replayed && ctx.Err() != nil {
 			giveBack(ctx) // granted by a resend while the caller gave up
 			return false, 0, errorf("acquire %q: %w", p.name, ctx.Err())
+		}
+		if len(vals) == 2 {
+			return true, time.Duration(vals[1]) * time.Millisecond, nil
 		}
 		return true, 0, nil
 	case len(vals) == 2 && vals[0] == 0:

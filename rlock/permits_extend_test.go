@@ -31,6 +31,7 @@ type staleClient struct {
 	keepNext bool
 	refuse   int
 	kept     []rueidis.Completed
+	passed   int // scripts sent on, and answered
 }
 
 func (c *staleClient) Do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResult {
@@ -48,8 +49,20 @@ func (c *staleClient) Do(ctx context.Context, cmd rueidis.Completed) rueidis.Red
 			return refusedResult()
 		}
 		c.mu.Unlock()
+		res := c.Client.Do(ctx, cmd)
+		c.mu.Lock()
+		c.passed++
+		c.mu.Unlock()
+		return res
 	}
 	return c.Client.Do(ctx, cmd)
+}
+
+// passedScripts is the number of scripts sent on and answered.
+func (c *staleClient) passedScripts() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.passed
 }
 
 // arm keeps back the next script and refuses the refuse after it.
@@ -146,6 +159,67 @@ func TestPermitSemaphore_Extend_lateSendOfUnknownOutcomeCannotShortenALaterLease
 		ttl, err := p.TTL(bg, a.ID)
 		require.NoError(t, err, "the permit's holder counts on it for a minute")
 		require.Greater(t, ttl, 50*time.Second, "a late send of an earlier Extend of unknown outcome shortened the lease of a later one")
+	})
+}
+
+// TestPermitSemaphore_Acquire_lateGrantOfAnEarlierAttemptCountedFromIt: an Acquire's first
+// attempt, whose first send is kept back and whose resend is refused (no permit free), waits;
+// the permit frees without a wake-up, and the kept send arrives then and grants the permit
+// (its id is not spent: a refused resend spends nothing). A later attempt, 200ms on, finds
+// the permit live under its id and is answered granted. Permit.Expires must not count the
+// lease from that later attempt: the lease in Redis runs from the late first send. It did:
+// Expires was ~200ms past the lease's end in Redis, and the permit could be another's while
+// its holder counted on it.
+func TestPermitSemaphore_Acquire_lateGrantOfAnEarlierAttemptCountedFromIt(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		sc := &staleClient{Client: b.rueidis(t)}
+		c, err := rlock.New(sc)
+		require.NoError(t, err)
+		defer c.Close()
+		name := redistest.Name(t)
+		p := c.PermitSemaphore(name)
+		other := b.client(t).PermitSemaphore(name)
+		ok, err := other.TrySetPermits(bg, 1)
+		require.NoError(t, err)
+		require.True(t, ok)
+		held, err := other.Acquire(bg, time.Minute)
+		require.NoError(t, err)
+		_, ok, err = p.TryAcquire(bg, 0, time.Second) // loads the script: the kept send is the script itself
+		require.NoError(t, err)
+		require.False(t, ok)
+
+		const lease = 400 * time.Millisecond
+		sc.arm(0)
+		before := sc.passedScripts()
+		type result struct {
+			permit rlock.Permit
+			err    error
+		}
+		got := make(chan result, 1)
+		go func() {
+			permit, err := p.Acquire(bg, lease)
+			got <- result{permit, err}
+		}()
+		redistest.WaitFor(t, 5*time.Second, "the first attempt's resend to be answered", func() bool { return sc.passedScripts() > before })
+		subscribed(t, b, p.Key()+":released", 1)
+		_, err = b.do(t, "ZREM", p.Key()+":leases", held.ID) // the permit frees; nobody is told
+		require.NoError(t, err)
+		sc.deliver(t, 0) // the first attempt's first send grants now
+		granted := time.Now()
+		time.Sleep(200 * time.Millisecond)
+		require.NoError(t, other.AddPermits(bg, 1)) // wakes the waiter: its next attempt
+		var r result
+		select {
+		case r = <-got:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the Acquire did not return")
+		}
+		require.NoError(t, r.err)
+		require.False(t, r.permit.Expires.After(granted.Add(lease)), "Expires %v past the lease's end in Redis, %v after the late first send granted it",
+			r.permit.Expires.Sub(granted.Add(lease)), lease)
+		ttl, err := p.TTL(bg, r.permit.ID)
+		require.NoError(t, err)
+		require.False(t, r.permit.Expires.After(time.Now().Add(ttl+time.Millisecond)), "Expires past the lease's end in Redis (TTL %v)", ttl)
 	})
 }
 
