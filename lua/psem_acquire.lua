@@ -10,7 +10,10 @@
 --           back. (A refused '+' resend spends nothing: the caller's later attempts reuse
 --           the id.)
 -- ARGV[2] = lease in milliseconds (> 0)
--- returns {1}        granted (by this send, or by an earlier send of this permit id)
+-- returns {1}        granted by this send: the lease ends lease ms from now
+--         {1, left}  granted by an earlier send of this permit id (a resend's, or the late
+--                    first send of an earlier attempt of the same Acquire): its lease ends
+--                    left ms from now (> 0), which may be less than lease ms
 --         {0, wait}  no permit is free; wait = milliseconds until the lease whose end makes
 --                    room ends, -1 when no lease end will (only more permits will)
 -- Expired leases are purged. Every key is read before anything is written, so a key of
@@ -31,7 +34,7 @@ local mine = redis.call('zscore', leases, id)
 local t = redis.call('time')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 if mine and tonumber(mine) > now then
-  return {1}
+  return {1, tonumber(mine) - now}
 end
 local kept = '' -- the live spent ids, to keep
 if got[2] then

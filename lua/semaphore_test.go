@@ -2,6 +2,7 @@ package lua_test
 
 import (
 	"context"
+	"strconv"
 	"testing"
 	"time"
 
@@ -29,7 +30,7 @@ func TestSemScripts_compile(t *testing.T) {
 			lua.PsemSet:     {{"{p}", "{p}:log", "{p}:logx"}, {"1", "r5", "10000", "P{p}:released"}},
 			lua.PsemAdd:     {{"{p}", "{p}:log", "{p}:logx"}, {"1", "r6", "10000", "P{p}:released"}},
 			lua.PsemAcquire: {{"{p}", "{p}:leases"}, {"id1", "1000"}},
-			lua.PsemExtend:  {{"{p}", "{p}:leases"}, {"id1", "2000", "P{p}:released"}},
+			lua.PsemExtend:  {{"{p}", "{p}:leases", "{p}:log", "{p}:logx"}, {"id1", "2000", "P{p}:released", "c.8", "10000"}},
 			lua.PsemState:   {{"{p}", "{p}:leases"}, {"id1"}},
 			lua.PsemRelease: {{"{p}", "{p}:leases", "{p}:log", "{p}:logx"}, {"id1", "r7", "10000", "P{p}:released"}},
 			lua.PsemDelete:  {{"{p}", "{p}:leases"}, nil},
@@ -84,5 +85,58 @@ func TestSemScripts_requestLog(t *testing.T) {
 	ttl, _ := c.Do(ctx, c.B().Pttl().Key("{q}:logx").Build()).AsInt64()
 	if ttl <= 0 || ttl > 10000 {
 		t.Errorf("the log must expire with its last record, PTTL %d", ttl)
+	}
+}
+
+// TestPsemExtend_lateSendsOrdered: psem_extend sets the lease of the Client's newest Extend
+// of a permit; a send that is not the newest (a resend of the request applied last, or an
+// earlier request of the same Client: '<client>.<counter>') only lengthens the lease, never
+// shortens it. Another Client's request is newest whatever its counter.
+func TestPsemExtend_lateSendsOrdered(t *testing.T) {
+	srv := redistest.Start(t)
+	c := srv.Client(t)
+	ctx := context.Background()
+	keys := []string{"{e}", "{e}:leases", "{e}:log", "{e}:logx"}
+	if err := c.Do(ctx, c.B().Hset().Key("{e}").FieldValue().FieldValue("permits", "1").Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := lua.PsemAcquire.Lua(true).Exec(ctx, c, keys[:2], []string{"id1", "60000"}).AsIntSlice(); err != nil || len(n) != 1 || n[0] != 1 {
+		t.Fatalf("acquire: %v %v", n, err)
+	}
+	extend := func(req string, lease int) {
+		t.Helper()
+		n, err := lua.PsemExtend.Lua(true).Exec(ctx, c, keys, []string{"id1", strconv.Itoa(lease), "P{e}:released", req, "10000"}).AsInt64()
+		if err != nil || n != 1 {
+			t.Fatalf("extend %s %dms: %v %v", req, lease, n, err)
+		}
+	}
+	left := func() int64 {
+		t.Helper()
+		vals, err := lua.PsemState.Lua(true).Exec(ctx, c, keys[:2], []string{"id1"}).AsIntSlice()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return vals[3]
+	}
+	steps := []struct {
+		req      string
+		lease    int
+		min, max int64 // the lease left after it, ms
+		what     string
+	}{
+		{"a.9", 60000, 59000, 60000, "the newest request sets its lease"},
+		{"a.7", 100, 59000, 60000, "an earlier request of the same Client does not shorten it"},
+		{"a.9", 100, 59000, 60000, "nor a resend of the request applied last"},
+		{"a.7", 120000, 119000, 120000, "an earlier request lengthens it"},
+		{"a.10", 30000, 29000, 30000, "a newer request of the same Client shortens it"},
+		{"a.9", 200, 29000, 30000, "and stays in force"},
+		{"b.1", 20000, 19000, 20000, "another Client's request is not ordered against the first's"},
+		{"a.11", 40000, 39000, 40000, "the first Client's next request is newest again"},
+	}
+	for _, st := range steps {
+		extend(st.req, st.lease)
+		if got := left(); got < st.min || got > st.max {
+			t.Fatalf("after %s %dms the lease has %dms left, want %d-%d: %s", st.req, st.lease, got, st.min, st.max, st.what)
+		}
 	}
 }

@@ -46,7 +46,8 @@ import (
 // lease, or a minute if longer): the first send, if it reaches Redis only after the permit
 // was given back (or freed), grants nothing. Release,
 // TrySetPermits and AddPermits carry request ids that Redis remembers for twice the cleanup
-// timeout, like a [Semaphore]'s. An Acquire granted by a resend after its context ended
+// timeout, like a [Semaphore]'s; an Extend's request id orders it after the Client's earlier
+// Extends of the permit (see [PermitSemaphore.Extend]). An Acquire granted by a resend after its context ended
 // releases the permit before it returns; a permit whose acquire ends in [ErrUnknownOutcome]
 // comes back at the end of its lease.
 //
@@ -58,7 +59,8 @@ import (
 // ("{<prefix><name>}"; its field "spent" lists the permit ids spent by resends); the leases are a sorted set at "...:leases" (permit id -> lease end
 // in server milliseconds; expired members are purged by every acquire and release, and the
 // key expires with its last lease); the request log and the channel are named as for a
-// [Semaphore]. All share one hash slot. A Semaphore or PermitSemaphore used on the name of
+// [Semaphore] (the log also keeps, under "x/" + a permit id, the request id of the permit's
+// last Extend). All share one hash slot. A Semaphore or PermitSemaphore used on the name of
 // the other kind, or of a lock, finds its key of the wrong type ([ErrWrongType]); but a
 // [Mutex] used on a PermitSemaphore's name sees a hash and takes it for a lock held by
 // another: do not share names between kinds.
@@ -75,8 +77,10 @@ type Permit struct {
 	// is unique across Clients and time.
 	ID string
 	// Expires is when the permit's lease ends at the earliest, by the local clock: the moment
-	// the acquire was sent, plus the lease, minus a drift allowance (1% + 2ms). Past it the
-	// permit may be someone else's.
+	// the acquire was first sent, plus the lease, minus a drift allowance (1% + 2ms); or, when
+	// an attempt found the permit granted already (an earlier attempt's send reaching Redis
+	// late), the moment of that attempt's send plus the lease left then, if that is later.
+	// Past it the permit may be someone else's.
 	Expires time.Time
 }
 
@@ -211,6 +215,7 @@ func (p *PermitSemaphore) acquire(ctx context.Context, wait, lease time.Duration
 func (p *PermitSemaphore) acquireAs(ctx context.Context, wait, lease time.Duration, tr *acqTrace) (Permit, bool, error) {
 	// One id for every attempt of this call: a failed attempt leaves nothing under it.
 	permit := Permit{ID: p.c.newRequest()}
+	var first time.Time // the first attempt's send
 	spec := waitSpec{op: "acquire", name: p.name, channel: p.keys.channel}
 	if tr != nil {
 		spec.waited = &tr.waited
@@ -220,9 +225,21 @@ func (p *PermitSemaphore) acquireAs(ctx context.Context, wait, lease time.Durati
 			tr.attempts++
 		}
 		sent := time.Now() // the lease is counted from the first send
+		if first.IsZero() {
+			first = sent
+		}
 		ok, ttl, err := p.attempt(ctx, permit.ID, lease)
 		if ok {
-			permit.Expires = sent.Add(lease - watchdog.Drift(lease))
+			// Whichever send granted the permit, it reached Redis after the call's first
+			// send. ttl > 0: an earlier send granted it (a resend's, or the late first send
+			// of an earlier attempt, whose lease began before this attempt), and the lease
+			// ends ttl after this attempt's send at the earliest.
+			end := first.Add(lease)
+			if ttl > 0 && sent.Add(min(lease, ttl)).After(end) {
+				end = sent.Add(min(lease, ttl))
+			}
+			permit.Expires = end.Add(-watchdog.Drift(lease))
+			return true, 0, err
 		}
 		return ok, ttl, err
 	}))
@@ -233,7 +250,10 @@ func (p *PermitSemaphore) acquireAs(ctx context.Context, wait, lease time.Durati
 }
 
 // attempt makes one acquire request (resent until its outcome is known). It returns whether
-// the permit was granted, or else how long until a lease end makes room (-1: unknown).
+// the permit was granted, or else how long until a lease end makes room (-1: unknown). A
+// grant found made by an earlier send of the permit id (its lease may have begun before
+// this attempt: an earlier attempt's first send can reach Redis late) returns the lease
+// left then as the duration (> 0); a grant by the request itself returns 0.
 func (p *PermitSemaphore) attempt(ctx context.Context, id string, lease time.Duration) (bool, time.Duration, error) {
 	keys := []string{p.keys.sem, p.keys.leases}
 	args := []string{id, strconv.FormatInt(lease.Milliseconds(), 10)}
@@ -251,7 +271,7 @@ func (p *PermitSemaphore) attempt(ctx context.Context, id string, lease time.Dur
 	res, replayed, err := p.c.semAcquire(ctx, site, false, lua.PsemAcquire, keys, args, 0, func(gctx context.Context, res rueidis.RedisResult, err error) {
 		if err != nil { // unknown: a permit it may have granted ends with its lease
 			p.c.gaveBack(KindPermitSemaphore, p.name, "", 1, GiveBackCanceled, classify("acquire", p.name, err))
-		} else if vals, err := res.AsIntSlice(); err == nil && len(vals) == 1 && vals[0] == 1 {
+		} else if vals, err := res.AsIntSlice(); err == nil && len(vals) >= 1 && len(vals) <= 2 && vals[0] == 1 {
 			giveBack(gctx)
 		}
 	})
@@ -263,10 +283,13 @@ func (p *PermitSemaphore) attempt(ctx context.Context, id string, lease time.Dur
 		return false, 0, classify("acquire", p.name, err)
 	}
 	switch {
-	case len(vals) == 1 && vals[0] == 1:
+	case len(vals) == 1 && vals[0] == 1, len(vals) == 2 && vals[0] == 1 && vals[1] > 0:
 		if replayed && ctx.Err() != nil {
 			giveBack(ctx) // granted by a resend while the caller gave up
 			return false, 0, errorf("acquire %q: %w", p.name, ctx.Err())
+		}
+		if len(vals) == 2 {
+			return true, time.Duration(vals[1]) * time.Millisecond, nil
 		}
 		return true, 0, nil
 	case len(vals) == 2 && vals[0] == 0:
@@ -326,7 +349,15 @@ func (p *PermitSemaphore) release(ctx context.Context, id string) error {
 // Extend sets the lease of the live permit id to end lease (at least 10ms) from now, by the
 // server's clock: it may lengthen or shorten it. The permit's new local deadline is the
 // moment Extend was called plus lease, minus the drift allowance of [Permit.Expires]. A
-// resend of an Extend whose reply was lost sets the lease again from a later moment.
+// resend of an Extend whose reply was lost sets the lease again from a later moment only
+// when that lengthens it.
+//
+// Extends of one permit through one Client are ordered: a send of an earlier Extend that
+// reaches Redis after a later one was applied (a lost reply's send, still on its way, or
+// one of an Extend that ended in [ErrUnknownOutcome]) may lengthen the lease, never shorten
+// it, so the deadline of the last Extend that returned nil holds. This holds while Redis
+// remembers the later Extend, twice the cleanup timeout ([WithCleanupTimeout]) after it was
+// applied. Extends of one permit through different Clients are not so ordered.
 //
 // Extend returns nil, or an error wrapping [ErrNotHeld] when id is not a live permit
 // (unknown, released, or its lease ended: an expired permit cannot be revived), or
@@ -348,8 +379,8 @@ func (p *PermitSemaphore) Extend(ctx context.Context, id string, lease time.Dura
 	if err := checkLease("permit lease", lease); err != nil {
 		return err
 	}
-	keys := []string{p.keys.sem, p.keys.leases}
-	args := []string{id, strconv.FormatInt(lease.Milliseconds(), 10), p.c.pubArg(p.keys.channel)}
+	keys := []string{p.keys.sem, p.keys.leases, p.keys.log, p.keys.logx}
+	args := []string{id, strconv.FormatInt(lease.Milliseconds(), 10), p.c.pubArg(p.keys.channel), p.c.newRequest(), p.c.semKeep()}
 	got, _, err := p.c.semInt(ctx, KindPermitSemaphore, op, p.name, false, lua.PsemExtend, keys, args)
 	if err != nil {
 		return err

@@ -1,0 +1,372 @@
+package rlock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/rueidis"
+	"github.com/stretchr/testify/require"
+
+	"github.com/relock-go/relock/internal/redistest"
+	"github.com/relock-go/relock/rlock"
+)
+
+// staleClient keeps back, when told (keepNext), the next script sent through it and answers
+// context.DeadlineExceeded, as rueidis answers a request whose reply did not come within its
+// deadline though the command may still be on its way: the caller stays and resends. It
+// refuses the refuse scripts after that (a refused dial: nothing sent). deliver sends a kept
+// script later, as a connection slower than the resends' would: rueidis spreads a client's
+// commands over several connections (PipelineMultiplex), so nothing orders a send after
+// the later ones (see holdingClient).
+type staleClient struct {
+	rueidis.Client
+	mu       sync.Mutex
+	keepNext bool
+	refuse   int
+	kept     []rueidis.Completed
+	passed   int // scripts sent on, and answered
+}
+
+func (c *staleClient) Do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResult {
+	if isScript(cmd) {
+		c.mu.Lock()
+		switch {
+		case c.keepNext:
+			c.keepNext = false
+			c.kept = append(c.kept, cmd)
+			c.mu.Unlock()
+			return rueidis.NewErrorResult(context.DeadlineExceeded)
+		case c.refuse > 0:
+			c.refuse--
+			c.mu.Unlock()
+			return refusedResult()
+		}
+		c.mu.Unlock()
+		res := c.Client.Do(ctx, cmd)
+		c.mu.Lock()
+		c.passed++
+		c.mu.Unlock()
+		return res
+	}
+	return c.Client.Do(ctx, cmd)
+}
+
+// passedScripts is the number of scripts sent on and answered.
+func (c *staleClient) passedScripts() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.passed
+}
+
+// arm keeps back the next script and refuses the refuse after it.
+func (c *staleClient) arm(refuse int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.keepNext, c.refuse = true, refuse
+}
+
+// disarm stops refusing, and reports how many sends were refused short of the refuse asked.
+func (c *staleClient) disarm() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	left := c.refuse
+	c.keepNext, c.refuse = false, 0
+	return left
+}
+
+// keptLen is the number of scripts kept and not delivered.
+func (c *staleClient) keptLen() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.kept)
+}
+
+// deliver sends the i-th kept script now, and forgets it.
+func (c *staleClient) deliver(t *testing.T, i int) {
+	t.Helper()
+	c.mu.Lock()
+	cmd := c.kept[i]
+	c.kept = append(c.kept[:i], c.kept[i+1:]...)
+	c.mu.Unlock()
+	require.NoError(t, c.Client.Do(bg, cmd).Error())
+}
+
+// TestPermitSemaphore_Extend_lateSendCannotShortenALaterLease: an Extend whose first send is
+// overtaken by its resend (the resend answers) is followed by an Extend that lengthens the
+// lease; the first send of the earlier Extend, arriving last, must not shorten the lease the
+// later one set. It did: psem_extend.lua set the lease of every send it got, so the permit,
+// which its holder counts on for a minute, ended 50ms later and a second holder could take
+// it from a semaphore of one permit.
+func TestPermitSemaphore_Extend_lateSendCannotShortenALaterLease(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		sc := &staleClient{Client: b.rueidis(t)}
+		c, err := rlock.New(sc)
+		require.NoError(t, err)
+		defer c.Close()
+		name := redistest.Name(t)
+		p := c.PermitSemaphore(name)
+		ok, err := p.TrySetPermits(bg, 1)
+		require.NoError(t, err)
+		require.True(t, ok)
+		a, err := p.Acquire(bg, time.Minute)
+		require.NoError(t, err)
+		require.NoError(t, p.Extend(bg, a.ID, time.Minute)) // loads the script: the kept send is the script itself
+
+		sc.arm(0)
+		require.NoError(t, p.Extend(bg, a.ID, 50*time.Millisecond), "an Extend answered by its resend")
+		require.NoError(t, p.Extend(bg, a.ID, time.Minute))
+		sc.deliver(t, 0) // the 50ms Extend's first send arrives last
+		ttl, err := p.TTL(bg, a.ID)
+		require.NoError(t, err, "the permit's holder counts on it for a minute")
+		require.Greater(t, ttl, 50*time.Second, "a late send of an earlier Extend shortened the lease of a later one")
+		time.Sleep(100 * time.Millisecond) // past the 50ms lease
+		_, ok, err = b.client(t).PermitSemaphore(name).TryAcquire(bg, 0, time.Minute)
+		require.NoError(t, err)
+		require.False(t, ok, "a second holder of a semaphore of one permit")
+	})
+}
+
+// TestPermitSemaphore_Extend_lateSendOfUnknownOutcomeCannotShortenALaterLease: as above, for
+// an Extend whose sends all went unanswered (ErrUnknownOutcome), its first send still on its
+// way: the caller's next Extend is answered, and the late first send must not undo it.
+func TestPermitSemaphore_Extend_lateSendOfUnknownOutcomeCannotShortenALaterLease(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		sc := &staleClient{Client: b.rueidis(t)}
+		c, err := rlock.New(sc, rlock.WithCleanupTimeout(200*time.Millisecond))
+		require.NoError(t, err)
+		defer c.Close()
+		p := c.PermitSemaphore(redistest.Name(t))
+		ok, err := p.TrySetPermits(bg, 1)
+		require.NoError(t, err)
+		require.True(t, ok)
+		a, err := p.Acquire(bg, time.Minute)
+		require.NoError(t, err)
+		require.NoError(t, p.Extend(bg, a.ID, time.Minute))
+
+		sc.arm(1 << 20)
+		err = p.Extend(bg, a.ID, 50*time.Millisecond)
+		require.Less(t, sc.disarm(), 1<<20, "no resend was refused")
+		require.ErrorIs(t, err, rlock.ErrUnknownOutcome)
+		require.NoError(t, p.Extend(bg, a.ID, time.Minute))
+		sc.deliver(t, 0)
+		ttl, err := p.TTL(bg, a.ID)
+		require.NoError(t, err, "the permit's holder counts on it for a minute")
+		require.Greater(t, ttl, 50*time.Second, "a late send of an earlier Extend of unknown outcome shortened the lease of a later one")
+	})
+}
+
+// TestPermitSemaphore_Acquire_lateGrantOfAnEarlierAttemptCountedFromIt: an Acquire's first
+// attempt, whose first send is kept back and whose resend is refused (no permit free), waits;
+// the permit frees without a wake-up, and the kept send arrives then and grants the permit
+// (its id is not spent: a refused resend spends nothing). A later attempt, 200ms on, finds
+// the permit live under its id and is answered granted. Permit.Expires must not count the
+// lease from that later attempt: the lease in Redis runs from the late first send. It did:
+// Expires was ~200ms past the lease's end in Redis, and the permit could be another's while
+// its holder counted on it.
+func TestPermitSemaphore_Acquire_lateGrantOfAnEarlierAttemptCountedFromIt(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		sc := &staleClient{Client: b.rueidis(t)}
+		c, err := rlock.New(sc)
+		require.NoError(t, err)
+		defer c.Close()
+		name := redistest.Name(t)
+		p := c.PermitSemaphore(name)
+		other := b.client(t).PermitSemaphore(name)
+		ok, err := other.TrySetPermits(bg, 1)
+		require.NoError(t, err)
+		require.True(t, ok)
+		held, err := other.Acquire(bg, time.Minute)
+		require.NoError(t, err)
+		_, ok, err = p.TryAcquire(bg, 0, time.Second) // loads the script: the kept send is the script itself
+		require.NoError(t, err)
+		require.False(t, ok)
+
+		const lease = 400 * time.Millisecond
+		sc.arm(0)
+		before := sc.passedScripts()
+		type result struct {
+			permit rlock.Permit
+			err    error
+		}
+		got := make(chan result, 1)
+		go func() {
+			permit, err := p.Acquire(bg, lease)
+			got <- result{permit, err}
+		}()
+		redistest.WaitFor(t, 5*time.Second, "the first attempt's resend to be answered", func() bool { return sc.passedScripts() > before })
+		subscribed(t, b, p.Key()+":released", 1)
+		_, err = b.do(t, "ZREM", p.Key()+":leases", held.ID) // the permit frees; nobody is told
+		require.NoError(t, err)
+		sc.deliver(t, 0) // the first attempt's first send grants now
+		granted := time.Now()
+		time.Sleep(200 * time.Millisecond)
+		require.NoError(t, other.AddPermits(bg, 1)) // wakes the waiter: its next attempt
+		var r result
+		select {
+		case r = <-got:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the Acquire did not return")
+		}
+		require.NoError(t, r.err)
+		require.False(t, r.permit.Expires.After(granted.Add(lease)), "Expires %v past the lease's end in Redis, %v after the late first send granted it",
+			r.permit.Expires.Sub(granted.Add(lease)), lease)
+		ttl, err := p.TTL(bg, r.permit.ID)
+		require.NoError(t, err)
+		require.False(t, r.permit.Expires.After(time.Now().Add(ttl+time.Millisecond)), "Expires past the lease's end in Redis (TTL %v)", ttl)
+	})
+}
+
+// envPsemExtendSeed replays one sequence of TestPermitSemaphore_Extend_lateSendsExplore.
+const envPsemExtendSeed = "RELOCK_PSEM_EXTEND_SEED"
+
+// TestPermitSemaphore_Extend_lateSendsExplore: a seeded random walk of one holder's Extends
+// on a permit (leases that lengthen or shorten it), some of whose first sends are kept back
+// and delivered at a random later step, before or after the caller's later Extends (their
+// resends answered, or all refused: ErrUnknownOutcome). After every step it checks against
+// Redis that the permit's lease does not end before the deadline its holder counts on
+// (Permit.Expires, then the deadline of the last Extend answered: its start plus its lease
+// less the drift allowance; an Extend that failed lowers it to its own when that is
+// earlier, as Extend's godoc tells), and that no second Client gets a permit of the
+// semaphore of one while that deadline lasts. A failure prints the seed to replay
+// (RELOCK_PSEM_EXTEND_SEED=<n>).
+func TestPermitSemaphore_Extend_lateSendsExplore(t *testing.T) {
+	seeds := []uint64{uint64(time.Now().UnixNano()), uint64(time.Now().UnixNano()) + 1, uint64(time.Now().UnixNano()) + 2}
+	if v := os.Getenv(envPsemExtendSeed); v != "" {
+		n, err := strconv.ParseUint(v, 0, 64)
+		require.NoError(t, err, envPsemExtendSeed)
+		seeds = []uint64{n}
+	}
+	b := realBackend(t)
+	for _, seed := range seeds {
+		if !exploreLateExtends(t, b, seed) {
+			t.Fatalf("replay: %s=%d go test -race -count=1 -run 'TestPermitSemaphore_Extend_lateSendsExplore' ./rlock/", envPsemExtendSeed, seed)
+		}
+	}
+}
+
+func exploreLateExtends(t *testing.T, b *backend, seed uint64) bool {
+	rng := rand.New(rand.NewPCG(seed, seed>>1|1))
+	const cleanup = 150 * time.Millisecond
+	sc := &staleClient{Client: b.rueidis(t)}
+	c, err := rlock.New(sc, rlock.WithCleanupTimeout(cleanup))
+	require.NoError(t, err)
+	defer c.Close()
+	name := redistest.Name(t) + "-" + strconv.FormatUint(seed, 16)
+	p := c.PermitSemaphore(name)
+	other := b.client(t).PermitSemaphore(name)
+	ok, err := p.TrySetPermits(bg, 1)
+	require.NoError(t, err)
+	require.True(t, ok)
+	var log []string
+	t0 := time.Now()
+	logf := func(format string, args ...any) {
+		log = append(log, fmt.Sprintf("%8.1fms ", float64(time.Since(t0).Microseconds())/1000)+fmt.Sprintf(format, args...))
+	}
+	fail := func(format string, args ...any) bool {
+		logf("VIOLATION: "+format, args...)
+		t.Errorf("seed %d: "+format+"\n%s", append(append([]any{seed}, args...), joinLines(log))...)
+		return false
+	}
+	driftOf := func(d time.Duration) time.Duration { return d/100 + 2*time.Millisecond }
+	var permit rlock.Permit
+	var deadline time.Time // the end the holder counts on; zero: it holds none
+	for step := 0; step < 40; step++ {
+		if deadline.IsZero() || time.Until(deadline) < 5*time.Millisecond {
+			if permit.ID != "" {
+				_ = p.Release(bg, permit.ID) // ended, or about to: its holder gives it up
+			}
+			permit, deadline = rlock.Permit{}, time.Time{}
+			got, ok, err := p.TryAcquire(bg, 2*time.Second, time.Duration(50+rng.IntN(400))*time.Millisecond)
+			require.NoError(t, err)
+			if !ok {
+				return fail("no permit within 2s (a permit left held by nobody)")
+			}
+			permit, deadline = got, got.Expires
+			logf("acquired %s to %s", permit.ID, fmtDur(deadline.Sub(t0)))
+		}
+		lease := time.Duration(10+rng.IntN(600)) * time.Millisecond
+		switch d := rng.Float64(); {
+		case d < 0.2 && sc.keptLen() > 0:
+			i := rng.IntN(sc.keptLen())
+			sc.deliver(t, i)
+			logf("delivered kept send %d (%d left)", i, sc.keptLen())
+		case d < 0.3:
+			time.Sleep(time.Duration(rng.IntN(60)) * time.Millisecond)
+		default:
+			mode, refuse := "plain", 0
+			switch e := rng.Float64(); {
+			case e < 0.35:
+				mode = "kept, resend answered"
+				sc.arm(0)
+			case e < 0.5:
+				mode, refuse = "kept, resends refused", 1<<20
+				sc.arm(refuse)
+			}
+			start := time.Now()
+			err := p.Extend(bg, permit.ID, lease)
+			sc.disarm()
+			logf("Extend(%s, %v) [%s] -> %v (%s)", permit.ID, lease, mode, err, fmtDur(time.Since(start)))
+			own := start.Add(lease - driftOf(lease))
+			switch {
+			case err == nil:
+				deadline = own
+			case errors.Is(err, rlock.ErrNotHeld), errors.Is(err, rlock.ErrUnknownOutcome):
+				if own.Before(deadline) {
+					deadline = own
+				}
+				if errors.Is(err, rlock.ErrNotHeld) {
+					if time.Now().Before(deadline) {
+						return fail("Extend answered not held while its holder counts on the permit to %s", fmtDur(deadline.Sub(t0)))
+					}
+					deadline = time.Time{}
+				}
+			default:
+				return fail("Extend: %v", err)
+			}
+		}
+		if deadline.IsZero() {
+			continue
+		}
+		// Redis's lease end is at most after + ttl (+1ms: TTL is truncated to whole ms).
+		ttl, err := p.TTL(bg, permit.ID)
+		after := time.Now()
+		switch {
+		case errors.Is(err, rlock.ErrNotHeld):
+			if after.Before(deadline) {
+				return fail("the permit is gone from Redis; its holder counts on it to %s", fmtDur(deadline.Sub(t0)))
+			}
+		case err != nil:
+			return fail("TTL: %v", err)
+		case after.Add(ttl + time.Millisecond).Before(deadline):
+			return fail("the lease ends in Redis by %s, before %s that its holder counts on", fmtDur(after.Add(ttl+time.Millisecond).Sub(t0)), fmtDur(deadline.Sub(t0)))
+		}
+		sent := time.Now()
+		got, ok, err := other.TryAcquire(bg, 0, time.Minute)
+		require.NoError(t, err)
+		if ok {
+			_ = other.Release(bg, got.ID)
+			if sent.Before(deadline) {
+				return fail("a second Client got a permit of 1 at %s; the holder counts on its own to %s", fmtDur(sent.Sub(t0)), fmtDur(deadline.Sub(t0)))
+			}
+		}
+	}
+	if testing.Verbose() {
+		t.Logf("seed %d passed:\n%s", seed, joinLines(log))
+	}
+	return true
+}
+
+func joinLines(lines []string) string {
+	out := ""
+	for _, l := range lines {
+		out += "    " + l + "\n"
+	}
+	return out
+}
