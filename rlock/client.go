@@ -534,7 +534,19 @@ type renewer struct{ c *Client }
 // (RenewReport tells the observer of each round.)
 func (r renewer) Renew(ctx context.Context, leases []*watchdog.Lease) []error {
 	errs, _ := r.renew(ctx, leases)
+	settleOrphans(leases, errs)
 	return errs
+}
+
+// settleOrphans starts the give-back of the orphans of every hold whose renewal Redis has
+// just confirmed (hold.settleOrphans): Redis answers again, so the give-backs that failed
+// while it did not are tried anew, within one renewal period of its return.
+func settleOrphans(leases []*watchdog.Lease, errs []error) {
+	for i, l := range leases {
+		if i < len(errs) && errs[i] == nil {
+			l.Data.(*hold).settleOrphans()
+		}
+	}
 }
 
 // RenewReport is Renew that, when the Client has an observer, returns the RenewalRound
@@ -544,10 +556,12 @@ func (r renewer) RenewReport(ctx context.Context, leases []*watchdog.Lease) ([]e
 	o := r.c.obs
 	if o == nil {
 		errs, _ := r.renew(ctx, leases)
+		settleOrphans(leases, errs)
 		return errs, nil
 	}
 	start := o.now()
 	errs, scripts := r.renew(ctx, leases)
+	settleOrphans(leases, errs)
 	e := RenewalRoundInfo{Leases: len(leases), Scripts: scripts, Took: o.now() - start}
 	for _, err := range errs {
 		if err == nil {

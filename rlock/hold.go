@@ -352,6 +352,61 @@ func (h *hold) abandon(cause error) {
 	h.c.noteStale(h, 1, gone)
 }
 
+// settleOrphans gives back, in the background, the orphans of h's current tenure (holds
+// whose give-back failed: see abandon) once Redis answers again, as the watchdog learns when
+// it confirms the tenure's renewal. So an orphan is counted in Redis beyond the holds the
+// owner took for at most one renewal period after Redis answers again (unless the owner's
+// operations on the lock keep h.op busy at every renewal: their grants and last release
+// reconcile the count themselves), or until a fixed lease's end. It runs on the watchdog's
+// goroutine and never waits: a busy h.op leaves the orphans to the next renewal.
+func (h *hold) settleOrphans() {
+	h.mu.Lock()
+	n := h.orphans
+	h.mu.Unlock()
+	if n == 0 || !h.tryLockOp() {
+		return
+	}
+	h.c.reref(h)
+	h.c.background(func() {
+		defer h.c.unref(h)
+		defer h.unlockOp()
+		m := &Mutex{c: h.c, name: h.name, keys: h.keys, owner: h.owner, v: h.v}
+		cctx, cancel := h.c.cleanupCtx(context.Background())
+		defer cancel()
+		gave := 0
+		var err error
+		for {
+			h.mu.Lock()
+			t := h.cur
+			more := t != nil && h.orphans > 0
+			h.mu.Unlock()
+			if !more {
+				break
+			}
+			// Never the last hold: the tenure's own holds (count > 0) stay in Redis.
+			var left int64
+			if left, _, err = m.sendRelease(cctx, h.owner, nil, nil, nil); err != nil {
+				break
+			}
+			gave++
+			h.mu.Lock()
+			if h.cur == t && h.orphans > 0 {
+				h.orphans--
+				if left <= 0 {
+					h.orphans = 0 // Redis had no more (the tenure's next renewal tells a loss)
+				}
+			}
+			h.mu.Unlock()
+		}
+		if n := gave; (n > 0 || err != nil) && m.c.obs != nil && m.v.obs != "" {
+			if err != nil {
+				n++
+			}
+			m.c.gaveBack(m.v.obs, m.name, h.owner, n, GiveBackOrphan, err)
+		}
+	})
+}
+
 // abandonAll ends this Client's part in every hold of h's owner: holds whose give-back
 // failed, or that nothing will give back, because the one that took them no longer counts
 // them (a RedLock's instance holds after a failed round, or after an Unlock whose give-back

@@ -1209,7 +1209,14 @@ func (m *Mutex) keyType(ctx context.Context) (string, error) {
 }
 
 // HoldCount is the number of holds the caller's owner has on the lock, as Redis sees it (0
-// when it holds none).
+// when it holds none). It is the number of holds the owner took and has not given back, but
+// for two windows: a re-entry granted to a caller that had gone (its ctx ended while the
+// reply was on the way), whose give-back then failed (Redis did not answer within the
+// cleanup timeout), is counted until the watchdog's first renewal that Redis confirms after
+// that (within one renewal period of Redis answering again; under a fixed lease, until the
+// lease ends or the owner's last Unlock); and a hold from an acquire whose outcome stayed
+// unknown ([ErrUnknownOutcome]) is counted until the owner's next grant or last Unlock finds
+// it (an owner of this Client's handles) or its lease ends.
 func (m *Mutex) HoldCount(ctx context.Context) (int, error) {
 	owner, err := m.ownerOf(ctx)
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -158,4 +159,75 @@ func TestProtocol_v1Data(t *testing.T) {
 			require.NoError(t, m.Unlock(bg))
 		}
 	})
+}
+
+// orphanClient delays the reply of one armed acquire script (after Redis applied it) and,
+// while refusing is set, answers every release script with a lost reply without sending it.
+type orphanClient struct {
+	rueidis.Client
+	acquire, release map[string]bool
+	armed, refusing  atomic.Bool
+}
+
+func (c *orphanClient) Do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResult {
+	args := cmd.Commands()
+	if len(args) > 1 && args[0] == "EVALSHA" {
+		if c.release[args[1]] && c.refusing.Load() {
+			return rueidis.NewErrorResult(context.DeadlineExceeded)
+		}
+		if c.acquire[args[1]] && c.armed.CompareAndSwap(true, false) {
+			res := c.Client.Do(context.WithoutCancel(ctx), cmd)
+			time.Sleep(300 * time.Millisecond)
+			return res
+		}
+	}
+	return c.Client.Do(ctx, cmd)
+}
+
+// TestMutex_orphanGivenBackOnceRedisAnswers: a re-entry granted to a caller that had gone,
+// whose give-back failed (Redis did not answer within the cleanup timeout), is an orphan:
+// Redis counts it beyond the holds the owner took. Once Redis answers again, the watchdog's
+// first confirmed renewal gives it back, so HoldCount is the owner's own count again within
+// one renewal period, not only after the last Unlock (issue 23: HoldCount equals the holds
+// taken, but for a bounded window).
+func TestMutex_orphanGivenBackOnceRedisAnswers(t *testing.T) {
+	b := realBackend(t)
+	rc := &orphanClient{Client: b.rueidis(t), acquire: scriptSHAs(lua.Acquire), release: scriptSHAs(lua.Release)}
+	failed := make(chan rlock.GiveBackInfo, 4)
+	c, err := rlock.New(rc, rlock.WithWatchdogTimeout(time.Second), rlock.WithCleanupTimeout(300*time.Millisecond),
+		rlock.WithObserver(&rlock.Observer{GiveBack: func(e rlock.GiveBackInfo) {
+			if e.Err != nil {
+				failed <- e
+			}
+		}}))
+	require.NoError(t, err)
+	defer c.Close()
+	m := c.Mutex(redistest.Name(t))
+	require.NoError(t, m.Lock(bg))
+
+	// A re-entry whose caller leaves while its reply is on the way; its give-back fails.
+	rc.refusing.Store(true)
+	rc.armed.Store(true)
+	ctx, cancel := context.WithTimeout(bg, 50*time.Millisecond)
+	defer cancel()
+	require.ErrorIs(t, m.Lock(ctx), context.DeadlineExceeded)
+	select {
+	case e := <-failed:
+		require.Equal(t, rlock.GiveBackCanceled, e.Reason, "the failed give-back: %v", e.Err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the re-entry's give-back did not fail")
+	}
+	n, err := m.HoldCount(bg)
+	require.NoError(t, err)
+	require.Equal(t, 2, n, "precondition: Redis counts the orphan")
+	require.NoError(t, m.Err(bg), "the owner's own hold goes on")
+
+	rc.refusing.Store(false) // Redis answers again
+	redistest.WaitFor(t, 5*time.Second, "the orphan given back (HoldCount 1)", func() bool {
+		n, err := m.HoldCount(bg)
+		return err == nil && n == 1
+	})
+	require.NoError(t, m.Err(bg))
+	require.NoError(t, m.Unlock(bg))
+	require.False(t, b.exists(t, m.Key()))
 }
