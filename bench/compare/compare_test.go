@@ -68,6 +68,17 @@ func TestSmoke(t *testing.T) {
 	}
 }
 
+// TestRESPParser_allocatesNothing: counting a command already seen allocates nothing, so
+// that the allocations over a window (allocs_per_op) are the library's, not the counting's.
+func TestRESPParser_allocatesNothing(t *testing.T) {
+	var p respParser
+	req := []byte("*3\r\n$7\r\nEVALSHA\r\n$2\r\nab\r\n$1\r\n0\r\n*1\r\n$4\r\nPING\r\n")
+	p.feed(req) // the names' first sight allocates their counters
+	if n := testing.AllocsPerRun(100, func() { p.feed(req) }); n != 0 {
+		t.Fatalf("counting two known commands allocates %v, want 0", n)
+	}
+}
+
 func TestRESPParser(t *testing.T) {
 	before, _ := sent.snapshot()
 	var p respParser
