@@ -20,10 +20,12 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // tiny bounds a smoke run to a few seconds.
 var tiny = settings{warm: 20 * time.Millisecond, window: 150 * time.Millisecond, handoffDur: 300 * time.Millisecond,
-	handoffMax: 5, heldLocks: 100, heldLease: 300 * time.Millisecond, rounds: 1, pingPairs: 100}
+	handoffMax: 5, heldLocks: 100, heldLease: 300 * time.Millisecond, rounds: 1, pingPairs: 100,
+	rtt: defaultRTT, rttPingPairs: 20}
 
-// TestSmoke runs every scenario for every library briefly and checks the outputs' shape and
-// that no library broke mutual exclusion.
+// TestSmoke runs every scenario for every library briefly and checks the outputs' shape,
+// that no library broke mutual exclusion, that the uncontended-rtt rows went through the
+// delay proxy, and that the uncontended rows have their Redis and allocation figures.
 func TestSmoke(t *testing.T) {
 	if os.Getenv("REDIS_ADDR") == "" {
 		if _, err := exec.LookPath("redis-server"); err != nil {
@@ -38,12 +40,13 @@ func TestSmoke(t *testing.T) {
 	}
 	recs := readCSV(t, csvPath)
 	if !slices.Equal(recs[0], []string{"lib", "scenario", "goroutines", "ops_per_sec", "p50_us", "p99_us", "max_us", "jain", "cmds_per_op", "violations", "errors",
-		"server_calls_per_op", "redis_usec_per_op"}) {
+		"server_calls_per_op", "redis_usec_per_op", "redis_cpu_usec_per_op", "allocs_per_op"}) {
 		t.Fatalf("CSV header %v", recs[0])
 	}
-	if want := 1 + len(libs)*7; len(recs) != want {
+	if want := 1 + len(libs)*8; len(recs) != want {
 		t.Fatalf("CSV has %d records, want %d", len(recs), want)
 	}
+	rtts := 0
 	for _, r := range recs[1:] {
 		if r[9] != "0" {
 			t.Errorf("%s %s %s: %s mutual-exclusion violations", r[0], r[1], r[2], r[9])
@@ -52,19 +55,55 @@ func TestSmoke(t *testing.T) {
 			t.Errorf("%s %s %s: no acquisition", r[0], r[1], r[2])
 		}
 		// A cycle is at least a lock and a release at the server; held rows leave it empty.
-		if calls, err := strconv.ParseFloat(r[11], 64); r[1] == "uncontended" && (err != nil || calls < 2) {
+		if calls, err := strconv.ParseFloat(r[11], 64); strings.HasPrefix(r[1], "uncontended") && (err != nil || calls < 2) {
 			t.Errorf("%s %s %s: server_calls_per_op %q", r[0], r[1], r[2], r[11])
 		}
+		// A cycle costs Redis time and the client allocations: figures measured, not left out.
+		if strings.HasPrefix(r[1], "uncontended") {
+			for i := 12; i <= 14; i++ {
+				if v, err := strconv.ParseFloat(r[i], 64); err != nil || v <= 0 {
+					t.Errorf("%s %s %s: %s %q", r[0], r[1], r[2], recs[0][i], r[i])
+				}
+			}
+		}
+		if strings.HasPrefix(r[1], "held-") && r[11]+r[12]+r[13]+r[14] != "" {
+			t.Errorf("%s %s: per-acquisition figures %v for the held scenario", r[0], r[1], r[11:])
+		}
+		if r[1] == "uncontended-rtt" {
+			rtts++
+			// Every Lock is at least one round trip through the proxy.
+			if p50, err := strconv.ParseFloat(r[4], 64); err != nil || p50 < float64(tiny.rtt/time.Microsecond) {
+				t.Errorf("%s: Lock p50 %q us through a %v proxy: the proxy added nothing", r[0], r[4], tiny.rtt)
+			}
+		}
+	}
+	if rtts != len(libs) {
+		t.Errorf("%d uncontended-rtt rows, want one per library (%d)", rtts, len(libs))
 	}
 	for _, png := range []string{"throughput.png", "hotkey-waits.png"} {
 		if st, err := os.Stat(filepath.Join(dir, png)); err != nil || st.Size() == 0 {
 			t.Errorf("%s: %v", png, err)
 		}
 	}
-	for _, want := range []string{"| relock | hotkey | 16 |", "Uncontended cycle, 1 goroutine", "| relock-new | "} {
+	for _, want := range []string{"| relock | hotkey | 16 |", "| relock | uncontended-rtt | 1 |", "Cycle of uncontended, 1 goroutine",
+		"Cycle of uncontended-rtt, 1 goroutine through a proxy adding 1ms", "| relock-new | ",
+		"| uncontended, 8 goroutine(s): ops/s >= 1.3x |", "| (context) uncontended through a 1ms round trip, 1 goroutine",
+		"| uncontended-rtt, 1 goroutine: cycle p50 <= 1.2x two back-to-back PINGs through a 1ms round trip",
+		"| uncontended, 1 goroutine: Redis usec per cycle <= 2x the cheapest peer's |", "| uncontended, 1 goroutine: <= 6 server calls per cycle |"} {
 		if !strings.Contains(md.String(), want) {
 			t.Errorf("Markdown output lacks %q:\n%s", want, md.String())
 		}
+	}
+}
+
+// TestRESPParser_allocatesNothing: counting a command already seen allocates nothing, so
+// that the allocations over a window (allocs_per_op) are the library's, not the counting's.
+func TestRESPParser_allocatesNothing(t *testing.T) {
+	var p respParser
+	req := []byte("*3\r\n$7\r\nEVALSHA\r\n$2\r\nab\r\n$1\r\n0\r\n*1\r\n$4\r\nPING\r\n")
+	p.feed(req) // the names' first sight allocates their counters
+	if n := testing.AllocsPerRun(100, func() { p.feed(req) }); n != 0 {
+		t.Fatalf("counting two known commands allocates %v, want 0", n)
 	}
 }
 
@@ -142,6 +181,27 @@ func TestSmokeRedLock(t *testing.T) {
 				t.Errorf("the table does not say the servers were reached through proxies:\n%s", md.String())
 			}
 		})
+	}
+}
+
+func TestRttOf(t *testing.T) {
+	for _, tc := range []struct {
+		redlock, set bool
+		v, want      time.Duration
+		err          bool
+	}{
+		{false, false, defaultRTT, defaultRTT, false}, // the main run: uncontended-rtt at 1 ms
+		{false, true, 0, 0, false},                    // -rtt 0: the scenario left out
+		{false, true, 2 * time.Millisecond, 2 * time.Millisecond, false},
+		{true, false, defaultRTT, 0, false}, // -redlock: direct unless told
+		{true, true, 2 * time.Millisecond, 2 * time.Millisecond, false},
+		{false, true, -time.Millisecond, 0, true},
+		{true, true, -time.Millisecond, 0, true},
+	} {
+		got, err := rttOf(tc.redlock, tc.set, tc.v)
+		if (err != nil) != tc.err || got != tc.want {
+			t.Errorf("rttOf(redlock %v, set %v, %v) = %v, %v; want %v, error %v", tc.redlock, tc.set, tc.v, got, err, tc.want, tc.err)
+		}
 	}
 }
 

@@ -43,12 +43,22 @@ func plotThroughput(path string, results []*result, sel []lib) error {
 		{"uncontended", 1, "uncontended, 1 goroutine"},
 		{"uncontended", 8, "uncontended, 8 goroutines"},
 		{"uncontended", 64, "uncontended, 64 goroutines"},
-		{"hotkey", 2, "hot key, 2 contenders"},
-		{"hotkey", 16, "hot key, 16 contenders"},
-		{"handoff", 2, "hand-off (1 / mean hand-off time)"},
 	}
-	const cols, rows = 3, 2
-	img := vgimg.New(13*vg.Inch, 6*vg.Inch)
+	for _, r := range results {
+		if r.scenario == "uncontended-rtt" {
+			panels = append(panels, panel{r.scenario, 1, fmt.Sprintf("uncontended, 1 goroutine, %v round trip", r.addedRTT)})
+			break
+		}
+	}
+	panels = append(panels,
+		panel{"hotkey", 2, "hot key, 2 contenders"},
+		panel{"hotkey", 16, "hot key, 16 contenders"},
+		panel{"handoff", 2, "hand-off (1 / mean hand-off time)"})
+	cols, rows := 3, 2
+	if len(panels) > cols*rows {
+		cols = 4
+	}
+	img := vgimg.New(vg.Length(cols)*13*vg.Inch/3, 6*vg.Inch)
 	dc := draw.New(img)
 	tiles := draw.Tiles{Rows: rows, Cols: cols, PadX: vg.Millimeter * 2, PadY: vg.Millimeter * 2,
 		PadTop: vg.Millimeter * 2, PadBottom: vg.Millimeter * 2, PadLeft: vg.Millimeter * 2, PadRight: vg.Millimeter * 4}

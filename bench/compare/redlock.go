@@ -211,7 +211,7 @@ func runRedLockCompare(ctx context.Context, out io.Writer, sel []redLib, s setti
 				var before []time.Duration
 				if ping {
 					var err error
-					if before, err = twoPings(ctx, addrs[0], s.pingPairs/2); err != nil {
+					if before, err = twoPings(ctx, addrs[0], s.pingPairs/2, 50); err != nil {
 						return fmt.Errorf("two PINGs: %w", err)
 					}
 				}
@@ -224,8 +224,11 @@ func runRedLockCompare(ctx context.Context, out io.Writer, sel []redLib, s setti
 				if l.multi {
 					r.statCalls = nil // one server's INFO: not this library's figures
 				}
+				if rtt > 0 {
+					r.hasAllocs = false // faultproxy, in this process, allocates per chunk
+				}
 				if ping {
-					after, err := twoPings(ctx, addrs[0], s.pingPairs-s.pingPairs/2)
+					after, err := twoPings(ctx, addrs[0], s.pingPairs-s.pingPairs/2, 50)
 					if err != nil {
 						return fmt.Errorf("two PINGs: %w", err)
 					}
@@ -280,7 +283,7 @@ func writeRedMarkdown(out io.Writer, results []*result, sel []redLib, took time.
 	for _, r := range results {
 		fmt.Fprintln(out, "| "+strings.Join(redRow(r), " | ")+" |")
 	}
-	if p := twoPingP50(results); p > 0 {
+	if p := twoPingP50(results, "uncontended"); p > 0 {
 		fmt.Fprintf(out, "\nTwo back-to-back PINGs (first server), median of the run: %s us.\n", us(p))
 	}
 	ref := find(results, "relock", "uncontended", 1)

@@ -24,11 +24,21 @@ type settings struct {
 	heldLease  time.Duration // their lease (renewed while held)
 	rounds     int           // turns of every library at each scenario but the held one
 	pingPairs  int           // two-PING samples taken around each uncontended 1-goroutine round
+	// rtt is the round trip the uncontended-rtt scenario adds between the clients and Redis
+	// (delayProxy); 0 leaves the scenario out.
+	rtt time.Duration
+	// rttPingPairs are the two-PING samples taken, through the same proxy, around each
+	// uncontended-rtt round (fewer: each takes two round trips of rtt).
+	rttPingPairs int
 }
 
+// defaultRTT is the uncontended-rtt scenario's round trip unless -rtt says otherwise: what
+// a service in a data centre sees between it and Redis.
+const defaultRTT = time.Millisecond
+
 var (
-	fullRun  = settings{warm: 200 * time.Millisecond, window: time.Second, handoffDur: 1500 * time.Millisecond, handoffMax: 100, heldLocks: 10000, heldLease: 3 * time.Second, rounds: 3, pingPairs: 500}
-	quickRun = settings{warm: 100 * time.Millisecond, window: 500 * time.Millisecond, handoffDur: 800 * time.Millisecond, handoffMax: 40, heldLocks: 1000, heldLease: time.Second, rounds: 1, pingPairs: 500}
+	fullRun  = settings{warm: 200 * time.Millisecond, window: time.Second, handoffDur: 1500 * time.Millisecond, handoffMax: 100, heldLocks: 10000, heldLease: 3 * time.Second, rounds: 3, pingPairs: 500, rtt: defaultRTT, rttPingPairs: 100}
+	quickRun = settings{warm: 100 * time.Millisecond, window: 500 * time.Millisecond, handoffDur: 800 * time.Millisecond, handoffMax: 40, heldLocks: 1000, heldLease: time.Second, rounds: 1, pingPairs: 500, rtt: defaultRTT, rttPingPairs: 100}
 )
 
 // result is one library's figures in one scenario.
@@ -63,6 +73,14 @@ type result struct {
 	statCalls   map[string]int64 // server calls by command, harness commands left out
 	serverCalls int64            // their sum: every command Redis ran, scripts' inner ones included
 	redisUsec   int64            // server time of the commands the client sent (top level)
+	// allocs are the heap allocations of the whole process over the window (runtime.MemStats
+	// Mallocs): the library's, as the harness allocates nothing per cycle; only the cycle
+	// scenarios measure them (hasAllocs).
+	allocs    int64
+	hasAllocs bool
+	// addedRTT is the round trip the delay proxy added between the client and Redis
+	// (uncontended-rtt), 0 when direct.
+	addedRTT time.Duration
 }
 
 type heldStats struct {
@@ -117,6 +135,8 @@ func (r *result) merge(o *result) {
 	}
 	r.serverCalls += o.serverCalls
 	r.redisUsec += o.redisUsec
+	r.allocs += o.allocs
+	r.hasAllocs = r.hasAllocs && o.hasAllocs
 }
 
 // quantile is the q-quantile of sorted durations, 0 when there are none.
@@ -149,6 +169,16 @@ func (r *result) serverCallsPerOp() float64 { return float64(r.serverCalls) / fl
 
 // redisUsecPerOp is Redis's time in the client-sent commands per operation.
 func (r *result) redisUsecPerOp() float64 { return float64(r.redisUsec) / float64(max(r.ops, 1)) }
+
+// redisCPUPerOp is the redis-server process's CPU time (INFO cpu: user + sys) per
+// operation, in microseconds: the commands' time plus reading, parsing and answering them
+// (and the server's own timer, hz 10, while the window lasts).
+func (r *result) redisCPUPerOp() float64 {
+	return float64(r.serverCPU) / 1e3 / float64(max(r.ops, 1))
+}
+
+// allocsPerOp is the process's heap allocations per operation over the window.
+func (r *result) allocsPerOp() float64 { return float64(r.allocs) / float64(max(r.ops, 1)) }
 
 func (r *result) max() time.Duration {
 	if len(r.waits) == 0 {
@@ -301,11 +331,13 @@ func runCycles(ctx context.Context, srv *server, inst instance, lib, scenario st
 	}
 	time.Sleep(s.warm)
 	a := snap(ctx, srv)
+	m0 := mallocs()
 	t0 := time.Now()
 	measuring.Store(true)
 	time.Sleep(s.window)
 	measuring.Store(false)
 	end := time.Now()
+	r.allocs, r.hasAllocs = int64(mallocs()-m0), true
 	r.elapsed = end.Sub(t0)
 	// A Lock still waiting at the end of the window counts with the time it has waited so
 	// far: a starved waiter must show in the maximum, not vanish from the figures.
@@ -349,15 +381,16 @@ func pingRTT(ctx context.Context, srv *server) time.Duration {
 // read on the caller's goroutine), dialled through the same counting wrapper as the
 // libraries (so the same write path; it runs outside every measured window, so its PINGs
 // are in no figure), with context.Background(). The bar of the issue: a lock cycle is two
-// round trips, so the floor is two PINGs. The samples come back sorted.
-func twoPings(ctx context.Context, addr string, n int) ([]time.Duration, error) {
+// round trips, so the floor is two PINGs. The first warm pairs are not kept (the
+// connection's warm-up). The samples come back sorted.
+func twoPings(ctx context.Context, addr string, n, warm int) ([]time.Duration, error) {
 	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, DialCtxFn: rueidisDial, DisableCache: true})
 	if err != nil {
 		return nil, err
 	}
 	defer c.Close()
 	out := make([]time.Duration, 0, n)
-	for i := range n + 50 { // the first 50 pairs warm the connection up
+	for i := range n + warm {
 		start := time.Now()
 		if err := c.Do(ctx, c.B().Ping().Build()).Error(); err != nil {
 			return nil, err
@@ -365,7 +398,7 @@ func twoPings(ctx context.Context, addr string, n int) ([]time.Duration, error) 
 		if err := c.Do(ctx, c.B().Ping().Build()).Error(); err != nil {
 			return nil, err
 		}
-		if d := time.Since(start); i >= 50 {
+		if d := time.Since(start); i >= warm {
 			out = append(out, d)
 		}
 	}
@@ -460,6 +493,13 @@ func runHandoff(ctx context.Context, srv *server, holderInst, waiterInst instanc
 	slices.Sort(r.waits)
 	r.handoffSum = sum
 	return r
+}
+
+// mallocs is the number of heap allocations of the process so far.
+func mallocs() uint64 {
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return ms.Mallocs
 }
 
 func heapNow() int64 {
