@@ -111,13 +111,16 @@ end
 -- token is the server's clock at its grant to within counterTTL (rlock.HolderInfo.Since).
 local function grantToken(fence, n, req, keep, clock)
   local token, tail, nowMs, ttl = nil, '', nil, nil
+  -- When the caller's INCR made the counter (n == 1), a refusal (an ACL without TIME or SET)
+  -- takes it back, so that no fence is left without an expiry.
+  local function unseed() if n == 1 then redis.call('del', fence) end end
   if type(n) == 'number' and n > 1 and not clock then
     token = string.format('%.0f', n)
   else
     if type(n) == 'table' and not string.find(n.err, 'not an integer', 1, true) then
       redis.call('incr', fence) -- fails again, here: another type (WRONGTYPE) or a refusal
     end
-    local now = redis.call('time')
+    local now = redis.pcall('time') if type(now) == 'table' and now.err then unseed() error(now) end
     local nowUs = tonumber(now[1]) * 1000000 + tonumber(now[2])
     nowMs = math.floor(nowUs / 1000)
     local last = 0
@@ -148,7 +151,7 @@ local function grantToken(fence, n, req, keep, clock)
     ttl = fenceTTLArg
   end
   if ttl then
-    redis.call('set', fence, token .. tail, 'px', ttl)
+    local r = redis.pcall('set', fence, token .. tail, 'px', ttl) if type(r) == 'table' and r.err then unseed() error(r) end
   end
   return token, tail ~= ''
 end

@@ -59,7 +59,6 @@ func ExampleWithLogger() {
 		},
 	}))
 	client, done := exampleClient(rlock.WithLogger(logger))
-	defer done()
 
 	ctx := rlock.WithOwner(context.Background(), "job-7")
 	m := client.Mutex("nightly-report")
@@ -68,7 +67,10 @@ func ExampleWithLogger() {
 
 	_ = m.LockLease(ctx, 50*time.Millisecond)
 	<-m.Done(ctx) // the lease ran out
-	fmt.Println("unlock:", m.Unlock(ctx))
+	err := m.Unlock(ctx)
+	// The end is logged by the watchdog's goroutine just after Done closes; Close waits for it.
+	done()
+	fmt.Println("unlock:", err)
 	// Output:
 	// level=DEBUG msg="relock: lease expired" kind=mutex name=nightly-report owner=#9c3d44d9 cause=lease_expired error="rlock: not held: its fixed lease ran out"
 	// unlock: rlock: unlock "nightly-report": not held: its fixed lease ran out
