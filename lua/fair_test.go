@@ -132,16 +132,9 @@ func (r *fairRig) expect(want string) {
 	}
 }
 
+// eachFairServer is eachServer with a fair-lock rig on each server.
 func eachFairServer(t *testing.T, fn func(t *testing.T, r *fairRig)) {
-	srv := redistest.Start(t)
-	_, mini := redistest.Miniredis(t)
-	for _, tc := range []struct {
-		name  string
-		c     rueidis.Client
-		flags bool
-	}{{"redis", srv.Client(t), true}, {"miniredis", mini, false}} {
-		t.Run(tc.name, func(t *testing.T) { fn(t, newFairRig(t, tc.c, tc.flags)) })
-	}
+	eachServer(t, func(t *testing.T, tc server) { fn(t, newFairRig(t, tc.c, tc.flags)) })
 }
 
 func TestFairScripts_queueOrderAndHandOver(t *testing.T) {
