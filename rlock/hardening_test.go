@@ -5,12 +5,9 @@ package rlock_test
 
 import (
 	"context"
-	"crypto/sha1"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -22,77 +19,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/relock-go/relock/internal/redistest"
-	"github.com/relock-go/relock/lua"
 	"github.com/relock-go/relock/rlock"
 )
-
-// hardHook intercepts one script call of kind "acquire", "release" or "renew" (the plain
-// Mutex's scripts); call sends it on for real.
-type hardHook func(ctx context.Context, kind string, call func() rueidis.RedisResult) rueidis.RedisResult
-
-// hardClient is a rueidis client whose Mutex scripts go through a hook (none: straight on).
-type hardClient struct {
-	rueidis.Client
-	hook atomic.Pointer[hardHook]
-}
-
-func (h *hardClient) set(f hardHook) {
-	if f == nil {
-		h.hook.Store(nil) // no hook: calls go straight on
-		return
-	}
-	h.hook.Store(&f)
-}
-
-func (h *hardClient) Do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResult {
-	kind := hardKind(cmd) // read before the command is sent (rueidis may recycle it)
-	f := h.hook.Load()
-	if kind == "" || f == nil {
-		return h.Client.Do(ctx, cmd)
-	}
-	return (*f)(ctx, kind, func() rueidis.RedisResult { return h.Client.Do(ctx, cmd) })
-}
-
-func (h *hardClient) DoMulti(ctx context.Context, cmds ...rueidis.Completed) []rueidis.RedisResult {
-	hooked := false
-	for _, cmd := range cmds {
-		hooked = hooked || hardKind(cmd) != ""
-	}
-	if !hooked || h.hook.Load() == nil {
-		return h.Client.DoMulti(ctx, cmds...)
-	}
-	out := make([]rueidis.RedisResult, len(cmds))
-	for i, cmd := range cmds {
-		out[i] = h.Do(ctx, cmd)
-	}
-	return out
-}
-
-// hardScripts maps the SHA1 of both forms of each Mutex script (plain, and with its
-// "#!lua flags" shebang), and both texts (for EVAL), to the script's kind.
-var hardScripts = func() map[string]string {
-	m := map[string]string{}
-	for kind, s := range map[string]*lua.Script{"acquire": lua.Acquire, "release": lua.Release, "renew": lua.Renew} {
-		flagged := sha1.Sum([]byte(s.Source()))
-		m[s.PlainSHA1()] = kind
-		m[hex.EncodeToString(flagged[:])] = kind
-		m[s.Source()] = kind
-		m[s.PlainSource()] = kind
-	}
-	return m
-}()
-
-func hardKind(cmd rueidis.Completed) string {
-	args := cmd.Commands()
-	if len(args) < 2 {
-		return ""
-	}
-	switch strings.ToUpper(args[0]) {
-	case "EVALSHA", "EVAL":
-		return hardScripts[args[1]]
-	}
-	return ""
-}
 
 // hardRefused is what a refused dial gives: nothing was sent (definitive).
 func hardRefused() rueidis.RedisResult {
@@ -103,10 +31,10 @@ func hardRefused() rueidis.RedisResult {
 func hardLost() rueidis.RedisResult { return rueidis.NewErrorResult(context.DeadlineExceeded) }
 
 // hardSetup returns a Client of b whose Mutex scripts go through a hook (set it on the
-// returned hardClient), warmed (hardWarm) and closed when the test ends.
-func hardSetup(t *testing.T, b *backend, opts ...rlock.Option) (*hardClient, *rlock.Client) {
+// returned hookClient), warmed (hardWarm) and closed when the test ends.
+func hardSetup(t *testing.T, b *backend, opts ...rlock.Option) (*hookClient, *rlock.Client) {
 	t.Helper()
-	hc := &hardClient{Client: b.rueidis(t)}
+	hc := &hookClient{Client: b.rueidis(t)}
 	c, err := rlock.New(hc, opts...)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = c.Close() })
@@ -197,7 +125,7 @@ func TestHardening_ReentryDoesNotQueueBehindLocalWaiters(t *testing.T) {
 func TestHardening_FailedGiveBackIsNotRenewed(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
 		const wd = 600 * time.Millisecond
-		hc := &hardClient{Client: b.rueidis(t)}
+		hc := &hookClient{Client: b.rueidis(t)}
 		c, err := rlock.New(hc, rlock.WithWatchdogTimeout(wd), rlock.WithCleanupTimeout(300*time.Millisecond))
 		require.NoError(t, err)
 		defer c.Close()
@@ -248,7 +176,7 @@ func TestHardening_RelockInDriftWindowLeavesNoGhostHold(t *testing.T) {
 		t.Skip("long: waits out a 1 s fixed lease (run without -short)")
 	}
 	eachBackend(t, func(t *testing.T, b *backend) {
-		hc := &hardClient{Client: b.rueidis(t)}
+		hc := &hookClient{Client: b.rueidis(t)}
 		c, err := rlock.New(hc)
 		require.NoError(t, err)
 		defer c.Close()
@@ -325,7 +253,7 @@ func TestHardening_HandoffRacingReentryOnSharedHandle(t *testing.T) {
 		t.Skip("long: waits out a stalled release, ~1 s (run without -short)")
 	}
 	eachBackend(t, func(t *testing.T, b *backend) {
-		hc := &hardClient{Client: b.rueidis(t)}
+		hc := &hookClient{Client: b.rueidis(t)}
 		c, err := rlock.New(hc)
 		require.NoError(t, err)
 		defer c.Close()
@@ -445,7 +373,7 @@ func TestHardening_WakeupConsumedByFailedHandoffIsPassedOn(t *testing.T) {
 		t.Skip("long: waits out a 1 s cleanup timeout (run without -short)")
 	}
 	eachBackend(t, func(t *testing.T, b *backend) {
-		hc := &hardClient{Client: b.rueidis(t)}
+		hc := &hookClient{Client: b.rueidis(t)}
 		c, err := rlock.New(hc, rlock.WithCleanupTimeout(time.Second))
 		require.NoError(t, err)
 		defer c.Close()
@@ -521,7 +449,7 @@ func TestHardening_CloseEndsInFlightCalls(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
 		// closeWhileReplaying starts op, waits until kind's script was sent twice (the
 		// request and a replay), closes c and checks op ends promptly with ErrClosed.
-		closeWhileReplaying := func(t *testing.T, hc *hardClient, c *rlock.Client, kind string, op func() error) {
+		closeWhileReplaying := func(t *testing.T, hc *hookClient, c *rlock.Client, kind string, op func() error) {
 			var sends atomic.Int32
 			hc.set(func(_ context.Context, k string, call func() rueidis.RedisResult) rueidis.RedisResult {
 				if k != kind {
@@ -542,7 +470,7 @@ func TestHardening_CloseEndsInFlightCalls(t *testing.T) {
 			require.ErrorIs(t, err, rlock.ErrClosed)
 		}
 		t.Run("Unlock", func(t *testing.T) {
-			hc := &hardClient{Client: b.rueidis(t)}
+			hc := &hookClient{Client: b.rueidis(t)}
 			c, err := rlock.New(hc, rlock.WithCleanupTimeout(cleanup))
 			require.NoError(t, err)
 			defer c.Close()
@@ -551,7 +479,7 @@ func TestHardening_CloseEndsInFlightCalls(t *testing.T) {
 			closeWhileReplaying(t, hc, c, "release", func() error { return m.Unlock(bg) })
 		})
 		t.Run("Lock", func(t *testing.T) {
-			hc := &hardClient{Client: b.rueidis(t)}
+			hc := &hookClient{Client: b.rueidis(t)}
 			c, err := rlock.New(hc, rlock.WithCleanupTimeout(cleanup))
 			require.NoError(t, err)
 			defer c.Close()

@@ -2,13 +2,12 @@ package rlock_test
 
 import (
 	"context"
-	"crypto/sha1"
-	"encoding/hex"
 	"errors"
 	"math/rand/v2"
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -17,38 +16,13 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/relock-go/relock/internal/redistest"
-	"github.com/relock-go/relock/lua"
 	"github.com/relock-go/relock/rlock"
 	"github.com/relock-go/relock/watchdog"
 )
 
-// Tests of lock protocol v2 (docs/DESIGN.md): sequence numbers, the fence's INCR, the
-// renewal that meets the last give-back, data written before v2.
-
-// scriptSHAs are the SHA1s of both forms of s, as EVALSHA names them.
-func scriptSHAs(s *lua.Script) map[string]bool {
-	sum := sha1.Sum([]byte(s.Source()))
-	return map[string]bool{s.PlainSHA1(): true, hex.EncodeToString(sum[:]): true}
-}
-
-// slowReplyClient delays the reply of every release script by up to max after Redis applied
-// it (a reply slow to come back), so that a renewal sent meanwhile reaches Redis after the
-// give-back, and its answer ("gone") comes back first.
-type slowReplyClient struct {
-	rueidis.Client
-	release map[string]bool
-	rng     func() time.Duration
-}
-
-func (c *slowReplyClient) Do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResult {
-	args := cmd.Commands()
-	slow := len(args) > 1 && args[0] == "EVALSHA" && c.release[args[1]]
-	res := c.Client.Do(ctx, cmd)
-	if slow {
-		time.Sleep(c.rng())
-	}
-	return res
-}
+// Tests of lock protocol v2 (docs/DESIGN.md): the renewal that meets the last give-back,
+// orphans given back at a renewal, data written before v2 (the scripts' own rules are tested
+// in package lua).
 
 // envRaceSeed replays a run of TestMutex_renewalMeetingLastUnlockIsNoLoss.
 const envRaceSeed = "RELOCK_RACE_SEED"
@@ -70,8 +44,20 @@ func TestMutex_renewalMeetingLastUnlockIsNoLoss(t *testing.T) {
 	rng := rand.New(rand.NewPCG(seed, seed>>1|1))
 	b := realBackend(t)
 	const lease = 30 * time.Millisecond // renewed every 20ms
-	rc := &slowReplyClient{Client: b.rueidis(t), release: scriptSHAs(lua.Release),
-		rng: func() time.Duration { return time.Duration(rng.IntN(4000)) * time.Microsecond }}
+	// The give-back's reply is held back a while after Redis applied it, so that a renewal
+	// sent meanwhile reaches Redis after the give-back and its answer ("gone") comes first.
+	rc := &hookClient{Client: b.rueidis(t)}
+	var rmu sync.Mutex // rng is not safe for concurrent use
+	rc.set(func(_ context.Context, script string, call func() rueidis.RedisResult) rueidis.RedisResult {
+		res := call()
+		if script == "release" {
+			rmu.Lock()
+			d := time.Duration(rng.IntN(4000)) * time.Microsecond
+			rmu.Unlock()
+			time.Sleep(d)
+		}
+		return res
+	})
 	c, err := rlock.New(rc, rlock.WithWatchdogTimeout(lease))
 	require.NoError(t, err)
 	defer c.Close()
@@ -84,7 +70,10 @@ func TestMutex_renewalMeetingLastUnlockIsNoLoss(t *testing.T) {
 	for i := 0; i < cycles; i++ {
 		require.NoError(t, m.Lock(bg), "cycle %d", i)
 		hctx, cancel := m.HoldContext(bg)
-		time.Sleep(15*time.Millisecond + time.Duration(rng.IntN(10000))*time.Microsecond)
+		rmu.Lock()
+		hold := 15*time.Millisecond + time.Duration(rng.IntN(10000))*time.Microsecond
+		rmu.Unlock()
+		time.Sleep(hold)
 		err := m.Unlock(bg)
 		cause := context.Cause(hctx)
 		cancel()
@@ -161,29 +150,6 @@ func TestProtocol_v1Data(t *testing.T) {
 	})
 }
 
-// orphanClient delays the reply of one armed acquire script (after Redis applied it) and,
-// while refusing is set, answers every release script with a lost reply without sending it.
-type orphanClient struct {
-	rueidis.Client
-	acquire, release map[string]bool
-	armed, refusing  atomic.Bool
-}
-
-func (c *orphanClient) Do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResult {
-	args := cmd.Commands()
-	if len(args) > 1 && args[0] == "EVALSHA" {
-		if c.release[args[1]] && c.refusing.Load() {
-			return rueidis.NewErrorResult(context.DeadlineExceeded)
-		}
-		if c.acquire[args[1]] && c.armed.CompareAndSwap(true, false) {
-			res := c.Client.Do(context.WithoutCancel(ctx), cmd)
-			time.Sleep(300 * time.Millisecond)
-			return res
-		}
-	}
-	return c.Client.Do(ctx, cmd)
-}
-
 // TestMutex_orphanGivenBackOnceRedisAnswers: a re-entry granted to a caller that had gone,
 // whose give-back failed (Redis did not answer within the cleanup timeout), is an orphan:
 // Redis counts it beyond the holds the owner took. Once Redis answers again, the watchdog's
@@ -192,7 +158,21 @@ func (c *orphanClient) Do(ctx context.Context, cmd rueidis.Completed) rueidis.Re
 // taken, but for a bounded window).
 func TestMutex_orphanGivenBackOnceRedisAnswers(t *testing.T) {
 	b := realBackend(t)
-	rc := &orphanClient{Client: b.rueidis(t), acquire: scriptSHAs(lua.Acquire), release: scriptSHAs(lua.Release)}
+	// One armed acquire's reply comes 300ms after Redis applied it; while refusing, every
+	// release is answered as a lost reply, unsent.
+	rc := &hookClient{Client: b.rueidis(t)}
+	var armed, refusing atomic.Bool
+	rc.set(func(_ context.Context, script string, call func() rueidis.RedisResult) rueidis.RedisResult {
+		switch {
+		case script == "release" && refusing.Load():
+			return hardLost()
+		case script == "acquire" && armed.CompareAndSwap(true, false):
+			res := call()
+			time.Sleep(300 * time.Millisecond)
+			return res
+		}
+		return call()
+	})
 	failed := make(chan rlock.GiveBackInfo, 4)
 	c, err := rlock.New(rc, rlock.WithWatchdogTimeout(time.Second), rlock.WithCleanupTimeout(300*time.Millisecond),
 		rlock.WithObserver(&rlock.Observer{GiveBack: func(e rlock.GiveBackInfo) {
@@ -206,8 +186,8 @@ func TestMutex_orphanGivenBackOnceRedisAnswers(t *testing.T) {
 	require.NoError(t, m.Lock(bg))
 
 	// A re-entry whose caller leaves while its reply is on the way; its give-back fails.
-	rc.refusing.Store(true)
-	rc.armed.Store(true)
+	refusing.Store(true)
+	armed.Store(true)
 	ctx, cancel := context.WithTimeout(bg, 50*time.Millisecond)
 	defer cancel()
 	require.ErrorIs(t, m.Lock(ctx), context.DeadlineExceeded)
@@ -222,7 +202,7 @@ func TestMutex_orphanGivenBackOnceRedisAnswers(t *testing.T) {
 	require.Equal(t, 2, n, "precondition: Redis counts the orphan")
 	require.NoError(t, m.Err(bg), "the owner's own hold goes on")
 
-	rc.refusing.Store(false) // Redis answers again
+	refusing.Store(false) // Redis answers again
 	redistest.WaitFor(t, 5*time.Second, "the orphan given back (HoldCount 1)", func() bool {
 		n, err := m.HoldCount(bg)
 		return err == nil && n == 1

@@ -5,9 +5,6 @@ package rlock_test
 
 import (
 	"context"
-	"crypto/sha1"
-	"encoding/hex"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -16,7 +13,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/relock-go/relock/internal/redistest"
-	"github.com/relock-go/relock/lua"
 	"github.com/relock-go/relock/rlock"
 )
 
@@ -39,7 +35,7 @@ func TestReview_ClaimedCandidateOutlivesItsCtx(t *testing.T) {
 	}
 	eachBackend(t, func(t *testing.T, b *backend) {
 		const cleanup = 2 * time.Second
-		hc := &hardClient{Client: b.rueidis(t)}
+		hc := &hookClient{Client: b.rueidis(t)}
 		c, err := rlock.New(hc, rlock.WithCleanupTimeout(cleanup))
 		require.NoError(t, err)
 		defer c.Close()
@@ -93,7 +89,7 @@ func TestReview_ClaimedCandidateOutlivesItsCtx(t *testing.T) {
 func TestReview_LateGrantGiveBackOutlivesCtx(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
 		const cleanup = 2 * time.Second
-		hc := &hardClient{Client: b.rueidis(t)}
+		hc := &hookClient{Client: b.rueidis(t)}
 		c, err := rlock.New(hc, rlock.WithCleanupTimeout(cleanup))
 		require.NoError(t, err)
 		defer c.Close()
@@ -141,7 +137,7 @@ func TestReview_UnlockAfterBackgroundResolutionOutlivesCleanupTimeout(t *testing
 	}
 	eachBackend(t, func(t *testing.T, b *backend) {
 		const cleanup = time.Second
-		hc := &hardClient{Client: b.rueidis(t)}
+		hc := &hookClient{Client: b.rueidis(t)}
 		c, err := rlock.New(hc, rlock.WithCleanupTimeout(cleanup))
 		require.NoError(t, err)
 		defer c.Close()
@@ -215,7 +211,7 @@ func TestReview_UnknownOutcomeOfContextOwnerDriftsAtNextGrant(t *testing.T) {
 // than the Client, untold.
 func TestReview_UnknownHandoffOfContextOwnerDriftsAtNextGrant(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
-		hc := &hardClient{Client: b.rueidis(t)}
+		hc := &hookClient{Client: b.rueidis(t)}
 		c, err := rlock.New(hc, rlock.WithCleanupTimeout(300*time.Millisecond))
 		require.NoError(t, err)
 		defer c.Close()
@@ -260,37 +256,6 @@ func TestReview_UnknownHandoffOfContextOwnerDriftsAtNextGrant(t *testing.T) {
 
 // reviewSlowClient delays the scripts it is told of by their name (Redis answers them
 // slowly); everything else goes straight on.
-type reviewSlowClient struct {
-	rueidis.Client
-	delay   time.Duration
-	scripts map[string]bool // SHA1s and texts of the delayed scripts
-}
-
-func newReviewSlowClient(rc rueidis.Client, delay time.Duration, scripts ...*lua.Script) *reviewSlowClient {
-	s := &reviewSlowClient{Client: rc, delay: delay, scripts: map[string]bool{}}
-	for _, sc := range scripts {
-		flagged := sha1.Sum([]byte(sc.Source()))
-		s.scripts[sc.PlainSHA1()] = true
-		s.scripts[hex.EncodeToString(flagged[:])] = true
-		s.scripts[sc.Source()] = true
-		s.scripts[sc.PlainSource()] = true
-	}
-	return s
-}
-
-func (s *reviewSlowClient) Do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResult {
-	args := cmd.Commands()
-	if len(args) >= 2 && (strings.EqualFold(args[0], "EVALSHA") || strings.EqualFold(args[0], "EVAL")) && s.scripts[args[1]] {
-		time.Sleep(s.delay)
-	}
-	return s.Client.Do(ctx, cmd)
-}
-
-// Godoc of FairMutex ("A waiter that gives up ... removes its place at once, before Lock or
-// TryLock returns") and of RWMutex ("A writer that gives up ... withdraws its claim before
-// returning"; RWMutex.Lock: "nothing is left held or claimed"): since the leave runs in the
-// background after returnGrace (Mutex.acquire, spec.leave), a Redis that answers the leave in
-// more than 100ms sees the call return with the place (the claim) still in Redis.
 func TestReview_WaiterThatGivesUpLeavesBeforeReturning(t *testing.T) {
 	if testing.Short() {
 		t.Skip("long: waits out slow replies (2 s) (run without -short)")
@@ -300,7 +265,13 @@ func TestReview_WaiterThatGivesUpLeavesBeforeReturning(t *testing.T) {
 			b := realBackend(t)
 			name := redistest.Name(t)
 			holderC := b.client(t)
-			sc := newReviewSlowClient(b.rueidis(t), 400*time.Millisecond, lua.FairLeave, lua.RWLeave)
+			sc := &hookClient{Client: b.rueidis(t)}
+			sc.set(func(_ context.Context, script string, call func() rueidis.RedisResult) rueidis.RedisResult {
+				if script == "fair_leave" || script == "rw_leave" {
+					time.Sleep(400 * time.Millisecond) // slow to reach Redis
+				}
+				return call()
+			})
 			c, err := rlock.New(sc)
 			require.NoError(t, err)
 			defer c.Close()
@@ -337,25 +308,6 @@ func TestReview_WaiterThatGivesUpLeavesBeforeReturning(t *testing.T) {
 
 // reviewStuckClient stops answering the scripts it is told of while stuck is set (see
 // reviewStuck); everything else goes straight on.
-type reviewStuckClient struct {
-	rueidis.Client
-	stuck   atomic.Bool
-	scripts map[string]bool
-}
-
-func newReviewStuckClient(rc rueidis.Client, scripts ...*lua.Script) *reviewStuckClient {
-	s := &reviewStuckClient{Client: rc, scripts: newReviewSlowClient(nil, 0, scripts...).scripts}
-	return s
-}
-
-func (s *reviewStuckClient) Do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResult {
-	args := cmd.Commands()
-	if s.stuck.Load() && len(args) >= 2 && (strings.EqualFold(args[0], "EVALSHA") || strings.EqualFold(args[0], "EVAL")) && s.scripts[args[1]] {
-		return reviewStuck(ctx)
-	}
-	return s.Client.Do(ctx, cmd)
-}
-
 // README guarantee 6 ("Lock and TryLock return within 100 ms of their context's end even
 // while Redis does not answer"), the family with a leave (FairMutex, RWMutex write side): an
 // attempt whose reply is lost when ctx ends waits returnGrace for its background resolution
@@ -365,7 +317,17 @@ func TestReview_FamilyLockOutlivesCtxByTwoGracePeriods(t *testing.T) {
 	for _, kind := range []string{"fair", "rw-write"} {
 		t.Run(kind, func(t *testing.T) {
 			eachBackend(t, func(t *testing.T, b *backend) {
-				sc := newReviewStuckClient(b.rueidis(t), lua.FairAcquire, lua.FairLeave, lua.RWAcquire, lua.RWLeave)
+				sc := &hookClient{Client: b.rueidis(t)}
+				var stuck atomic.Bool // Redis stops answering the scripts of the acquire and the leave
+				sc.set(func(ctx context.Context, script string, call func() rueidis.RedisResult) rueidis.RedisResult {
+					switch script {
+					case "fair_acquire", "fair_leave", "rw_acquire", "rw_leave":
+						if stuck.Load() {
+							return reviewStuck(ctx)
+						}
+					}
+					return call()
+				})
 				c, err := rlock.New(sc)
 				require.NoError(t, err)
 				defer c.Close()
@@ -383,13 +345,13 @@ func TestReview_FamilyLockOutlivesCtxByTwoGracePeriods(t *testing.T) {
 					require.NoError(t, w.Unlock(bg))
 					lock = w.Lock
 				}
-				sc.stuck.Store(true) // Redis stops answering
+				stuck.Store(true) // Redis stops answering
 				ctx, cancel := context.WithTimeout(bg, 150*time.Millisecond)
 				defer cancel()
 				err = lock(ctx)
 				dl, _ := ctx.Deadline()
 				late := time.Since(dl)
-				sc.stuck.Store(false)
+				stuck.Store(false)
 				t.Logf("Lock returned %v after its ctx ended: %v", late.Round(time.Millisecond), err)
 				require.ErrorIs(t, err, context.DeadlineExceeded)
 				require.Less(t, late, 170*time.Millisecond,
