@@ -480,8 +480,10 @@ func (r *RedLock) Err(ctx context.Context) error {
 
 // Done returns a channel closed when the caller's owner's current hold ends: released by
 // its last Unlock, lost (fewer than a majority of the instances still hold it), run to the
-// end of a fixed lease, or ended by a Client's Close. When the owner holds no hold (or the
-// handle is invalid), the channel is already closed. [RedLock.Err] tells why.
+// end of a fixed lease, or ended by a Client's Close. By the time it is closed, the hold's
+// [RedLock.HoldContext]s are cancelled with the cause, also for a channel asked for while the
+// end is being told. When the owner holds no hold (or the handle is invalid), the channel is
+// already closed. [RedLock.Err] tells why.
 func (r *RedLock) Done(ctx context.Context) <-chan struct{} {
 	owner, err := r.ownerOf(ctx)
 	if err != nil {
@@ -493,12 +495,15 @@ func (r *RedLock) Done(ctx context.Context) <-chan struct{} {
 	}
 	rh.mu.Lock()
 	defer rh.mu.Unlock()
-	if rh.count == 0 || rh.ended != nil {
+	switch {
+	case rh.done != nil:
+		// The current tenure's; or the last one's, closed once its HoldContexts are
+		// cancelled (redHold.finishLocked).
+		return rh.done
+	case rh.count == 0 || rh.ended != nil:
 		return closedCh
 	}
-	if rh.done == nil {
-		rh.done = make(chan struct{})
-	}
+	rh.done = make(chan struct{})
 	return rh.done
 }
 

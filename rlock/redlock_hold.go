@@ -32,6 +32,8 @@ type redHold struct {
 	gen     int   // tenure number: callbacks of an earlier tenure are ignored
 	token   int64 // the largest of the granting majority's tokens
 	ended   error // why the current tenure ended; nil while it lasts (or when none)
+	// done is Done's channel: made on first need (at the latest by finishLocked), closed by
+	// finishLocked, kept after the tenure ended until the next one begins.
 	done    chan struct{}
 	subs    map[*func(error)]struct{}
 	quorum  int
@@ -288,14 +290,19 @@ func (rh *redHold) instanceEnded(gen, i int, cause error) {
 // finishLocked stops following the instances, cancels the tenure's contexts with rh.ended
 // and then closes its channel, as a Mutex's tenure does (tenure.finish): a caller that
 // learns of the end by a closed Done finds its HoldContext already cancelled. (Done was once
-// closed first.) Done and HoldContext asked meanwhile see rh.ended: a closed channel, a
-// cancelled context. rh.mu must be held; it is released.
+// closed first.) The channel is made here if nobody asked for it yet and stays rh.done
+// (until the next tenure begins), so that Done asked meanwhile returns it, still open until
+// the contexts are cancelled (Done once returned a closed channel as soon as rh.ended was
+// set); HoldContext asked meanwhile sees rh.ended: a cancelled context. rh.mu must be held;
+// it is released.
 func (rh *redHold) finishLocked() {
 	cause := rh.ended
 	ro := rh.obs
 	rh.obs = nil
+	if rh.done == nil {
+		rh.done = make(chan struct{})
+	}
 	done := rh.done
-	rh.done = nil
 	subs := rh.subs
 	rh.subs = make(map[*func(error)]struct{})
 	var stops []func()
@@ -314,9 +321,7 @@ func (rh *redHold) finishLocked() {
 	for f := range subs {
 		(*f)(cause)
 	}
-	if done != nil {
-		close(done)
-	}
+	close(done)
 	ro.ended(cause)
 }
 
@@ -329,7 +334,9 @@ func (rh *redHold) reset() {
 		rh.finishLocked()
 		rh.mu.Lock()
 	}
-	rh.count, rh.token, rh.ended, rh.done, rh.releasing = 0, 0, nil, nil, false
+	// rh.done stays: the ended tenure's channel, closed by its finishLocked (which may still
+	// be cancelling the tenure's contexts, when the tenure ended by a loss).
+	rh.count, rh.token, rh.ended, rh.releasing = 0, 0, nil, false
 	clear(rh.n)
 	stops := rh.closing
 	rh.closing = nil
