@@ -14,12 +14,18 @@ import (
 // timeout) and returns as soon as a majority of the instances gave the hold back, or every
 // instance answered, or a majority answered and one per-instance timeout more has passed.
 // The other instances' give-backs go on in the background, each within its Client's
-// cleanup timeout (a Client's Close ends them). One of the last hold that fails there is
-// abandoned: that instance's hold is no longer renewed and expires with its lease. One of
-// another hold that fails stays with the instance's other holds: renewed with them, and
-// given back with the last. A grant that reaches an acquire's round after the owner's last
-// Unlock began is given back, not adopted. An Unlock whose give-backs went out has given
-// the hold back whatever it returns (cases 1 and 2 below): do not call Unlock again for it.
+// cleanup timeout (a Client's Close ends them, and waits for them). One of the last hold
+// that fails there is abandoned: that instance's hold is no longer renewed and expires with
+// its lease. One of another hold that fails stays with the instance's other holds: renewed
+// with them, and given back with the last. A grant that reaches an acquire's round after the
+// owner's last Unlock began is given back, not adopted. An Unlock whose give-backs went out
+// has given the hold back whatever it returns (cases 1 and 2 below): do not call Unlock
+// again for it.
+//
+// An Unlock of a hold that the RedLock knows has ended (lost, run to the end of its fixed
+// lease, or ended by a Client's Close: what [RedLock.Err] reports) returns the end at once
+// (case 1 or 3 below), whatever the instances would answer, and all its give-backs go on in
+// the background as above: it waits for no instance, silent ones included.
 //
 // Unlock of the last hold returns nil when the owner held the lock and a majority of the
 // instances gave it back (instances lost in a minority, and those still answering, are not
@@ -66,8 +72,13 @@ func (r *RedLock) Unlock(ctx context.Context) (err error) {
 	}
 	defer rh.unlockOp()
 	rh.mu.Lock()
-	count, ended := rh.count, rh.ended
+	count, ended, done := rh.count, rh.ended, rh.done
 	rh.mu.Unlock()
+	if ended != nil && done != nil {
+		// The end is reported once its HoldContexts are cancelled: a loss found by a renewal
+		// may be being told now (finishLocked), and the give-backs are not waited for.
+		<-done
+	}
 	if count == 0 {
 		open := 0
 		for _, c := range rh.cs {
@@ -80,6 +91,10 @@ func (r *RedLock) Unlock(ctx context.Context) (err error) {
 		}
 		return errorf("unlock red lock %q: %w", r.name, ErrNotHeld)
 	}
+	// A hold known to have ended (lost, run to the end of its fixed lease, ended by Close) is
+	// answered with its end whatever its give-backs find: they go on in the background, not
+	// waited for (an instance that went silent would cost its Client's cleanup timeout).
+	wait := ended == nil
 	var errs []error
 	var answered []bool
 	var idx []int
@@ -101,7 +116,11 @@ func (r *RedLock) Unlock(ctx context.Context) (err error) {
 			}
 		}
 		rh.mu.Unlock()
-		errs, answered = r.giveBack(ctx, nil, idx, nil, abandonOne)
+		if wait {
+			errs, answered = r.giveBack(ctx, nil, rh, idx, nil, abandonOne)
+		} else {
+			r.sendGiveBacks(ctx, rh, idx, nil, abandonOne)
+		}
 		rh.mu.Lock()
 		rh.count--
 		if ended == nil {
@@ -113,7 +132,7 @@ func (r *RedLock) Unlock(ctx context.Context) (err error) {
 	} else {
 		// The instances are those giveBackAll took: one adopted since the count above is
 		// given back too, and counted.
-		idx, errs, answered = r.giveBackAll(ctx, rh)
+		idx, errs, answered = r.giveBackAll(ctx, rh, wait)
 	}
 	switch {
 	case ended != nil && errors.Is(ended, ErrLeaseExpired):
@@ -175,8 +194,9 @@ const (
 // giveBackAll gives back every hold rh counts on every instance and forgets them (the
 // owner's last Unlock, or a fresh start after a fixed lease ran out). It returns the
 // instances it gave back (the counts taken under rh.mu, after which no late grant is
-// adopted), and giveBack's results.
-func (r *RedLock) giveBackAll(ctx context.Context, rh *redHold) ([]int, []error, []bool) {
+// adopted), and giveBack's results; with wait false, it only starts the give-backs
+// (sendGiveBacks), and the results are nil.
+func (r *RedLock) giveBackAll(ctx context.Context, rh *redHold, wait bool) ([]int, []error, []bool) {
 	rh.mu.Lock()
 	times := slices.Clone(rh.n)
 	rh.releasing = true // a late grant is not adopted now: it would not be given back
@@ -187,7 +207,13 @@ func (r *RedLock) giveBackAll(ctx context.Context, rh *redHold) ([]int, []error,
 			idx = append(idx, i)
 		}
 	}
-	errs, answered := r.giveBack(ctx, nil, idx, times, abandonAll)
+	var errs []error
+	var answered []bool
+	if wait {
+		errs, answered = r.giveBack(ctx, nil, rh, idx, times, abandonAll)
+	} else {
+		r.sendGiveBacks(ctx, rh, idx, times, abandonAll)
+	}
 	rh.reset()
 	return idx, errs, answered
 }
@@ -201,7 +227,7 @@ func (r *RedLock) giveBackAll(ctx context.Context, rh *redHold) ([]int, []error,
 func (r *RedLock) giveBackRound(ctx context.Context, got []int, fail giveBackFail, tmo time.Duration) {
 	bound, cancel := context.WithTimeout(ctx, tmo)
 	defer cancel()
-	r.giveBack(ctx, bound, got, nil, fail)
+	r.giveBack(ctx, bound, nil, got, nil, fail)
 }
 
 // giveBack gives back one hold on each instance in idx (times[i] holds when times is
@@ -212,47 +238,13 @@ func (r *RedLock) giveBackRound(ctx context.Context, got []int, fail giveBackFai
 // the background, each within its Client's cleanup timeout and ended by its Close (counted
 // for it), and a give-back that fails there is treated as fail says. It returns each
 // instance's error (nil: given back), and which answered in time.
-func (r *RedLock) giveBack(ctx, caller context.Context, idx []int, times []int, fail giveBackFail) ([]error, []bool) {
+func (r *RedLock) giveBack(ctx, caller context.Context, rh *redHold, idx []int, times []int, fail giveBackFail) ([]error, []bool) {
 	errs := make([]error, len(r.insts))
 	answered := make([]bool, len(r.insts))
 	if len(idx) == 0 {
 		return errs, answered
 	}
-	ctx = context.WithoutCancel(ctx)
-	type done struct {
-		i   int
-		err error
-	}
-	ch := make(chan done, len(idx)) // never blocks a sender: the rest go on after the return
-	for _, i := range idx {
-		n := 1
-		if times != nil {
-			n = times[i]
-		}
-		m := r.insts[i]
-		r.inflight.Add(1)
-		m.c.spare(func() {
-			defer r.inflight.Add(-1)
-			var err error
-			for k := 0; k < n; k++ {
-				more, e := m.giveBackInst(ctx, fail)
-				if err == nil {
-					err = e
-				}
-				// One that fails is not given back: let it expire. The give-back of a hold
-				// lost on this Client reports the loss (ErrNotHeld) and gives back one hold
-				// that Redis may still count (a renewal that reached it late): the next go
-				// on while this Client counts any (more, decided under the hold's operation
-				// lock: read after it, the owner's next grant there could be counted and
-				// given back), else its lost count would stay and refuse the owner's next
-				// acquires on the instance.
-				if e != nil && !more {
-					break
-				}
-			}
-			ch <- done{i, err}
-		})
-	}
+	ch := r.sendGiveBacks(ctx, rh, idx, times, fail)
 	var grace, callerGrace <-chan time.Time
 	var gone <-chan struct{}
 	if caller != nil {
@@ -288,6 +280,79 @@ func (r *RedLock) giveBack(ctx, caller context.Context, idx []int, times []int, 
 		}
 	}
 	return errs, answered
+}
+
+// givenBack is one instance's outcome of a give-back (sendGiveBacks): err nil when given
+// back.
+type givenBack struct {
+	i   int
+	err error
+}
+
+// sendGiveBacks starts the give-backs of giveBack and returns at once: one hold on each
+// instance in idx (times[i] holds when times is given), in parallel, on ctx's values without
+// its cancellation, each within its Client's cleanup timeout and ended by its Close (counted
+// for it); a give-back that fails is treated as fail says. Each instance's outcome comes on
+// the channel returned, which never blocks a sender: nobody need read it.
+//
+// With rh (the owner's hold: give-backs of an Unlock), the give-backs keep rh in redHolds
+// until they end, and rh.giving tells the owner's next rounds to wait for them: an Unlock
+// that returns before its give-backs ended (all of them, for a hold known to have ended)
+// must not let the owner's next grant on an instance come before the give-back there, which
+// would give that grant back (or, failing, abandon it). An instance's give-back also waits
+// for the one before it there.
+func (r *RedLock) sendGiveBacks(ctx context.Context, rh *redHold, idx []int, times []int, fail giveBackFail) <-chan givenBack {
+	ctx = context.WithoutCancel(ctx)
+	ch := make(chan givenBack, len(idx))
+	if rh != nil {
+		redHolds.mu.Lock()
+		rh.refs += len(idx) // unrefRed by each give-back
+		redHolds.mu.Unlock()
+	}
+	for _, i := range idx {
+		var prev <-chan struct{}
+		var mine chan struct{}
+		if rh != nil {
+			mine = make(chan struct{})
+			rh.mu.Lock()
+			prev, rh.giving[i] = rh.giving[i], mine
+			rh.mu.Unlock()
+		}
+		n := 1
+		if times != nil {
+			n = times[i]
+		}
+		m := r.insts[i]
+		r.inflight.Add(1)
+		m.c.spare(func() {
+			defer r.inflight.Add(-1)
+			if rh != nil {
+				defer rh.gaveBack(i, mine)
+				if prev != nil {
+					<-prev
+				}
+			}
+			var err error
+			for k := 0; k < n; k++ {
+				more, e := m.giveBackInst(ctx, fail)
+				if err == nil {
+					err = e
+				}
+				// One that fails is not given back: let it expire. The give-back of a hold
+				// lost on this Client reports the loss (ErrNotHeld) and gives back one hold
+				// that Redis may still count (a renewal that reached it late): the next go
+				// on while this Client counts any (more, decided under the hold's operation
+				// lock: read after it, the owner's next grant there could be counted and
+				// given back), else its lost count would stay and refuse the owner's next
+				// acquires on the instance.
+				if e != nil && !more {
+					break
+				}
+			}
+			ch <- givenBack{i, err}
+		})
+	}
+	return ch
 }
 
 // giveBackLate gives back a grant whose reply reached a RedLock round after the round was
