@@ -87,7 +87,7 @@ func (r *RedLock) reenter(ctx context.Context, rh *redHold, owner string, leases
 		}
 	}
 	rh.mu.Unlock()
-	res, late := r.round(ctx, idx, rh.givingBack(), leases, renew, false, false, tmo)
+	res, late := r.round(ctx, idx, leases, renew, false, false, tmo)
 	var got []int
 	var errs []error
 	for _, i := range idx {
@@ -179,7 +179,7 @@ func (r *RedLock) fresh(ctx context.Context, rh *redHold, owner string, wait tim
 			}
 		}
 		start := time.Now()
-		res, lg := r.round(ctx, all, rh.givingBack(), leases, renew, wait != 0, waiting, tmo)
+		res, lg := r.round(ctx, all, leases, renew, wait != 0, waiting, tmo)
 		validity := least - time.Since(start) - watchdog.Drift(least)
 		var got, refusedIdx []int
 		var refusedTTL []time.Duration

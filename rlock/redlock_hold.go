@@ -43,10 +43,6 @@ type redHold struct {
 	// releasing: the owner's last Unlock has taken the counts to give back, and no late
 	// grant is adopted any more (see adopt)
 	releasing bool
-	// giving: by instance, closed when the owner's give-backs there that an Unlock left to
-	// the background have ended (sendGiveBacks); nil: none. The owner's next requests on the
-	// instance wait for it (round), so that a give-back never comes after them.
-	giving []chan struct{}
 }
 
 var redHolds = struct {
@@ -72,7 +68,7 @@ func (r *RedLock) refHold(owner string) *redHold {
 			cs[i] = m.c
 		}
 		rh = &redHold{key: key, cs: cs, op: make(chan struct{}, 1), n: make([]int, n), watched: make([]bool, n),
-			stops: make([]func(), n), subs: make(map[*func(error)]struct{}), giving: make([]chan struct{}, n)}
+			stops: make([]func(), n), subs: make(map[*func(error)]struct{})}
 		redHolds.m[key] = rh
 	}
 	rh.refs++
@@ -348,35 +344,6 @@ func (rh *redHold) reset() {
 	for _, stop := range stops {
 		stop()
 	}
-}
-
-// gaveBack tells that the give-backs on instance i that were left to the background, the
-// last one's channel mine, have ended (see sendGiveBacks), and drops the reference they held.
-func (rh *redHold) gaveBack(i int, mine chan struct{}) {
-	rh.mu.Lock()
-	if rh.giving[i] == mine {
-		rh.giving[i] = nil
-	}
-	rh.mu.Unlock()
-	close(mine)
-	unrefRed(rh)
-}
-
-// givingBack returns, by instance, the channel closed when the give-backs there that were
-// left to the background have ended (nil: none), or nil when there are none.
-func (rh *redHold) givingBack() []<-chan struct{} {
-	rh.mu.Lock()
-	defer rh.mu.Unlock()
-	var after []<-chan struct{}
-	for i, ch := range rh.giving {
-		if ch != nil {
-			if after == nil {
-				after = make([]<-chan struct{}, len(rh.giving))
-			}
-			after[i] = ch
-		}
-	}
-	return after
 }
 
 // validity is the time until fewer than a majority of the instances surely hold the

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -117,9 +118,9 @@ func (r *RedLock) Unlock(ctx context.Context) (err error) {
 		}
 		rh.mu.Unlock()
 		if wait {
-			errs, answered = r.giveBack(ctx, nil, rh, idx, nil, abandonOne)
+			errs, answered = r.giveBack(ctx, nil, idx, nil, abandonOne)
 		} else {
-			r.sendGiveBacks(ctx, rh, idx, nil, abandonOne)
+			r.sendGiveBacks(ctx, idx, nil, abandonOne)
 		}
 		rh.mu.Lock()
 		rh.count--
@@ -210,9 +211,9 @@ func (r *RedLock) giveBackAll(ctx context.Context, rh *redHold, wait bool) ([]in
 	var errs []error
 	var answered []bool
 	if wait {
-		errs, answered = r.giveBack(ctx, nil, rh, idx, times, abandonAll)
+		errs, answered = r.giveBack(ctx, nil, idx, times, abandonAll)
 	} else {
-		r.sendGiveBacks(ctx, rh, idx, times, abandonAll)
+		r.sendGiveBacks(ctx, idx, times, abandonAll)
 	}
 	rh.reset()
 	return idx, errs, answered
@@ -227,7 +228,7 @@ func (r *RedLock) giveBackAll(ctx context.Context, rh *redHold, wait bool) ([]in
 func (r *RedLock) giveBackRound(ctx context.Context, got []int, fail giveBackFail, tmo time.Duration) {
 	bound, cancel := context.WithTimeout(ctx, tmo)
 	defer cancel()
-	r.giveBack(ctx, bound, nil, got, nil, fail)
+	r.giveBack(ctx, bound, got, nil, fail)
 }
 
 // giveBack gives back one hold on each instance in idx (times[i] holds when times is
@@ -238,13 +239,13 @@ func (r *RedLock) giveBackRound(ctx context.Context, got []int, fail giveBackFai
 // the background, each within its Client's cleanup timeout and ended by its Close (counted
 // for it), and a give-back that fails there is treated as fail says. It returns each
 // instance's error (nil: given back), and which answered in time.
-func (r *RedLock) giveBack(ctx, caller context.Context, rh *redHold, idx []int, times []int, fail giveBackFail) ([]error, []bool) {
+func (r *RedLock) giveBack(ctx, caller context.Context, idx []int, times []int, fail giveBackFail) ([]error, []bool) {
 	errs := make([]error, len(r.insts))
 	answered := make([]bool, len(r.insts))
 	if len(idx) == 0 {
 		return errs, answered
 	}
-	ch := r.sendGiveBacks(ctx, rh, idx, times, fail)
+	ch := r.sendGiveBacks(ctx, idx, times, fail)
 	var grace, callerGrace <-chan time.Time
 	var gone <-chan struct{}
 	if caller != nil {
@@ -289,35 +290,26 @@ type givenBack struct {
 	err error
 }
 
-// sendGiveBacks starts the give-backs of giveBack and returns at once: one hold on each
-// instance in idx (times[i] holds when times is given), in parallel, on ctx's values without
+// sendGiveBacks starts the give-backs of giveBack and returns once each has begun: one hold
+// on each instance in idx (times[i] holds when times is given), in parallel, on ctx's values without
 // its cancellation, each within its Client's cleanup timeout and ended by its Close (counted
 // for it); a give-back that fails is treated as fail says. Each instance's outcome comes on
 // the channel returned, which never blocks a sender: nobody need read it.
 //
-// With rh (the owner's hold: give-backs of an Unlock), the give-backs keep rh in redHolds
-// until they end, and rh.giving tells the owner's next rounds to wait for them: an Unlock
-// that returns before its give-backs ended (all of them, for a hold known to have ended)
-// must not let the owner's next grant on an instance come before the give-back there, which
-// would give that grant back (or, failing, abandon it). An instance's give-back also waits
-// for the one before it there.
-func (r *RedLock) sendGiveBacks(ctx context.Context, rh *redHold, idx []int, times []int, fail giveBackFail) <-chan givenBack {
+// Begun: the give-back's goroutine runs, and is about to ask the instance, ahead of the
+// owner's next request there (an Unlock that returns before its give-backs ended, all of them
+// for a hold known to have ended, must not let the owner's next grant on an instance come
+// before the give-back there, which would give that grant back: as first written, the next
+// Unlock found it "given back by 1 of 3 instances"). Both then queue for the instance hold's
+// operation lock, the give-back well ahead; waiting for the give-back's end instead would
+// hold the owner's next rounds up to the cleanup timeout after a request lost in a fault.
+func (r *RedLock) sendGiveBacks(ctx context.Context, idx []int, times []int, fail giveBackFail) <-chan givenBack {
 	ctx = context.WithoutCancel(ctx)
 	ch := make(chan givenBack, len(idx))
-	if rh != nil {
-		redHolds.mu.Lock()
-		rh.refs += len(idx) // unrefRed by each give-back
-		redHolds.mu.Unlock()
-	}
+	var begun sync.WaitGroup
+	begun.Add(len(idx))
+	defer begun.Wait()
 	for _, i := range idx {
-		var prev <-chan struct{}
-		var mine chan struct{}
-		if rh != nil {
-			mine = make(chan struct{})
-			rh.mu.Lock()
-			prev, rh.giving[i] = rh.giving[i], mine
-			rh.mu.Unlock()
-		}
 		n := 1
 		if times != nil {
 			n = times[i]
@@ -326,12 +318,7 @@ func (r *RedLock) sendGiveBacks(ctx context.Context, rh *redHold, idx []int, tim
 		r.inflight.Add(1)
 		m.c.spare(func() {
 			defer r.inflight.Add(-1)
-			if rh != nil {
-				defer rh.gaveBack(i, mine)
-				if prev != nil {
-					<-prev
-				}
-			}
+			begun.Done()
 			var err error
 			for k := 0; k < n; k++ {
 				more, e := m.giveBackInst(ctx, fail)

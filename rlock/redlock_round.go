@@ -38,11 +38,7 @@ type instResult struct {
 // instance's Mutex machinery resolves its request in the background (replayed until
 // answered, within the cleanup timeout) and gives back a grant it turns out to have made;
 // as does a request still out when tmo ends.
-//
-// after, when not nil, holds by instance a channel to wait for before the request (the
-// owner's give-backs there still under way, redHold.givingBack), within tmo: an instance
-// whose channel is still open when tmo ends has not answered.
-func (r *RedLock) round(ctx context.Context, idx []int, after []<-chan struct{}, leases []time.Duration, renew, queue, waiting bool, tmo time.Duration) ([]instResult, *lateGrants) {
+func (r *RedLock) round(ctx context.Context, idx []int, leases []time.Duration, renew, queue, waiting bool, tmo time.Duration) ([]instResult, *lateGrants) {
 	start := time.Now()
 	// One bound for the round's requests: ctx's end cancels them only until a majority
 	// granted (unlink), so that a late grant can still join the hold.
@@ -55,14 +51,6 @@ func (r *RedLock) round(ctx context.Context, idx []int, after []<-chan struct{},
 		r.inflight.Add(1)
 		m.c.spare(func() {
 			defer r.inflight.Add(-1)
-			if after != nil && after[i] != nil {
-				select {
-				case <-after[i]:
-				case <-rctx.Done(): // not asked: no answer
-					st.late.done()
-					return
-				}
-			}
 			x := m.attemptOnce(rctx, leases[i], renew, queue, waiting)
 			if _, reply := rueidis.IsRedisErr(x.err); x.ok || x.err == nil || reply || errors.Is(x.err, errLateGrant) {
 				m.c.redSilent.Store(0) // the server answers
