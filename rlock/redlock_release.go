@@ -1,0 +1,411 @@
+package rlock
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Unlock gives back one hold of the caller's owner; when it gives back the last, the lock
+// is released on every instance (in parallel) and one waiter of each instance is woken.
+// It works on a ctx that has ended (it uses ctx's values, bounded by each Client's cleanup
+// timeout) and returns as soon as a majority of the instances gave the hold back, or every
+// instance answered, or a majority answered and one per-instance timeout more has passed.
+// The other instances' give-backs go on in the background, each within its Client's
+// cleanup timeout (a Client's Close ends them, and waits for them). One of the last hold
+// that fails there is abandoned: that instance's hold is no longer renewed and expires with
+// its lease. One of another hold that fails stays with the instance's other holds: renewed
+// with them, and given back with the last. A grant that reaches an acquire's round after the
+// owner's last Unlock began is given back, not adopted. An Unlock whose give-backs went out
+// has given the hold back whatever it returns (cases 1 and 2 below): do not call Unlock
+// again for it.
+//
+// An Unlock of a hold that the RedLock knows has ended (lost, run to the end of its fixed
+// lease, or ended by a Client's Close: what [RedLock.Err] reports) returns the end at once
+// (case 1 or 3 below), whatever the instances would answer, and all its give-backs go on in
+// the background as above: it waits for no instance, silent ones included.
+//
+// Unlock of the last hold returns nil when the owner held the lock and a majority of the
+// instances gave it back (instances lost in a minority, and those still answering, are not
+// an error: the lock is free on a majority, so another owner can take it); Unlock of
+// another hold returns nil when the instances that counted more than one hold (or a
+// majority of them) gave one back or answered that they lost the lock (a minority's loss
+// leaves the lock held on a majority); otherwise:
+//  1. [ErrNotHeld] when the owner holds no hold (joined with the loss when the lock was
+//     lost; an error wrapping [ErrLeaseExpired] after a fixed lease ran its course), or
+//     when the give-backs showed it lost: enough instances answered, too few gave it back
+//     ("given back by k of N");
+//  2. the instances' errors, joined, when fewer than a majority answered (a give-back
+//     whose outcome is unknown, [ErrUnknownOutcome], is no answer);
+//  3. [ErrClosed] when a Client's Close ended the hold, or the owner holds none and fewer
+//     than a majority of the Clients are open;
+//  4. [ErrInvalid] for an invalid handle or owner.
+//
+// The end of a hold that was lost, ran to the end of its fixed lease or was ended by Close
+// is reported by the owner's next Unlock (as case 1 or 3), until one of the Clients is
+// closed: the RedLock then forgets the hold (as a Client forgets its Mutex holds at Close),
+// and Unlock reports ErrClosed, or ErrNotHeld while a majority of the Clients are open.
+func (r *RedLock) Unlock(ctx context.Context) (err error) {
+	if done := r.observeUnlock(ctx); done != nil {
+		defer func() { done(err) }()
+	}
+	owner, err := r.ownerOf(ctx)
+	if err != nil {
+		return err
+	}
+	rh := r.refHold(owner)
+	defer unrefRed(rh)
+	// The cleanup bound of an open Client: a closed one's has ended.
+	c := r.insts[0].c
+	for _, m := range r.insts {
+		if !m.c.isClosed() {
+			c = m.c
+			break
+		}
+	}
+	cctx, cancel := c.cleanupCtx(ctx)
+	defer cancel()
+	if err := rh.lockOp(cctx); err != nil {
+		return errorf("unlock red lock %q: %w", r.name, context.Cause(cctx))
+	}
+	defer rh.unlockOp()
+	rh.mu.Lock()
+	count, ended, done := rh.count, rh.ended, rh.done
+	rh.mu.Unlock()
+	if ended != nil && done != nil {
+		// The end is reported once its HoldContexts are cancelled: a loss found by a renewal
+		// may be being told now (finishLocked), and the give-backs are not waited for.
+		<-done
+	}
+	if count == 0 {
+		open := 0
+		for _, c := range rh.cs {
+			if !c.isClosed() {
+				open++
+			}
+		}
+		if open < r.quorum {
+			return errorf("unlock red lock %q: %w", r.name, ErrClosed)
+		}
+		return errorf("unlock red lock %q: %w", r.name, ErrNotHeld)
+	}
+	// A hold known to have ended (lost, run to the end of its fixed lease, ended by Close) is
+	// answered with its end whatever its give-backs find: they go on in the background, not
+	// waited for (an instance that went silent would cost its Client's cleanup timeout).
+	wait := ended == nil
+	var errs []error
+	var answered []bool
+	var idx []int
+	if count > 1 {
+		rh.mu.Lock()
+		// One hold back on every instance that counts more than one: each keeps one until
+		// the last Unlock. (An instance may count fewer than count: it missed a re-entry,
+		// or its late grant of one is still to be adopted.) Each is uncounted now, before
+		// its give-back is answered: the give-back of a slow instance goes on after the
+		// return, and the owner's next Unlock, counting it still, would give it back again,
+		// releasing that instance's last hold while the owner holds the lock (and the last
+		// Unlock would find one hold too few: ErrNotHeld). A give-back that fails leaves the
+		// hold to the instance's tenure as an orphan (abandonOne): renewed with it and given
+		// back with its last hold.
+		for i, n := range rh.n {
+			if n > 1 {
+				idx = append(idx, i)
+				rh.n[i]--
+			}
+		}
+		rh.mu.Unlock()
+		if wait {
+			errs, answered = r.giveBack(ctx, nil, idx, nil, abandonOne)
+		} else {
+			r.sendGiveBacks(ctx, idx, nil, abandonOne)
+		}
+		rh.mu.Lock()
+		rh.count--
+		if ended == nil {
+			// A loss of the majority that the give-backs found (ErrNotHeld there, counted
+			// as given back below) is reported now, as a Mutex's Unlock does.
+			ended = rh.ended
+		}
+		rh.mu.Unlock()
+	} else {
+		// The instances are those giveBackAll took: one adopted since the count above is
+		// given back too, and counted.
+		idx, errs, answered = r.giveBackAll(ctx, rh, wait)
+	}
+	switch {
+	case ended != nil && errors.Is(ended, ErrLeaseExpired):
+		return errorf("unlock red lock %q: %w", r.name, ErrLeaseExpired)
+	case ended != nil && errors.Is(ended, ErrClosed):
+		return errorf("unlock red lock %q: %w", r.name, ErrClosed)
+	case ended != nil:
+		return errorf("unlock red lock %q: %w (%w)", r.name, ErrNotHeld, ended)
+	}
+	// The last hold: a majority must give it back. Another: the instances that counted more
+	// than one, or a majority of them; one whose hold was lost there (ErrNotHeld) has
+	// nothing of the owner's left to give back: instances lost in a minority are not an
+	// error (a lost majority ended the hold, reported above or by the next call).
+	need := r.quorum
+	if count > 1 {
+		need = min(need, len(idx))
+	}
+	ok, heard := 0, 0
+	var failed []error
+	for _, i := range idx {
+		switch {
+		case !answered[i]:
+			failed = append(failed, errorf("instance %d: no answer yet", i))
+			continue
+		case errors.Is(errs[i], ErrUnknownOutcome):
+			// Not an answer: the give-back may or may not have been applied.
+			failed = append(failed, errs[i])
+			continue
+		}
+		heard++
+		if errs[i] == nil || (count > 1 && errors.Is(errs[i], ErrNotHeld)) {
+			ok++
+		} else {
+			failed = append(failed, errs[i])
+		}
+	}
+	switch {
+	case ok >= need:
+		return nil
+	case heard >= need:
+		return errorf("unlock red lock %q: %w: given back by %d of %d instances (%w)", r.name, ErrNotHeld, ok, len(r.insts), errors.Join(failed...))
+	}
+	return errorf("unlock red lock %q: %d of %d instances answered: %w", r.name, heard, len(r.insts), errors.Join(failed...))
+}
+
+// giveBack's failure modes: what becomes of an instance hold whose give-back failed.
+type giveBackFail int
+
+const (
+	// abandonOne: nothing counts it (a failed re-entry round, an Unlock that is not the
+	// owner's last): it becomes an orphan of the instance's tenure (hold.abandon), given
+	// back with its last hold.
+	abandonOne giveBackFail = iota
+	// abandonAll: nothing counts any hold of the owner on the instance (a failed fresh
+	// round, the last Unlock): they are no longer renewed and expire (hold.abandonAll).
+	abandonAll
+)
+
+// giveBackAll gives back every hold rh counts on every instance and forgets them (the
+// owner's last Unlock, or a fresh start after a fixed lease ran out). It returns the
+// instances it gave back (the counts taken under rh.mu, after which no late grant is
+// adopted), and giveBack's results; with wait false, it only starts the give-backs
+// (sendGiveBacks), and the results are nil.
+func (r *RedLock) giveBackAll(ctx context.Context, rh *redHold, wait bool) ([]int, []error, []bool) {
+	rh.mu.Lock()
+	times := slices.Clone(rh.n)
+	rh.releasing = true // a late grant is not adopted now: it would not be given back
+	rh.mu.Unlock()
+	var idx []int
+	for i, n := range times {
+		if n > 0 {
+			idx = append(idx, i)
+		}
+	}
+	var errs []error
+	var answered []bool
+	if wait {
+		errs, answered = r.giveBack(ctx, nil, idx, times, abandonAll)
+	} else {
+		r.sendGiveBacks(ctx, idx, times, abandonAll)
+	}
+	rh.reset()
+	return idx, errs, answered
+}
+
+// giveBackRound gives back the grants of a round that failed (instances got), as giveBack
+// does, waiting for their answers at most one per-instance timeout tmo (then returnGrace
+// more, as when the caller's ctx ends): an instance that granted and then went down or
+// silent does not answer its give-back until it comes back or its Client's cleanup timeout
+// ends, and the caller's next round need not wait for it (its attempt on that instance
+// waits for the give-back, as any request of the owner there does).
+func (r *RedLock) giveBackRound(ctx context.Context, got []int, fail giveBackFail, tmo time.Duration) {
+	bound, cancel := context.WithTimeout(ctx, tmo)
+	defer cancel()
+	r.giveBack(ctx, bound, got, nil, fail)
+}
+
+// giveBack gives back one hold on each instance in idx (times[i] holds when times is
+// given, see giveBackAll), in parallel, on ctx's values without its cancellation. It
+// returns as soon as a majority of the instances gave their holds back, or every instance
+// answered, or, once a majority answered, one per-instance timeout more has passed, or,
+// when caller (an acquire's ctx; nil for Unlock) ends, returnGrace more; the rest go on in
+// the background, each within its Client's cleanup timeout and ended by its Close (counted
+// for it), and a give-back that fails there is treated as fail says. It returns each
+// instance's error (nil: given back), and which answered in time.
+func (r *RedLock) giveBack(ctx, caller context.Context, idx []int, times []int, fail giveBackFail) ([]error, []bool) {
+	errs := make([]error, len(r.insts))
+	answered := make([]bool, len(r.insts))
+	if len(idx) == 0 {
+		return errs, answered
+	}
+	ch := r.sendGiveBacks(ctx, idx, times, fail)
+	var grace, callerGrace <-chan time.Time
+	var gone <-chan struct{}
+	if caller != nil {
+		gone = caller.Done()
+	}
+	ok := 0
+	for k := 0; k < len(idx); k++ {
+		if grace == nil && k >= r.quorum {
+			t := time.NewTimer(r.instanceTimeout(redTimeoutMax * 10))
+			defer t.Stop()
+			grace = t.C
+		}
+		select {
+		case d := <-ch:
+			errs[d.i], answered[d.i] = d.err, true
+			if d.err == nil {
+				if ok++; ok >= r.quorum {
+					return errs, answered
+				}
+			}
+		case <-grace:
+			return errs, answered
+		case <-gone:
+			// The caller has gone: wait what a Mutex would, then leave the rest to the
+			// background.
+			gone = nil
+			t := time.NewTimer(returnGrace)
+			defer t.Stop()
+			callerGrace = t.C
+			k--
+		case <-callerGrace:
+			return errs, answered
+		}
+	}
+	return errs, answered
+}
+
+// givenBack is one instance's outcome of a give-back (sendGiveBacks): err nil when given
+// back.
+type givenBack struct {
+	i   int
+	err error
+}
+
+// sendGiveBacks starts the give-backs of giveBack and returns once each has begun: one hold
+// on each instance in idx (times[i] holds when times is given), in parallel, on ctx's values without
+// its cancellation, each within its Client's cleanup timeout and ended by its Close (counted
+// for it); a give-back that fails is treated as fail says. Each instance's outcome comes on
+// the channel returned, which never blocks a sender: nobody need read it.
+//
+// Begun: the give-back's goroutine runs, and is about to ask the instance, ahead of the
+// owner's next request there (an Unlock that returns before its give-backs ended, all of them
+// for a hold known to have ended, must not let the owner's next grant on an instance come
+// before the give-back there, which would give that grant back: as first written, the next
+// Unlock found it "given back by 1 of 3 instances"). Both then queue for the instance hold's
+// operation lock, the give-back well ahead; waiting for the give-back's end instead would
+// hold the owner's next rounds up to the cleanup timeout after a request lost in a fault.
+func (r *RedLock) sendGiveBacks(ctx context.Context, idx []int, times []int, fail giveBackFail) <-chan givenBack {
+	ctx = context.WithoutCancel(ctx)
+	ch := make(chan givenBack, len(idx))
+	var begun sync.WaitGroup
+	begun.Add(len(idx))
+	defer begun.Wait()
+	for _, i := range idx {
+		n := 1
+		if times != nil {
+			n = times[i]
+		}
+		m := r.insts[i]
+		r.inflight.Add(1)
+		m.c.spare(func() {
+			defer r.inflight.Add(-1)
+			begun.Done()
+			var err error
+			for k := 0; k < n; k++ {
+				more, e := m.giveBackInst(ctx, fail)
+				if err == nil {
+					err = e
+				}
+				// One that fails is not given back: let it expire. The give-back of a hold
+				// lost on this Client reports the loss (ErrNotHeld) and gives back one hold
+				// that Redis may still count (a renewal that reached it late): the next go
+				// on while this Client counts any (more, decided under the hold's operation
+				// lock: read after it, the owner's next grant there could be counted and
+				// given back), else its lost count would stay and refuse the owner's next
+				// acquires on the instance.
+				if e != nil && !more {
+					break
+				}
+			}
+			ch <- givenBack{i, err}
+		})
+	}
+	return ch
+}
+
+// giveBackLate gives back a grant whose reply reached a RedLock round after the round was
+// decided without it, on ctx's values (the owner) without its cancellation, within the
+// Client's cleanup timeout. A give-back that fails leaves the hold to expire with its
+// lease: this Client stops counting and renewing it (hold.abandon).
+func (m *Mutex) giveBackLate(ctx context.Context) {
+	_, _ = m.giveBackInst(context.WithoutCancel(ctx), abandonOne)
+}
+
+// giveBackInst gives back one hold of the caller's owner on instance m, as Unlock does (the
+// instances report no events), and returns Unlock's error, and whether this Client still
+// counts a hold of the owner there that the give-back found lost (ErrNotHeld: a hold Redis
+// may still count, to give back next). When the give-back failed (other
+// than with ErrNotHeld: then there is nothing to abandon), this Client stops counting and
+// renewing the hold as fail says (abandonFailed) before the owner's next call on the
+// instance runs: the hold abandoned is the one the give-back was for. Were it abandoned
+// after the give-back let the instance go, an acquire of the owner granted in between (the
+// RedLock's next round, right after an Unlock that returned at a majority) would lose its
+// new tenure to the abandon, unrenewed while the RedLock counts it. A give-back that never
+// ran, because another call of the owner on the instance kept it busy for the whole cleanup
+// timeout, abandons the hold all the same once it gives up (nothing else will give it back).
+func (m *Mutex) giveBackInst(ctx context.Context, fail giveBackFail) (more bool, err error) {
+	owner, err := m.ownerOf(ctx)
+	if err != nil {
+		return false, err
+	}
+	ran := false
+	err = m.unlock(ctx, owner, nil, func(h *hold, err error) {
+		ran = true
+		if f := giveBackFailedHook.Load(); f != nil {
+			(*f)(m.name)
+		}
+		h.abandonFailed(err, fail)
+		// Decided under h.op: a hold lost here still counted means its loss is recorded
+		// (which refuses the owner's acquires), so no new grant can come in before the next
+		// give-back.
+		more = errors.Is(err, ErrNotHeld) && h.holds() > 0
+	})
+	if err != nil && !ran {
+		if h := m.instHold(owner); h != nil {
+			h.abandonFailed(err, fail)
+		}
+	}
+	return more, err
+}
+
+// giveBackFailedHook, set by tests only (export_test.go), is called with the lock's name by
+// a RedLock's give-back of an instance hold that failed, before the hold is abandoned.
+var giveBackFailedHook atomic.Pointer[func(name string)]
+
+// abandonFailed stops this Client counting and renewing one of h's holds, an instance hold
+// of a RedLock, when err says its give-back failed (nil or ErrNotHeld: nothing to abandon):
+// one hold (abandonOne, hold.abandon) or all of them (abandonAll, hold.abandonAll). A
+// give-back refused for want of rights (ErrNoPermission) abandoned its hold already
+// (Mutex.unlock), and one of an owner this Client counts no hold of has none to abandon:
+// abandonOne abandons no other. The give-back holds h.op, unless it never ran
+// (giveBackInst).
+func (h *hold) abandonFailed(err error, fail giveBackFail) {
+	switch {
+	case err == nil || errors.Is(err, ErrNotHeld):
+	case fail == abandonOne:
+		if !errors.Is(err, ErrNoPermission) && h.holds() > 0 {
+			h.abandon(err)
+		}
+	default:
+		h.abandonAll()
+	}
+}
