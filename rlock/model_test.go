@@ -2,11 +2,14 @@ package rlock_test
 
 import (
 	"context"
+	"crypto/sha1"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net"
 	"os"
+	"regexp"
 	"runtime"
 	"sort"
 	"strconv"
@@ -20,6 +23,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/relock-go/relock/internal/redistest"
+	"github.com/relock-go/relock/lua"
 	"github.com/relock-go/relock/rlock"
 )
 
@@ -43,9 +47,12 @@ import (
 // Faults: a quarter of the operations (two fifths in stormy sequences) carry a fault in their
 // context, which the faultClient applies to their script calls: the reply of an applied
 // script lost (as a timeout loses it), a late reply (20-150ms), refused dials (nothing sent),
-// a definitive error reply (ERR) or a transient one (LOADING), at the first call or a later
-// one (the replay, the give-back of a grant that came after the caller left, a queue's
-// leave), and for a quarter of those a second stage that fails a later call. Per round,
+// a definitive error reply (ERR) or a transient one (LOADING), the late first send (an
+// acquire's or release's first send kept back, its caller told what a lost reply tells, and
+// delivered after its replay was answered: 0-300ms later, or just after the owner's next
+// operation; its reply discarded, and it must change nothing: lateSend), at the first call
+// or a later one (the replay, the give-back of a grant that came after the caller left, a
+// queue's leave), and for a quarter of those a second stage that fails a later call. Per round,
 // depending on the sequence's profile (calm: none, so that every check applies in full;
 // normal; stormy): Redis SIGSTOPped for 50-200ms, renewals refused for 100-400ms, a DEL of
 // the lock behind the holders' backs, ForceUnlock calls; between rounds a DEL at a quiescent
@@ -395,9 +402,10 @@ const (
 	fRefuse             // a refused dial: nothing is sent
 	fRedisErr           // a definitive error reply; nothing is written
 	fBusy               // a transient error reply (LOADING); nothing is written
+	fLate               // a first send kept back, its reply lost; Redis gets it after its replay
 )
 
-var faultNames = [...]string{"none", "drop", "delay", "refuse", "rediserr", "busy"}
+var faultNames = [...]string{"none", "drop", "delay", "refuse", "rediserr", "busy", "late"}
 
 // faultStage injects kind into an operation's script calls number from to from+n-1
 // (counting every script the operation sends: attempts, replays, give-backs, leaves).
@@ -406,6 +414,7 @@ type faultStage struct {
 	from  int32
 	n     int32
 	delay time.Duration
+	next  bool // fLate: delivered after the owner's next operation, not delay after the replay
 }
 
 // opFault is the fault injected into one operation: one stage, or two (say, a lost reply and
@@ -420,6 +429,7 @@ type opFault struct {
 	mu       sync.Mutex
 	lost     map[string]bool // requests applied whose reply was lost
 	replayNo bool            // an error reply was injected into the replay of such a request
+	seen     map[string]bool // the sequence numbers its calls carried (sendIDs)
 }
 
 // requestOf identifies a script call's request: its keys and arguments (a replay sends the
@@ -481,7 +491,10 @@ func (f *opFault) String() string {
 		if st.n > 1 {
 			fmt.Fprintf(&b, "x%d", st.n)
 		}
-		if st.kind == fDelay {
+		switch {
+		case st.kind == fLate && st.next:
+			b.WriteString("(next op)")
+		case st.kind == fDelay, st.kind == fLate:
 			fmt.Fprintf(&b, "(%v)", st.delay.Round(time.Millisecond))
 		}
 	}
@@ -551,6 +564,12 @@ func withFault(ctx context.Context, f *opFault) context.Context {
 type faultClient struct {
 	rueidis.Client
 	refuseRenewals atomic.Bool
+
+	// The first sends kept back by fLate stages, until they are delivered (lateSend).
+	lateMu sync.Mutex
+	kept   []*lateSend
+	lateWG sync.WaitGroup // deliveries under way
+	seq    *mseq          // logs and counts the deliveries (nil: neither)
 }
 
 func refusedResult() rueidis.RedisResult {
@@ -570,11 +589,16 @@ func (fc *faultClient) Do(ctx context.Context, cmd rueidis.Completed) rueidis.Re
 	}
 	i := f.calls.Add(1) - 1
 	st, ok := f.stage(i)
+	ids, replay := f.sendIDs(cmd)
+	if ok && st.kind == fLate && (replay || !lateScript(cmd)) {
+		ok = false // only the first send of a request that carries a sequence number is kept
+	}
 	if !ok {
 		req := requestOf(cmd) // before the send: rueidis recycles a sent command
 		res := fc.Client.Do(ctx, cmd)
-		if _, isReply := rueidis.IsRedisErr(res.Error()); res.Error() == nil || isReply {
+		if re, isReply := rueidis.IsRedisErr(res.Error()); res.Error() == nil || isReply && !strings.HasPrefix(re.Error(), "NOSCRIPT") {
 			f.noteAnswered(req) // a replay answered: the lost reply's request is resolved
+			fc.lateAnswered(f, ids)
 		}
 		return res
 	}
@@ -604,6 +628,11 @@ func (fc *faultClient) Do(ctx context.Context, cmd rueidis.Completed) rueidis.Re
 		f.hits.Add(1)
 		f.noteLost(req)
 		return rueidis.NewErrorResult(context.DeadlineExceeded)
+	case fLate:
+		f.hits.Add(1)
+		f.noteLost(req)
+		fc.keep(&lateSend{f: f, cmd: cmd, script: scriptName(cmd), ids: ids, stage: st})
+		return rueidis.NewErrorResult(context.DeadlineExceeded)
 	case fDelay:
 		res := fc.Client.Do(ctx, cmd)
 		f.hits.Add(1)
@@ -620,6 +649,192 @@ func (fc *faultClient) Do(ctx context.Context, cmd rueidis.Completed) rueidis.Re
 		}
 	}
 	return fc.Client.Do(ctx, cmd)
+}
+
+// lateSend is the first send of a script call that an fLate stage kept back: its caller got
+// the error a lost reply gives, and the Client replays it. It is delivered to Redis on the
+// side, its reply discarded, once a replay of it was answered: stage.delay later, or with
+// stage.next after the next operation of the same owner (the driver tells: afterOp); at
+// the latest when the sequence flushes them (flushLate). Whatever the replay found, the
+// late copy must change nothing: the model's checks (the Client's and Redis's counts,
+// redis-ghost, exclusion) verify that, and the operation's outcome stays the replay's.
+type lateSend struct {
+	f      *opFault
+	cmd    rueidis.Completed // not to be read once sent: rueidis recycles a sent command
+	script string
+	ids    []string // the sequence numbers (request ids) it carries
+	stage  faultStage
+	// guarded by faultClient.lateMu
+	answered time.Time // when a replay was answered (zero: not yet)
+	owner    *mowner   // the owner of the operation, once it returned (afterOp)
+	opDone   bool      // that operation returned
+	sent     bool      // delivered, or being delivered
+}
+
+// lateScripts are the scripts whose first sends fLate keeps back, by SHA1 (of both forms):
+// the acquire and release scripts of the lock kinds and of the permit semaphore. Each of
+// their calls carries a sequence number (a request id), by which Redis must refuse, or
+// answer without applying, a send that arrives after its replay.
+var lateScripts = func() map[string]string {
+	m := map[string]string{}
+	for _, sc := range lua.All() {
+		switch sc.Name() {
+		case "acquire", "release", "fair_acquire", "fair_release", "rw_acquire", "rw_release",
+			"psem_acquire", "psem_release":
+			m[sc.PlainSHA1()] = sc.Name()
+			sum := sha1.Sum([]byte(sc.Source()))
+			m[hex.EncodeToString(sum[:])] = sc.Name()
+		}
+	}
+	return m
+}()
+
+// scriptName is the name of the script cmd runs (EVALSHA or EVAL), "" when not one of
+// lateScripts.
+func scriptName(cmd rueidis.Completed) string {
+	c := cmd.Commands()
+	if len(c) < 2 {
+		return ""
+	}
+	if c[0] == "EVAL" {
+		sum := sha1.Sum([]byte(c[1]))
+		return lateScripts[hex.EncodeToString(sum[:])]
+	}
+	return lateScripts[strings.ToLower(c[1])]
+}
+
+func lateScript(cmd rueidis.Completed) bool { return scriptName(cmd) != "" }
+
+// seqRE matches a sequence number (a request id, Client.newRequest), with the mark a replay
+// or a resend for a caller that has gone puts before it.
+var seqRE = regexp.MustCompile(`^[+!]?[0-9a-f]{32}\.[0-9]+$`)
+
+// sendIDs returns the sequence numbers that script call cmd carries, unmarked, and whether
+// it is a replay: one of them is marked, or was carried by an earlier call of the operation
+// (a release's replay repeats its number unmarked). It records them as seen.
+func (f *opFault) sendIDs(cmd rueidis.Completed) (ids []string, replay bool) {
+	c := cmd.Commands()
+	if len(c) < 3 {
+		return nil, false
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.seen == nil {
+		f.seen = map[string]bool{}
+	}
+	for _, a := range c[2:] {
+		if !seqRE.MatchString(a) {
+			continue
+		}
+		if a[0] == '+' || a[0] == '!' {
+			a, replay = a[1:], true
+		}
+		replay = replay || f.seen[a]
+		ids = append(ids, a)
+	}
+	for _, id := range ids {
+		f.seen[id] = true
+	}
+	return ids, replay
+}
+
+func (fc *faultClient) keep(k *lateSend) {
+	fc.lateMu.Lock()
+	fc.kept = append(fc.kept, k)
+	fc.lateMu.Unlock()
+	if s := fc.seq; s != nil {
+		s.fault("late-kept-" + k.script)
+		s.logf("LATE kept back: the first send of %s %v (%s)", k.script, k.ids, strings.TrimSpace(k.f.String()))
+	}
+}
+
+// lateAnswered notes that a call of f carrying ids was answered by Redis: a replay of the
+// kept sends that carry one of them. Those delivered after a delay are scheduled.
+func (fc *faultClient) lateAnswered(f *opFault, ids []string) {
+	if len(ids) == 0 {
+		return
+	}
+	fc.lateMu.Lock()
+	defer fc.lateMu.Unlock()
+	for _, k := range fc.kept {
+		if k.f != f || !k.answered.IsZero() || k.sent || !overlaps(k.ids, ids) {
+			continue
+		}
+		k.answered = time.Now()
+		if !k.stage.next {
+			k.sent = true
+			fc.lateWG.Add(1)
+			time.AfterFunc(k.stage.delay, func() { fc.deliver(k) })
+		}
+	}
+}
+
+func overlaps(a, b []string) bool {
+	for _, x := range a {
+		for _, y := range b {
+			if x == y {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// afterOp tells that an operation of owner o with fault f (nil: none) returned: the kept
+// sends of o's earlier operations waiting for the next one, and already answered by their
+// replays, are delivered now.
+func (fc *faultClient) afterOp(o *mowner, f *opFault) {
+	fc.lateMu.Lock()
+	defer fc.lateMu.Unlock()
+	for _, k := range fc.kept {
+		switch {
+		case k.sent:
+		case f != nil && k.f == f:
+			k.owner, k.opDone = o, true
+		case k.opDone && k.owner == o && k.stage.next && !k.answered.IsZero():
+			k.sent = true
+			fc.lateWG.Add(1)
+			go fc.deliver(k)
+		}
+	}
+}
+
+// flushLate delivers every kept send not delivered yet (answered by a replay or not) and
+// waits for every delivery to end.
+func (fc *faultClient) flushLate() {
+	fc.lateMu.Lock()
+	for _, k := range fc.kept {
+		if !k.sent {
+			k.sent = true
+			fc.lateWG.Add(1)
+			go fc.deliver(k)
+		}
+	}
+	fc.lateMu.Unlock()
+	fc.lateWG.Wait()
+	fc.lateMu.Lock()
+	fc.kept = nil
+	fc.lateMu.Unlock()
+}
+
+// deliver sends k to Redis, its reply discarded (but logged).
+func (fc *faultClient) deliver(k *lateSend) {
+	defer fc.lateWG.Done()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	fc.lateMu.Lock()
+	answered := k.answered
+	fc.lateMu.Unlock()
+	res := fc.Client.Do(ctx, k.cmd)
+	if s := fc.seq; s != nil {
+		v, err := res.ToAny()
+		when := "its replay unanswered"
+		if !answered.IsZero() {
+			when = fmt.Sprintf("%s after its replay was answered", fmtDur(time.Since(answered)))
+		}
+		s.fault("late-delivered")
+		s.logf("LATE delivered, %s: the first send of %s %v -> %v %v", when, k.script, k.ids, v, err)
+	}
 }
 
 // injected reports whether err is one of the faults injected into an operation's calls.
@@ -653,8 +868,14 @@ func drawFault(r *rand.Rand, rate float64) *opFault {
 	}
 	st := faultStage{n: 1}
 	switch {
-	case d[1] < 0.3:
+	case d[1] < 0.3 && d[3] < 0.5:
 		st.kind = fDrop
+	case d[1] < 0.3:
+		// The first send kept back and delivered after its replay: right after the owner's
+		// next operation, or 0-300ms after the replay's answer.
+		st.kind = fLate
+		st.next = d[4] < 0.5
+		st.delay = between(d[4], 0, 300*time.Millisecond)
 	case d[1] < 0.5:
 		st.kind = fDelay
 		st.delay = between(d[3], 20*time.Millisecond, 150*time.Millisecond)
@@ -1026,6 +1247,7 @@ func runSequence(t *testing.T, cfg modelConfig, subj subject, srv *redistest.Ser
 	for _, g := range s.gors {
 		subj.drain(s, g)
 	}
+	s.flushLate()
 	s.settleFaults()
 	subj.quiescent(s, true)
 	subj.endKeys(s)
@@ -1166,7 +1388,7 @@ func (s *mseq) build() {
 			continue
 		}
 		cl.rc = rc
-		cl.fc = &faultClient{Client: rc}
+		cl.fc = &faultClient{Client: rc, seq: s}
 		opts := append([]rlock.Option{rlock.WithWatchdogTimeout(cl.wd), rlock.WithCleanupTimeout(cl.cleanup),
 			rlock.WithWaiterTimeout(cl.waiter)}, s.subj.options(s, cl)...)
 		if cl.c, err = rlock.New(cl.fc, opts...); err != nil {
@@ -1203,6 +1425,7 @@ func (s *mseq) addOwner(cl *mclient, label string, n int) *mowner {
 }
 
 func (s *mseq) close() {
+	s.flushLate()
 	for _, cl := range s.clients {
 		start := time.Now()
 		_ = cl.c.Close()
@@ -1450,6 +1673,16 @@ func (s *mseq) boundCtx(g *mgor, what string, start, ret, limit time.Time, stric
 	s.bounds = append(s.bounds, boundCheck{g: g, what: what, start: start, ret: ret, limit: limit, strict: strict, extra: f.extra()})
 	s.ops++
 	s.mu.Unlock()
+	for _, cl := range s.clients {
+		cl.fc.afterOp(g.o, f)
+	}
+}
+
+// flushLate delivers the first sends still kept back (fLate) and waits for every delivery.
+func (s *mseq) flushLate() {
+	for _, cl := range s.clients {
+		cl.fc.flushLate()
+	}
 }
 
 // checkBounds: Lock and TryLock never outlive their ctx by more than returnGrace (100ms,
@@ -2188,10 +2421,11 @@ func (ls *lockSubject) giveBack(s *mseq, g *mgor, i int, cancelled bool, f *opFa
 		if errors.Is(err, rlock.ErrLockLost) {
 			s.lossSeen(ms, g.String()+" "+desc+": "+err.Error(), near)
 		}
-		if sure && e.fixed && f.applied(fDrop) && e.end.Before(ret.Add(expirySlack)) {
-			// The first send's reply was lost: the Client learns the outcome from a replay,
-			// and one that finds the holds gone tells a release from an expiry only when it
-			// was sent before the lease's conservative end. The answered replay went out
+		if sure && e.fixed && (f.applied(fDrop) || f.applied(fLate)) && e.end.Before(ret.Add(expirySlack)) {
+			// The first send's reply was lost (or the send kept back: fLate): the Client
+			// learns the outcome from a replay, and one that finds the holds gone tells a
+			// release from an expiry only when it was sent before the lease's
+			// conservative end. The answered replay went out
 			// before ret, perhaps after that end: ErrNotHeld is the conservative answer
 			// (guarantee 3), not a hold wrongly denied.
 			sure = false
