@@ -16,7 +16,7 @@ import (
 // family, its waiters woken by sharded pub/sub (PubSubAuto), rueidis reading the slot map.
 func TestACLRule_cluster(t *testing.T) {
 	skipShortCluster(t)
-	cl := redistest.StartCluster(t)
+	cl := startCluster(t)
 	rule := aclRule(t, "")
 	for _, n := range cl.Nodes() {
 		n.Do(t, append([]string{"ACL", "SETUSER", "locker", "reset", "on", ">pw-locker"}, rule...)...)

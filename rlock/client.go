@@ -51,11 +51,11 @@ type Client struct {
 
 	// redChecked holds the outcome of the duplicate-server check of each set of RedLock
 	// Clients (their ids joined) that this Client is the first of, once complete: a nil
-	// error (distinct servers) or the ErrInvalid found (redlock.go, RedLock.verify).
+	// error (distinct servers) or the ErrInvalid found (redlock_verify.go, RedLock.verify).
 	redChecked sync.Map
 	// redSilent is until when (unix nanoseconds) this Client's server counts as silent for
 	// RedLock rounds: one of its requests in a round got no answer within the round's
-	// instance timeout; an answer clears it (redlock.go, RedLock.round).
+	// instance timeout; an answer clears it (redlock_round.go, RedLock.round).
 	redSilent atomic.Int64
 
 	mu       sync.Mutex

@@ -46,7 +46,7 @@ func newAckSetup(t *testing.T, wrap func(rueidis.Client) rueidis.Client) *ackSet
 // newAckSetupTimeout is newAckSetup with the WAIT timeout ack.
 func newAckSetupTimeout(t *testing.T, wrap func(rueidis.Client) rueidis.Client, ack time.Duration) *ackSetup {
 	t.Helper()
-	cl := redistest.StartCluster(t)
+	cl := startCluster(t)
 	rc := cl.Client(t)
 	if wrap != nil {
 		rc = wrap(rc)

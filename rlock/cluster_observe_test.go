@@ -81,7 +81,7 @@ func TestObserver_subscriptionClusterKillMaster(t *testing.T) {
 // releases the lock and checks that the waiter gets it.
 func subscriptionCluster(t *testing.T, faults func(cl *redistest.Cluster, channel string, downUp func(string, *redistest.Server))) {
 	skipShortCluster(t)
-	cl := redistest.StartCluster(t)
+	cl := startCluster(t)
 	rc := cl.Client(t)
 	holderC, err := rlock.New(rc)
 	require.NoError(t, err)

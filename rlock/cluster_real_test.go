@@ -23,6 +23,9 @@ func skipShortCluster(t *testing.T) {
 	if testing.Short() {
 		t.Skip("long: a real 3-master, 3-replica Redis Cluster (run without -short)")
 	}
+	if !fullRun() {
+		t.Skip("a real 3-master, 3-replica Redis Cluster: run with " + envFull + "=1 (.ci/run does)")
+	}
 }
 
 // sameSlotNames returns n lock names whose keys (prefix as the Client's default) share a
@@ -63,7 +66,7 @@ func otherMaster(t *testing.T, cl *redistest.Cluster, m *redistest.Server) *redi
 // were lost. A waiter parked on one of them is woken by its release after the migration.
 func TestCluster_heldLocksSurviveSlotMigration(t *testing.T) {
 	skipShortCluster(t)
-	cl := redistest.StartCluster(t)
+	cl := startCluster(t)
 	rc := cl.Client(t)
 	const lease = 600 * time.Millisecond
 	c, err := rlock.New(rc, rlock.WithWatchdogTimeout(lease))
@@ -111,7 +114,7 @@ func TestCluster_heldLocksSurviveSlotMigration(t *testing.T) {
 // per node), not one round trip per slot: the scripts of all slots go out in one DoMulti.
 func TestCluster_renewalRoundIsOnePipeline(t *testing.T) {
 	skipShortCluster(t)
-	cl := redistest.StartCluster(t)
+	cl := startCluster(t)
 	var do, multi, scripts atomic.Int64
 	rc := countingClient{Client: cl.Client(t), do: &do, multi: &multi, scripts: &scripts}
 	const lease = 900 * time.Millisecond
@@ -193,7 +196,7 @@ func (c countingClient) DoMulti(ctx context.Context, multi ...rueidis.Completed)
 // that is not sent again.
 func TestCluster_unlockAfterMasterKilled(t *testing.T) {
 	skipShortCluster(t)
-	cl := redistest.StartCluster(t)
+	cl := startCluster(t)
 	rc := cl.Client(t)
 	c, err := rlock.New(rc, rlock.WithCleanupTimeout(20*time.Second))
 	require.NoError(t, err)
@@ -226,7 +229,7 @@ func TestCluster_unlockAfterMasterKilled(t *testing.T) {
 // migration ends. A single attempt (wait 0) reports the refusal instead of waiting.
 func TestCluster_acquireDuringMigration(t *testing.T) {
 	skipShortCluster(t)
-	cl := redistest.StartCluster(t)
+	cl := startCluster(t)
 	rc := cl.Client(t)
 	c, err := rlock.New(rc)
 	require.NoError(t, err)

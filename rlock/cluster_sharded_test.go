@@ -28,7 +28,7 @@ func waitShardSub(t *testing.T, cl *redistest.Cluster, channel string) {
 // every node).
 func TestCluster_wakeUpsAreSharded(t *testing.T) {
 	skipShortCluster(t)
-	cl := redistest.StartCluster(t)
+	cl := startCluster(t)
 	rc := cl.Client(t)
 	c, err := rlock.New(rc)
 	require.NoError(t, err)

@@ -17,7 +17,7 @@ import (
 // keys span slots, and waiters are woken by sharded pub/sub.
 func clusterBackend(t *testing.T) (*backend, rueidis.Client) {
 	t.Helper()
-	cl := redistest.StartCluster(t)
+	cl := startCluster(t)
 	rc := cl.Client(t)
 	require.Equal(t, rueidis.ClientModeCluster, rc.Mode())
 	return &backend{name: "cluster", cl: cl}, rc

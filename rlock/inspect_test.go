@@ -400,7 +400,7 @@ func TestList(t *testing.T) {
 // its slot's master.
 func TestInspect_cluster(t *testing.T) {
 	skipShortCluster(t)
-	cl := redistest.StartCluster(t)
+	cl := startCluster(t)
 	rc := cl.Client(t)
 	c, err := rlock.New(rc)
 	require.NoError(t, err)

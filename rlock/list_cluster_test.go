@@ -20,7 +20,7 @@ import (
 func TestList_clusterOneWalkPerMaster(t *testing.T) {
 	skipShortCluster(t)
 	t.Cleanup(redistest.WaitRueidisGoroutines)
-	cl := redistest.StartCluster(t)
+	cl := startCluster(t)
 	rc := cl.Client(t)
 	c, err := rlock.New(rc)
 	require.NoError(t, err)

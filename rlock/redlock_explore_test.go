@@ -84,8 +84,9 @@ import (
 // Environment:
 //
 //	RELOCK_REDLOCK_SEED=<n>             replay one sequence (printed when it fails)
-//	RELOCK_REDLOCK_EXPLORE_SECONDS=<s>  budget: sequences start while it lasts (default 14;
-//	                                    the test takes ~25s). -short skips the test unless set.
+//	RELOCK_REDLOCK_EXPLORE_SECONDS=<s>  budget: sequences start while it lasts (default 14
+//	                                    with RELOCK_FULL=1, as .ci/run sets it, else 4; the
+//	                                    test takes ~25s at 14). -short skips it unless set.
 //	RELOCK_REDLOCK_LOG=1                print a sequence's log when it passes too
 const (
 	envRedExploreSeed    = "RELOCK_REDLOCK_SEED"
@@ -100,6 +101,9 @@ func TestRedLock_explore(t *testing.T) {
 		t.Skip("explorer: set " + envRedExploreSeconds + " to run under -short")
 	}
 	budget := 14 * time.Second
+	if !fullRun() {
+		budget = 4 * time.Second // RELOCK_FULL=1 (.ci/run) runs the full 14 s
+	}
 	if budgetEnv != "" {
 		s, err := strconv.ParseFloat(budgetEnv, 64)
 		if err != nil {

@@ -111,7 +111,7 @@ func TestRedLock_invalid(t *testing.T) {
 	}
 	// A Cluster or Sentinel client is refused at once (Mode()), without a round trip.
 	if !testing.Short() {
-		cl := redistest.StartCluster(t)
+		cl := startCluster(t)
 		cc, err := rlock.New(cl.Client(t))
 		require.NoError(t, err)
 		defer cc.Close()

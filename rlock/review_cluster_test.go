@@ -28,7 +28,7 @@ import (
 // the README's Deployments).
 func TestReviewCluster_unlockWhileSlotMigrates(t *testing.T) {
 	skipShortCluster(t)
-	cl := redistest.StartCluster(t)
+	cl := startCluster(t)
 	rc := cl.Client(t)
 	const cleanup = 2 * time.Second
 	// The release channel lingers subscribed for the whole test (see the parked waiter below).
@@ -160,7 +160,7 @@ func (c reviewAttempts) Do(ctx context.Context, cmd rueidis.Completed) rueidis.R
 // README's Deployments). A stalled migration would leave it to its lease-end timer.
 func TestReviewCluster_wakeUpLostWhileSlotMigrates(t *testing.T) {
 	skipShortCluster(t)
-	cl := redistest.StartCluster(t)
+	cl := startCluster(t)
 	holderC, err := rlock.New(cl.Client(t))
 	require.NoError(t, err)
 	defer holderC.Close()
