@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"os"
-	"strconv"
 	"testing"
 	"time"
 
@@ -203,13 +201,7 @@ const envGhostSeed = "RELOCK_GHOST_SEED"
 // giving it back. After every step, Redis counts for the owner exactly the holds the test
 // took; in the end, with every hold given back, no key of the lock is left.
 func TestGhost_lateFirstSendRandomized(t *testing.T) {
-	seed := uint64(time.Now().UnixNano())
-	if v := os.Getenv(envGhostSeed); v != "" {
-		s, err := strconv.ParseUint(v, 10, 64)
-		require.NoError(t, err, envGhostSeed)
-		seed = s
-	}
-	t.Logf("seed %d (%s=%d replays this run)", seed, envGhostSeed, seed)
+	seed := seedOf(t, envGhostSeed)
 	rng := rand.New(rand.NewPCG(seed, seed>>1|1))
 	trials := 12
 	if testing.Short() {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -34,13 +33,7 @@ const envRaceSeed = "RELOCK_RACE_SEED"
 // (a 30ms lease). Seeded: each cycle holds for a random time around the renewal, and the
 // give-back's reply is held back a random while after Redis applied it.
 func TestMutex_renewalMeetingLastUnlockIsNoLoss(t *testing.T) {
-	seed := uint64(time.Now().UnixNano())
-	if v := os.Getenv(envRaceSeed); v != "" {
-		s, err := strconv.ParseUint(v, 10, 64)
-		require.NoError(t, err, envRaceSeed)
-		seed = s
-	}
-	t.Logf("seed %d (%s=%d replays this run)", seed, envRaceSeed, seed)
+	seed := seedOf(t, envRaceSeed)
 	rng := rand.New(rand.NewPCG(seed, seed>>1|1))
 	b := realBackend(t)
 	const lease = 30 * time.Millisecond // renewed every 20ms
