@@ -2,6 +2,7 @@ package lua_test
 
 import (
 	"context"
+	"strconv"
 	"testing"
 
 	"github.com/redis/rueidis"
@@ -122,4 +123,61 @@ func TestScripts_supersededSequence(t *testing.T) {
 			})
 		})
 	}
+}
+
+// TestReleaseOrphans_neverTheOwnersOwn: release_orphans gives back at most the holds Redis
+// counts beyond the owner's own (keep), however many orphans the caller believes in: an
+// orphan whose give-back was applied after all is not given back twice. It orders by
+// sequence number like the other scripts, and writes nothing for an owner that holds none.
+func TestReleaseOrphans_neverTheOwnersOwn(t *testing.T) {
+	eachServer(t, func(t *testing.T, tc server) {
+		ctx := context.Background()
+		do := func(args ...string) rueidis.RedisResult {
+			return tc.c.Do(ctx, tc.c.B().Arbitrary(args...).Build())
+		}
+		defer do("DEL", "{o}", "{o}:fence")
+		const c = "0b8d9c1e7f1a4a559a3e1d2c3b4a5f60."
+		acq := func(seq string) {
+			t.Helper()
+			if v, err := lua.Acquire.Lua(tc.flags).Exec(ctx, tc.c, []string{"{o}", "{o}:fence"}, []string{"10000", "h:a", seq}).AsIntSlice(); err != nil || v[0] != 1 {
+				t.Fatalf("acquire %s: %v %v", seq, v, err)
+			}
+		}
+		orphans := func(seq string, keep, most int) int64 {
+			t.Helper()
+			n, err := lua.ReleaseOrphans.Lua(tc.flags).Exec(ctx, tc.c, []string{"{o}"}, []string{"h:a", seq, strconv.Itoa(keep), strconv.Itoa(most)}).AsInt64()
+			if err != nil {
+				t.Fatalf("release_orphans %s: %v", seq, err)
+			}
+			return n
+		}
+		acq(c + "1")
+		acq(c + "2")
+		acq(c + "3") // Redis counts 3
+		if n := orphans(c+"4", 2, 5); n != 2 {
+			t.Fatalf("keep 2 of 3, at most 5: %d left, want 2 (one given back)", n)
+		}
+		if n := orphans(c+"5", 2, 1); n != 2 {
+			t.Fatalf("an orphan already gone: %d left, want 2 (the owner's own kept)", n)
+		}
+		if n := orphans(c+"5", 2, 1); n != 2 {
+			t.Fatalf("5 sent again: %d", n)
+		}
+		if n := orphans(c+"6", 1, 1); n != 1 {
+			t.Fatalf("keep 1 of 2: %d", n)
+		}
+		if n := orphans(c+"6", 1, 1); n != 1 {
+			t.Fatalf("6 again is answered from the state, not applied: %d", n)
+		}
+		if n := orphans(c+"5", 0, 1); n != -3 {
+			t.Fatalf("5 arriving after 6 is superseded: %d", n)
+		}
+		do("DEL", "{o}")
+		if n := orphans(c+"7", 1, 1); n != 0 {
+			t.Fatalf("no hold: %d", n)
+		}
+		if n, _ := do("EXISTS", "{o}").AsInt64(); n != 0 {
+			t.Fatal("wrote a lock for an owner that holds none")
+		}
+	})
 }

@@ -3,9 +3,11 @@ package rlock
 import (
 	"context"
 	"errors"
+	"strconv"
 	"sync"
 	"time"
 
+	"github.com/relock-go/relock/lua"
 	"github.com/relock-go/relock/watchdog"
 )
 
@@ -353,56 +355,50 @@ func (h *hold) abandon(cause error) {
 }
 
 // settleOrphans gives back, in the background, the orphans of h's current tenure (holds
-// whose give-back failed: see abandon) once Redis answers again, as the watchdog learns when
-// it confirms the tenure's renewal. So an orphan is counted in Redis beyond the holds the
-// owner took for at most one renewal period after Redis answers again (unless the owner's
-// operations on the lock keep h.op busy at every renewal: their grants and last release
-// reconcile the count themselves), or until a fixed lease's end. It runs on the watchdog's
-// goroutine and never waits: a busy h.op leaves the orphans to the next renewal.
+// whose give-back got no answer: see abandon) once Redis answers again, as the watchdog learns
+// when it confirms the tenure's renewal. The give-back is conditional in Redis
+// (release_orphans.lua): it takes at most the holds Redis counts beyond the owner's own
+// (h.count), so an orphan whose give-back was applied after all (its replies lost) costs the
+// owner nothing. So an orphan is counted in Redis beyond the holds the owner took for at most
+// one renewal period after Redis answers again (unless the owner's operations on the lock keep
+// h.op busy at every renewal: their grants and last release reconcile the count themselves),
+// or until a fixed lease's end. Only for the owner id of one of this Client's handles: a
+// context owner may hold the same lock through another Client, whose holds Redis counts too;
+// its orphans wait for its last Unlock, as before; so do a RedLock instance's (variant
+// ownOrphans: the RedLock gives them back with the instance's last hold). It runs on the watchdog's goroutine and
+// never waits: a busy h.op leaves the orphans to the next renewal.
 func (h *hold) settleOrphans() {
 	h.mu.Lock()
 	n := h.orphans
 	h.mu.Unlock()
-	if n == 0 || !h.tryLockOp() {
+	if n == 0 || h.v.ownOrphans || !h.c.minted(h.owner) || !h.tryLockOp() {
 		return
 	}
 	h.c.reref(h)
 	h.c.background(func() {
 		defer h.c.unref(h)
 		defer h.unlockOp()
-		m := &Mutex{c: h.c, name: h.name, keys: h.keys, owner: h.owner, v: h.v}
+		h.mu.Lock()
+		t, keep, most := h.cur, h.count, h.orphans
+		h.mu.Unlock()
+		if t == nil || keep <= 0 || most <= 0 {
+			return
+		}
 		cctx, cancel := h.c.cleanupCtx(context.Background())
 		defer cancel()
-		gave := 0
-		var err error
-		for {
+		args := []string{h.owner, h.c.newRequest(), strconv.Itoa(keep), strconv.Itoa(most)}
+		left, err := h.c.exec(cctx, lua.ReleaseOrphans, []string{h.keys.lock}, args).AsInt64()
+		if err == nil && left >= 0 {
+			// Whatever Redis still counts beyond keep is not this tenure's orphans (the script
+			// gave back all it could of them): the count is the owner's own again.
 			h.mu.Lock()
-			t := h.cur
-			more := t != nil && h.orphans > 0
-			h.mu.Unlock()
-			if !more {
-				break
-			}
-			// Never the last hold: the tenure's own holds (count > 0) stay in Redis.
-			var left int64
-			if left, _, err = m.sendRelease(cctx, h.owner, nil, nil, nil); err != nil {
-				break
-			}
-			gave++
-			h.mu.Lock()
-			if h.cur == t && h.orphans > 0 {
-				h.orphans--
-				if left <= 0 {
-					h.orphans = 0 // Redis had no more (the tenure's next renewal tells a loss)
-				}
+			if h.cur == t {
+				h.orphans = 0
 			}
 			h.mu.Unlock()
 		}
-		if n := gave; (n > 0 || err != nil) && m.c.obs != nil && m.v.obs != "" {
-			if err != nil {
-				n++
-			}
-			m.c.gaveBack(m.v.obs, m.name, h.owner, n, GiveBackOrphan, err)
+		if o := h.c.obs; o != nil && h.v.obs != "" {
+			h.c.gaveBack(h.v.obs, h.name, h.owner, most, GiveBackOrphan, err)
 		}
 	})
 }

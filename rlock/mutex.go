@@ -1214,7 +1214,8 @@ func (m *Mutex) keyType(ctx context.Context) (string, error) {
 // reply was on the way), whose give-back then failed (Redis did not answer within the
 // cleanup timeout), is counted until the watchdog's first renewal that Redis confirms after
 // that (within one renewal period of Redis answering again; under a fixed lease, until the
-// lease ends or the owner's last Unlock); and a hold from an acquire whose outcome stayed
+// lease ends or the owner's last Unlock; for a context owner, [WithOwner], which other Clients
+// may share, until its last Unlock through this Client); and a hold from an acquire whose outcome stayed
 // unknown ([ErrUnknownOutcome]) is counted until the owner's next grant or last Unlock finds
 // it (an owner of this Client's handles) or its lease ends.
 func (m *Mutex) HoldCount(ctx context.Context) (int, error) {

@@ -21,7 +21,7 @@ import (
 var redVariant = &variant{
 	kind: "red lock", acquire: lua.Acquire, release: lua.Release, renew: lua.Renew,
 	force: lua.ForceRelease, forceMessage: "0", queue: true, forced: true, marks: true,
-	clockToken: true,
+	clockToken: true, ownOrphans: true,
 }
 
 // Timing of a RedLock.

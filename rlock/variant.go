@@ -44,6 +44,10 @@ type variant struct {
 	// marks: the acquire script takes ARGV[4], by which the attempts of a wait mark the lock
 	// so that its release publishes (acquire.lua); releases publish only then.
 	marks bool
+	// ownOrphans: the orphans of this variant's holds wait for the tenure's last hold (a
+	// RedLock's instances: the RedLock counts and gives back their holds itself), rather than
+	// being given back at the next confirmed renewal (hold.settleOrphans).
+	ownOrphans bool
 	// clockToken: a fresh grant's token follows the server's clock exactly (acquire.lua's
 	// ARGV[5] 'c'), not the fence's counter: a RedLock compares its instances' tokens,
 	// given by several servers.
