@@ -35,6 +35,10 @@ type redHold struct {
 	// done is Done's channel: made on first need (at the latest by finishLocked), closed by
 	// finishLocked, kept after the tenure ended until the next one begins.
 	done    chan struct{}
+	// telling counts the ends being told (finishLocked, between its unlock of mu and the
+	// close of done): the hold stays in redHolds meanwhile, so that Done, asked then, returns
+	// done (still open) rather than an already closed channel for a hold it cannot find.
+	telling int
 	subs    map[*func(error)]struct{}
 	quorum  int
 	closing []func() bool // stop the Close watches of an ended hold (see watchClose)
@@ -101,8 +105,8 @@ func (rh *redHold) dropLocked() {
 		return
 	}
 	rh.mu.Lock()
-	idle := rh.count == 0
-	if !idle && rh.ended != nil {
+	idle := rh.count == 0 && rh.telling == 0
+	if !idle && rh.telling == 0 && rh.ended != nil {
 		for _, c := range rh.cs {
 			if c.life.Err() != nil { // closed (c.mu is not taken: see instanceEnded's callers)
 				idle = true // reported by nobody now: its Clients are going
@@ -314,6 +318,7 @@ func (rh *redHold) finishLocked() {
 		rh.watched[i] = false
 	}
 	rh.live = 0
+	rh.telling++
 	rh.mu.Unlock()
 	for _, s := range stops {
 		s()
@@ -322,6 +327,10 @@ func (rh *redHold) finishLocked() {
 		(*f)(cause)
 	}
 	close(done)
+	rh.mu.Lock()
+	rh.telling--
+	rh.mu.Unlock()
+	rh.drop() // kept in the table while the end was told
 	ro.ended(cause)
 }
 
