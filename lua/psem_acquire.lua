@@ -8,8 +8,14 @@
 --           (and, with '!', when it is refused too), and a later send of it (its first send,
 --           reaching Redis last) grants nothing ({0, 0}), even after the permit was given
 --           back. (A refused '+' resend spends nothing: the caller's later attempts reuse
---           the id.)
+--           the id.) A resend that finds the id's permit live (granted by an earlier send)
+--           spends the id too: no send of it reaching Redis after the permit was given back
+--           grants it again.
 -- ARGV[2] = lease in milliseconds (> 0)
+-- ARGV[3] = '1' to spend the id only (optional): a call that ends without a permit after a
+--           send of the id whose reply was lost spends it so. Nothing is granted; the id is
+--           spent (in a semaphore that exists), and the answer is {1, left} when its permit
+--           is live (an earlier send granted it: the caller gives it back), else {0, 0}.
 -- returns {1}        granted by this send: the lease ends lease ms from now
 --         {1, left}  granted by an earlier send of this permit id (a resend's, or the late
 --                    first send of an earlier attempt of the same Acquire): its lease ends
@@ -30,28 +36,36 @@ if not p and redis.call('exists', sem) == 1 then
   return redis.error_reply('WRONGTYPE the key holds a hash that is not a permit semaphore')
 end
 local permits = tonumber(p or '0')
+local only = ARGV[3] == '1'
 local mine = redis.call('zscore', leases, id)
 local t = redis.call('time')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-if mine and tonumber(mine) > now then
-  return {1, tonumber(mine) - now}
-end
-local kept = '' -- the live spent ids, to keep
+local kept, spent = '', false -- the live spent ids, to keep; whether id is among them
 if got[2] then
-  local spent
   kept, spent = liveSpent(got[2], now, id, 1)
-  if spent then
-    return {0, 0} -- a spent permit id grants nothing again
-  end
 end
 
 -- spendID records the permit id as spent, keeping the live records (a best effort: a refused
 -- write keeps no record). Only a semaphore's existing hash keeps records: one that does not
 -- exist has no permits to grant.
 local function spendID()
-  if p then
+  if p and not spent then
     redis.pcall('hset', sem, 'spent', kept .. spentRecord(id, now + math.max(lease, spentKeep)))
   end
+end
+
+if mine and tonumber(mine) > now then
+  if replay then
+    spendID()
+  end
+  return {1, tonumber(mine) - now}
+end
+if spent then
+  return {0, 0} -- a spent permit id grants nothing again
+end
+if only then
+  spendID()
+  return {0, 0}
 end
 
 -- unlease takes the lease back.

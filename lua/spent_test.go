@@ -253,6 +253,94 @@ func TestPsemAcquire_spentPermitIDs(t *testing.T) {
 	})
 }
 
+// TestPsemAcquire_spendOnly: a permit acquire with ARGV[3] '1' (sent by a call that ends
+// without a permit after a send of the id whose reply was lost) grants nothing, even with a
+// permit free, and spends the id, so that the id's first send, reaching Redis last, grants
+// nothing either; when an earlier send granted the permit, it answers {1, left} (the caller
+// gives the permit back) and spends the id, so no send of it grants once it is given back.
+// A '+' resend that finds its permit live spends the id as well.
+func TestPsemAcquire_spendOnly(t *testing.T) {
+	eachServer(t, func(t *testing.T, tc server) {
+		ctx := context.Background()
+		do := func(args ...string) rueidis.RedisResult {
+			t.Helper()
+			return tc.c.Do(ctx, tc.c.B().Arbitrary(args...).Build())
+		}
+		defer do("DEL", "{o}", "{o}:leases", "{o}:log", "{o}:logx")
+		acq := func(args ...string) []int64 {
+			t.Helper()
+			v, err := lua.PsemAcquire.Lua(tc.flags).Exec(ctx, tc.c, []string{"{o}", "{o}:leases"}, append([]string{args[0], "10000"}, args[1:]...)).AsIntSlice()
+			if err != nil {
+				t.Fatalf("acquire %v: %v", args, err)
+			}
+			return v
+		}
+		release := func(id, req string) {
+			t.Helper()
+			n, err := lua.PsemRelease.Lua(tc.flags).Exec(ctx, tc.c, []string{"{o}", "{o}:leases", "{o}:log", "{o}:logx"},
+				[]string{id, req, "10000", ""}).AsInt64()
+			if err != nil || n != 1 {
+				t.Fatalf("release %s: %v %v", id, n, err)
+			}
+		}
+		held := func() int64 {
+			t.Helper()
+			n, _ := do("ZCARD", "{o}:leases").AsInt64()
+			return n
+		}
+		// A semaphore that does not exist keeps no record, and is not made.
+		if v := acq("!p0", "1"); len(v) != 2 || v[0] != 0 {
+			t.Fatalf("spend of p0 with no semaphore: %v", v)
+		}
+		if n, _ := do("EXISTS", "{o}").AsInt64(); n != 0 {
+			t.Fatal("a spend made the semaphore")
+		}
+		do("HSET", "{o}", "permits", "1")
+		// A permit free: the spend grants nothing, and the late first send nothing either.
+		if v := acq("!p1", "1"); len(v) != 2 || v[0] != 0 || held() != 0 {
+			t.Fatalf("spend of p1 with a permit free: %v, %d held", v, held())
+		}
+		if v := acq("p1"); v[0] != 0 || held() != 0 {
+			t.Fatalf("late first send of p1 after its spend: %v, %d held", v, held())
+		}
+		if v := acq("+p1"); v[0] != 0 || held() != 0 {
+			t.Fatalf("late resend of p1 after its spend: %v, %d held", v, held())
+		}
+		// The permit granted by a send that came first: the spend finds it and spends the id.
+		if v := acq("p2"); len(v) != 1 || v[0] != 1 {
+			t.Fatalf("p2: %v", v)
+		}
+		if v := acq("!p2", "1"); len(v) != 2 || v[0] != 1 || v[1] <= 0 || v[1] > 10000 {
+			t.Fatalf("spend of live p2: %v", v)
+		}
+		release("p2", "r2")
+		for _, late := range []string{"p2", "+p2"} {
+			if v := acq(late); v[0] != 0 || held() != 0 {
+				t.Fatalf("late send %s after the spend found its permit: %v, %d held", late, v, held())
+			}
+		}
+		// A '+' resend that finds its permit live spends the id.
+		if v := acq("p3"); len(v) != 1 || v[0] != 1 {
+			t.Fatalf("p3: %v", v)
+		}
+		if v := acq("+p3"); len(v) != 2 || v[0] != 1 {
+			t.Fatalf("resend of live p3: %v", v)
+		}
+		release("p3", "r3")
+		if v := acq("p3"); v[0] != 0 || held() != 0 {
+			t.Fatalf("late first send of p3 after a resend found it live: %v, %d held", v, held())
+		}
+		// Each id is recorded once, however many sends spend it.
+		if s, _ := do("HGET", "{o}", "spent").ToString(); strings.Count(s, "/p1/") != 1 || strings.Count(s, "/p2/") != 1 || strings.Count(s, "/p3/") != 1 {
+			t.Fatalf("spent records %q", s)
+		}
+		// A plain send without ARGV[3] still grants.
+		if v := acq("p4"); len(v) != 1 || v[0] != 1 {
+			t.Fatalf("p4: %v", v)
+		}
+	})
+}
+
 // TestSemAcquire_goneResendRemembersRefusal: a Semaphore acquire's resend ('+' .. id) is the
 // request it resends (answered, not applied twice); a resend, whether its caller has gone
 // ('!' .. id) or still waits ('+' .. id), remembers a refusal too, so that the request's

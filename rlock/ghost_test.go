@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -11,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/relock-go/relock/internal/redistest"
+	"github.com/relock-go/relock/lua"
 	"github.com/relock-go/relock/rlock"
 )
 
@@ -441,4 +444,244 @@ func TestGhost_semaphoreLateFirstSendAfterRefusedResendOfWaitingCaller(t *testin
 			})
 		})
 	}
+}
+
+// TestGhost_permitLateFirstSendAfterRefusedResendOfWaitingCaller: a permit acquire whose
+// first send got no reply in time (the request may still reach Redis) is resent while its
+// caller still waits; the resend, a '+' one, is refused (no permit free) and spends nothing,
+// so that the call's later attempts may reuse the permit id. The call then ends without a
+// permit: its wait runs out (TryAcquire, with a ctx that can end or one that cannot, with no
+// wait or a short one), or its ctx ends while it waits (Acquire). The holder then gives its
+// permit back, and the first send, reaching Redis last, must take nothing: nobody holds that
+// permit, and it would keep others out until its lease (a minute) ends. Found by the model
+// test's late-first-send fault (permit-ghost, seeds 12327646769615380372,
+// 5438456613933145821, 5355332199780797465).
+func TestGhost_permitLateFirstSendAfterRefusedResendOfWaitingCaller(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// call makes the acquire; refused is closed when the resend was refused.
+		call func(t *testing.T, p *rlock.PermitSemaphore, refused <-chan struct{})
+	}{
+		{"TryAcquire-wait", func(t *testing.T, p *rlock.PermitSemaphore, _ <-chan struct{}) {
+			ctx, cancel := context.WithCancel(bg)
+			defer cancel()
+			_, ok, err := p.TryAcquire(ctx, 150*time.Millisecond, time.Minute)
+			require.NoError(t, err)
+			require.False(t, ok, "no permit was free")
+		}},
+		{"TryAcquire-nowait", func(t *testing.T, p *rlock.PermitSemaphore, _ <-chan struct{}) {
+			ctx, cancel := context.WithCancel(bg)
+			defer cancel()
+			_, ok, err := p.TryAcquire(ctx, 0, time.Minute)
+			require.NoError(t, err)
+			require.False(t, ok, "no permit was free")
+		}},
+		{"TryAcquire-background", func(t *testing.T, p *rlock.PermitSemaphore, _ <-chan struct{}) {
+			_, ok, err := p.TryAcquire(bg, 150*time.Millisecond, time.Minute)
+			require.NoError(t, err)
+			require.False(t, ok, "no permit was free")
+		}},
+		{"Acquire-cancelled", func(t *testing.T, p *rlock.PermitSemaphore, refused <-chan struct{}) {
+			ctx, cancel := context.WithCancel(bg)
+			defer cancel()
+			go func() {
+				<-refused
+				time.Sleep(20 * time.Millisecond) // the caller waits by now, or soon
+				cancel()
+			}()
+			_, err := p.Acquire(ctx, time.Minute)
+			require.ErrorIs(t, err, context.Canceled)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			eachBackend(t, func(t *testing.T, b *backend) {
+				refused := make(chan struct{})
+				var once sync.Once
+				hc := &holdingClient{Client: b.rueidis(t), kept: make(chan rueidis.Completed, 1)}
+				c, err := rlock.New(hc, rlock.WithObserver(&rlock.Observer{Replay: func(e rlock.ReplayInfo) {
+					if e.Op == "acquire" && e.Err == nil {
+						once.Do(func() { close(refused) })
+					}
+				}}))
+				require.NoError(t, err)
+				defer c.Close()
+				p := c.PermitSemaphore(redistest.Name(t))
+				ok, err := p.TrySetPermits(bg, 1)
+				require.NoError(t, err)
+				require.True(t, ok)
+				q := b.client(t).PermitSemaphore(p.Name())
+				held, ok, err := q.TryAcquire(bg, 0, time.Minute)
+				require.NoError(t, err)
+				require.True(t, ok)
+
+				hc.armed.Store(true) // no cancel: the first send's reply is lost, the caller stays
+				tc.call(t, p, refused)
+				select {
+				case <-refused:
+				default:
+					t.Fatal("the acquire was not resent")
+				}
+				require.NoError(t, q.Release(bg, held.ID))
+
+				hc.deliver(t) // the first send arrives last
+
+				// Any work the call left behind is done within the bound.
+				require.Eventually(t, func() bool {
+					n, err := p.AvailablePermits(bg)
+					return err == nil && n == 1
+				}, 3*time.Second, 10*time.Millisecond, "the late first send took a permit for a call that ended without one")
+				permit, ok, err := q.TryAcquire(bg, 0, time.Minute)
+				require.NoError(t, err)
+				require.True(t, ok, "the permit is free for everyone")
+				require.NoError(t, q.Release(bg, permit.ID))
+			})
+		})
+	}
+}
+
+// scriptGate holds the next script sent through it once armed until open is closed (held is
+// closed when it arrives).
+type scriptGate struct {
+	rueidis.Client
+	armed      atomic.Bool
+	held, open chan struct{}
+}
+
+func (c *scriptGate) Do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResult {
+	if isScript(cmd) && c.armed.CompareAndSwap(true, false) {
+		close(c.held)
+		<-c.open
+	}
+	return c.Client.Do(ctx, cmd)
+}
+
+// TestGhost_permitLateFirstSendBeforeTheSpend: as
+// TestGhost_permitLateFirstSendAfterRefusedResendOfWaitingCaller, but the first send reaches
+// Redis, and grants the permit the holder gave back, before the work that the TryAcquire
+// left to spend the permit id does (scriptGate holds it): that work finds the permit granted
+// and gives it back, and spends the id, so that no send of it grants again.
+func TestGhost_permitLateFirstSendBeforeTheSpend(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		hc := &holdingClient{Client: b.rueidis(t), kept: make(chan rueidis.Completed, 1)}
+		gc := &scriptGate{Client: hc, held: make(chan struct{}), open: make(chan struct{})}
+		gave := make(chan rlock.GiveBackInfo, 1)
+		c, err := rlock.New(gc, rlock.WithObserver(&rlock.Observer{
+			Replay: func(e rlock.ReplayInfo) {
+				if e.Op == "acquire" && e.Err == nil {
+					gc.armed.Store(true) // the resend was refused: hold the next script
+				}
+			},
+			GiveBack: func(e rlock.GiveBackInfo) { gave <- e },
+		}))
+		require.NoError(t, err)
+		defer c.Close()
+		p := c.PermitSemaphore(redistest.Name(t))
+		ok, err := p.TrySetPermits(bg, 1)
+		require.NoError(t, err)
+		require.True(t, ok)
+		q := b.client(t).PermitSemaphore(p.Name())
+		held, ok, err := q.TryAcquire(bg, 0, time.Minute)
+		require.NoError(t, err)
+		require.True(t, ok)
+
+		hc.armed.Store(true) // no cancel: the first send's reply is lost, the caller stays
+		_, ok, err = p.TryAcquire(bg, 0, time.Minute)
+		require.NoError(t, err)
+		require.False(t, ok, "no permit was free")
+		select {
+		case <-gc.held:
+		case <-time.After(10 * time.Second):
+			t.Fatal("nothing was sent after the refused resend: the permit id was not spent")
+		}
+		require.NoError(t, q.Release(bg, held.ID))
+		hc.deliver(t) // the first send arrives, before the spend
+		msg, err := b.do(t, "ZRANGE", p.Key()+":leases", "0", "-1")
+		require.NoError(t, err)
+		ids, err := msg.AsStrSlice()
+		require.NoError(t, err)
+		require.Len(t, ids, 1, "the late first send took the permit (the test's premise)")
+		id := ids[0]
+
+		close(gc.open)
+		select {
+		case e := <-gave:
+			require.Equal(t, rlock.GiveBackCanceled, e.Reason)
+			require.NoError(t, e.Err)
+		case <-time.After(10 * time.Second):
+			t.Fatal("the permit the late first send took was not given back")
+		}
+		n, err := p.AvailablePermits(bg)
+		require.NoError(t, err)
+		require.Equal(t, 1, n, "the permit is free again")
+		// The id is spent: sent again (say, a resend still on its way), it grants nothing.
+		keys := []string{p.Key(), p.Key() + ":leases"}
+		for _, send := range []string{"+" + id, id} {
+			vals, err := lua.PsemAcquire.Lua(false).Exec(bg, b.rueidis(t), keys, []string{send, "60000"}).AsIntSlice()
+			require.NoError(t, err)
+			require.Equal(t, int64(0), vals[0], "send %s of the spent id", send)
+		}
+		n, err = p.AvailablePermits(bg)
+		require.NoError(t, err)
+		require.Equal(t, 1, n)
+	})
+}
+
+// TestGhost_permitLateFirstSendAfterALaterAttemptsGrant: an Acquire whose first send got no
+// reply in time is resent, and the resend is refused (no permit free: it spends nothing);
+// the holder gives its permit back, and the Acquire's next attempt, under the same permit
+// id, takes it. The caller gives it back. The first send, reaching Redis last, must take
+// nothing: the next attempt's grant, made after a send of the id whose reply was lost, must
+// spend the id as a resend's grant does.
+func TestGhost_permitLateFirstSendAfterALaterAttemptsGrant(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		refused := make(chan struct{})
+		var once sync.Once
+		hc := &holdingClient{Client: b.rueidis(t), kept: make(chan rueidis.Completed, 1)}
+		c, err := rlock.New(hc, rlock.WithObserver(&rlock.Observer{Replay: func(e rlock.ReplayInfo) {
+			if e.Op == "acquire" && e.Err == nil {
+				once.Do(func() { close(refused) })
+			}
+		}}))
+		require.NoError(t, err)
+		defer c.Close()
+		p := c.PermitSemaphore(redistest.Name(t))
+		ok, err := p.TrySetPermits(bg, 1)
+		require.NoError(t, err)
+		require.True(t, ok)
+		q := b.client(t).PermitSemaphore(p.Name())
+		held, ok, err := q.TryAcquire(bg, 0, time.Minute)
+		require.NoError(t, err)
+		require.True(t, ok)
+
+		hc.armed.Store(true) // no cancel: the first send's reply is lost, the caller stays
+		type result struct {
+			permit rlock.Permit
+			err    error
+		}
+		got := make(chan result, 1)
+		go func() {
+			permit, err := p.Acquire(bg, time.Minute)
+			got <- result{permit, err}
+		}()
+		select {
+		case <-refused:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the acquire was not resent")
+		}
+		require.NoError(t, q.Release(bg, held.ID))
+		var r result
+		select {
+		case r = <-got:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the Acquire did not take the permit given back")
+		}
+		require.NoError(t, r.err)
+		require.NoError(t, p.Release(bg, r.permit.ID))
+
+		hc.deliver(t) // the first send arrives last
+
+		n, err := p.AvailablePermits(bg)
+		require.NoError(t, err)
+		require.Equal(t, 1, n, "the late first send took a permit its caller had given back")
+	})
 }

@@ -2,6 +2,7 @@ package rlock
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"time"
 
@@ -42,9 +43,13 @@ import (
 //
 // An acquire carries its permit id, made before the first send: a resend of an acquire
 // whose reply was lost finds its live permit and is answered, not granted twice. A resend
-// that grants, or any resend sent once the caller has gone, also spends the id (for the
+// that grants or finds its permit granted, any resend sent once the caller has gone, and
+// every later attempt's grant after a send whose reply was lost, also spend the id (for the
 // lease, or a minute if longer): the first send, if it reaches Redis only after the permit
-// was given back (or freed), grants nothing. Release,
+// was given back (or freed), grants nothing. An Acquire or TryAcquire that ends without a
+// permit after a send whose reply was lost (its resend refused, or unanswered) spends the
+// id before it returns (in the background, within the cleanup timeout, when Redis does not
+// answer at once), giving back a permit that send granted first. Release,
 // TrySetPermits and AddPermits carry request ids that Redis remembers for twice the cleanup
 // timeout, like a [Semaphore]'s; an Extend's request id orders it after the Client's earlier
 // Extends of the permit (see [PermitSemaphore.Extend]). An Acquire granted by a resend after its context ended
@@ -169,7 +174,8 @@ func (p *PermitSemaphore) AddPermits(ctx context.Context, n int) error {
 // that does not exist has no permits: Acquire waits for some to be made.
 //
 // Acquire returns the permit, or:
-//  1. ctx's error, wrapped, when ctx ends first; no permit is left taken;
+//  1. ctx's error, wrapped, when ctx ends first; no permit is left taken (a send whose
+//     reply was lost grants nothing once its id is spent: see Replays at [PermitSemaphore]);
 //  2. [ErrWrongType] when the key holds another kind of value (it is left untouched);
 //  3. [ErrClosed] after [Client.Close]; [ErrInvalid] for a bad name or lease;
 //  4. a Redis or connection error, wrapped, or [ErrUnknownOutcome] (see Replays at
@@ -182,7 +188,11 @@ func (p *PermitSemaphore) Acquire(ctx context.Context, lease time.Duration) (Per
 // TryAcquire is [PermitSemaphore.Acquire] bounded by wait: wait 0 makes exactly one attempt.
 // It returns (permit, true, nil) when a permit is taken, (Permit{}, false, nil) when wait ran
 // out first, and (Permit{}, false, err) for the failures listed at Acquire. A negative wait is
-// an error wrapping [ErrInvalid].
+// an error wrapping [ErrInvalid]. After (Permit{}, false, nil) no permit is left taken
+// either: when a send of the call's permit id got no reply (it may still reach Redis),
+// TryAcquire spends the id before it returns, waiting for that at most 80ms past the wait
+// (then the work goes on in the background, within the cleanup timeout; see Replays at
+// [PermitSemaphore]).
 func (p *PermitSemaphore) TryAcquire(ctx context.Context, wait, lease time.Duration) (Permit, bool, error) {
 	if wait < 0 {
 		return Permit{}, false, invalid("negative wait %v", wait)
@@ -216,6 +226,10 @@ func (p *PermitSemaphore) acquireAs(ctx context.Context, wait, lease time.Durati
 	// One id for every attempt of this call: a failed attempt leaves nothing under it.
 	permit := Permit{ID: p.c.newRequest()}
 	var first time.Time // the first attempt's send
+	// loose: a send of the id got no reply (it may still reach Redis, and grant once a
+	// permit frees) and nothing has spent the id since; handed: an attempt left its request
+	// to work that spends the id (the caller's ctx ended during it).
+	var loose, handed bool
 	spec := waitSpec{op: "acquire", name: p.name, channel: p.keys.channel}
 	if tr != nil {
 		spec.waited = &tr.waited
@@ -228,7 +242,8 @@ func (p *PermitSemaphore) acquireAs(ctx context.Context, wait, lease time.Durati
 		if first.IsZero() {
 			first = sent
 		}
-		ok, ttl, err := p.attempt(ctx, permit.ID, lease)
+		ok, ttl, replayed, h, err := p.attempt(ctx, permit.ID, lease, loose)
+		loose, handed = loose || replayed, handed || h
 		if ok {
 			// Whichever send granted the permit, it reached Redis after the call's first
 			// send. ttl > 0: an earlier send granted it (a resend's, or the late first send
@@ -244,19 +259,81 @@ func (p *PermitSemaphore) acquireAs(ctx context.Context, wait, lease time.Durati
 		return ok, ttl, err
 	}))
 	if !ok {
+		if loose && !handed {
+			p.spend(ctx, permit.ID, lease)
+		}
 		return Permit{}, false, err
 	}
 	return permit, true, nil
+}
+
+// spend spends the permit id of an acquire that ends without a permit after a send of the id
+// whose reply was lost (a resend refused, or not answered; the caller left at ctx's end or
+// its wait's): that send may still reach Redis, and would grant, once a permit frees, a
+// permit nobody holds until its lease ends. Its spend ('!' and spend-only, psem_acquire.lua)
+// grants nothing and makes any later send of the id grant nothing; a permit that such a send
+// granted first is given back (GiveBackCanceled). The work runs in the background (counted
+// for Close, which ends it), resent within the cleanup timeout while Redis does not answer;
+// the caller waits for it at most returnGrace. An outcome still unknown at the cleanup
+// timeout is reported as a give-back that failed with ErrUnknownOutcome: a permit the send
+// grants comes back at the end of its lease.
+func (p *PermitSemaphore) spend(ctx context.Context, id string, lease time.Duration) {
+	if p.c.isClosed() {
+		return // Close ends the Client's background work: the permit ends with its lease
+	}
+	done := make(chan struct{})
+	p.c.background(func() {
+		defer close(done)
+		cctx, cancel := p.c.cleanupCtx(ctx)
+		defer cancel()
+		keys := []string{p.keys.sem, p.keys.leases}
+		args := []string{spentGone + id, strconv.FormatInt(lease.Milliseconds(), 10), "1"}
+		res := p.c.exec(cctx, lua.PsemAcquire, keys, args)
+		err := res.Error()
+		if re, isReply := rueidis.IsRedisErr(err); err != nil && !(isReply && answers(re)) {
+			// No answer, or Redis declined to run it (BUSY, LOADING, ...): send it again.
+			res, err = p.c.replay(cctx, nil, replaySite{}, lua.PsemAcquire, keys, args, err)
+		}
+		var vals []int64
+		if err == nil {
+			vals, err = res.AsIntSlice()
+		}
+		switch {
+		case errors.Is(err, ErrUnknownOutcome):
+			p.c.gaveBack(KindPermitSemaphore, p.name, "", 1, GiveBackCanceled, classify("acquire", p.name, err))
+		case err == nil && len(vals) == 2 && vals[0] == 1:
+			// A send of the id came first and granted the permit: give it back.
+			err := p.ready(cctx, "release", true)
+			if err == nil {
+				err = p.release(cctx, id)
+			}
+			p.c.gaveBack(KindPermitSemaphore, p.name, "", 1, GiveBackCanceled, err)
+		}
+	})
+	t := time.NewTimer(returnGrace)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+	}
 }
 
 // attempt makes one acquire request (resent until its outcome is known). It returns whether
 // the permit was granted, or else how long until a lease end makes room (-1: unknown). A
 // grant found made by an earlier send of the permit id (its lease may have begun before
 // this attempt: an earlier attempt's first send can reach Redis late) returns the lease
-// left then as the duration (> 0); a grant by the request itself returns 0.
-func (p *PermitSemaphore) attempt(ctx context.Context, id string, lease time.Duration) (bool, time.Duration, error) {
+// left then as the duration (> 0); a grant by the request itself returns 0. replayed says
+// the first send's reply was lost (it may still reach Redis); handed, that the request was
+// left to work that resolves it and spends the id (the caller's ctx ended during it). loose
+// says an earlier send of the id got no reply: this attempt's first send is then marked as
+// a resend's, so that a grant spends the id (a send of the id still on its way grants
+// nothing once the permit is given back).
+func (p *PermitSemaphore) attempt(ctx context.Context, id string, lease time.Duration, loose bool) (ok bool, ttl time.Duration, replayed, handed bool, err error) {
 	keys := []string{p.keys.sem, p.keys.leases}
 	args := []string{id, strconv.FormatInt(lease.Milliseconds(), 10)}
+	if loose {
+		args[0] = spentMark + id
+	}
 	// giveBack gives back, on gctx, a permit granted after the caller gave up.
 	giveBack := func(gctx context.Context) {
 		err := p.ready(gctx, "release", true)
@@ -268,7 +345,7 @@ func (p *PermitSemaphore) attempt(ctx context.Context, id string, lease time.Dur
 	// A resend spends the permit id once it grants (psem_acquire.lua), so that a first send
 	// reaching Redis after it grants nothing again.
 	site := replaySite{kind: KindPermitSemaphore, name: p.name, op: "acquire"}
-	res, replayed, err := p.c.semAcquire(ctx, site, false, lua.PsemAcquire, keys, args, 0, func(gctx context.Context, res rueidis.RedisResult, err error) {
+	res, replayed, handed, err := p.c.semAcquire(ctx, site, false, lua.PsemAcquire, keys, args, 0, func(gctx context.Context, res rueidis.RedisResult, err error) {
 		if err != nil { // unknown: a permit it may have granted ends with its lease
 			p.c.gaveBack(KindPermitSemaphore, p.name, "", 1, GiveBackCanceled, classify("acquire", p.name, err))
 		} else if vals, err := res.AsIntSlice(); err == nil && len(vals) >= 1 && len(vals) <= 2 && vals[0] == 1 {
@@ -280,25 +357,25 @@ func (p *PermitSemaphore) attempt(ctx context.Context, id string, lease time.Dur
 		vals, err = res.AsIntSlice()
 	}
 	if err != nil {
-		return false, 0, classify("acquire", p.name, err)
+		return false, 0, replayed, handed, classify("acquire", p.name, err)
 	}
 	switch {
 	case len(vals) == 1 && vals[0] == 1, len(vals) == 2 && vals[0] == 1 && vals[1] > 0:
 		if replayed && ctx.Err() != nil {
-			giveBack(ctx) // granted by a resend while the caller gave up
-			return false, 0, errorf("acquire %q: %w", p.name, ctx.Err())
+			giveBack(ctx) // granted by a resend while the caller gave up (it spent the id)
+			return false, 0, false, true, errorf("acquire %q: %w", p.name, ctx.Err())
 		}
 		if len(vals) == 2 {
-			return true, time.Duration(vals[1]) * time.Millisecond, nil
+			return true, time.Duration(vals[1]) * time.Millisecond, replayed, false, nil
 		}
-		return true, 0, nil
+		return true, 0, replayed, false, nil
 	case len(vals) == 2 && vals[0] == 0:
 		if vals[1] < 0 {
-			return false, -1, nil
+			return false, -1, replayed, false, nil
 		}
-		return false, time.Duration(vals[1]) * time.Millisecond, nil
+		return false, time.Duration(vals[1]) * time.Millisecond, replayed, false, nil
 	}
-	return false, 0, errorf("acquire %q: malformed reply %v", p.name, vals)
+	return false, 0, replayed, handed, errorf("acquire %q: malformed reply %v", p.name, vals)
 }
 
 // Release gives back the permit id and wakes a waiter. It works even when ctx has already

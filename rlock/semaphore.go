@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -182,7 +183,7 @@ func (c *Client) semKeep() string {
 // requests they applied for twice the cleanup timeout, so every resend is answered truly.
 // detached sends even the first request on a context that ignores ctx's end (giving permits
 // back). replayed reports whether the answer came from a resend. mark, when >= 0, is the
-// index in args of an id that the resends mark as a replay's (replayArgsAt: a permit acquire
+// index in args of an id that the resends mark as a replay's (resendArgsAt: a permit acquire
 // spends its permit id; with spentGone once ctx has ended).
 //
 // site names the request for the observer's Replay event.
@@ -211,7 +212,7 @@ func (c *Client) semRun(ctx context.Context, site replaySite, detached bool, s *
 		if ctx.Err() != nil {
 			args = goneArgs(args, mark)
 		} else {
-			args = replayArgsAt(args, mark)
+			args = resendArgsAt(args, mark)
 		}
 	}
 	res, err = c.replay(cctx, ctx, site, s, keys, args, err)
@@ -349,7 +350,7 @@ func (s *Semaphore) attempt(ctx context.Context, n int) (bool, time.Duration, er
 	}
 	// A resend marks the request id ('+', or spentGone once the caller has gone): a refusal is
 	// then remembered too, so that the first send, if it reaches Redis last, takes nothing.
-	res, replayed, err := s.c.semAcquire(ctx, site, true, lua.SemAcquire, s.keys.counted(), args, 1, func(gctx context.Context, res rueidis.RedisResult, err error) {
+	res, replayed, _, err := s.c.semAcquire(ctx, site, true, lua.SemAcquire, s.keys.counted(), args, 1, func(gctx context.Context, res rueidis.RedisResult, err error) {
 		if err != nil { // unknown: permits it may have taken are lost
 			s.c.gaveBack(KindSemaphore, s.name, "", n, GiveBackCanceled, classify("acquire", s.name, err))
 		} else if got, err := res.AsInt64(); err == nil && got != 0 {
@@ -506,7 +507,10 @@ func (s *Semaphore) Delete(ctx context.Context) (bool, error) {
 // background. left is then called with the answer (err nil: if it granted, left gives it
 // back on gctx, with ctx's values), or with an error wrapping ErrUnknownOutcome when Redis did
 // not tell in time (left reports it); not after an error reply, which applied nothing. The
-// caller gets ctx's error. A ctx that cannot end runs semRun.
+// caller gets ctx's error, and handed is true: the work it left resolves the request (a
+// resend spends the id at args[mark], goneArgs). A ctx that cannot end runs semRun.
+// replayed reports whether the first send's reply was lost (the send may still reach
+// Redis): the answer, if any, is a resend's.
 //
 // lasting says the permits never expire (a Semaphore's): the request is then counted for
 // Close (lateBegin) until its outcome is known, and Close waits for that work, at most the
@@ -514,11 +518,12 @@ func (s *Semaphore) Delete(ctx context.Context) (bool, error) {
 // may be applied after Close; a caller still waiting for its first send's answer, or
 // resending it, when Close comes hands it over too, and gets ErrClosed. Otherwise (a PermitSemaphore's, which expire
 // with their lease) Close ends that work, as it ends a lock's.
-func (c *Client) semAcquire(ctx context.Context, site replaySite, lasting bool, s *lua.Script, keys, args []string, mark int, left leftFunc) (res rueidis.RedisResult, replayed bool, err error) {
+func (c *Client) semAcquire(ctx context.Context, site replaySite, lasting bool, s *lua.Script, keys, args []string, mark int, left leftFunc) (res rueidis.RedisResult, replayed, handed bool, err error) {
 	if ctx.Done() == nil {
-		return c.semRun(ctx, site, false, s, keys, args, mark)
+		res, replayed, err = c.semRun(ctx, site, false, s, keys, args, mark)
+		return res, replayed, false, err
 	}
-	counted, handed := lasting && c.lateBegin(), false
+	counted := lasting && c.lateBegin()
 	if counted {
 		defer func() {
 			if !handed {
@@ -551,18 +556,18 @@ func (c *Client) semAcquire(ctx context.Context, site replaySite, lasting bool, 
 			}
 			c.resolvedLeft(drain, ctx, lasting, res, err, left)
 		})
-		return rueidis.RedisResult{}, false, err
+		return rueidis.RedisResult{}, false, true, err
 	}
 	res, err = f.res, f.err
 	if err == nil || definitive(err) {
-		return res, false, err
+		return res, false, false, err
 	}
 	// Resend while the caller waits; when it leaves first, go on in the background.
 	first := err
 	cctx, cancel := c.cleanupCtx(ctx)
 	wctx, wcancel := context.WithCancel(cctx)
 	stop := context.AfterFunc(ctx, wcancel)
-	res, err = c.replay(wctx, nil, site, s, keys, replayArgsAt(args, mark), first)
+	res, err = c.replay(wctx, nil, site, s, keys, resendArgsAt(args, mark), first)
 	stop()
 	wcancel()
 	_, isReply := rueidis.IsRedisErr(err)
@@ -572,7 +577,7 @@ func (c *Client) semAcquire(ctx context.Context, site replaySite, lasting bool, 
 	closed := counted && err != nil && !isReply && c.isClosed()
 	if !closed && (err == nil || isReply || ctx.Err() == nil || cctx.Err() != nil || errors.Is(err, ErrClosed)) {
 		cancel()
-		return res, true, err
+		return res, true, false, err
 	}
 	dl, _ := cctx.Deadline()
 	cancel()
@@ -583,7 +588,7 @@ func (c *Client) semAcquire(ctx context.Context, site replaySite, lasting bool, 
 		res, err := c.replay(dctx, nil, site, s, keys, goneArgs(args, mark), first)
 		c.resolvedLeft(drain, ctx, lasting, res, err, left)
 	})
-	return rueidis.RedisResult{}, true, leftErr(ctx)
+	return rueidis.RedisResult{}, true, true, leftErr(ctx)
 }
 
 // leftErr is what semAcquire's caller gets when it leaves its request to handOff: ctx's
@@ -628,8 +633,17 @@ func (c *Client) resolvedLeft(drain, ctx context.Context, lasting bool, res ruei
 // spends it even if refused (its first send, abandoned in rueidis's queue, may still reach
 // Redis once a permit is free). args is left as it is.
 func goneArgs(args []string, mark int) []string {
-	r := replayArgsAt(args, mark)
-	r[mark] = spentGone + args[mark]
+	r := append([]string(nil), args...)
+	r[mark] = spentGone + strings.TrimPrefix(args[mark], spentMark)
+	return r
+}
+
+// resendArgsAt is replayArgsAt for an id that its first send may have marked already (a
+// permit acquire's later attempt, after a send of the id whose reply was lost, marks its
+// first send as a resend): the id is marked once. args is left as it is.
+func resendArgsAt(args []string, mark int) []string {
+	r := append([]string(nil), args...)
+	r[mark] = spentMark + strings.TrimPrefix(args[mark], spentMark)
 	return r
 }
 
