@@ -365,8 +365,8 @@ func (h *hold) abandon(cause error) {
 // or until a fixed lease's end. Only for the owner id of one of this Client's handles: a
 // context owner may hold the same lock through another Client, whose holds Redis counts too;
 // its orphans wait for its last Unlock, as before; so do a RedLock instance's (variant
-// ownOrphans: the RedLock gives them back with the instance's last hold). It runs on the watchdog's goroutine and
-// never waits: a busy h.op leaves the orphans to the next renewal.
+// ownOrphans: the RedLock gives them back with the instance's last hold). It runs on the
+// watchdog's goroutine and never waits: a busy h.op leaves the orphans to the next renewal.
 func (h *hold) settleOrphans() {
 	h.mu.Lock()
 	n := h.orphans
@@ -459,7 +459,7 @@ func (h *hold) released(remaining int64) (extra int64, known int) {
 	return extra, known
 }
 
-// releasing marks tenure t, if still current, as having the give-back of its last hold in
+// beginRelease marks tenure t, if still current, as having the give-back of its last hold in
 // flight (see tenure.releasing). h.op must be held; the give-back's end is told by released
 // or releaseFailed.
 func (h *hold) beginRelease(t *tenure) {
