@@ -34,7 +34,7 @@ type redHold struct {
 	ended   error // why the current tenure ended; nil while it lasts (or when none)
 	// done is Done's channel: made on first need (at the latest by finishLocked), closed by
 	// finishLocked, kept after the tenure ended until the next one begins.
-	done    chan struct{}
+	done chan struct{}
 	// telling counts the ends being told (finishLocked, between its unlock of mu and the
 	// close of done): the hold stays in redHolds meanwhile, so that Done, asked then, returns
 	// done (still open) rather than an already closed channel for a hold it cannot find.
