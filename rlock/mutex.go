@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -917,12 +918,12 @@ func (m *Mutex) Unlock(ctx context.Context) error {
 		start := o.now()
 		octx := o.releaseStart(ctx, si)
 		rt := &relTrace{}
-		err := m.unlock(ctx, owner, rt, nil)
+		err := m.unlock(ctx, owner, rt, nil, nil)
 		o.releaseDone(octx, ReleaseDoneInfo{ReleaseStartInfo: si, Err: err, Took: o.now() - start,
 			Freed: rt.freed && err == nil, HandedOff: rt.handedOff && err == nil})
 		return err
 	}
-	return m.unlock(ctx, owner, nil, nil)
+	return m.unlock(ctx, owner, nil, nil, nil)
 }
 
 // relTrace is what an observed release learns, for its ReleaseDone.
@@ -932,8 +933,17 @@ type relTrace struct{ freed, handedOff bool }
 // nil, is called with h and the error when the release ran and failed (not when unlock gave
 // up before it: a closed Client, h.op busy for the whole cleanup timeout), while h.op is
 // still held: no other call of the owner on the lock has run since (a RedLock's give-back
-// abandons the hold there, giveBackInst).
-func (m *Mutex) unlock(ctx context.Context, owner string, rt *relTrace, failed func(h *hold, err error)) error {
+// abandons the hold there, giveBackInst). held, when not nil, is called once h.op is taken
+// (or when unlock gives up before): a RedLock's Unlock that leaves its give-backs to the
+// background returns only then, so that each is ahead of the owner's next request there.
+func (m *Mutex) unlock(ctx context.Context, owner string, rt *relTrace, failed func(h *hold, err error), held func()) error {
+	if held != nil {
+		// Told once h.op is taken (the give-back is then ahead of any later request of the
+		// owner on this lock from this Client), or when unlock gives up before.
+		once := sync.OnceFunc(held)
+		held = once
+		defer once()
+	}
 	h, err := m.c.ref(m, owner)
 	if err != nil {
 		return err
@@ -950,6 +960,9 @@ func (m *Mutex) unlock(ctx context.Context, owner string, rt *relTrace, failed f
 		ctx = cctx
 	}
 	defer h.unlockOp()
+	if held != nil {
+		held()
+	}
 	err = m.release(ctx, h, rt)
 	if errors.Is(err, ErrNoPermission) {
 		// Redis refuses the give-back for want of rights, and would refuse it again: this

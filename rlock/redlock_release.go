@@ -306,9 +306,22 @@ type givenBack struct {
 func (r *RedLock) sendGiveBacks(ctx context.Context, idx []int, times []int, fail giveBackFail) <-chan givenBack {
 	ctx = context.WithoutCancel(ctx)
 	ch := make(chan givenBack, len(idx))
-	var begun sync.WaitGroup
-	begun.Add(len(idx))
-	defer begun.Wait()
+	// begun: each give-back has taken its instance hold's operation lock (or given up), so
+	// it goes before any later request of the owner there from this Client. The caller waits
+	// for that at most returnGrace: an instance hold busy with a request to a silent server
+	// does not hold up an Unlock that answers at once.
+	begun := make(chan struct{}, len(idx))
+	defer func() {
+		t := time.NewTimer(returnGrace)
+		defer t.Stop()
+		for range idx {
+			select {
+			case <-begun:
+			case <-t.C:
+				return
+			}
+		}
+	}()
 	for _, i := range idx {
 		n := 1
 		if times != nil {
@@ -318,10 +331,11 @@ func (r *RedLock) sendGiveBacks(ctx context.Context, idx []int, times []int, fai
 		r.inflight.Add(1)
 		m.c.spare(func() {
 			defer r.inflight.Add(-1)
-			begun.Done()
+			held := sync.OnceFunc(func() { begun <- struct{}{} })
+			defer held() // n == 0, or a give-back that gave up before its hold's op
 			var err error
 			for k := 0; k < n; k++ {
-				more, e := m.giveBackInst(ctx, fail)
+				more, e := m.giveBackInst(ctx, fail, held)
 				if err == nil {
 					err = e
 				}
@@ -347,7 +361,7 @@ func (r *RedLock) sendGiveBacks(ctx context.Context, idx []int, times []int, fai
 // Client's cleanup timeout. A give-back that fails leaves the hold to expire with its
 // lease: this Client stops counting and renewing it (hold.abandon).
 func (m *Mutex) giveBackLate(ctx context.Context) {
-	_, _ = m.giveBackInst(context.WithoutCancel(ctx), abandonOne)
+	_, _ = m.giveBackInst(context.WithoutCancel(ctx), abandonOne, nil)
 }
 
 // giveBackInst gives back one hold of the caller's owner on instance m, as Unlock does (the
@@ -362,7 +376,7 @@ func (m *Mutex) giveBackLate(ctx context.Context) {
 // new tenure to the abandon, unrenewed while the RedLock counts it. A give-back that never
 // ran, because another call of the owner on the instance kept it busy for the whole cleanup
 // timeout, abandons the hold all the same once it gives up (nothing else will give it back).
-func (m *Mutex) giveBackInst(ctx context.Context, fail giveBackFail) (more bool, err error) {
+func (m *Mutex) giveBackInst(ctx context.Context, fail giveBackFail, held func()) (more bool, err error) {
 	owner, err := m.ownerOf(ctx)
 	if err != nil {
 		return false, err
@@ -378,7 +392,7 @@ func (m *Mutex) giveBackInst(ctx context.Context, fail giveBackFail) (more bool,
 		// (which refuses the owner's acquires), so no new grant can come in before the next
 		// give-back.
 		more = errors.Is(err, ErrNotHeld) && h.holds() > 0
-	})
+	}, held)
 	if err != nil && !ran {
 		if h := m.instHold(owner); h != nil {
 			h.abandonFailed(err, fail)
