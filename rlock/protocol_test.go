@@ -179,17 +179,7 @@ func TestMutex_orphanGivenBackOnceRedisAnswers(t *testing.T) {
 	require.NoError(t, m.Lock(bg))
 
 	// A re-entry whose caller leaves while its reply is on the way; its give-back fails.
-	refusing.Store(true)
-	armed.Store(true)
-	ctx, cancel := context.WithTimeout(bg, 50*time.Millisecond)
-	defer cancel()
-	require.ErrorIs(t, m.Lock(ctx), context.DeadlineExceeded)
-	select {
-	case e := <-failed:
-		require.Equal(t, rlock.GiveBackCanceled, e.Reason, "the failed give-back: %v", e.Err)
-	case <-time.After(10 * time.Second):
-		t.Fatal("the re-entry's give-back did not fail")
-	}
+	orphanReentry(t, m, &armed, &refusing, failed)
 	n, err := m.HoldCount(bg)
 	require.NoError(t, err)
 	require.Equal(t, 2, n, "precondition: Redis counts the orphan")
@@ -203,4 +193,23 @@ func TestMutex_orphanGivenBackOnceRedisAnswers(t *testing.T) {
 	require.NoError(t, m.Err(bg))
 	require.NoError(t, m.Unlock(bg))
 	require.False(t, b.exists(t, m.Key()))
+}
+
+// orphanReentry makes an orphan of m's owner, who holds m: a re-entry whose caller leaves
+// while its reply is on the way (armed: the test's hook holds that reply back), and whose
+// give-back gets no answer (refusing: the hook's releases fail); it waits for the failed
+// give-back's GiveBack event on failed.
+func orphanReentry(t *testing.T, m *rlock.Mutex, armed, refusing *atomic.Bool, failed <-chan rlock.GiveBackInfo) {
+	t.Helper()
+	refusing.Store(true)
+	armed.Store(true)
+	ctx, cancel := context.WithTimeout(bg, 50*time.Millisecond)
+	defer cancel()
+	require.ErrorIs(t, m.Lock(ctx), context.DeadlineExceeded)
+	select {
+	case e := <-failed:
+		require.Equal(t, rlock.GiveBackCanceled, e.Reason, "the failed give-back: %v", e.Err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the re-entry's give-back did not fail")
+	}
 }

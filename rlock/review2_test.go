@@ -60,17 +60,7 @@ func TestReview2_orphanWhoseGiveBackWasAppliedIsNotGivenBackTwice(t *testing.T) 
 
 	// A re-entry whose caller leaves while its reply is on the way; its give-back is
 	// applied, but the Client never learns it (unknown outcome): an orphan as it counts.
-	refusing.Store(true)
-	armed.Store(true)
-	ctx, cancel := context.WithTimeout(bg, 50*time.Millisecond)
-	defer cancel()
-	require.ErrorIs(t, m.Lock(ctx), context.DeadlineExceeded)
-	select {
-	case e := <-failed:
-		require.Equal(t, rlock.GiveBackCanceled, e.Reason, "the failed give-back: %v", e.Err)
-	case <-time.After(10 * time.Second):
-		t.Fatal("the re-entry's give-back did not fail")
-	}
+	orphanReentry(t, m, &armed, &refusing, failed)
 	n, err := m.HoldCount(bg)
 	require.NoError(t, err)
 	require.Equal(t, 1, n, "precondition: Redis applied the give-back (the owner's own hold is left)")
