@@ -19,10 +19,12 @@ import (
 // hash owner -> count, sequence number, token; a fence raised by INCR) sent with EVALSHA, the
 // same two script bodies loaded once as a Redis Function library and sent with FCALL, a
 // string lock (SET NX PX inside a script, the value packing owner, count, request id and
-// token) with and without a fence written with TIME and SET ... GET, and the peers' shape (SET
+// token) with a fence written with TIME and SET ... GET, with the fence's INCR (string-incr),
+// without a fence, and with the acquire as two plain commands (incr+set: INCR, then SET NX
+// PX GET, no script), two scripts that call nothing (empty-pair), and the peers' shape (SET
 // NX PX, then a GET+DEL script). It reports the wall time per cycle (ns/op) and Redis's own
 // time per cycle (redis_us/op: INFO commandstats usec of EVALSHA and FCALL, inner calls
-// included, plus SET sent alone).
+// included, plus SET and INCR sent alone).
 func BenchmarkScriptCycle(b *testing.B) {
 	srv := redistest.Start(b)
 	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr()}, DisableCache: true})
@@ -61,6 +63,21 @@ redis.call('set', KEYS[2], token, 'px', '86400000', 'get')
 	}
 	strAcq := load(fence + `redis.call('set', KEYS[1], ARGV[2] .. '|1|' .. ARGV[3] .. '|' .. token, 'nx', 'px', ARGV[1]) return 1`)
 	strAcqNoFence := load(`redis.call('set', KEYS[1], ARGV[2] .. '|1|' .. ARGV[3], 'nx', 'px', ARGV[1]) return 1`)
+	// string-incr is the shape issue 23 names as the only route to 6 server calls per cycle:
+	// the fence's INCR first (the token), then SET NX PX GET, which grants or answers the
+	// holder's value in one call; the release reads the value and checks owner and sequence
+	// in Lua before the DEL.
+	strIncrAcq := load(`local token = redis.call('incr', KEYS[2])
+local old = redis.call('set', KEYS[1], ARGV[2] .. '|1|' .. ARGV[3] .. '|' .. token, 'nx', 'px', ARGV[1], 'get')
+if not old then return {1, token, 1} end
+return {0, redis.call('pttl', KEYS[1])}`)
+	strIncrRel := load(`local v = redis.call('get', KEYS[1])
+if not v then return -1 end
+local o, n, q = string.match(v, '^([^|]*)|(%d+)|([^|]*)|')
+if o ~= ARGV[1] then return -1 end
+if q == ARGV[2] then return tonumber(n) end
+redis.call('del', KEYS[1]) return 0`)
+	empty := load(`return 0`)
 	strRel := load(`local v = redis.call('get', KEYS[1]) redis.call('del', KEYS[1]) return 0`)
 	peerRel := load(`if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0`)
 	// seq is the i-th operation's sequence number, as a Client numbers them.
@@ -78,6 +95,20 @@ redis.call('set', KEYS[2], token, 'px', '86400000', 'get')
 		{"string-fenced", func(i int) []rueidis.Completed {
 			return []rueidis.Completed{evalsha(strAcq, keys, "30000", owner, "a"+strconv.Itoa(i)), evalsha(strRel, keys[:1])}
 		}},
+		{"string-incr", func(i int) []rueidis.Completed {
+			return []rueidis.Completed{evalsha(strIncrAcq, keys, "30000", owner, seq(2*i)), evalsha(strIncrRel, keys[:1], owner, seq(2*i+1))}
+		}},
+		// incr+set: the acquire as two plain commands (no script): the fence's INCR, then SET NX
+		// PX GET with the token in the value; the release as string-incr's.
+		{"incr+set", func(i int) []rueidis.Completed {
+			return []rueidis.Completed{c.B().Incr().Key(keys[1]).Build(),
+				c.B().Set().Key(keys[0]).Value(owner + "|1|" + seq(2*i) + "|1").Nx().Get().PxMilliseconds(30000).Build(),
+				evalsha(strIncrRel, keys[:1], owner, seq(2*i+1))}
+		}},
+		// empty-pair: two scripts that call nothing: what running a script costs by itself.
+		{"empty-pair", func(i int) []rueidis.Completed {
+			return []rueidis.Completed{evalsha(empty, keys, "30000", owner, seq(2*i)), evalsha(empty, keys[:1], owner, seq(2*i+1))}
+		}},
 		{"string-unfenced", func(i int) []rueidis.Completed {
 			return []rueidis.Completed{evalsha(strAcqNoFence, keys[:1], "30000", owner, "a"+strconv.Itoa(i)), evalsha(strRel, keys[:1])}
 		}},
@@ -88,7 +119,7 @@ redis.call('set', KEYS[2], token, 'px', '86400000', 'get')
 		b.Run(p.name, func(b *testing.B) {
 			run := func(i int) {
 				for _, cmd := range p.cycle(i) {
-					if err := c.Do(bg, cmd).Error(); err != nil {
+					if err := c.Do(bg, cmd).Error(); err != nil && !rueidis.IsRedisNil(err) { // SET ... GET of no key
 						b.Fatal(err)
 					}
 				}
@@ -102,7 +133,7 @@ redis.call('set', KEYS[2], token, 'px', '86400000', 'get')
 				run(i)
 			}
 			b.StopTimer()
-			b.ReportMetric(float64(commandUsec(b, srv, "evalsha", "fcall", "set"))/float64(b.N), "redis_us/op")
+			b.ReportMetric(float64(commandUsec(b, srv, "evalsha", "fcall", "set", "incr"))/float64(b.N), "redis_us/op")
 		})
 	}
 }
