@@ -78,6 +78,29 @@ func BenchmarkMutex_Uncontended(b *testing.B) {
 	b.ReportMetric(float64(scripts(b, srv))/float64(b.N), "cmds/op")
 }
 
+// BenchmarkMutex_UncontendedBackground is BenchmarkMutex_Uncontended with a context that
+// cannot end (context.Background()): Lock then sends its acquire on the caller's goroutine,
+// where a cancellable context has it sent from a goroutine of its own (rlock/inflight.go,
+// README guarantee 6). The difference between the two is what that bound costs a cycle.
+func BenchmarkMutex_UncontendedBackground(b *testing.B) {
+	srv := redistest.Start(b)
+	m := newClient(b, srv).Mutex("uncontended")
+	if err := m.Lock(bg); err != nil { // load the scripts
+		b.Fatal(err)
+	}
+	_ = m.Unlock(bg)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if err := m.Lock(bg); err != nil {
+			b.Fatal(err)
+		}
+		if err := m.Unlock(bg); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
 // BenchmarkMutex_Parallel is Lock+Unlock cycles from GOMAXPROCS*p goroutines on distinct
 // locks of one Client (rueidis pipelines them on shared connections).
 func BenchmarkMutex_Parallel(b *testing.B) {
