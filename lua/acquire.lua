@@ -1,6 +1,7 @@
 -- acquire: take or re-enter a reentrant lock (lock protocol v2, docs/DESIGN.md).
 -- KEYS[1] = lock hash: field <owner> = hold count, q:<owner> = the sequence number of the
---           owner's operation last applied (ARGV[3]), token = the fencing token of the
+--           owner's operation last applied (ARGV[3]; one per Client for a context owner,
+--           which several Clients may share: lib_seq.lua), token = the fencing token of the
 --           current tenure, w = present once a waiter was refused during this tenure (its
 --           release publishes). Owner ids start with 'h:' or 'u:' (see rlock), so no owner id
 --           can name another field. (A hash written before v2 may hold a field g: ignored.)
@@ -57,7 +58,7 @@ local function rare()
 --#include lib_fence
 --#include lib_seq
   return {grantToken = grantToken, spend = spend, serverMs = serverMs, superseded = superseded,
-    keep = math.max(tonumber(lease), spentKeep),
+    seqLast = seqLast, seqPut = seqPut, keep = math.max(tonumber(lease), spentKeep),
     ungrant = function() redis.call('del', lock) end}
 end
 
@@ -91,6 +92,11 @@ end
 
 local got = redis.call('hmget', lock, owner, seqField, 'token', 'w')
 local holds, last, token = got[1], got[2], tonumber(got[3] or '0')
+-- A context owner's field keeps a number per Client (lib_seq.lua): this Client's is compared.
+local shared = last and string.byte(owner) == 117 -- 'u'
+if shared then
+  last = rare().seqLast(owner, last, seq)
+end
 if holds and last then
   if last == seq then
     return {1, token, tonumber(holds)} -- applied already: answered from the state
@@ -124,7 +130,7 @@ if redis.call('pttl', lock) < tonumber(lease) then
   redis.call('pexpire', lock, lease)
 end
 holds = redis.call('hincrby', lock, owner, '1')
-redis.call('hset', lock, seqField, seq)
+redis.call('hset', lock, seqField, shared and rare().seqPut(owner, got[2], seq) or seq)
 if replay then
   -- The order of sequence numbers refuses the first send while the owner holds the lock;
   -- the record refuses it once the lock was freed.

@@ -135,15 +135,15 @@ local function ungrant()
 end
 
 local got = redis.call('hmget', lock, owner, reqField, 'token')
-local holds = got[1]
+local holds, last = got[1], seqLast(owner, got[2], req)
 if holds then
   -- Re-entry (or the replay of an applied request): the token of this owner's grant.
-  if got[2] == req then
+  if last == req then
     drop()
     wake()
     return {1, tonumber(got[3] or '0'), tonumber(holds)}
   end
-  if spent or superseded(req, got[2]) then
+  if spent or superseded(req, last) then
     return {0, 0} -- a spent request id grants nothing again
   end
   -- Re-entry never shortens the lease it finds. The lease, the place and the wake-up come
@@ -156,7 +156,7 @@ if holds then
   drop()
   wake(pttl)
   holds = redis.call('hincrby', lock, owner, 1)
-  redis.call('hset', lock, reqField, req)
+  redis.call('hset', lock, reqField, seqPut(owner, got[2], req))
   spendReplay()
   return {1, tonumber(got[3] or '0'), tonumber(holds)}
 end

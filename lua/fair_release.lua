@@ -25,22 +25,22 @@ local owner, req, channel = ARGV[1], ARGV[2], ARGV[3]
 local reqField = 'q:' .. owner
 
 local got = redis.call('hmget', lock, owner, reqField)
-local holds = got[1]
+local holds, last = got[1], seqLast(owner, got[2], req)
 if not holds then
   if redis.call('exists', record) == 1 then
     return 0
   end
   return -1
 end
-if got[2] == req then
+if last == req then
   return tonumber(holds)
 end
-if superseded(req, got[2]) then
+if superseded(req, last) then
   return -3 -- the owner's later operation was applied (lib_seq.lua): nothing written
 end
 if tonumber(holds) > 1 then
   holds = redis.call('hincrby', lock, owner, -1)
-  redis.call('hset', lock, reqField, req)
+  redis.call('hset', lock, reqField, seqPut(owner, got[2], req))
   return holds
 end
 -- The last hold. Check the types of the keys still to be read before writing anything (the

@@ -50,6 +50,7 @@ local function rare()
 --#include lib_fence
 --#include lib_seq
   return {publish = publish, grantToken = grantToken, superseded = superseded,
+    seqLast = seqLast, seqPut = seqPut,
     reply = function(n, token)
       if next then
         return {n, token or 0}
@@ -60,6 +61,11 @@ end
 
 local got = redis.call('hmget', lock, owner, reqField, 'w')
 local holds, last, waiters = got[1], got[2], got[3]
+-- A context owner's field keeps a number per Client (lib_seq.lua): this Client's is compared.
+local shared = last and string.byte(owner) == 117 -- 'u'
+if shared then
+  last = rare().seqLast(owner, last, req)
+end
 if not holds then
   if tenure == '' then
     return rare().reply(-1) -- a first send: this request gave nothing back before
@@ -67,7 +73,7 @@ if not holds then
   if next then
     -- A replay of a final release that may have passed the lock on.
     local h = redis.call('hmget', lock, 'q:' .. next, 'token')
-    if h[1] == nextReq then
+    if h[1] and rare().seqLast(next, h[1], nextReq) == nextReq then
       return {0, tonumber(h[2] or '0')}
     end
   end
@@ -86,7 +92,7 @@ if last and (#last > #req or #last == #req and last > req) and rare().superseded
 end
 if tonumber(holds) > 1 then
   holds = redis.call('hincrby', lock, owner, '-1')
-  redis.call('hset', lock, reqField, req)
+  redis.call('hset', lock, reqField, shared and rare().seqPut(owner, got[2], req) or req)
   if next then
     return {holds, 0}
   end

@@ -17,7 +17,7 @@ local lock, owner, seq = KEYS[1], ARGV[1], ARGV[2]
 local keep, most = tonumber(ARGV[3]), tonumber(ARGV[4])
 local seqField = 'q:' .. owner
 local got = redis.call('hmget', lock, owner, seqField)
-local holds, last = tonumber(got[1] or '0'), got[2]
+local holds, last = tonumber(got[1] or '0'), seqLast(owner, got[2], seq)
 if holds == 0 or last == seq then
   return holds
 end
@@ -29,5 +29,5 @@ if give <= 0 then
   return holds
 end
 holds = redis.call('hincrby', lock, owner, -give)
-redis.call('hset', lock, seqField, seq)
+redis.call('hset', lock, seqField, seqPut(owner, got[2], seq))
 return holds

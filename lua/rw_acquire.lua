@@ -135,16 +135,17 @@ end
 -- lengthens the owner's lease, as the re-entry would have).
 local function reenter(f, token)
   local got = redis.call('hmget', lock, f, 'q:' .. f)
-  if got[2] == req then
+  local last = seqLast(owner, got[2], req)
+  if last == req then
     return {1, token, tonumber(got[1])}
   end
-  if spent or superseded(req, got[2]) then
+  if spent or superseded(req, last) then
     return {0, 0} -- a spent request id grants nothing again
   end
   extend(f)
   settle(nothing)
   local holds = redis.call('hincrby', lock, f, 1)
-  redis.call('hset', lock, 'q:' .. f, req)
+  redis.call('hset', lock, 'q:' .. f, seqPut(owner, got[2], req))
   spendReplay()
   return {1, token, holds}
 end

@@ -66,15 +66,16 @@ if not holds then
   return -1
 end
 local lastReq = redis.call('hget', lock, 'q:' .. f)
-if lastReq == req then
+local last = seqLast(owner, lastReq, req)
+if last == req then
   return tonumber(holds)
 end
-if superseded(req, lastReq) then
+if superseded(req, last) then
   return -3 -- the owner's later operation was applied (lib_seq.lua): nothing written
 end
 if tonumber(holds) > 1 then
   holds = redis.call('hincrby', lock, f, -1)
-  redis.call('hset', lock, 'q:' .. f, req)
+  redis.call('hset', lock, 'q:' .. f, seqPut(owner, lastReq, req))
   return holds
 end
 

@@ -2,27 +2,27 @@ package lua_test
 
 import (
 	"context"
+	"math/rand/v2"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/redis/rueidis"
 
 	"github.com/relock-go/relock/lua"
 )
 
-// TestScripts_supersededSequence: every reentrant lock's acquire and release orders an owner's
-// operations by their sequence numbers (lib_seq.lua): a send that lingered past the owner's
-// later operation (a lower number of the same Client) applies nothing, neither as a re-entry
-// nor as a give-back; the same number again is answered from the state; another Client's
-// numbers are not compared (its operations apply). For the plain, fair and read-write locks
-// (both sides).
-func TestScripts_supersededSequence(t *testing.T) {
-	type kind struct {
-		name  string
-		acq   func(ctx context.Context, tc server, owner, seq string) ([]int64, error)
-		rel   func(ctx context.Context, tc server, owner, seq string) (int64, error)
-		field func(owner string) string
-	}
+// seqKind is one reentrant lock's acquire and release, as the sequence tests send them, and
+// the hash field that counts an owner's holds.
+type seqKind struct {
+	name  string
+	acq   func(ctx context.Context, tc server, owner, seq string) ([]int64, error)
+	rel   func(ctx context.Context, tc server, owner, seq string) (int64, error)
+	field func(owner string) string
+}
+
+// seqKinds are the plain, fair and read-write locks (both sides), on the keys {q}...
+func seqKinds() []seqKind {
 	const lease = "10000"
 	relRW := func(side string) func(ctx context.Context, tc server, owner, seq string) (int64, error) {
 		return func(ctx context.Context, tc server, owner, seq string) (int64, error) {
@@ -36,7 +36,7 @@ func TestScripts_supersededSequence(t *testing.T) {
 				[]string{lease, owner, seq, side, "10000", mark}).AsIntSlice()
 		}
 	}
-	kinds := []kind{
+	return []seqKind{
 		{"plain", func(ctx context.Context, tc server, owner, seq string) ([]int64, error) {
 			return lua.Acquire.Lua(tc.flags).Exec(ctx, tc.c, []string{"{q}", "{q}:fence"}, []string{lease, owner, seq}).AsIntSlice()
 		}, func(ctx context.Context, tc server, owner, seq string) (int64, error) {
@@ -52,6 +52,16 @@ func TestScripts_supersededSequence(t *testing.T) {
 		{"rw/w", acqRW("w", "1"), relRW("w"), func(o string) string { return o }},
 		{"rw/r", acqRW("r", "0"), relRW("r"), func(o string) string { return "r:" + o }},
 	}
+}
+
+// TestScripts_supersededSequence: every reentrant lock's acquire and release orders an owner's
+// operations by their sequence numbers (lib_seq.lua): a send that lingered past the owner's
+// later operation (a lower number of the same Client) applies nothing, neither as a re-entry
+// nor as a give-back; the same number again is answered from the state; another Client's
+// numbers are not compared (its operations apply). For the plain, fair and read-write locks
+// (both sides).
+func TestScripts_supersededSequence(t *testing.T) {
+	kinds := seqKinds()
 	for _, k := range kinds {
 		t.Run(k.name, func(t *testing.T) {
 			eachServer(t, func(t *testing.T, tc server) {
@@ -180,4 +190,105 @@ func TestReleaseOrphans_neverTheOwnersOwn(t *testing.T) {
 			t.Fatal("wrote a lock for an owner that holds none")
 		}
 	})
+}
+
+// TestScripts_sharedOwnerSequences: a context owner ('u:') that several Clients share (processes
+// using one id: rlock.WithOwner) has each Client's operations ordered apart (lib_seq.lua's
+// per-Client numbers): whatever the other Clients applied meanwhile, a Client's replay of an
+// applied operation is answered from the state, not applied again, and its send that lingered
+// past its later operation applies nothing. Randomized (seed logged) over three Clients, for
+// every reentrant lock; the owner's hold count in Redis is checked against the operations
+// applied after every step.
+func TestScripts_sharedOwnerSequences(t *testing.T) {
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d", seed)
+	for _, k := range seqKinds() {
+		t.Run(k.name, func(t *testing.T) {
+			eachServer(t, func(t *testing.T, tc server) {
+				ctx := context.Background()
+				do := func(args ...string) rueidis.RedisResult {
+					return tc.c.Do(ctx, tc.c.B().Arbitrary(args...).Build())
+				}
+				defer do("DEL", "{q}", "{q}:fence", "{q}:queue", "{q}:alive", "{q}:leases", "{q}:writers")
+				rng := rand.New(rand.NewPCG(seed, 0))
+				const owner = "u:shared"
+				clients := []string{"0b8d9c1e7f1a4a559a3e1d2c3b4a5f60.", "1c8d9c1e7f1a4a559a3e1d2c3b4a5f61.", "2d8d9c1e7f1a4a559a3e1d2c3b4a5f62."}
+				next := make([]int, len(clients)) // each Client's last number
+				// applied: each Client's operations applied, in order: +1 an acquire, -1 a release.
+				type op struct {
+					seq   string
+					delta int
+				}
+				applied := make([][]op, len(clients))
+				holds := 0
+				count := func() int {
+					t.Helper()
+					s, err := do("HGET", "{q}", k.field(owner)).ToString()
+					if rueidis.IsRedisNil(err) {
+						return 0
+					}
+					if err != nil {
+						t.Fatal(err)
+					}
+					n, _ := strconv.Atoi(s)
+					return n
+				}
+				for step := 0; step < 200; step++ {
+					c := rng.IntN(len(clients))
+					var what string
+					switch r := rng.IntN(10); {
+					case r < 3 && len(applied[c]) > 0:
+						// A replay of the Client's last applied operation: answered, not applied.
+						last := applied[c][len(applied[c])-1]
+						what = "replay " + last.seq
+						if last.delta > 0 {
+							v, err := k.acq(ctx, tc, owner, last.seq)
+							if err != nil || v[0] != 1 {
+								t.Fatalf("step %d: %s: %v %v", step, what, v, err)
+							}
+						} else if n, err := k.rel(ctx, tc, owner, last.seq); err != nil || n < 0 && holds > 0 {
+							t.Fatalf("step %d: %s: %d %v", step, what, n, err)
+						}
+					case r < 4 && len(applied[c]) > 1:
+						// A send that lingered past the Client's later operation: applies nothing.
+						old := applied[c][len(applied[c])-2]
+						what = "late " + old.seq
+						if old.delta > 0 {
+							if v, err := k.acq(ctx, tc, owner, old.seq); err != nil || v[0] != 0 {
+								t.Fatalf("step %d: %s: %v %v", step, what, v, err)
+							}
+						} else if n, err := k.rel(ctx, tc, owner, old.seq); err != nil || n != -3 && holds > 0 {
+							t.Fatalf("step %d: %s: %d %v", step, what, n, err)
+						}
+					case r < 7 || holds == 0:
+						next[c]++
+						seq := clients[c] + strconv.Itoa(next[c])
+						what = "acquire " + seq
+						v, err := k.acq(ctx, tc, owner, seq)
+						if err != nil || v[0] != 1 {
+							t.Fatalf("step %d: %s: %v %v", step, what, v, err)
+						}
+						holds++
+						applied[c] = append(applied[c], op{seq, 1})
+					default:
+						next[c]++
+						seq := clients[c] + strconv.Itoa(next[c])
+						what = "release " + seq
+						n, err := k.rel(ctx, tc, owner, seq)
+						if err != nil || n != int64(holds-1) {
+							t.Fatalf("step %d: %s: %d %v, want %d", step, what, n, err, holds-1)
+						}
+						holds--
+						applied[c] = append(applied[c], op{seq, -1})
+						if holds == 0 {
+							applied = make([][]op, len(clients)) // the lock is gone, with its numbers
+						}
+					}
+					if got := count(); got != holds {
+						t.Fatalf("step %d (%s): Redis counts %d holds, the operations applied %d", step, what, got, holds)
+					}
+				}
+			})
+		})
+	}
 }

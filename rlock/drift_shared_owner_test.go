@@ -2,7 +2,6 @@ package rlock_test
 
 import (
 	"context"
-	"os"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -13,17 +12,6 @@ import (
 	"github.com/relock-go/relock/internal/redistest"
 	"github.com/relock-go/relock/rlock"
 )
-
-// envKnownDefects, set to 1, runs the tests of defects found and not yet fixed (they fail).
-const envKnownDefects = "RELOCK_KNOWN_DEFECTS"
-
-// knownDefect skips t unless envKnownDefects asks for the tests of known defects.
-func knownDefect(t *testing.T, what string) {
-	t.Helper()
-	if os.Getenv(envKnownDefects) != "1" {
-		t.Skipf("known defect, not fixed yet (%s=1 runs it): %s", envKnownDefects, what)
-	}
-}
 
 // sharedOwnerPair returns a Client whose acquire and release scripts go through hc's hook,
 // and a plain Client on the same server: two Clients (two processes) that a context owner
@@ -41,13 +29,13 @@ func sharedOwnerPair(t *testing.T) (hc *hookClient, c0, c1 *rlock.Client) {
 // two Clients (README guarantee 8 names the case: "which handles of other Clients may
 // share"). Client 0's acquire is applied, its reply lost; before Client 0 replays it,
 // Client 1's acquire for the same owner is applied. The replay then finds the owner's last
-// applied sequence number to be Client 1's (q:<owner>), which lib_seq's superseded does not
-// compare across Clients, and re-enters a second time: Redis counts 3 holds for the 2 the
+// applied sequence number to be Client 1's (q:<owner>), which lib_seq's superseded did not
+// compare across Clients, and re-entered a second time (before the owner's field kept one
+// number per Client): Redis counts 3 holds for the 2 the
 // owner took (README guarantee 5, "never applied twice"; HoldCount's godoc), and once the
 // owner has given back both, the lock stays held by nobody for a whole lease (a ghost).
 // Found by TestDriftHunt_sharedOwnerAcrossClients.
 func TestSharedOwner_replayedAcquireAfterOtherClientAppliesTwice(t *testing.T) {
-	knownDefect(t, "a replay of one Client is applied again after another Client's operation for the same owner")
 	hc, c0, c1 := sharedOwnerPair(t)
 	name := redistest.Name(t)
 	ctx := rlock.WithOwner(bg, "shared-"+name)
@@ -84,7 +72,6 @@ func TestSharedOwner_replayedAcquireAfterOtherClientAppliesTwice(t *testing.T) {
 // ends with no loss notice (Err says ErrNotHeld, not ErrLockLost; README guarantee 3), and
 // another owner takes the lock while the owner believes it holds it.
 func TestSharedOwner_replayedReleaseAfterOtherClientAppliesTwice(t *testing.T) {
-	knownDefect(t, "a replay of one Client is applied again after another Client's operation for the same owner")
 	hc, c0, c1 := sharedOwnerPair(t)
 	name := redistest.Name(t)
 	ctx := rlock.WithOwner(bg, "shared-"+name)
