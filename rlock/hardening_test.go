@@ -136,8 +136,8 @@ func TestHardening_FailedGiveBackIsNotRenewed(t *testing.T) {
 		defer cancel()
 		var dropped atomic.Bool
 		var refused atomic.Int32
-		hc.set(func(_ context.Context, kind string, call func() rueidis.RedisResult) rueidis.RedisResult {
-			switch kind {
+		hc.set(func(_ context.Context, cmd hookCall, call func() rueidis.RedisResult) rueidis.RedisResult {
+			switch cmd.script {
 			case "acquire":
 				res := call()
 				if res.Error() == nil && dropped.CompareAndSwap(false, true) {
@@ -184,8 +184,8 @@ func TestHardening_RelockInDriftWindowLeavesNoGhostHold(t *testing.T) {
 		m := c.Mutex(redistest.Name(t))
 		var delay atomic.Bool
 		delay.Store(true)
-		hc.set(func(_ context.Context, kind string, call func() rueidis.RedisResult) rueidis.RedisResult {
-			if kind == "acquire" && delay.CompareAndSwap(true, false) {
+		hc.set(func(_ context.Context, cmd hookCall, call func() rueidis.RedisResult) rueidis.RedisResult {
+			if cmd.script == "acquire" && delay.CompareAndSwap(true, false) {
 				time.Sleep(200 * time.Millisecond) // the request is slow on its way
 			}
 			return call()
@@ -272,9 +272,9 @@ func TestHardening_HandoffRacingReentryOnSharedHandle(t *testing.T) {
 		var armed, after atomic.Bool
 		armed.Store(true)
 		var once sync.Once
-		hc.set(func(_ context.Context, kind string, call func() rueidis.RedisResult) rueidis.RedisResult {
+		hc.set(func(_ context.Context, cmd hookCall, call func() rueidis.RedisResult) rueidis.RedisResult {
 			switch {
-			case kind == "release" && armed.Load():
+			case cmd.script == "release" && armed.Load():
 				res := call()
 				if res.Error() != nil || !armed.CompareAndSwap(true, false) {
 					return res
@@ -286,7 +286,7 @@ func TestHardening_HandoffRacingReentryOnSharedHandle(t *testing.T) {
 				case <-time.After(time.Second):
 				}
 				return res
-			case kind == "acquire" && after.Load():
+			case cmd.script == "acquire" && after.Load():
 				res := call()
 				once.Do(func() { close(reentered) })
 				return res
@@ -398,8 +398,8 @@ func TestHardening_WakeupConsumedByFailedHandoffIsPassedOn(t *testing.T) {
 		var armed, lose atomic.Bool
 		armed.Store(true)
 		lose.Store(true)
-		hc.set(func(_ context.Context, kind string, call func() rueidis.RedisResult) rueidis.RedisResult {
-			if kind != "release" {
+		hc.set(func(_ context.Context, cmd hookCall, call func() rueidis.RedisResult) rueidis.RedisResult {
+			if cmd.script != "release" {
 				return call()
 			}
 			if armed.Load() {
@@ -451,8 +451,8 @@ func TestHardening_CloseEndsInFlightCalls(t *testing.T) {
 		// request and a replay), closes c and checks op ends promptly with ErrClosed.
 		closeWhileReplaying := func(t *testing.T, hc *hookClient, c *rlock.Client, kind string, op func() error) {
 			var sends atomic.Int32
-			hc.set(func(_ context.Context, k string, call func() rueidis.RedisResult) rueidis.RedisResult {
-				if k != kind {
+			hc.set(func(_ context.Context, cmd hookCall, call func() rueidis.RedisResult) rueidis.RedisResult {
+				if cmd.script != kind {
 					return call()
 				}
 				sends.Add(1)

@@ -12,16 +12,34 @@ import (
 	"github.com/relock-go/relock/lua"
 )
 
-// scriptHook intercepts one call of one of relock's scripts, named by its file name without
-// .lua ("acquire", "release", "renew", "fair_acquire", ...: lua.Script.Name). call sends the
-// script on for real, at most once: the hook may call it at once, later (from another
-// goroutine: the command is not sent until then), or never (a reply that never comes, a
-// refused dial), and answer what it likes.
-type scriptHook func(ctx context.Context, script string, call func() rueidis.RedisResult) rueidis.RedisResult
+// scriptHook intercepts one call of one of relock's scripts, cmd (its script's name and
+// arguments). call sends the command on for real, under the caller's ctx, at most once (it
+// or cmd.sendWith): the hook may call it at once, later (from another goroutine: the
+// command is not sent until then), or never (a reply that never comes, a refused dial),
+// and answer what it likes.
+type scriptHook func(ctx context.Context, cmd hookCall, call func() rueidis.RedisResult) rueidis.RedisResult
+
+// hookCall is what a scriptHook learns of a script call, read before anything is sent
+// (rueidis recycles a command once sent).
+type hookCall struct {
+	// script is the script's name: its file name without .lua ("acquire", "release",
+	// "renew", "fair_acquire", ...: lua.Script.Name).
+	script string
+	// args is a copy of the command's words after the script's SHA1 or text: the number of
+	// keys, the keys, then the arguments.
+	args []string
+	// multi: the call came in a DoMulti pipeline (it is sent on as a Do of its own).
+	multi bool
+	// sendWith sends the command on for real under ctx instead of the caller's (for a send
+	// made after the caller's ctx may have ended). The command is sent at most once: by
+	// call or by sendWith, not both.
+	sendWith func(ctx context.Context) rueidis.RedisResult
+}
 
 // hookClient is the one fault-injecting rueidis client of the tests that act on the
-// scripts' sends and replies (hardening, review, protocol): every call of one of relock's
-// scripts goes through its hook (none: straight on); every other command goes straight on.
+// scripts' sends and replies (hardening, review, protocol, model): every call of one of
+// relock's scripts goes through its hook (none: straight on); every other command goes
+// straight on.
 type hookClient struct {
 	rueidis.Client
 	hook atomic.Pointer[scriptHook]
@@ -37,26 +55,37 @@ func (h *hookClient) set(f scriptHook) {
 }
 
 func (h *hookClient) Do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResult {
-	script := scriptOf(cmd) // read before the command is sent (rueidis may recycle it)
-	f := h.hook.Load()
-	if script == "" || f == nil {
-		return h.Client.Do(ctx, cmd)
-	}
-	return (*f)(ctx, script, func() rueidis.RedisResult { return h.Client.Do(ctx, cmd) })
+	return h.do(ctx, cmd, false)
 }
 
-// DoMulti sends a pipeline that holds a script as one Do per command, each through the hook.
+func (h *hookClient) do(ctx context.Context, cmd rueidis.Completed, multi bool) rueidis.RedisResult {
+	f := h.hook.Load()
+	if f == nil {
+		return h.Client.Do(ctx, cmd)
+	}
+	// Read before the command is sent: rueidis recycles a sent command.
+	script, args := scriptOf(cmd)
+	if script == "" {
+		return h.Client.Do(ctx, cmd)
+	}
+	send := func(ctx context.Context) rueidis.RedisResult { return h.Client.Do(ctx, cmd) }
+	c := hookCall{script: script, args: args, multi: multi, sendWith: send}
+	return (*f)(ctx, c, func() rueidis.RedisResult { return send(ctx) })
+}
+
+// DoMulti sends a pipeline that holds a script as one Do per command, each through the hook
+// (hookCall.multi set).
 func (h *hookClient) DoMulti(ctx context.Context, cmds ...rueidis.Completed) []rueidis.RedisResult {
 	hooked := false
 	for _, cmd := range cmds {
-		hooked = hooked || scriptOf(cmd) != ""
+		hooked = hooked || isRelockScript(cmd)
 	}
 	if !hooked || h.hook.Load() == nil {
 		return h.Client.DoMulti(ctx, cmds...)
 	}
 	out := make([]rueidis.RedisResult, len(cmds))
 	for i, cmd := range cmds {
-		out[i] = h.Do(ctx, cmd)
+		out[i] = h.do(ctx, cmd, true)
 	}
 	return out
 }
@@ -75,15 +104,25 @@ var scriptNames = func() map[string]string {
 	return m
 }()
 
-// scriptOf is the name of the script cmd runs (EVALSHA or EVAL), or "".
-func scriptOf(cmd rueidis.Completed) string {
-	args := cmd.Commands()
-	if len(args) < 2 {
-		return ""
+// scriptOf is the name of the script cmd runs (EVALSHA or EVAL), or "", and a copy of the
+// command's words after the script's SHA1 or text.
+func scriptOf(cmd rueidis.Completed) (string, []string) {
+	if !isRelockScript(cmd) {
+		return "", nil
 	}
-	switch strings.ToUpper(args[0]) {
+	words := cmd.Commands()
+	return scriptNames[words[1]], append([]string(nil), words[2:]...)
+}
+
+// isRelockScript reports whether cmd runs one of relock's scripts (EVALSHA or EVAL).
+func isRelockScript(cmd rueidis.Completed) bool {
+	words := cmd.Commands()
+	if len(words) < 2 {
+		return false
+	}
+	switch strings.ToUpper(words[0]) {
 	case "EVALSHA", "EVAL":
-		return scriptNames[args[1]]
+		return scriptNames[words[1]] != ""
 	}
-	return ""
+	return false
 }

@@ -2,8 +2,6 @@ package rlock_test
 
 import (
 	"context"
-	"crypto/sha1"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -23,7 +21,6 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/relock-go/relock/internal/redistest"
-	"github.com/relock-go/relock/lua"
 	"github.com/relock-go/relock/rlock"
 )
 
@@ -31,7 +28,7 @@ import (
 //
 // A seeded driver runs many short operation sequences against real redis-servers (one per
 // worker), each on a fresh lock name, across 2-3 Clients (watchdog timeout 300-600ms,
-// cleanup timeout 300-500ms, each on its own rueidis client wrapped in a faultClient) and
+// cleanup timeout 300-500ms, each on its own rueidis client wrapped in a hookClient) and
 // 1-3 owners per Client: handle owners, handles shared by two goroutines, and context owners
 // (WithOwner, one or two goroutines each with a handle of its own). A sequence is 3-7
 // rounds: in a round every goroutine runs 1-4 operations concurrently (Lock with a ctx that
@@ -45,14 +42,15 @@ import (
 // to act on it and what to check.
 //
 // Faults: a quarter of the operations (two fifths in stormy sequences) carry a fault in their
-// context, which the faultClient applies to their script calls: the reply of an applied
-// script lost (as a timeout loses it), a late reply (20-150ms), refused dials (nothing sent),
-// a definitive error reply (ERR) or a transient one (LOADING), the late first send (an
-// acquire's or release's first send kept back, its caller told what a lost reply tells, and
-// delivered after its replay was answered: 0-300ms later, or just after the owner's next
-// operation; its reply discarded, and it must change nothing: lateSend), at the first call
-// or a later one (the replay, the give-back of a grant that came after the caller left, a
-// queue's leave), and for a quarter of those a second stage that fails a later call. Per round,
+// context, which modelFaults (their hookClient's hook) applies to their script calls: the
+// reply of an applied script lost (as a timeout loses it), a late reply (20-150ms), refused
+// dials (nothing sent), a definitive error reply (ERR) or a transient one (LOADING), the
+// late first send (an acquire's or release's first send kept back, its caller told what a
+// lost reply tells, and delivered after its replay was answered: 0-300ms later, or just
+// after the owner's next operation; its reply discarded, and it must change nothing:
+// lateSend), at the first call or a later one (the replay, the give-back of a grant that
+// came after the caller left, a queue's leave), and for a quarter of those a second stage
+// that fails a later call. Per round,
 // depending on the sequence's profile (calm: none, so that every check applies in full;
 // normal; stormy): Redis SIGSTOPped for 50-200ms, renewals refused for 100-400ms, a DEL of
 // the lock behind the holders' backs, ForceUnlock calls; between rounds a DEL at a quiescent
@@ -436,16 +434,12 @@ type opFault struct {
 	seen     map[string]bool // the sequence numbers its calls carried (sendIDs)
 }
 
-// requestOf identifies a script call's request: its keys and arguments (a replay sends the
-// same request id; an acquire's replay marks it with a leading '+' or '!', which is dropped
-// here), whichever of EVALSHA and EVAL carries it.
-func requestOf(cmd rueidis.Completed) string {
-	c := cmd.Commands()
-	if len(c) < 2 {
-		return ""
-	}
-	parts := make([]string, 0, len(c)-2)
-	for _, a := range c[2:] {
+// requestOf identifies a script call's request by its words after the script (hookCall.args):
+// its keys and arguments (a replay sends the same request id; an acquire's replay marks it
+// with a leading '+' or '!', which is dropped here), whichever of EVALSHA and EVAL carries it.
+func requestOf(args []string) string {
+	parts := make([]string, 0, len(args))
+	for _, a := range args {
 		if strings.HasPrefix(a, "+") || strings.HasPrefix(a, "!") {
 			a = a[1:]
 		}
@@ -562,11 +556,15 @@ func withFault(ctx context.Context, f *opFault) context.Context {
 	return context.WithValue(ctx, faultCtxKey{}, f)
 }
 
-// faultClient injects the faults that an operation's context carries into its script calls,
-// and refuses the scripts sent outside any operation (the watchdog's renewals) while told
-// to. Everything else (Receive, Dedicated, DoMulti, ...) is the wrapped client's.
-type faultClient struct {
-	rueidis.Client
+// modelFaults injects the faults that an operation's context carries into its script
+// calls, and refuses the scripts sent outside any operation (the watchdog's renewals) while
+// told to: it is the hook of the hookClient its Client runs on (hc). Everything else
+// (Receive, Dedicated, the commands that are not scripts, ...) goes straight on, and so do
+// the scripts of a DoMulti pipeline (the watchdog's batched renewals of holds of several
+// kinds or leases), faulted neither by an operation nor by refuseRenewals.
+type modelFaults struct {
+	hc             *hookClient    // the rueidis client to give the Client
+	rc             rueidis.Client // the client hc wraps: the injected error replies go straight to it
 	refuseRenewals atomic.Bool
 
 	// The first sends kept back by fLate stages, until they are delivered (lateSend).
@@ -576,33 +574,42 @@ type faultClient struct {
 	seq    *mseq          // logs and counts the deliveries (nil: neither)
 }
 
+// newModelFaults wraps rc in a hookClient (mf.hc) whose hook injects the faults; s (nil:
+// none) logs and counts the late deliveries.
+func newModelFaults(rc rueidis.Client, s *mseq) *modelFaults {
+	mf := &modelFaults{hc: &hookClient{Client: rc}, rc: rc, seq: s}
+	mf.hc.set(mf.hook)
+	return mf
+}
+
 func refusedResult() rueidis.RedisResult {
 	return rueidis.NewErrorResult(&net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED})
 }
 
-func (fc *faultClient) Do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResult {
-	if !isScript(cmd) {
-		return fc.Client.Do(ctx, cmd)
+// hook is mf's scriptHook.
+func (mf *modelFaults) hook(ctx context.Context, cmd hookCall, call func() rueidis.RedisResult) rueidis.RedisResult {
+	if cmd.multi {
+		return call() // a pipeline: never faulted (see modelFaults)
 	}
 	f, _ := ctx.Value(faultCtxKey{}).(*opFault)
 	if f == nil {
-		if fc.refuseRenewals.Load() {
+		if mf.refuseRenewals.Load() {
 			return refusedResult()
 		}
-		return fc.Client.Do(ctx, cmd)
+		return call()
 	}
 	i := f.calls.Add(1) - 1
 	st, ok := f.stage(i)
-	ids, replay := f.sendIDs(cmd)
-	if ok && st.kind == fLate && (replay || !lateScript(cmd)) {
+	ids, replay := f.sendIDs(cmd.args)
+	if ok && st.kind == fLate && (replay || !lateScripts[cmd.script]) {
 		ok = false // only the first send of a request that carries a sequence number is kept
 	}
+	req := requestOf(cmd.args)
 	if !ok {
-		req := requestOf(cmd) // before the send: rueidis recycles a sent command
-		res := fc.Client.Do(ctx, cmd)
+		res := call()
 		if re, isReply := rueidis.IsRedisErr(res.Error()); res.Error() == nil || isReply && !strings.HasPrefix(re.Error(), "NOSCRIPT") {
 			f.noteAnswered(req) // a replay answered: the lost reply's request is resolved
-			fc.lateAnswered(f, ids)
+			mf.lateAnswered(f, ids)
 		}
 		return res
 	}
@@ -610,8 +617,6 @@ func (fc *faultClient) Do(ctx context.Context, cmd rueidis.Completed) rueidis.Re
 	if i > 0 {
 		f.late.Add(1)
 	}
-	// Read the request before the command is sent: rueidis recycles a command once sent.
-	req := requestOf(cmd)
 	switch st.kind {
 	case fRefuse:
 		f.hits.Add(1)
@@ -623,9 +628,9 @@ func (fc *faultClient) Do(ctx context.Context, cmd rueidis.Completed) rueidis.Re
 		if st.kind == fBusy {
 			msg = "LOADING model: injected error"
 		}
-		return fc.Client.Do(ctx, fc.Client.B().Eval().Script("return redis.error_reply(ARGV[1])").Numkeys(0).Arg(msg).Build())
+		return mf.rc.Do(ctx, mf.rc.B().Eval().Script("return redis.error_reply(ARGV[1])").Numkeys(0).Arg(msg).Build())
 	case fDrop:
-		res := fc.Client.Do(ctx, cmd)
+		res := call()
 		if res.Error() != nil {
 			return res
 		}
@@ -635,10 +640,10 @@ func (fc *faultClient) Do(ctx context.Context, cmd rueidis.Completed) rueidis.Re
 	case fLate:
 		f.hits.Add(1)
 		f.noteLost(req)
-		fc.keep(&lateSend{f: f, cmd: cmd, script: scriptName(cmd), ids: ids, stage: st})
+		mf.keep(&lateSend{f: f, send: cmd.sendWith, script: cmd.script, ids: ids, stage: st})
 		return rueidis.NewErrorResult(context.DeadlineExceeded)
 	case fDelay:
-		res := fc.Client.Do(ctx, cmd)
+		res := call()
 		f.hits.Add(1)
 		tm := time.NewTimer(st.delay)
 		defer tm.Stop()
@@ -652,7 +657,7 @@ func (fc *faultClient) Do(ctx context.Context, cmd rueidis.Completed) rueidis.Re
 			return rueidis.NewErrorResult(ctx.Err())
 		}
 	}
-	return fc.Client.Do(ctx, cmd)
+	return call()
 }
 
 // lateSend is the first send of a script call that an fLate stage kept back: its caller got
@@ -664,69 +669,41 @@ func (fc *faultClient) Do(ctx context.Context, cmd rueidis.Completed) rueidis.Re
 // redis-ghost, exclusion) verify that, and the operation's outcome stays the replay's.
 type lateSend struct {
 	f      *opFault
-	cmd    rueidis.Completed // not to be read once sent: rueidis recycles a sent command
+	send   func(context.Context) rueidis.RedisResult // hookCall.sendWith
 	script string
 	ids    []string // the sequence numbers (request ids) it carries
 	stage  faultStage
-	// guarded by faultClient.lateMu
+	// guarded by modelFaults.lateMu
 	answered time.Time // when a replay was answered (zero: not yet)
 	owner    *mowner   // the owner of the operation, once it returned (afterOp)
 	opDone   bool      // that operation returned
 	sent     bool      // delivered, or being delivered
 }
 
-// lateScripts are the scripts whose first sends fLate keeps back, by SHA1 (of both forms):
-// the acquire and release scripts of the lock kinds and of the permit semaphore. Each of
-// their calls carries a sequence number (a request id), by which Redis must refuse, or
-// answer without applying, a send that arrives after its replay.
-var lateScripts = func() map[string]string {
-	m := map[string]string{}
-	for _, sc := range lua.All() {
-		switch sc.Name() {
-		case "acquire", "release", "fair_acquire", "fair_release", "rw_acquire", "rw_release",
-			"psem_acquire", "psem_release":
-			m[sc.PlainSHA1()] = sc.Name()
-			sum := sha1.Sum([]byte(sc.Source()))
-			m[hex.EncodeToString(sum[:])] = sc.Name()
-		}
-	}
-	return m
-}()
-
-// scriptName is the name of the script cmd runs (EVALSHA or EVAL), "" when not one of
-// lateScripts.
-func scriptName(cmd rueidis.Completed) string {
-	c := cmd.Commands()
-	if len(c) < 2 {
-		return ""
-	}
-	if c[0] == "EVAL" {
-		sum := sha1.Sum([]byte(c[1]))
-		return lateScripts[hex.EncodeToString(sum[:])]
-	}
-	return lateScripts[strings.ToLower(c[1])]
+// lateScripts are the scripts whose first sends fLate keeps back, by name: the acquire and
+// release scripts of the lock kinds and of the permit semaphore. Each of their calls carries
+// a sequence number (a request id), by which Redis must refuse, or answer without applying,
+// a send that arrives after its replay.
+var lateScripts = map[string]bool{
+	"acquire": true, "release": true, "fair_acquire": true, "fair_release": true,
+	"rw_acquire": true, "rw_release": true, "psem_acquire": true, "psem_release": true,
 }
-
-func lateScript(cmd rueidis.Completed) bool { return scriptName(cmd) != "" }
 
 // seqRE matches a sequence number (a request id, Client.newRequest), with the mark a replay
 // or a resend for a caller that has gone puts before it.
 var seqRE = regexp.MustCompile(`^[+!]?[0-9a-f]{32}\.[0-9]+$`)
 
-// sendIDs returns the sequence numbers that script call cmd carries, unmarked, and whether
-// it is a replay: one of them is marked, or was carried by an earlier call of the operation
-// (a release's replay repeats its number unmarked). It records them as seen.
-func (f *opFault) sendIDs(cmd rueidis.Completed) (ids []string, replay bool) {
-	c := cmd.Commands()
-	if len(c) < 3 {
-		return nil, false
-	}
+// sendIDs returns the sequence numbers that a script call carries (args: hookCall.args),
+// unmarked, and whether it is a replay: one of them is marked, or was carried by an earlier
+// call of the operation (a release's replay repeats its number unmarked). It records them
+// as seen.
+func (f *opFault) sendIDs(args []string) (ids []string, replay bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.seen == nil {
 		f.seen = map[string]bool{}
 	}
-	for _, a := range c[2:] {
+	for _, a := range args {
 		if !seqRE.MatchString(a) {
 			continue
 		}
@@ -742,11 +719,11 @@ func (f *opFault) sendIDs(cmd rueidis.Completed) (ids []string, replay bool) {
 	return ids, replay
 }
 
-func (fc *faultClient) keep(k *lateSend) {
-	fc.lateMu.Lock()
-	fc.kept = append(fc.kept, k)
-	fc.lateMu.Unlock()
-	if s := fc.seq; s != nil {
+func (mf *modelFaults) keep(k *lateSend) {
+	mf.lateMu.Lock()
+	mf.kept = append(mf.kept, k)
+	mf.lateMu.Unlock()
+	if s := mf.seq; s != nil {
 		s.fault("late-kept-" + k.script)
 		s.logf("LATE kept back: the first send of %s %v (%s)", k.script, k.ids, strings.TrimSpace(k.f.String()))
 	}
@@ -754,21 +731,21 @@ func (fc *faultClient) keep(k *lateSend) {
 
 // lateAnswered notes that a call of f carrying ids was answered by Redis: a replay of the
 // kept sends that carry one of them. Those delivered after a delay are scheduled.
-func (fc *faultClient) lateAnswered(f *opFault, ids []string) {
+func (mf *modelFaults) lateAnswered(f *opFault, ids []string) {
 	if len(ids) == 0 {
 		return
 	}
-	fc.lateMu.Lock()
-	defer fc.lateMu.Unlock()
-	for _, k := range fc.kept {
+	mf.lateMu.Lock()
+	defer mf.lateMu.Unlock()
+	for _, k := range mf.kept {
 		if k.f != f || !k.answered.IsZero() || k.sent || !overlaps(k.ids, ids) {
 			continue
 		}
 		k.answered = time.Now()
 		if !k.stage.next {
 			k.sent = true
-			fc.lateWG.Add(1)
-			time.AfterFunc(k.stage.delay, func() { fc.deliver(k) })
+			mf.lateWG.Add(1)
+			time.AfterFunc(k.stage.delay, func() { mf.deliver(k) })
 		}
 	}
 }
@@ -787,50 +764,50 @@ func overlaps(a, b []string) bool {
 // afterOp tells that an operation of owner o with fault f (nil: none) returned: the kept
 // sends of o's earlier operations waiting for the next one, and already answered by their
 // replays, are delivered now.
-func (fc *faultClient) afterOp(o *mowner, f *opFault) {
-	fc.lateMu.Lock()
-	defer fc.lateMu.Unlock()
-	for _, k := range fc.kept {
+func (mf *modelFaults) afterOp(o *mowner, f *opFault) {
+	mf.lateMu.Lock()
+	defer mf.lateMu.Unlock()
+	for _, k := range mf.kept {
 		switch {
 		case k.sent:
 		case f != nil && k.f == f:
 			k.owner, k.opDone = o, true
 		case k.opDone && k.owner == o && k.stage.next && !k.answered.IsZero():
 			k.sent = true
-			fc.lateWG.Add(1)
-			go fc.deliver(k)
+			mf.lateWG.Add(1)
+			go mf.deliver(k)
 		}
 	}
 }
 
 // flushLate delivers every kept send not delivered yet (answered by a replay or not) and
 // waits for every delivery to end.
-func (fc *faultClient) flushLate() {
-	fc.lateMu.Lock()
-	for _, k := range fc.kept {
+func (mf *modelFaults) flushLate() {
+	mf.lateMu.Lock()
+	for _, k := range mf.kept {
 		if !k.sent {
 			k.sent = true
-			fc.lateWG.Add(1)
-			go fc.deliver(k)
+			mf.lateWG.Add(1)
+			go mf.deliver(k)
 		}
 	}
-	fc.lateMu.Unlock()
-	fc.lateWG.Wait()
-	fc.lateMu.Lock()
-	fc.kept = nil
-	fc.lateMu.Unlock()
+	mf.lateMu.Unlock()
+	mf.lateWG.Wait()
+	mf.lateMu.Lock()
+	mf.kept = nil
+	mf.lateMu.Unlock()
 }
 
 // deliver sends k to Redis, its reply discarded (but logged).
-func (fc *faultClient) deliver(k *lateSend) {
-	defer fc.lateWG.Done()
+func (mf *modelFaults) deliver(k *lateSend) {
+	defer mf.lateWG.Done()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	fc.lateMu.Lock()
+	mf.lateMu.Lock()
 	answered := k.answered
-	fc.lateMu.Unlock()
-	res := fc.Client.Do(ctx, k.cmd)
-	if s := fc.seq; s != nil {
+	mf.lateMu.Unlock()
+	res := k.send(ctx)
+	if s := mf.seq; s != nil {
 		v, err := res.ToAny()
 		when := "its replay unanswered"
 		if !answered.IsZero() {
@@ -918,7 +895,7 @@ func drift(lease time.Duration) time.Duration { return lease/100 + 2*time.Millis
 type mclient struct {
 	idx     int
 	rc      rueidis.Client
-	fc      *faultClient
+	faults  *modelFaults
 	c       *rlock.Client
 	wd      time.Duration // watchdog timeout
 	cleanup time.Duration
@@ -1392,10 +1369,10 @@ func (s *mseq) build() {
 			continue
 		}
 		cl.rc = rc
-		cl.fc = &faultClient{Client: rc, seq: s}
+		cl.faults = newModelFaults(rc, s)
 		opts := append([]rlock.Option{rlock.WithWatchdogTimeout(cl.wd), rlock.WithCleanupTimeout(cl.cleanup),
 			rlock.WithWaiterTimeout(cl.waiter)}, s.subj.options(s, cl)...)
-		if cl.c, err = rlock.New(cl.fc, opts...); err != nil {
+		if cl.c, err = rlock.New(cl.faults.hc, opts...); err != nil {
 			s.violate("setup", "rlock.New: %v", err)
 			rc.Close()
 			continue
@@ -1533,12 +1510,12 @@ func (s *mseq) runRound(r int) {
 			time.Sleep(off)
 			s.logf("FAULT renewals refused for %v", dur)
 			for _, cl := range s.clients {
-				cl.fc.refuseRenewals.Store(true)
+				cl.faults.refuseRenewals.Store(true)
 			}
 			start := time.Now()
 			time.Sleep(dur)
 			for _, cl := range s.clients {
-				cl.fc.refuseRenewals.Store(false)
+				cl.faults.refuseRenewals.Store(false)
 			}
 			s.mu.Lock()
 			s.renewOff = append(s.renewOff, [2]time.Time{start, time.Now()})
@@ -1678,14 +1655,14 @@ func (s *mseq) boundCtx(g *mgor, what string, start, ret, limit time.Time, stric
 	s.ops++
 	s.mu.Unlock()
 	for _, cl := range s.clients {
-		cl.fc.afterOp(g.o, f)
+		cl.faults.afterOp(g.o, f)
 	}
 }
 
 // flushLate delivers the first sends still kept back (fLate) and waits for every delivery.
 func (s *mseq) flushLate() {
 	for _, cl := range s.clients {
-		cl.fc.flushLate()
+		cl.faults.flushLate()
 	}
 }
 
@@ -3300,8 +3277,8 @@ func (ps *permitSubject) finish(s *mseq) {
 // (execServed): here every send is refused, so the Unlock fails when that timeout ends.
 func TestModelRegression_refusedReleaseEndsParkedWaiter(t *testing.T) {
 	b := realBackend(t)
-	fc := &faultClient{Client: b.rueidis(t)}
-	c, err := rlock.New(fc, rlock.WithCleanupTimeout(300*time.Millisecond))
+	mf := newModelFaults(b.rueidis(t), nil)
+	c, err := rlock.New(mf.hc, rlock.WithCleanupTimeout(300*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -3354,7 +3331,7 @@ func TestModelRegression_refusedReplayTakenAsOutcome(t *testing.T) {
 	}
 	setup := func(t *testing.T) (*rlock.Client, *rlock.Mutex) {
 		b := realBackend(t)
-		c, err := rlock.New(&faultClient{Client: b.rueidis(t)})
+		c, err := rlock.New(newModelFaults(b.rueidis(t), nil).hc)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -3422,7 +3399,7 @@ func TestModelRegression_failedGiveBackOfReentryReportsLoss(t *testing.T) {
 		t.Skip("long: waits out a lease, ~1 s (run without -short)")
 	}
 	b := realBackend(t)
-	c, err := rlock.New(&faultClient{Client: b.rueidis(t)})
+	c, err := rlock.New(newModelFaults(b.rueidis(t), nil).hc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -3474,7 +3451,7 @@ func TestModelRegression_failedGiveBackOfReentryReportsLoss(t *testing.T) {
 // after the owner's Unlock the lock stays held, by nobody, for a whole watchdog lease.
 func TestModelRegression_lateReentryReplyLeavesGhost(t *testing.T) {
 	b := realBackend(t)
-	c, err := rlock.New(&faultClient{Client: b.rueidis(t)}, rlock.WithWatchdogTimeout(5*time.Second))
+	c, err := rlock.New(newModelFaults(b.rueidis(t), nil).hc, rlock.WithWatchdogTimeout(5*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -3525,8 +3502,8 @@ func TestModelRegression_lateReentryReplyLeavesGhost(t *testing.T) {
 // Err, reading the handle's spare hold, still reported the loss.
 func TestModelRegression_reentryGrantedAfterLossWipesHolds(t *testing.T) {
 	b := realBackend(t)
-	fc := &faultClient{Client: b.rueidis(t)}
-	c, err := rlock.New(fc, rlock.WithWatchdogTimeout(300*time.Millisecond))
+	mf := newModelFaults(b.rueidis(t), nil)
+	c, err := rlock.New(mf.hc, rlock.WithWatchdogTimeout(300*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -3541,12 +3518,12 @@ func TestModelRegression_reentryGrantedAfterLossWipesHolds(t *testing.T) {
 	if err := m.Lock(bg); err != nil {
 		t.Fatal(err)
 	}
-	fc.refuseRenewals.Store(true) // the watchdog lease is lost ~300ms from now
+	mf.refuseRenewals.Store(true) // the watchdog lease is lost ~300ms from now
 	// A re-entry with a fixed lease, applied at once (Redis extends the key's TTL: the
 	// owner's hold stays there), whose reply comes after the watchdog reported the loss.
 	late := withFault(bg, &opFault{stages: []faultStage{{kind: fDelay, n: 1, delay: 500 * time.Millisecond}}})
 	ok, err := m.TryLock(late, 0, time.Second)
-	fc.refuseRenewals.Store(false)
+	mf.refuseRenewals.Store(false)
 	if ok || !errors.Is(err, rlock.ErrLockLost) {
 		t.Errorf("a re-entry answered after the owner's hold was reported lost: %v %v, want ErrLockLost", ok, err)
 	}
@@ -3584,7 +3561,7 @@ func TestModelRegression_reentryGrantedAfterLossWipesHolds(t *testing.T) {
 // and taking its place 40ms later, never more than 2 live permits, and the replay finding none.
 func TestModelRegression_notHeldExtendEndedByItsOwnLease(t *testing.T) {
 	b := realBackend(t)
-	c, err := rlock.New(&faultClient{Client: b.rueidis(t)})
+	c, err := rlock.New(newModelFaults(b.rueidis(t), nil).hc)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -41,9 +41,9 @@ func TestMutex_renewalMeetingLastUnlockIsNoLoss(t *testing.T) {
 	// sent meanwhile reaches Redis after the give-back and its answer ("gone") comes first.
 	rc := &hookClient{Client: b.rueidis(t)}
 	var rmu sync.Mutex // rng is not safe for concurrent use
-	rc.set(func(_ context.Context, script string, call func() rueidis.RedisResult) rueidis.RedisResult {
+	rc.set(func(_ context.Context, cmd hookCall, call func() rueidis.RedisResult) rueidis.RedisResult {
 		res := call()
-		if script == "release" {
+		if cmd.script == "release" {
 			rmu.Lock()
 			d := time.Duration(rng.IntN(4000)) * time.Microsecond
 			rmu.Unlock()
@@ -155,11 +155,11 @@ func TestMutex_orphanGivenBackOnceRedisAnswers(t *testing.T) {
 	// release is answered as a lost reply, unsent.
 	rc := &hookClient{Client: b.rueidis(t)}
 	var armed, refusing atomic.Bool
-	rc.set(func(_ context.Context, script string, call func() rueidis.RedisResult) rueidis.RedisResult {
+	rc.set(func(_ context.Context, cmd hookCall, call func() rueidis.RedisResult) rueidis.RedisResult {
 		switch {
-		case script == "release" && refusing.Load():
+		case cmd.script == "release" && refusing.Load():
 			return hardLost()
-		case script == "acquire" && armed.CompareAndSwap(true, false):
+		case cmd.script == "acquire" && armed.CompareAndSwap(true, false):
 			res := call()
 			time.Sleep(300 * time.Millisecond)
 			return res

@@ -17,21 +17,22 @@ import (
 
 // failingScripts is a rueidis client whose scripts, once armed, pass through pass more
 // and then fail without being sent, as if the server could not be reached: the Client
-// cannot tell whether they were applied.
+// cannot tell whether they were applied. It is a hookClient (its hook: failingScripts.hook);
+// the scripts of a pipeline go straight on.
 type failingScripts struct {
-	rueidis.Client
+	*hookClient
 	armed atomic.Bool
 	pass  atomic.Int32
 }
 
-func (f *failingScripts) Do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResult {
-	if !f.armed.Load() || !isScript(cmd) {
-		return f.Client.Do(ctx, cmd)
+func (f *failingScripts) hook(_ context.Context, cmd hookCall, call func() rueidis.RedisResult) rueidis.RedisResult {
+	if !f.armed.Load() || cmd.multi {
+		return call()
 	}
 	if f.pass.Load() <= 0 {
 		return rueidis.NewErrorResult(context.DeadlineExceeded)
 	}
-	res := f.Client.Do(ctx, cmd)
+	res := call()
 	if re, ok := rueidis.IsRedisErr(res.Error()); !ok || !re.IsNoScript() {
 		f.pass.Add(-1) // a NOSCRIPT answer is followed by the script itself: not counted
 	}
@@ -115,7 +116,8 @@ func failingFirstClients(t *testing.T, ss []*redistest.Server, opts ...rlock.Opt
 		t.Cleanup(rc.Close)
 		var inner rueidis.Client = rc
 		if i == 0 {
-			fs.Client = rc
+			fs.hookClient = &hookClient{Client: rc}
+			fs.set(fs.hook)
 			inner = fs
 		}
 		c, err := rlock.New(inner, opts...)

@@ -27,14 +27,14 @@ func TestReview2_orphanWhoseGiveBackWasAppliedIsNotGivenBackTwice(t *testing.T) 
 	// release IS applied by Redis, and its reply is lost.
 	rc := &hookClient{Client: b.rueidis(t)}
 	var armed, refusing atomic.Bool
-	rc.set(func(_ context.Context, script string, call func() rueidis.RedisResult) rueidis.RedisResult {
+	rc.set(func(_ context.Context, cmd hookCall, call func() rueidis.RedisResult) rueidis.RedisResult {
 		switch {
-		case script == "release" && refusing.Load():
+		case cmd.script == "release" && refusing.Load():
 			res := call()
 			v, e := res.AsInt64()
 			t.Logf("release applied while refusing, its reply lost: %v %v", v, e)
 			return hardLost()
-		case script == "acquire" && armed.CompareAndSwap(true, false):
+		case cmd.script == "acquire" && armed.CompareAndSwap(true, false):
 			res := call()
 			time.Sleep(300 * time.Millisecond)
 			return res

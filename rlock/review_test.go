@@ -53,8 +53,8 @@ func TestReview_ClaimedCandidateOutlivesItsCtx(t *testing.T) {
 
 		sent := make(chan struct{})
 		var once atomic.Bool
-		hc.set(func(ctx context.Context, kind string, call func() rueidis.RedisResult) rueidis.RedisResult {
-			if kind != "release" {
+		hc.set(func(ctx context.Context, cmd hookCall, call func() rueidis.RedisResult) rueidis.RedisResult {
+			if cmd.script != "release" {
 				return call()
 			}
 			if once.CompareAndSwap(false, true) {
@@ -95,8 +95,8 @@ func TestReview_LateGrantGiveBackOutlivesCtx(t *testing.T) {
 		defer c.Close()
 		hardWarm(t, c)
 		m := c.Mutex(redistest.Name(t))
-		hc.set(func(ctx context.Context, kind string, call func() rueidis.RedisResult) rueidis.RedisResult {
-			switch kind {
+		hc.set(func(ctx context.Context, cmd hookCall, call func() rueidis.RedisResult) rueidis.RedisResult {
+			switch cmd.script {
 			case "acquire":
 				res := call()
 				time.Sleep(60 * time.Millisecond) // Redis answers slowly: after the 20ms lease
@@ -146,8 +146,8 @@ func TestReview_UnlockAfterBackgroundResolutionOutlivesCleanupTimeout(t *testing
 		require.NoError(t, m.Lock(bg))
 
 		// Redis stops answering scripts.
-		hc.set(func(ctx context.Context, kind string, call func() rueidis.RedisResult) rueidis.RedisResult {
-			if kind == "renew" {
+		hc.set(func(ctx context.Context, cmd hookCall, call func() rueidis.RedisResult) rueidis.RedisResult {
+			if cmd.script == "renew" {
 				return call()
 			}
 			return reviewStuck(ctx)
@@ -227,9 +227,9 @@ func TestReview_UnknownHandoffOfContextOwnerDriftsAtNextGrant(t *testing.T) {
 
 		var lose atomic.Bool
 		lose.Store(true)
-		hc.set(func(_ context.Context, kind string, call func() rueidis.RedisResult) rueidis.RedisResult {
+		hc.set(func(_ context.Context, cmd hookCall, call func() rueidis.RedisResult) rueidis.RedisResult {
 			res := call()
-			if kind == "release" && lose.Load() {
+			if cmd.script == "release" && lose.Load() {
 				return hardLost() // applied; the reply and every replay's lost
 			}
 			return res
@@ -266,8 +266,8 @@ func TestReview_WaiterThatGivesUpLeavesBeforeReturning(t *testing.T) {
 			name := redistest.Name(t)
 			holderC := b.client(t)
 			sc := &hookClient{Client: b.rueidis(t)}
-			sc.set(func(_ context.Context, script string, call func() rueidis.RedisResult) rueidis.RedisResult {
-				if script == "fair_leave" || script == "rw_leave" {
+			sc.set(func(_ context.Context, cmd hookCall, call func() rueidis.RedisResult) rueidis.RedisResult {
+				if cmd.script == "fair_leave" || cmd.script == "rw_leave" {
 					time.Sleep(400 * time.Millisecond) // slow to reach Redis
 				}
 				return call()
@@ -319,8 +319,8 @@ func TestReview_FamilyLockOutlivesCtxByTwoGracePeriods(t *testing.T) {
 			eachBackend(t, func(t *testing.T, b *backend) {
 				sc := &hookClient{Client: b.rueidis(t)}
 				var stuck atomic.Bool // Redis stops answering the scripts of the acquire and the leave
-				sc.set(func(ctx context.Context, script string, call func() rueidis.RedisResult) rueidis.RedisResult {
-					switch script {
+				sc.set(func(ctx context.Context, cmd hookCall, call func() rueidis.RedisResult) rueidis.RedisResult {
+					switch cmd.script {
 					case "fair_acquire", "fair_leave", "rw_acquire", "rw_leave":
 						if stuck.Load() {
 							return reviewStuck(ctx)

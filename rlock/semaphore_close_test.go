@@ -20,8 +20,10 @@ import (
 // only a request's deadline); while block is set, every other script waits for its ctx's
 // end and fails with its error, unanswered. onWire closes when the script is kept, ctxDone when the
 // kept call's ctx ended (a first send's ends at Close), applied when Redis answered it.
+//
+// It is a hookClient (its hook: wireClient.hook); the scripts of a pipeline go straight on.
 type wireClient struct {
-	rueidis.Client
+	*hookClient
 	armed   atomic.Bool
 	block   atomic.Bool // every other script waits for its ctx's end, unanswered
 	onWire  chan struct{}
@@ -31,19 +33,21 @@ type wireClient struct {
 }
 
 func newWireClient(rc rueidis.Client) *wireClient {
-	return &wireClient{Client: rc, onWire: make(chan struct{}), ctxDone: make(chan struct{}), answer: make(chan struct{}), applied: make(chan struct{})}
+	c := &wireClient{hookClient: &hookClient{Client: rc}, onWire: make(chan struct{}), ctxDone: make(chan struct{}), answer: make(chan struct{}), applied: make(chan struct{})}
+	c.set(c.hook)
+	return c
 }
 
-func (c *wireClient) Do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResult {
-	if !isScript(cmd) {
-		return c.Client.Do(ctx, cmd)
+func (c *wireClient) hook(ctx context.Context, cmd hookCall, call func() rueidis.RedisResult) rueidis.RedisResult {
+	if cmd.multi {
+		return call()
 	}
 	if !c.armed.CompareAndSwap(true, false) {
 		if c.block.Load() {
 			<-ctx.Done()
 			return rueidis.NewErrorResult(ctx.Err())
 		}
-		return c.Client.Do(ctx, cmd)
+		return call()
 	}
 	close(c.onWire)
 	go func() {
@@ -51,7 +55,7 @@ func (c *wireClient) Do(ctx context.Context, cmd rueidis.Completed) rueidis.Redi
 		close(c.ctxDone)
 	}()
 	<-c.answer
-	res := c.Client.Do(context.Background(), cmd)
+	res := cmd.sendWith(context.Background())
 	close(c.applied)
 	return res
 }
@@ -194,19 +198,18 @@ func TestSemaphoreClose_leftAcquireUnknownIsReported(t *testing.T) {
 	})
 }
 
-// onWireClient closes sent once the first script sent through it once armed has gone to
-// rueidis (it is then written to the connection within a moment).
-type onWireClient struct {
-	rueidis.Client
-	armed atomic.Bool
-	sent  chan struct{}
-}
-
-func (c *onWireClient) Do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResult {
-	if isScript(cmd) && c.armed.CompareAndSwap(true, false) {
-		close(c.sent)
-	}
-	return c.Client.Do(ctx, cmd)
+// onWire returns a hookClient on rc that closes the channel returned once the first script
+// sent through it after armed was set has gone to rueidis (it is then written to the
+// connection within a moment). The scripts of a pipeline go straight on.
+func onWire(rc rueidis.Client, armed *atomic.Bool) (*hookClient, <-chan struct{}) {
+	hc, sent := &hookClient{Client: rc}, make(chan struct{})
+	hc.set(func(_ context.Context, cmd hookCall, call func() rueidis.RedisResult) rueidis.RedisResult {
+		if !cmd.multi && armed.CompareAndSwap(true, false) {
+			close(sent)
+		}
+		return call()
+	})
+	return hc, sent
 }
 
 // TestSemaphoreClose_leftAcquireGivenBack on a real server paused (SIGSTOP) while the
@@ -215,7 +218,8 @@ func (c *onWireClient) Do(ctx context.Context, cmd rueidis.Completed) rueidis.Re
 // semaphore stayed 2 permits short (count 1 instead of 3).
 func TestSemaphoreClose_pausedServer(t *testing.T) {
 	b := realBackend(t)
-	wc := &onWireClient{Client: b.rueidis(t), sent: make(chan struct{})}
+	var armed atomic.Bool
+	wc, sent := onWire(b.rueidis(t), &armed)
 	c, s := closingSemaphore(t, wc, 3, rlock.WithCleanupTimeout(5*time.Second))
 	logLen := func() int64 {
 		msg := b.srv.Do(t, "HLEN", s.Key()+":log")
@@ -234,10 +238,10 @@ func TestSemaphoreClose_pausedServer(t *testing.T) {
 	})
 	ctx, cancel := context.WithCancel(bg)
 	defer cancel()
-	wc.armed.Store(true)
+	armed.Store(true)
 	got := make(chan error, 1)
 	go func() { got <- s.Acquire(ctx, 2) }()
-	waitClosed(t, wc.sent, 5*time.Second, "the acquire to be sent")
+	waitClosed(t, sent, 5*time.Second, "the acquire to be sent")
 	time.Sleep(20 * time.Millisecond) // written to the connection
 	cancel()
 	require.ErrorIs(t, <-got, context.Canceled)

@@ -34,8 +34,8 @@ func TestRelease_replayOfAppliedFinalRelease(t *testing.T) {
 		require.NoError(t, m.Lock(bg))
 		done := m.Done(bg)
 		var lost atomic.Int32
-		hc.set(func(_ context.Context, kind string, call func() rueidis.RedisResult) rueidis.RedisResult {
-			if kind == "release" && lost.Add(1) == 1 {
+		hc.set(func(_ context.Context, cmd hookCall, call func() rueidis.RedisResult) rueidis.RedisResult {
+			if cmd.script == "release" && lost.Add(1) == 1 {
 				require.NoError(t, call().Error())
 				return hardLost() // applied, but the reply is lost
 			}
@@ -67,8 +67,8 @@ func TestRelease_replayAfterForceUnlock(t *testing.T) {
 				m := c.Mutex(name)
 				require.NoError(t, m.Lock(bg))
 				var sends atomic.Int32
-				hc.set(func(_ context.Context, kind string, call func() rueidis.RedisResult) rueidis.RedisResult {
-					if kind != "release" || sends.Add(1) > 1 {
+				hc.set(func(_ context.Context, cmd hookCall, call func() rueidis.RedisResult) rueidis.RedisResult {
+					if cmd.script != "release" || sends.Add(1) > 1 {
 						return call()
 					}
 					if applied {
@@ -117,8 +117,8 @@ func TestRelease_replayAfterDeadlineIsNotHeld(t *testing.T) {
 		require.NoError(t, err)
 		require.True(t, ok)
 		var sends atomic.Int32
-		hc.set(func(_ context.Context, kind string, call func() rueidis.RedisResult) rueidis.RedisResult {
-			if kind == "release" && sends.Add(1) == 1 {
+		hc.set(func(_ context.Context, cmd hookCall, call func() rueidis.RedisResult) rueidis.RedisResult {
+			if cmd.script == "release" && sends.Add(1) == 1 {
 				require.NoError(t, call().Error()) // applied...
 				time.Sleep(2 * lease)              // ...but its reply comes after the lease
 				return hardLost()
@@ -257,8 +257,8 @@ func TestRelease_renewalBetweenFirstSendAndReplay(t *testing.T) {
 		m := c.Mutex(redistest.Name(t))
 		require.NoError(t, m.Lock(bg))
 		var renewals, sends atomic.Int32
-		hc.set(func(_ context.Context, kind string, call func() rueidis.RedisResult) rueidis.RedisResult {
-			switch kind {
+		hc.set(func(_ context.Context, cmd hookCall, call func() rueidis.RedisResult) rueidis.RedisResult {
+			switch cmd.script {
 			case "renew":
 				res := call()
 				renewals.Add(1)
