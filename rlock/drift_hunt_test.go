@@ -106,6 +106,12 @@ type driftPlan struct {
 	cancel context.CancelFunc // cancels the op's ctx (nil: no ctx of its own)
 	delay  time.Duration
 	note   func(string) // history
+	// storm, when > 0: from the call numbered stormAt on, every call of the op within storm
+	// has its reply lost (applied or not: odd calls applied, even ones not), so that the
+	// op's replays and background give-backs fail for longer than the cleanup timeout.
+	storm   time.Duration
+	stormAt int32
+	stormT  atomic.Int64 // unix ns of the storm's first call
 }
 
 type driftPlanKey struct{}
@@ -124,6 +130,7 @@ type driftClient struct {
 	late   sync.WaitGroup // kept-back sends not yet delivered
 	renew  atomic.Int64   // renewal faults applied
 	faults [dfaultCount]atomic.Int64
+	storms atomic.Int64 // calls failed by a storm
 }
 
 func (d *driftClient) roll() (float64, time.Duration) {
@@ -156,6 +163,22 @@ func (d *driftClient) Do(ctx context.Context, cmd rueidis.Completed) rueidis.Red
 		return d.Client.Do(ctx, cmd)
 	}
 	i := p.calls.Add(1)
+	if p.storm > 0 && i >= p.stormAt {
+		now := time.Now().UnixNano()
+		p.stormT.CompareAndSwap(0, now)
+		if time.Duration(now-p.stormT.Load()) < p.storm {
+			d.storms.Add(1)
+			if p.note != nil {
+				p.note(fmt.Sprintf("  storm on call %d (%s)", i, script))
+			}
+			if i%2 == 1 {
+				if res := d.Client.Do(ctx, cmd); res.Error() != nil {
+					return res
+				}
+			}
+			return rueidis.NewErrorResult(errDriftRead)
+		}
+	}
 	f := p.at[i]
 	d.faults[f].Add(1)
 	if f != dfaultNone && p.note != nil {
@@ -370,7 +393,14 @@ func driftHunt(t *testing.T, cross bool) {
 	var gmu sync.Mutex
 	gaveFail := map[string]int{} // lock name + "\x00" + owner field -> failed give-backs
 	var cur atomic.Pointer[driftTrial]
-	obs := &rlock.Observer{GiveBack: func(e rlock.GiveBackInfo) {
+	obs := &rlock.Observer{Replay: func(e rlock.ReplayInfo) {
+		// An acquire whose replays went unanswered: its hold may be in Redis although its
+		// caller was told only that its ctx ended (HoldCount's second window).
+		if tr := cur.Load(); tr != nil && e.Op == "acquire" && errors.Is(e.Err, rlock.ErrUnknownOutcome) {
+			tr.note(fmt.Sprintf("  observer: acquire of %s on %s unresolved after %d sends: %v", e.Owner, e.Name, e.Sends, e.Err))
+			tr.unresolved(e.Name, e.Owner)
+		}
+	}, GiveBack: func(e rlock.GiveBackInfo) {
 		if tr := cur.Load(); tr != nil {
 			tr.note(fmt.Sprintf("  observer: give-back (%s) of %d hold(s) of %s on %s: err %v", e.Reason, e.Holds, e.Owner, e.Name, e.Err))
 		}
@@ -439,9 +469,12 @@ func driftHunt(t *testing.T, cross bool) {
 		}
 		faults = append(faults, fmt.Sprintf("%s %d", f, n))
 	}
+	var storms int64
 	for _, dc := range dcs {
 		renew += dc.renew.Load()
+		storms += dc.storms.Load()
 	}
+	faults = append(faults, fmt.Sprintf("storm calls %d", storms))
 	t.Logf("%d trials in %v; faults applied: %s; %d renewal faults", trials, time.Since(begin).Round(time.Millisecond),
 		strings.Join(faults, ", "), renew)
 }
@@ -515,6 +548,14 @@ func (tr *driftTrial) run(rng *rand.Rand, gave func(name, field string) int) {
 			for o.held[a.ci] > 0 {
 				err := a.m.Unlock(a.base(bg))
 				tr.note(fmt.Sprintf("%s Unlock (final) with %d hold(s) through Client %d -> %v", a.id, o.held[a.ci], a.ci, err))
+				if errors.Is(err, rlock.ErrNotHeld) && o.ambig > 0 {
+					tr.note(fmt.Sprintf("%s: reconciled: %d hold(s) booked, none held (an open Unlock was applied)", a.id, o.held[a.ci]))
+					tr.mu.Lock()
+					o.ambig--
+					tr.booked(a, -o.held[a.ci])
+					tr.mu.Unlock()
+					continue
+				}
 				if err != nil {
 					tr.violation("%s: final Unlock with %d hold(s) left: %v", a.id, o.held[a.ci], err)
 					return
@@ -529,6 +570,22 @@ func (tr *driftTrial) run(rng *rand.Rand, gave func(name, field string) int) {
 		dc.late.Wait()
 	}
 	tr.quiescent("at the end", gave, true)
+}
+
+// unresolved counts an acquire of owner id on the lock called name whose outcome stayed
+// unknown (Observer.Replay) as one of its owner's unknown outcomes.
+func (tr *driftTrial) unresolved(name, owner string) {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	for _, o := range tr.owners {
+		if tr.names[o.lock] != name {
+			continue
+		}
+		if o.ctxOwn != "" && owner == "u:"+o.ctxOwn ||
+			o.ctxOwn == "" && strings.HasPrefix(owner, "h:"+tr.clients[o.actors[0].ci].ID()+":") {
+			o.unknown++
+		}
+	}
 }
 
 // booked adds d to a's owner's holds through a's Client; tr.mu is held.
@@ -562,6 +619,10 @@ func (tr *driftTrial) step(a *driftActor) {
 			plan.at[int32(2+rng.IntN(3))] = driftFault(1 + rng.IntN(int(dfaultCount)-1))
 		}
 	}
+	if rng.IntN(20) == 0 {
+		plan.storm = driftCleanup + 100*time.Millisecond
+		plan.stormAt = int32(1 + rng.IntN(3))
+	}
 	plan.note = tr.note
 	op := rng.IntN(10)
 	// An Unlock reserves one of the holds its Client took (none for a stray one, which only
@@ -583,17 +644,38 @@ func (tr *driftTrial) step(a *driftActor) {
 			cancel()
 			how = "cancelled"
 		}
-		tr.note(fmt.Sprintf("%s Unlock(%s ctx) with %d hold(s) of its own, plan %v", a.id, how, mine, plan.at))
+		tr.note(fmt.Sprintf("%s Unlock(%s ctx) with %d hold(s) of its own, plan %v storm %v@%d", a.id, how, mine, plan.at, plan.storm, plan.stormAt))
 		err := a.m.Unlock(context.WithValue(a.base(ctx), driftPlanKey{}, plan))
+		tr.note(fmt.Sprintf("%s Unlock -> %v", a.id, err))
 		tr.mu.Lock()
 		defer tr.mu.Unlock()
 		o.releasing[a.ci]--
-		tr.noteLocked(fmt.Sprintf("%s Unlock -> %v", a.id, err))
+		if err != nil && !errors.Is(err, rlock.ErrNotHeld) {
+			// The outcome is open: Redis may have applied the give-back, and the Client still
+			// counts the hold. Do what a caller would, and call Unlock again, without faults:
+			// the owner then holds one or two fewer (o.ambig).
+			o.ambig++
+			tr.mu.Unlock()
+			err = a.m.Unlock(a.base(bg))
+			tr.mu.Lock()
+			tr.noteLocked(fmt.Sprintf("%s Unlock (again, the outcome was open) -> %v", a.id, err))
+		}
 		switch {
+		case err == nil && mine == 0 && o.unknown > 0:
+			// The Unlock found the hold of an acquire whose outcome stayed unknown, and gave
+			// it back (HoldCount's godoc: "until the owner's ... last Unlock finds it").
+			tr.noteLocked(fmt.Sprintf("%s: its Unlock gave back the hold of an unknown outcome", a.id))
+			o.unknown--
 		case err == nil && mine == 0:
 			tr.violationLocked("%s: Unlock returned nil with no hold taken through its Client", a.id)
 		case err == nil:
 			tr.booked(a, -1)
+		case errors.Is(err, rlock.ErrNotHeld) && mine > 0 && o.ambig > 0:
+			// An Unlock whose outcome was open had given its hold back: the Client now
+			// knows the owner holds none.
+			tr.noteLocked(fmt.Sprintf("%s: reconciled: %d hold(s) booked, none held (an open Unlock was applied)", a.id, o.held[a.ci]))
+			o.ambig--
+			tr.booked(a, -o.held[a.ci])
 		case errors.Is(err, rlock.ErrNotHeld) && mine > 0:
 			tr.violationLocked("%s: Unlock says not held (%v) with %d hold(s) taken through its Client", a.id, err, mine)
 		case errors.Is(err, rlock.ErrNotHeld):
@@ -637,7 +719,7 @@ func (tr *driftTrial) step(a *driftActor) {
 	}
 	tr.mu.Lock()
 	defer tr.mu.Unlock()
-	tr.noteLocked(fmt.Sprintf("%s %s, plan %v -> %v, %v", a.id, what, plan.at, ok, err))
+	tr.noteLocked(fmt.Sprintf("%s %s, plan %v storm %v@%d -> %v, %v", a.id, what, plan.at, plan.storm, plan.stormAt, ok, err))
 	switch {
 	case ok && err == nil:
 		if o.exp() == 0 {
@@ -673,6 +755,15 @@ func (tr *driftTrial) quiescent(when string, gave func(name, field string) int, 
 	for _, a := range tr.actors {
 		o := a.o
 		err := a.m.Err(a.base(bg))
+		if o.held[a.ci] > 0 && o.ambig > 0 && errors.Is(err, rlock.ErrNotHeld) {
+			// An Unlock whose outcome was open had given its hold back, and the Client
+			// learned it (a later give-back freed the lock): it holds none.
+			tr.note(fmt.Sprintf("%s: reconciled: %d hold(s) booked, Err says %v (an open Unlock was applied)", a.id, o.held[a.ci], err))
+			tr.mu.Lock()
+			o.ambig--
+			tr.booked(a, -o.held[a.ci])
+			tr.mu.Unlock()
+		}
 		switch held := o.held[a.ci]; {
 		case held > 0 && err != nil:
 			tr.violation("%s: %s holds %d through Client %d by its returns, Err says %v", a.id, o.key, held, a.ci, err)
