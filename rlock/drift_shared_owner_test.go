@@ -42,8 +42,8 @@ func TestSharedOwner_replayedAcquireAfterOtherClientAppliesTwice(t *testing.T) {
 	m0, m1 := c0.Mutex(name), c1.Mutex(name)
 	var armed atomic.Bool
 	armed.Store(true)
-	hc.set(func(_ context.Context, script string, call func() rueidis.RedisResult) rueidis.RedisResult {
-		if script != "acquire" || !armed.CompareAndSwap(true, false) {
+	hc.set(func(_ context.Context, cmd hookCall, call func() rueidis.RedisResult) rueidis.RedisResult {
+		if cmd.script != "acquire" || !armed.CompareAndSwap(true, false) {
 			return call()
 		}
 		_ = call() // applied: the owner's first hold
@@ -80,8 +80,8 @@ func TestSharedOwner_replayedReleaseAfterOtherClientAppliesTwice(t *testing.T) {
 	require.NoError(t, m1.Lock(ctx))
 	var armed atomic.Bool
 	armed.Store(true)
-	hc.set(func(_ context.Context, script string, call func() rueidis.RedisResult) rueidis.RedisResult {
-		if script != "release" || !armed.CompareAndSwap(true, false) {
+	hc.set(func(_ context.Context, cmd hookCall, call func() rueidis.RedisResult) rueidis.RedisResult {
+		if cmd.script != "release" || !armed.CompareAndSwap(true, false) {
 			return call()
 		}
 		_ = call()                       // applied: the owner's count goes from 2 to 1
