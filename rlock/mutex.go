@@ -157,7 +157,9 @@ func (m *Mutex) ownerOf(ctx context.Context) (string, error) {
 // Lock returns nil when the lock is held. Otherwise it returns:
 //  1. ctx's error, wrapped, when ctx ends first; nothing is left held or queued in Redis
 //     once the background work above is done (if Redis stays unreachable, a hold it may
-//     have granted is never renewed and expires with its lease);
+//     have granted is never renewed and expires with its lease; a re-entry's, into a hold the
+//     owner keeps, rides with that hold, renewed with it, until it is given back: see
+//     [Mutex.HoldCount]);
 //  2. [ErrLockLost] when the owner's earlier hold was lost and not yet unlocked;
 //  3. [ErrWrongType] when the key holds another kind of value;
 //  4. [ErrClosed] after [Client.Close]; [ErrInvalid] for an invalid name or owner;
@@ -908,7 +910,18 @@ func (c *Client) replayLoop(ctx, caller context.Context, s *lua.Script, keys, ar
 //  2. [ErrWrongType], [ErrClosed], [ErrInvalid], or a Redis error, wrapped. A give-back that
 //     Redis cannot serve yet (unreachable, loading, a Cluster slot being migrated or a
 //     master failing over: nothing was applied) is sent again with backoff, and its error
-//     is returned only when the cleanup timeout ends first.
+//     is returned only when the cleanup timeout ends first;
+//  3. [ErrUnknownOutcome] when the give-back was sent and no answer came within the cleanup
+//     timeout: Redis may or may not have applied it. The Client still counts the hold (the
+//     watchdog renews it, and a renewal that finds the lock gone reports a loss); call Unlock
+//     again to settle it (a repeat is a new give-back, answered from what Redis counts). If
+//     the give-back had freed the lock, the owner's next Lock before that repeat fails with
+//     [ErrLockLost].
+//
+// Unlock gives back a hold of whatever Redis counts for the owner: an owner that took no hold
+// through this Client but has one in Redis (left by an acquire whose outcome stayed unknown,
+// or, for a context owner ([WithOwner]), taken through another Client) gives it back, and
+// Unlock returns nil.
 func (m *Mutex) Unlock(ctx context.Context) error {
 	owner, err := m.ownerOf(ctx)
 	if err != nil {
@@ -1232,9 +1245,10 @@ func (m *Mutex) keyType(ctx context.Context) (string, error) {
 // cleanup timeout), is counted until the watchdog's first renewal that Redis confirms after
 // that (within one renewal period of Redis answering again; under a fixed lease, until the
 // lease ends or the owner's last Unlock; for a context owner, [WithOwner], which other Clients
-// may share, until its last Unlock through this Client); and a hold from an acquire whose outcome stayed
-// unknown ([ErrUnknownOutcome]) is counted until the owner's next grant or last Unlock finds
-// it (an owner of this Client's handles) or its lease ends.
+// may share, until its last Unlock through this Client); and a hold from an acquire whose
+// outcome stayed unknown (its caller had gone, or was told [ErrUnknownOutcome]; only the
+// Observer's Replay event tells the former) is counted until the owner's next grant or last
+// Unlock finds it (an owner of this Client's handles) or its lease ends.
 func (m *Mutex) HoldCount(ctx context.Context) (int, error) {
 	owner, err := m.ownerOf(ctx)
 	if err != nil {
