@@ -914,9 +914,9 @@ func (c *Client) replayLoop(ctx, caller context.Context, s *lua.Script, keys, ar
 //  3. [ErrUnknownOutcome] when the give-back was sent and no answer came within the cleanup
 //     timeout: Redis may or may not have applied it. The Client still counts the hold (the
 //     watchdog renews it, and a renewal that finds the lock gone reports a loss); call Unlock
-//     again to settle it (a repeat is a new give-back, answered from what Redis counts). If
-//     the give-back had freed the lock, the owner's next Lock before that repeat fails with
-//     [ErrLockLost].
+//     again to settle it: the repeat is a new give-back, nil when it gave the hold back,
+//     [ErrNotHeld] when the first had (Redis counted none). If the give-back had freed the
+//     lock, the owner's next Lock before that repeat fails with [ErrLockLost].
 //
 // Unlock gives back a hold of whatever Redis counts for the owner: an owner that took no hold
 // through this Client but has one in Redis (left by an acquire whose outcome stayed unknown,
