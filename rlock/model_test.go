@@ -560,8 +560,9 @@ func withFault(ctx context.Context, f *opFault) context.Context {
 // calls, and refuses the scripts sent outside any operation (the watchdog's renewals) while
 // told to: it is the hook of the hookClient its Client runs on (hc). Everything else
 // (Receive, Dedicated, the commands that are not scripts, ...) goes straight on, and so do
-// the scripts of a DoMulti pipeline (the watchdog's batched renewals of holds of several
-// kinds or leases), faulted neither by an operation nor by refuseRenewals.
+// the scripts of an operation's DoMulti pipeline (an acquire and its WAIT); the watchdog's
+// batched renewals (a pipeline, when a Client's holds differ in script or lease) are refused
+// with the others.
 type modelFaults struct {
 	hc             *hookClient    // the rueidis client to give the Client
 	rc             rueidis.Client // the client hc wraps: the injected error replies go straight to it
@@ -588,10 +589,13 @@ func refusedResult() rueidis.RedisResult {
 
 // hook is mf's scriptHook.
 func (mf *modelFaults) hook(ctx context.Context, cmd hookCall, call func() rueidis.RedisResult) rueidis.RedisResult {
-	if cmd.multi {
-		return call() // a pipeline: never faulted (see modelFaults)
-	}
 	f, _ := ctx.Value(faultCtxKey{}).(*opFault)
+	if cmd.multi && (f != nil || !mf.refuseRenewals.Load()) {
+		// An operation's pipeline (an acquire and its WAIT): never faulted (see modelFaults).
+		// The watchdog's batched renewals (one pipeline when a Client's holds differ in script
+		// or lease: an RWMutex's read and write holds) are refused with the others.
+		return call()
+	}
 	if f == nil {
 		if mf.refuseRenewals.Load() {
 			return refusedResult()
