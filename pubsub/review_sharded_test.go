@@ -100,11 +100,41 @@ func TestReviewSharded_markLiveAcrossFailover(t *testing.T) {
 }
 
 // reviewSlotsSignal is a client that signals each CLUSTER SLOTS it is about to send.
-// With dedicating set, it also sends the address of each node connection dedicated.
+// With waiting set, it also signals there when rueidis, sending a CLUSTER SLOTS, asks for
+// its context's deadline or Done channel: the request is under way (on a connection already
+// up, rueidis asks just before it sends the request and waits for the reply, whether on its
+// synchronous path, which a cancellation does not reach, or its queue; when it must dial a
+// connection first, at the dial). With dedicating set, it also sends the address of each
+// node connection dedicated.
 type reviewSlotsSignal struct {
 	rueidis.Client
 	asked      chan struct{}
+	waiting    chan struct{}
 	dedicating chan string
+}
+
+// reviewCtxAsked is a context that signals on ch (without blocking) each time its deadline
+// or its Done channel is asked for.
+type reviewCtxAsked struct {
+	context.Context
+	ch chan struct{}
+}
+
+func (c reviewCtxAsked) signal() {
+	select {
+	case c.ch <- struct{}{}:
+	default:
+	}
+}
+
+func (c reviewCtxAsked) Deadline() (time.Time, bool) {
+	c.signal()
+	return c.Context.Deadline()
+}
+
+func (c reviewCtxAsked) Done() <-chan struct{} {
+	c.signal()
+	return c.Context.Done()
 }
 
 func (c reviewSlotsSignal) Nodes() map[string]rueidis.Client {
@@ -140,6 +170,9 @@ func (c reviewSlotsSignal) Do(ctx context.Context, cmd rueidis.Completed) rueidi
 		case c.asked <- struct{}{}:
 		default:
 		}
+		if c.waiting != nil {
+			ctx = reviewCtxAsked{Context: ctx, ch: c.waiting}
+		}
 	}
 	return c.Client.Do(ctx, cmd)
 }
@@ -148,6 +181,17 @@ func (c reviewSlotsSignal) Do(ctx context.Context, cmd rueidis.Completed) rueidi
 // timeout derived from the Subscriber's context; rueidis (no client-side cache: the
 // connection is in its synchronous mode, as rlock.Dial makes it) observes only the deadline,
 // not the cancellation, so Close waits until the timeout.
+//
+// rueidis sends a keyless command such as CLUSTER SLOTS to any node it knows, and connects
+// to a node only on its first request there; a connection's setup is out of reach of the
+// cancellation (Close's documented bound, TestReviewSharded_closeWhileConnDials). So every
+// node's connection is made before the nodes are paused, and Close comes once rueidis is
+// waiting for the reply (reviewSlotsSignal.waiting), not merely once the router is about to
+// ask: the test once closed the Subscriber on the router's signal, which under no load was
+// nearly always before the router's Do had begun (a Close that could not fail), and under
+// load (a loaded go test ./...) once after rueidis had begun to connect to a node not yet
+// connected to, waiting 5.0 s for that dial's HELLO (reproduced with the router given 200ms
+// to get into its Do: 1 of 6 runs took 4.8 s, its goroutine in rueidis's _newPipe, HELLO).
 func TestReviewSharded_closeWhileRouterAsks(t *testing.T) {
 	t.Parallel()
 	if testing.Short() {
@@ -155,14 +199,20 @@ func TestReviewSharded_closeWhileRouterAsks(t *testing.T) {
 	}
 	cl := redistest.StartCluster(t)
 	rc := cl.Client(t, func(o *rueidis.ClientOption) { o.DisableCache = true })
-	asked := make(chan struct{}, 1)
-	s, err := New(reviewSlotsSignal{Client: rc, asked: asked}, WithSharded(), WithLinger(0))
+	waiting := make(chan struct{}, 1)
+	s, err := New(reviewSlotsSignal{Client: rc, asked: make(chan struct{}, 1), waiting: waiting}, WithSharded(), WithLinger(0))
 	require.NoError(t, err)
 	t.Cleanup(s.Close)
 
-	// rueidis knows every node: a CLUSTER SLOTS goes out on an existing connection.
+	// rueidis knows every node and is connected to each: whichever node it picks, the
+	// CLUSTER SLOTS goes out on an existing connection.
 	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
 	require.NoError(t, rc.Do(ctx, rc.B().ClusterSlots().Build()).Error())
+	nodes := rc.Nodes()
+	require.NotEmpty(t, nodes)
+	for addr, n := range nodes {
+		require.NoError(t, n.Do(ctx, n.B().Ping().Build()).Error(), "node %s", addr)
+	}
 	cancel()
 	for _, n := range cl.Nodes() {
 		n.Pause(t) // resumed by the client's cleanup
@@ -171,9 +221,9 @@ func TestReviewSharded_closeWhileRouterAsks(t *testing.T) {
 	require.NoError(t, err)
 	defer w.Close()
 	select {
-	case <-asked:
+	case <-waiting:
 	case <-time.After(waitTimeout):
-		t.Fatal("the router never asked CLUSTER SLOTS")
+		t.Fatal("the router's CLUSTER SLOTS never reached rueidis's wait")
 	}
 
 	start := time.Now()
