@@ -377,6 +377,7 @@ func tenantWorkload(t *testing.T, c *rlock.Client, names []string) []*rlock.Mute
 // the hash tag, "{tenantA:...", or, for a name with a tag of its own, "tenantA:..."), checked
 // with SCAN after each tenant's workload; B's workload on the same names leaves A's locks held.
 func TestTenants_keys(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("long: waits out a renewal or runs many names (run without -short)")
 	}
@@ -463,6 +464,7 @@ func noPermission(t *testing.T, err error, what string) {
 // subscribing to its channels, not with a forged owner id; a forged owner id through the
 // tenant's own prefix touches the tenant's own key only.
 func TestTenants_aclUsers(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("long: waits out a renewal or runs many names (run without -short)")
 	}
