@@ -138,7 +138,6 @@ func exerciseFamily(t *testing.T, c, c2 *rlock.Client, lease time.Duration) {
 // family, the watchdog, waiting and force-unlock, for the default prefix and for one with
 // glob characters.
 func TestACLRule_isEnough(t *testing.T) {
-	t.Parallel()
 	b := realBackend(t)
 	const lease = 300 * time.Millisecond
 	for i, prefix := range []string{"", "team*[a]?:"} {
@@ -186,7 +185,6 @@ func TestACLRule_keepsPrefixesApart(t *testing.T) {
 // the lock and the refused command (no retry loop), and nothing may be left in Redis that
 // would stay forever.
 func TestACLRule_eachCommandRemoved(t *testing.T) {
-	t.Parallel()
 	if testing.Short() {
 		t.Skip("long: one run of the family per command (run without -short)")
 	}

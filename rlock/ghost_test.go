@@ -457,6 +457,7 @@ func TestGhost_semaphoreLateFirstSendAfterRefusedResendOfWaitingCaller(t *testin
 // test's late-first-send fault (permit-ghost, seeds 12327646769615380372,
 // 5438456613933145821, 5355332199780797465).
 func TestGhost_permitLateFirstSendAfterRefusedResendOfWaitingCaller(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name string
 		// call makes the acquire; refused is closed when the resend was refused.

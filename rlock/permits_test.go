@@ -89,6 +89,7 @@ func TestPermitSemaphore_basics(t *testing.T) {
 // gets in then, with no message, and the holder's late Release reports ErrNotHeld (Redisson
 // testExpire).
 func TestPermitSemaphore_expiredPermitComesBack(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		name := redistest.Name(t)
 		p := b.client(t).PermitSemaphore(name)
@@ -186,6 +187,7 @@ func TestPermitSemaphore_Extend(t *testing.T) {
 // A parked Acquire sends nothing while the holder's long lease runs, and is woken by the
 // release's message.
 func TestPermitSemaphore_Acquire_wakesThroughPubSubNotPolling(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		name := redistest.Name(t)
 		p := b.client(t).PermitSemaphore(name)

@@ -526,6 +526,7 @@ func TestRedLock_partitionedContenders(t *testing.T) {
 // Test 6: every instance slower than the lease allows (elapsed > lease - drift): not
 // acquired, and nothing left anywhere.
 func TestRedLock_validityRunsOut(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("slow proxies")
 	}
