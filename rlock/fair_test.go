@@ -443,6 +443,7 @@ func TestFairMutex_ForceUnlock_wakesTheHead(t *testing.T) {
 }
 
 func TestFairMutex_mutualExclusion(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		name := redistest.Name(t)
 		hammer(t, b, 12, 15, func(c *rlock.Client) locker { return c.FairMutex(name) })

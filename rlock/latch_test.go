@@ -208,6 +208,7 @@ func TestCountDownLatch_Await_wakesThroughPubSubNotPolling(t *testing.T) {
 // A latch whose key expires (an expiry set by someone else) publishes nothing: the waiter
 // looks again when the key would be gone, not after its 30 s safety net.
 func TestCountDownLatch_Await_expiredLatchOpens(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		l := b.client(t).CountDownLatch(redistest.Name(t))
 		require.True(t, mustSet(t, l, 3))

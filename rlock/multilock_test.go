@@ -217,6 +217,7 @@ func TestMultiLock_memberErrorLeavesNothing(t *testing.T) {
 // Two multi-locks listing shared members in opposite orders, under contention, both finish:
 // taken in the given orders (they clash) and in key order.
 func TestMultiLock_oppositeOrdersNoDeadlock(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		t.Run("given order", func(t *testing.T) { oppositeOrders(t, b, false) })
 		t.Run("key order", func(t *testing.T) { oppositeOrders(t, b, true) })

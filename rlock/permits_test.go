@@ -212,6 +212,7 @@ func TestPermitSemaphore_Acquire_wakesThroughPubSubNotPolling(t *testing.T) {
 // Holders never outnumber the permits, under workers on four Clients, and every permit is
 // back at the end.
 func TestPermitSemaphore_permitsNeverExceeded(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		const permits = 3
 		name := redistest.Name(t)
@@ -428,6 +429,7 @@ func (l *permitLocker) Lock(ctx context.Context) error {
 func (l *permitLocker) Unlock(ctx context.Context) error { return l.p.Release(ctx, l.id) }
 
 func TestPermitSemaphore_onePermitExcludes(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		name := redistest.Name(t)
 		ok, err := b.client(t).PermitSemaphore(name).TrySetPermits(bg, 1)

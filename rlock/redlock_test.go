@@ -243,6 +243,7 @@ func hashHolds(t *testing.T, ss []*redistest.Server, c *rlock.Client, name strin
 // locking and unlocking; a counter incremented non-atomically under the lock ends exact and
 // no two critical sections overlap.
 func TestRedLock_exclusionHammer(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("long")
 	}

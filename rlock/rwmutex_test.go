@@ -572,6 +572,7 @@ func TestRWMutex_forceUnlock(t *testing.T) {
 
 // The shared mutual-exclusion hammer, on the write side.
 func TestRWMutex_mutualExclusion(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		name := redistest.Name(t)
 		hammer(t, b, 12, 15, func(c *rlock.Client) locker { return c.RWMutex(name) })

@@ -560,6 +560,7 @@ func (l semLocker) Unlock(ctx context.Context) error { return l.s.Release(ctx, 1
 
 // A semaphore of one permit excludes: the shared hammer finds no overlap and no lost update.
 func TestSemaphore_onePermitExcludes(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		name := redistest.Name(t)
 		ok, err := b.client(t).Semaphore(name).TrySetPermits(bg, 1)

@@ -294,6 +294,7 @@ func tenantWaiters(t *testing.T, srv *redistest.Server, a, b *rlock.Client, p te
 // TestTenants_apart: two Clients with prefixes tenantA: and tenantB: on one server, over
 // fixed awkward names and seeded random ones.
 func TestTenants_apart(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	a := secDial(t, rueidis.ClientOption{InitAddress: []string{srv.Addr()}}, rlock.WithKeyPrefix(tenantA))
 	b := secDial(t, rueidis.ClientOption{InitAddress: []string{srv.Addr()}}, rlock.WithKeyPrefix(tenantB))
