@@ -31,6 +31,7 @@ func TestExamples(t *testing.T) {
 	for _, mainGo := range dirs {
 		name := filepath.Dir(mainGo)
 		t.Run(name, func(t *testing.T) {
+			t.Parallel() // each builds its own binary and runs on its own embedded server
 			exe := filepath.Join(bin, name)
 			build := exec.Command(goBin, "build", "-o", exe, "./"+name)
 			if out, err := build.CombinedOutput(); err != nil {

@@ -34,6 +34,7 @@ type refusalStep struct {
 // call that succeeds may leave only the counts that live without an expiry by design (a
 // semaphore's, a permit semaphore's, a latch's) without one.
 func TestACLRule_refusalLeavesNothing(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("long: every primitive for every command (run without -short)")
 	}
@@ -47,6 +48,8 @@ func TestACLRule_refusalLeavesNothing(t *testing.T) {
 	const lease = 300 * time.Millisecond
 	for i, cmd := range cmds {
 		t.Run(cmd, func(t *testing.T) {
+			// Each command's run has its own user, key prefix and Clients: they overlap.
+			t.Parallel()
 			prefix := fmt.Sprintf("nl%d:", i)
 			var rule []string
 			for _, r := range aclRule(t, prefix) {

@@ -225,6 +225,7 @@ func TestFairMutex_TryLock_leaseExpiryHandsOverInOrder(t *testing.T) {
 
 // 500 waiters over four Clients all get the lock.
 func TestFairMutex_Lock_manyWaitersAllAcquire(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		// Heartbeats every 20s (none in a normal run) and a long cleanup timeout: on a loaded
 		// machine under -race, 500 waiters' heartbeats every 3.3s can swamp miniredis.
@@ -326,6 +327,7 @@ func TestFairMutex_givingUpLeavesTheQueue(t *testing.T) {
 // everything, as for a dead or cut-off process) stops blocking the waiters behind it once
 // its place's life (the waiter timeout) has run out.
 func TestFairMutex_deadWaiterDoesNotStallTheQueue(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		const waiterTimeout = 400 * time.Millisecond
 		name := redistest.Name(t)
@@ -365,6 +367,7 @@ func TestFairMutex_deadWaiterDoesNotStallTheQueue(t *testing.T) {
 // A release wakes the queue's head alone: the other waiters, on other Clients, make no
 // attempt.
 func TestFairMutex_Unlock_wakesOnlyTheHead(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		name := redistest.Name(t)
 		holder := b.client(t).FairMutex(name)
@@ -440,6 +443,7 @@ func TestFairMutex_ForceUnlock_wakesTheHead(t *testing.T) {
 }
 
 func TestFairMutex_mutualExclusion(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		name := redistest.Name(t)
 		hammer(t, b, 12, 15, func(c *rlock.Client) locker { return c.FairMutex(name) })

@@ -175,6 +175,7 @@ func (cs *critical) check(t *testing.T, want int64) {
 }
 
 func TestMutex_Lock_mutualExclusion(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		name := redistest.Name(t)
 		shared := b.client(t)
@@ -280,6 +281,7 @@ func subscribed(t *testing.T, b *backend, channel string, n int64) {
 }
 
 func TestMutex_Lock_wakesThroughPubSubNotPolling(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		name := redistest.Name(t)
 		holder := b.client(t).Mutex(name) // watchdog mode: the TTL is 30 s
@@ -523,6 +525,7 @@ func TestMutex_lossNoticeFiresWhileRedisIsUnreachable(t *testing.T) {
 }
 
 func TestMutex_replicaAck(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("long: multi-node topology: a master and a replica (run without -short)")
 	}
@@ -579,6 +582,7 @@ func (r *refusingClient) Do(ctx context.Context, cmd rueidis.Completed) rueidis.
 }
 
 func TestMutex_TryLock_outageOverBeforeWaitEndsIsPlainContention(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		name := redistest.Name(t)
 		require.NoError(t, b.client(t).Mutex(name).Lock(bg))
@@ -600,6 +604,7 @@ func TestMutex_TryLock_outageOverBeforeWaitEndsIsPlainContention(t *testing.T) {
 // per request). The replay must be recognized as the release it is: Unlock returns nil, for
 // every kind that shares the release record (Mutex, FairMutex, both sides of an RWMutex).
 func TestLock_replayedFinalReleaseAfterManyOwners(t *testing.T) {
+	t.Parallel()
 	const others = 300
 	for _, kind := range []struct {
 		name string

@@ -41,6 +41,7 @@ var ghostKinds = []struct {
 //   - refused: another owner held the lock, the replay was refused; that owner then gave it
 //     back: the late first send must not take the now free lock (nor queue, nor claim).
 func TestGhost_lateFirstSendAfterItsReplay(t *testing.T) {
+	t.Parallel()
 	for _, kind := range ghostKinds {
 		for _, sc := range []string{"fresh", "reentry", "refused"} {
 			t.Run(kind.name+"/"+sc, func(t *testing.T) {
@@ -204,6 +205,7 @@ const envGhostSeed = "RELOCK_GHOST_SEED"
 // giving it back. After every step, Redis counts for the owner exactly the holds the test
 // took; in the end, with every hold given back, no key of the lock is left.
 func TestGhost_lateFirstSendRandomized(t *testing.T) {
+	t.Parallel()
 	seed := seedOf(t, envGhostSeed)
 	rng := rand.New(rand.NewPCG(seed, seed>>1|1))
 	trials := 12
@@ -457,6 +459,7 @@ func TestGhost_semaphoreLateFirstSendAfterRefusedResendOfWaitingCaller(t *testin
 // test's late-first-send fault (permit-ghost, seeds 12327646769615380372,
 // 5438456613933145821, 5355332199780797465).
 func TestGhost_permitLateFirstSendAfterRefusedResendOfWaitingCaller(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name string
 		// call makes the acquire; refused is closed when the resend was refused.

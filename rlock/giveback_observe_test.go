@@ -107,6 +107,7 @@ func (s *slowClient) Do(ctx context.Context, cmd rueidis.Completed) rueidis.Redi
 // A grant whose reply comes back after its fixed lease ran out on the Client's clock is
 // given back (GiveBack late): the caller is not told it holds a lock it may no longer hold.
 func TestObserver_giveBackLate(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		sc := &slowClient{Client: b.rueidis(t), delay: 150 * time.Millisecond, on: make(chan struct{})}
 		r := &recorder{}
@@ -130,6 +131,7 @@ func TestObserver_giveBackLate(t *testing.T) {
 // given back (GiveBack no_replica_ack) and the call fails with ErrNoReplicaAck; a re-entry
 // is not subject to it. Real Redis only: a master and its replica.
 func TestObserver_giveBackNoReplicaAck(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("long: multi-node topology: a master and a replica (run without -short)")
 	}

@@ -123,6 +123,7 @@ func TestHardening_ReentryDoesNotQueueBehindLocalWaiters(t *testing.T) {
 // attempt whose acquire reply was lost and whose replay resolved "granted" after ctx ended).
 // The hold the Client could not give back must not be renewed: it expires with its lease.
 func TestHardening_FailedGiveBackIsNotRenewed(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		const wd = 600 * time.Millisecond
 		hc := &hookClient{Client: b.rueidis(t)}
@@ -249,6 +250,7 @@ func TestHardening_ExpiredFixedLeasesLeaveTheTable(t *testing.T) {
 // hand-off as a fresh grant while m already counts a hold, takes it for an unnoticed loss,
 // gives one hold back and returns ErrLockLost. Both calls hold the lock: m holds it twice.
 func TestHardening_HandoffRacingReentryOnSharedHandle(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("long: waits out a stalled release, ~1 s (run without -short)")
 	}
@@ -369,6 +371,7 @@ func TestHardening_LockEndsWithCtxWhileRedisIsUnresponsive(t *testing.T) {
 // parked behind it, slept on until its fallback timer (the holder's 30 s lease) although the
 // lock was free.
 func TestHardening_WakeupConsumedByFailedHandoffIsPassedOn(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("long: waits out a 1 s cleanup timeout (run without -short)")
 	}

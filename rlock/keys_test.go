@@ -15,6 +15,7 @@ func TestSlot_matchesRedis(t *testing.T) {
 }
 
 func TestKeysFor_oneSlotPerLockAndNoCollisions(t *testing.T) {
+	t.Parallel()
 	names := []string{
 		"plain", "}x", "{", "}", "{}", "{}x", "x{}y}", "{user}:cart", "a{b}c", "a%7Bb", "a{b",
 		"a}b", "a%b", "\x00\xff{\x01}", strings.Repeat("n", 1<<20), "{x}", "x", "{x}:lock",

@@ -82,6 +82,7 @@ func TestCountDownLatch_Await_missingLatchReturnsAtOnce(t *testing.T) {
 // TryAwait honours its bound: false when the count-down comes after it, true when it comes
 // within it (Redisson's await(500ms)/await(550ms) pair, with wider margins).
 func TestCountDownLatch_TryAwait_bound(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		c := b.client(t)
 		l := c.CountDownLatch(redistest.Name(t))
@@ -167,6 +168,7 @@ func TestCountDownLatch_CountDown_atZeroKeepsZero(t *testing.T) {
 
 // A parked waiter sends nothing until the count-down's message wakes it.
 func TestCountDownLatch_Await_wakesThroughPubSubNotPolling(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		c := b.client(t) // watchdog timeout 30 s: the waiter's safety-net timer
 		l := c.CountDownLatch(redistest.Name(t))
@@ -206,6 +208,7 @@ func TestCountDownLatch_Await_wakesThroughPubSubNotPolling(t *testing.T) {
 // A latch whose key expires (an expiry set by someone else) publishes nothing: the waiter
 // looks again when the key would be gone, not after its 30 s safety net.
 func TestCountDownLatch_Await_expiredLatchOpens(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		l := b.client(t).CountDownLatch(redistest.Name(t))
 		require.True(t, mustSet(t, l, 3))

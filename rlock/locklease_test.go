@@ -12,6 +12,7 @@ import (
 )
 
 func TestMutex_LockLease_blocksThenHoldsForTheFixedLease(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		// The lease is long enough that the TTL read after the grant comes before its end on
 		// a loaded machine (300ms was not always), and far below the watchdog timeout, so
@@ -73,6 +74,7 @@ func TestMutex_LockLease_badLeaseAndCtx(t *testing.T) {
 }
 
 func TestLockLease_family(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		c := b.client(t)
 		rw := c.RWMutex(redistest.Name(t) + "-rw")

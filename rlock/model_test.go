@@ -3426,6 +3426,7 @@ func TestModelRegression_refusedReplayTakenAsOutcome(t *testing.T) {
 // the orphan it could not give back (this owner id is its own) and can give it back with the
 // owner's last Unlock, or retry, instead of declaring the owner's holds lost.
 func TestModelRegression_failedGiveBackOfReentryReportsLoss(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("long: waits out a lease, ~1 s (run without -short)")
 	}

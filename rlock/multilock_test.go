@@ -59,6 +59,7 @@ func requireFree(t *testing.T, b *backend, c *rlock.Client, names ...string) {
 // Of 10 goroutines (each its own owner) trying the same multi-lock at once, exactly one
 // wins; once it unlocks, exactly one wins again.
 func TestMultiLock_TryLock_exactlyOneWins(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		c := b.client(t)
 		ns := names(t, 3)
@@ -107,6 +108,7 @@ func TestMultiLock_TryLock_exactlyOneWins(t *testing.T) {
 // The shared hammer: multi-locks over three names, each worker's members listed in a
 // rotated order and taken in that order (so that they clash), never overlap.
 func TestMultiLock_mutualExclusion(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ns := names(t, 3)
 		var k atomic.Int32
@@ -141,6 +143,7 @@ func TestMultiLock_takesMembersInKeyOrder(t *testing.T) {
 // A member held by someone else makes TryLock fail and leaves nothing held; once it is free,
 // Lock takes all, and Unlock gives all back.
 func TestMultiLock_TryLock_allOrNothing(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		c := b.client(t)
 		ns := names(t, 3)
@@ -214,6 +217,7 @@ func TestMultiLock_memberErrorLeavesNothing(t *testing.T) {
 // Two multi-locks listing shared members in opposite orders, under contention, both finish:
 // taken in the given orders (they clash) and in key order.
 func TestMultiLock_oppositeOrdersNoDeadlock(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		t.Run("given order", func(t *testing.T) { oppositeOrders(t, b, false) })
 		t.Run("key order", func(t *testing.T) { oppositeOrders(t, b, true) })
@@ -264,6 +268,7 @@ func oppositeOrders(t *testing.T, b *backend, keyed bool) {
 // on each server, in rotated orders, contend with each other and with plain holders of
 // single members. No member is ever held by two at once.
 func TestMultiLock_independentServers(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("long: multi-node topology: three redis-servers (run without -short)")
 	}

@@ -172,6 +172,7 @@ func TestMutex_TryLock_fixedLeaseExpiresWithoutPublish(t *testing.T) {
 }
 
 func TestMutex_Lock_watchdogKeepsLockPastTimeout(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("long: holds a lock across several watchdog leases (run without -short)")
 	}
@@ -207,6 +208,7 @@ func TestMutex_Lock_watchdogKeepsLockPastTimeout(t *testing.T) {
 }
 
 func TestMutex_Lock_crashedHolderFreesWithinWatchdogTimeout(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("long: waits out a 1 s watchdog lease (run without -short)")
 	}
@@ -433,6 +435,7 @@ func TestMutex_Lock_reentryAfterUnnoticedLossIsRefused(t *testing.T) {
 }
 
 func TestMutex_Lock_redisDownFailsFastAndClose(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("long: waits out a stopped redis-server (5 s) (run without -short)")
 	}

@@ -153,6 +153,7 @@ func randomSeed(t *testing.T) uint64 {
 // holders lose their locks, and holds left for Close to end; the
 // invariants Observer checks every event, and the balance of tenures once all is done.
 func TestObserver_randomInvariants(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		seed := randomSeed(t)
 		t.Logf("seed %d (replay with RELOCK_SEED=%d)", seed, seed)

@@ -274,6 +274,7 @@ func TestObserver_reentry(t *testing.T) {
 // Contention: a single attempt refused is busy without a wait; a bounded wait that runs
 // out is busy after waiting; a ctx that ends first is canceled, with ctx's error.
 func TestObserver_contention(t *testing.T) {
+	t.Parallel()
 	eachKind(t, func(t *testing.T, b *backend, k lockKind) {
 		name := redistest.Name(t)
 		other := k.make(b.client(t), name)
@@ -381,6 +382,7 @@ func TestObserver_waiterGranted(t *testing.T) {
 // A fixed lease that runs out ends the tenure by itself: HoldEnd lease_expired; the Unlock
 // after it reports ErrLeaseExpired, freeing nothing.
 func TestObserver_leaseExpired(t *testing.T) {
+	t.Parallel()
 	eachKind(t, func(t *testing.T, b *backend, k lockKind) {
 		c, r := observed(t, b)
 		l := k.make(c, redistest.Name(t))

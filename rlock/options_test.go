@@ -47,6 +47,7 @@ func TestNew_renewFractionMustLeaveTimeToRenew(t *testing.T) {
 // a lock held across several leases. (0.8 of 1s leaves 188ms for each renewal; the latest
 // fraction accepted, 0.888, leaves 100ms, which timers on a loaded test machine can overrun.)
 func TestMutex_Lock_lateRenewFractionStillKeepsTheLock(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("long: holds a lock across several watchdog leases (run without -short)")
 	}

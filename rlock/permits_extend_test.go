@@ -237,6 +237,7 @@ const envPsemExtendSeed = "RELOCK_PSEM_EXTEND_SEED"
 // semaphore of one while that deadline lasts. A failure prints the seed to replay
 // (RELOCK_PSEM_EXTEND_SEED=<n>).
 func TestPermitSemaphore_Extend_lateSendsExplore(t *testing.T) {
+	t.Parallel()
 	seeds := []uint64{uint64(time.Now().UnixNano()), uint64(time.Now().UnixNano()) + 1, uint64(time.Now().UnixNano()) + 2}
 	if v := os.Getenv(envPsemExtendSeed); v != "" {
 		n, err := strconv.ParseUint(v, 0, 64)

@@ -89,6 +89,7 @@ func TestPermitSemaphore_basics(t *testing.T) {
 // gets in then, with no message, and the holder's late Release reports ErrNotHeld (Redisson
 // testExpire).
 func TestPermitSemaphore_expiredPermitComesBack(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		name := redistest.Name(t)
 		p := b.client(t).PermitSemaphore(name)
@@ -186,6 +187,7 @@ func TestPermitSemaphore_Extend(t *testing.T) {
 // A parked Acquire sends nothing while the holder's long lease runs, and is woken by the
 // release's message.
 func TestPermitSemaphore_Acquire_wakesThroughPubSubNotPolling(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		name := redistest.Name(t)
 		p := b.client(t).PermitSemaphore(name)
@@ -210,6 +212,7 @@ func TestPermitSemaphore_Acquire_wakesThroughPubSubNotPolling(t *testing.T) {
 // Holders never outnumber the permits, under workers on four Clients, and every permit is
 // back at the end.
 func TestPermitSemaphore_permitsNeverExceeded(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		const permits = 3
 		name := redistest.Name(t)
@@ -426,6 +429,7 @@ func (l *permitLocker) Lock(ctx context.Context) error {
 func (l *permitLocker) Unlock(ctx context.Context) error { return l.p.Release(ctx, l.id) }
 
 func TestPermitSemaphore_onePermitExcludes(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		name := redistest.Name(t)
 		ok, err := b.client(t).PermitSemaphore(name).TrySetPermits(bg, 1)

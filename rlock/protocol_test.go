@@ -97,6 +97,7 @@ func TestMutex_renewalMeetingLastUnlockIsNoLoss(t *testing.T) {
 // recorded, w, token). A new grant takes the fence's slow path, keeps its records, and its
 // token rises above the old one; the v1 hold keeps others out until its lease ends.
 func TestProtocol_v1Data(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		c := b.client(t)
 		name := redistest.Name(t)

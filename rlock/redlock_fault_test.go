@@ -70,6 +70,7 @@ func TestRedLock_silentMinorityNotWaitedFor(t *testing.T) {
 // healthy and far away: TestRedLock_splitRoundWaitsForAnsweringSlowInstance). The grants are
 // given back, and so are the paused instances' grants when they resume.
 func TestRedLock_splitRoundNotHeldForSilentMinority(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("pauses servers")
 	}

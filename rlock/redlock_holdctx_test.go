@@ -21,6 +21,7 @@ import (
 // fixed lease's end (ErrLeaseExpired), many times, with goroutines asking Done over and over
 // while the hold ends.
 func TestRedLock_HoldContext_cancelledBeforeDone(t *testing.T) {
+	t.Parallel()
 	ss := redServers(t, 3)
 	cs := redClients(t, addrsOf(ss))
 	r := rlock.NewRedLock(redistest.Name(t), cs)

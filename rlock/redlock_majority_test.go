@@ -236,6 +236,7 @@ func TestRedLock_lateGrantRaces(t *testing.T) {
 // goroutine is left (goleak), and the late instance's key goes (given back, or left to
 // expire: nothing renews it).
 func TestRedLock_lateGrantRacesClose(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("pauses a server")
 	}
@@ -330,6 +331,7 @@ func pttlOn(t *testing.T, s *redistest.Server, key string) int64 {
 // given back but not counted, and Unlock reported "3 of 5 answered" (5 errors in 30,693
 // cycles, 8s without -race).
 func TestRedLock_cyclesWithLateInstances(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("runs cycles for seconds")
 	}

@@ -243,6 +243,7 @@ func hashHolds(t *testing.T, ss []*redistest.Server, c *rlock.Client, name strin
 // locking and unlocking; a counter incremented non-atomically under the lock ends exact and
 // no two critical sections overlap.
 func TestRedLock_exclusionHammer(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("long")
 	}
@@ -561,6 +562,7 @@ func TestRedLock_partitionedContenders(t *testing.T) {
 // Test 6: every instance slower than the lease allows (elapsed > lease - drift): not
 // acquired, and nothing left anywhere.
 func TestRedLock_validityRunsOut(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("slow proxies")
 	}

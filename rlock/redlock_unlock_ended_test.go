@@ -113,6 +113,7 @@ func TestRedLock_unlockOfLostHoldAnswersAtOnce(t *testing.T) {
 // back. Many times, a fixed lease running out each time. (Without the ordering, as first
 // written, the next Unlock answered "not held: given back by 1 of 3 instances".)
 func TestRedLock_lockAfterUnlockOfEndedHold(t *testing.T) {
+	t.Parallel()
 	ss := redServers(t, 3)
 	cs := redClients(t, addrsOf(ss))
 	name := redistest.Name(t)

@@ -57,6 +57,7 @@ func slowThirdRedLock(t *testing.T, lease, cleanup, tmo time.Duration) ([]*redis
 // leaves its give-back in flight there, and the second must leave it one hold, as on the
 // others.
 func TestRedLock_unlockWhileGiveBackInFlight(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("slow proxy")
 	}
@@ -195,6 +196,7 @@ func TestRedLock_reentryUnlockWithLostMinority(t *testing.T) {
 // Counting an unknown outcome as an answer made it "ErrNotHeld: given back by 1 of 3"
 // (found by TestRedLock_explore).
 func TestRedLock_unlockUnknownOutcomeIsNotNotHeld(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("pauses servers")
 	}

@@ -151,6 +151,7 @@ func TestReviewRedLock_releaseBetweenRefusalAndWatchLost(t *testing.T) {
 // long as the holder holds, six scripts a round, instead of sleeping until a release or
 // the holder's lease end.
 func TestReviewRedLock_pollsWhileHeldOnMajority(t *testing.T) {
+	t.Parallel()
 	ss := redServers(t, 5)
 	name := redistest.Name(t)
 	holder := redClients(t, addrsOf(ss), rlock.WithWatchdogTimeout(30*time.Second))

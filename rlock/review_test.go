@@ -257,6 +257,7 @@ func TestReview_UnknownHandoffOfContextOwnerDriftsAtNextGrant(t *testing.T) {
 // reviewSlowClient delays the scripts it is told of by their name (Redis answers them
 // slowly); everything else goes straight on.
 func TestReview_WaiterThatGivesUpLeavesBeforeReturning(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("long: waits out slow replies (2 s) (run without -short)")
 	}

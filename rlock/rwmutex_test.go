@@ -397,6 +397,7 @@ func TestRWMutex_writerClaim(t *testing.T) {
 // A write hold with a fixed lease ends by itself: the waiting readers come in, and the late
 // Unlock reports ErrNotHeld.
 func TestRWMutex_writeLeaseExpires(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		name := redistest.Name(t)
 		w := b.client(t).RWMutex(name)
@@ -571,6 +572,7 @@ func TestRWMutex_forceUnlock(t *testing.T) {
 
 // The shared mutual-exclusion hammer, on the write side.
 func TestRWMutex_mutualExclusion(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		name := redistest.Name(t)
 		hammer(t, b, 12, 15, func(c *rlock.Client) locker { return c.RWMutex(name) })

@@ -184,6 +184,7 @@ func secMutexWatchdog(t *testing.T, srv *redistest.Server, c *rlock.Client) {
 // watchdog, ForceUnlock) over a server that speaks TLS only, dialled with a TLSConfig and
 // with a rediss:// URL; and clear, prompt Dial errors for an untrusted or expired certificate.
 func TestSecurity_TLS(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("long: waits out a renewal or runs many names (run without -short)")
 	}
@@ -376,6 +377,7 @@ func secAuthFails(t *testing.T, err error) {
 // Authentication with requirepass: every primitive works for a Client that gives the
 // password; a wrong or missing password is a prompt Dial error that says so.
 func TestSecurity_requirepass(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("long: waits out a renewal or runs many names (run without -short)")
 	}
@@ -395,6 +397,7 @@ func TestSecurity_requirepass(t *testing.T) {
 // Authentication as an ACL user (with every right): every primitive works; a wrong password
 // or an unknown user is a prompt Dial error that says so.
 func TestSecurity_aclUser(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("long: waits out a renewal or runs many names (run without -short)")
 	}
@@ -415,6 +418,7 @@ func TestSecurity_aclUser(t *testing.T) {
 
 // TLS and a password together.
 func TestSecurity_TLSAndPassword(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("long: waits out a renewal or runs many names (run without -short)")
 	}
@@ -441,6 +445,7 @@ func secSetUser(t *testing.T, srv *redistest.Server, name string, rules ...strin
 // a waiter woken by the release, ForceUnlock and the watchdog work on the master it names;
 // a wrong master password is a prompt Dial error.
 func TestSecurity_sentinelWithPasswords(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("long: a master and a sentinel (run without -short)")
 	}

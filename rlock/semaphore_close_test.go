@@ -162,6 +162,7 @@ func TestSemaphoreClose_leftAcquireGivenBack(t *testing.T) {
 // GiveBack event says so (its Err wraps ErrUnknownOutcome), and permits the
 // send takes later are lost (a Semaphore's do not expire: see its Replays section).
 func TestSemaphoreClose_leftAcquireUnknownIsReported(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		const cleanup = 300 * time.Millisecond
 		wc := newWireClient(b.rueidis(t))

@@ -126,6 +126,7 @@ func TestSemaphore_basics(t *testing.T) {
 }
 
 func TestSemaphore_TrySetPermitsTTL(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		s := b.client(t).Semaphore(redistest.Name(t))
 		ok, err := s.TrySetPermitsTTL(bg, 2, 400*time.Millisecond)
@@ -255,6 +256,7 @@ func TestSemaphore_TryAcquire_waitBound(t *testing.T) {
 // A parked Acquire sends nothing while it waits and is woken by the release's message: its
 // own timer would only fire after the watchdog timeout (30s).
 func TestSemaphore_Acquire_wakesThroughPubSubNotPolling(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		name := redistest.Name(t)
 		holder := b.client(t).Semaphore(name)
@@ -279,6 +281,7 @@ func TestSemaphore_Acquire_wakesThroughPubSubNotPolling(t *testing.T) {
 // The permits in use never exceed the count, under workers on four Clients taking one or two
 // permits at a time, and none is lost or made on the way.
 func TestSemaphore_permitsNeverExceeded(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		const permits = 3
 		name := redistest.Name(t)
@@ -557,6 +560,7 @@ func (l semLocker) Unlock(ctx context.Context) error { return l.s.Release(ctx, 1
 
 // A semaphore of one permit excludes: the shared hammer finds no overlap and no lost update.
 func TestSemaphore_onePermitExcludes(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		name := redistest.Name(t)
 		ok, err := b.client(t).Semaphore(name).TrySetPermits(bg, 1)

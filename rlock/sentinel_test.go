@@ -19,6 +19,7 @@ import (
 // outlasting the failover) is renewed on the new master, a waiter parked across it is woken by
 // the release there, and a fresh lock works there.
 func TestSentinel_lockAcrossFailover(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("long: multi-node topology: a master, a replica and a sentinel, across a failover (run without -short)")
 	}

@@ -91,6 +91,7 @@ func TestSpinMutex_noPubSub(t *testing.T) {
 }
 
 func TestSpinMutex_mutualExclusion(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		name := redistest.Name(t)
 		hammer(t, b, 12, 15, func(c *rlock.Client) locker { return c.SpinMutex(name) })

@@ -294,6 +294,7 @@ func tenantWaiters(t *testing.T, srv *redistest.Server, a, b *rlock.Client, p te
 // TestTenants_apart: two Clients with prefixes tenantA: and tenantB: on one server, over
 // fixed awkward names and seeded random ones.
 func TestTenants_apart(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	a := secDial(t, rueidis.ClientOption{InitAddress: []string{srv.Addr()}}, rlock.WithKeyPrefix(tenantA))
 	b := secDial(t, rueidis.ClientOption{InitAddress: []string{srv.Addr()}}, rlock.WithKeyPrefix(tenantB))
@@ -377,6 +378,7 @@ func tenantWorkload(t *testing.T, c *rlock.Client, names []string) []*rlock.Mute
 // the hash tag, "{tenantA:...", or, for a name with a tag of its own, "tenantA:..."), checked
 // with SCAN after each tenant's workload; B's workload on the same names leaves A's locks held.
 func TestTenants_keys(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("long: waits out a renewal or runs many names (run without -short)")
 	}
@@ -463,6 +465,7 @@ func noPermission(t *testing.T, err error, what string) {
 // subscribing to its channels, not with a forged owner id; a forged owner id through the
 // tenant's own prefix touches the tenant's own key only.
 func TestTenants_aclUsers(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("long: waits out a renewal or runs many names (run without -short)")
 	}
