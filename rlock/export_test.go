@@ -89,3 +89,24 @@ func OnRoundGiveBack(f func(name string, granted []*Client)) (restore func()) {
 	roundGiveBackHook.Store(&f)
 	return func() { roundGiveBackHook.Store(nil) }
 }
+
+// HoldRedInstanceOp takes the operation lock of the hold that r's own owner (its handle's)
+// has on the instance of Client c, as a request of the owner in flight there would, and
+// returns its release; ok is false when there is no such hold.
+func HoldRedInstanceOp(r *RedLock, c *Client) (release func(), ok bool) {
+	owner, err := r.ownerOf(context.Background())
+	if err != nil {
+		return nil, false
+	}
+	for _, m := range r.insts {
+		if m.c != c {
+			continue
+		}
+		h := m.instHold(owner)
+		if h == nil || h.lockOp(context.Background()) != nil {
+			return nil, false
+		}
+		return h.unlockOp, true
+	}
+	return nil, false
+}

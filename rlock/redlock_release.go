@@ -120,7 +120,7 @@ func (r *RedLock) Unlock(ctx context.Context) (err error) {
 		if wait {
 			errs, answered = r.giveBack(ctx, nil, idx, nil, abandonOne)
 		} else {
-			r.sendGiveBacks(ctx, idx, nil, abandonOne)
+			r.sendGiveBacks(ctx, idx, nil, abandonOne, nil, nil)
 		}
 		rh.mu.Lock()
 		rh.count--
@@ -213,7 +213,7 @@ func (r *RedLock) giveBackAll(ctx context.Context, rh *redHold, wait bool) ([]in
 	if wait {
 		errs, answered = r.giveBack(ctx, nil, idx, times, abandonAll)
 	} else {
-		r.sendGiveBacks(ctx, idx, times, abandonAll)
+		r.sendGiveBacks(ctx, idx, times, abandonAll, nil, nil)
 	}
 	rh.reset()
 	return idx, errs, answered
@@ -245,11 +245,24 @@ func (r *RedLock) giveBack(ctx, caller context.Context, idx []int, times []int, 
 	if len(idx) == 0 {
 		return errs, answered
 	}
-	ch := r.sendGiveBacks(ctx, idx, times, fail)
-	var grace, callerGrace <-chan time.Time
+	// g: the caller's grace, one returnGrace from its ctx's end for every wait here.
+	g := &grace{}
 	var gone <-chan struct{}
 	if caller != nil {
 		gone = caller.Done()
+		if caller.Err() != nil {
+			g.end = time.Now().Add(returnGrace)
+		}
+	}
+	ch := r.sendGiveBacks(ctx, idx, times, fail, gone, g)
+	var grace, callerGrace <-chan time.Time
+	if !g.end.IsZero() {
+		// The caller has gone: wait what is left of its grace, then leave the rest to the
+		// background.
+		gone = nil
+		t := time.NewTimer(time.Until(g.end))
+		defer t.Stop()
+		callerGrace = t.C
 	}
 	ok := 0
 	for k := 0; k < len(idx); k++ {
@@ -272,7 +285,10 @@ func (r *RedLock) giveBack(ctx, caller context.Context, idx []int, times []int, 
 			// The caller has gone: wait what a Mutex would, then leave the rest to the
 			// background.
 			gone = nil
-			t := time.NewTimer(returnGrace)
+			if g.end.IsZero() {
+				g.end = time.Now().Add(returnGrace)
+			}
+			t := time.NewTimer(time.Until(g.end))
 			defer t.Stop()
 			callerGrace = t.C
 			k--
@@ -303,7 +319,12 @@ type givenBack struct {
 // Unlock found it "given back by 1 of 3 instances"). Both then queue for the instance hold's
 // operation lock, the give-back well ahead; waiting for the give-back's end instead would
 // hold the owner's next rounds up to the cleanup timeout after a request lost in a fault.
-func (r *RedLock) sendGiveBacks(ctx context.Context, idx []int, times []int, fail giveBackFail) <-chan givenBack {
+//
+// gone and g (both nil for Unlock) are the caller's: once gone is closed (an acquire's ctx
+// ended), the wait for the give-backs to begin ends with the caller's grace g too, which it
+// starts if nobody has (g.end), so that this wait and the caller's later ones (giveBack's)
+// add up to one returnGrace after the ctx's end, not one each.
+func (r *RedLock) sendGiveBacks(ctx context.Context, idx []int, times []int, fail giveBackFail, gone <-chan struct{}, g *grace) <-chan givenBack {
 	ctx = context.WithoutCancel(ctx)
 	ch := make(chan givenBack, len(idx))
 	// begun: each give-back has taken its instance hold's operation lock (or given up), so
@@ -314,10 +335,26 @@ func (r *RedLock) sendGiveBacks(ctx context.Context, idx []int, times []int, fai
 	defer func() {
 		t := time.NewTimer(returnGrace)
 		defer t.Stop()
-		for range idx {
+		var graceEnd <-chan time.Time
+		if g != nil && !g.end.IsZero() {
+			gone = nil
+			gt := time.NewTimer(time.Until(g.end))
+			defer gt.Stop()
+			graceEnd = gt.C
+		}
+		for k := 0; k < len(idx); {
 			select {
 			case <-begun:
+				k++
 			case <-t.C:
+				return
+			case <-gone:
+				gone = nil
+				g.end = time.Now().Add(returnGrace)
+				gt := time.NewTimer(returnGrace)
+				defer gt.Stop()
+				graceEnd = gt.C
+			case <-graceEnd:
 				return
 			}
 		}
