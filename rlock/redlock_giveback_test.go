@@ -137,7 +137,11 @@ func failingFirstClients(t *testing.T, ss []*redistest.Server, opts ...rlock.Opt
 // counted 2 holds of the owner where the Client counted none.
 func TestRedLock_failedGiveBackSparesNextGrant(t *testing.T) {
 	ss := redServers(t, 3)
-	const lease = time.Second
+	// 2 s, not 1: the check below that instance 0's hold stays renewed for 2 leases gives
+	// each renewal a third of the lease to land, which one late renewal on a loaded machine
+	// missed by a 1 s lease's margin (as 8b693d8 found for the watchdog tests; the issue's
+	// "RedLock give-back set's unnamed failure", not reproduced in 12 loaded runs).
+	const lease = 2 * time.Second
 	opts := []rlock.Option{rlock.WithWatchdogTimeout(lease), rlock.WithCleanupTimeout(100 * time.Millisecond)}
 	cs, fs := failingFirstClients(t, ss, opts...)
 	name := redistest.Name(t)
