@@ -48,8 +48,6 @@ func TestACLRule_refusalLeavesNothing(t *testing.T) {
 	const lease = 300 * time.Millisecond
 	for i, cmd := range cmds {
 		t.Run(cmd, func(t *testing.T) {
-			// Each command's run has its own user, key prefix and Clients: they overlap.
-			t.Parallel()
 			prefix := fmt.Sprintf("nl%d:", i)
 			var rule []string
 			for _, r := range aclRule(t, prefix) {
