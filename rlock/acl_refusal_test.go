@@ -213,10 +213,21 @@ func refusalPrimitives(c, c2 *rlock.Client, name string) [][]refusalStep {
 	l := c.CountDownLatch(name + "-latch")
 	ml := c.MultiLock(name+"-a", name+"-b")
 	var permit rlock.Permit
+	// The contender's TryLock is refused by the holder's lock, unless the holder's lease ran
+	// out first (a renewal late on a loaded machine, or refused): then it holds the lock, and
+	// gives it back at once, or the holder's next Lock would wait for it until its ctx ended
+	// (seen under load: "without zrevrange: Mutex.Lock (again): context deadline exceeded").
 	try := func(l interface {
 		TryLock(ctx context.Context, wait, lease time.Duration) (bool, error)
+		Unlock(ctx context.Context) error
 	}) func(ctx context.Context) error {
-		return func(ctx context.Context) error { _, err := l.TryLock(ctx, wait, 0); return err }
+		return func(ctx context.Context) error {
+			ok, err := l.TryLock(ctx, wait, 0)
+			if ok {
+				_ = l.Unlock(ctx)
+			}
+			return err
+		}
 	}
 	force := func(l interface {
 		ForceUnlock(ctx context.Context) (bool, error)
