@@ -46,8 +46,9 @@ import (
 // The expected count of an owner is kept from the API's returns alone, per Client: a Lock or
 // TryLock that returned nil (true) +1, an Unlock that returned nil -1, nothing for any other
 // return (the godoc: a failed acquire leaves nothing held once its background work is done;
-// an Unlock that fails other than with ErrNotHeld leaves the outcome open); an acquire that
-// returned ErrUnknownOutcome may leave one hold in Redis until the owner's next grant or
+// an Unlock that fails other than with ErrNotHeld or ErrUnknownOutcome leaves the outcome
+// open; one that returned ErrUnknownOutcome counts as given back, Unlock's godoc); an acquire
+// or Unlock that returned ErrUnknownOutcome may leave one hold in Redis until the owner's next grant or
 // last Unlock (HoldCount's second window). A grant while another owner holds a hold not
 // being given back, by those returns, is an exclusion violation. At each quiescent point (every actor
 // paused, every kept-back send delivered) the test polls, within the cleanup timeout plus a
@@ -651,6 +652,16 @@ func (tr *driftTrial) step(a *driftActor) {
 		tr.mu.Lock()
 		defer tr.mu.Unlock()
 		o.releasing[a.ci]--
+		if errors.Is(err, rlock.ErrUnknownOutcome) && mine > 0 {
+			// Unlock's godoc: the Client counts the hold as given back (not to be unlocked
+			// again); Redis may count it until a confirmed renewal or the owner's next grant
+			// or last Unlock gives it back with the owner's other holds, or, the last, until
+			// its lease ends: HoldCount's second window, as an acquire's unknown outcome.
+			tr.noteLocked(fmt.Sprintf("%s: its Unlock's outcome stayed unknown: booked as given back", a.id))
+			tr.booked(a, -1)
+			o.unknown++
+			return
+		}
 		if err != nil && !errors.Is(err, rlock.ErrNotHeld) {
 			// The outcome is open: Redis may have applied the give-back, and the Client still
 			// counts the hold. Do what a caller would, and call Unlock again, without faults:
@@ -756,6 +767,14 @@ func (tr *driftTrial) quiescent(when string, gave func(name, field string) int, 
 	for _, a := range tr.actors {
 		o := a.o
 		err := a.m.Err(a.base(bg))
+		if o.held[a.ci] == 0 && err == nil {
+			// A grant that reached a caller who had gone is given back in the background
+			// (Lock's godoc): the Client holds it until then, within the settle bound.
+			for deadline := time.Now().Add(driftSettle); err == nil && time.Now().Before(deadline); {
+				time.Sleep(20 * time.Millisecond)
+				err = a.m.Err(a.base(bg))
+			}
+		}
 		if o.held[a.ci] > 0 && o.ambig > 0 && errors.Is(err, rlock.ErrNotHeld) {
 			// An Unlock whose outcome was open had given its hold back, and the Client
 			// learned it (a later give-back freed the lock): it holds none.

@@ -328,11 +328,25 @@ func (h *hold) onLost(l *watchdog.Lease, cause error) {
 // last hold, and the owner is told nothing (its lock is not lost). Otherwise the tenure, if
 // any, ends (cause ErrNotHeld: the caller that took the hold has gone), nothing renews the
 // hold any more, and Redis lets it expire within its lease.
+//
+// A give-back whose outcome stayed unknown (ErrUnknownOutcome: Redis may have applied it) makes
+// an orphan only for the owner id of one of this Client's handles, whose orphans are given
+// back never below the owner's own count (settleOrphans). A context owner's holds may be
+// counted by other Clients too, so such an orphan, given back blindly, could take one of
+// theirs: the hold is let go of without one (nor a stale record, which the owner's next grant
+// would give back as blindly), and if Redis still has it, it rides with the owner's tenure
+// and expires with its lease once nobody renews it. (A RedLock's instance holds
+// keep their orphans, given back with the instance's last hold, as before.)
 func (h *hold) abandon(cause error) {
+	// keep: the hold may be given back later (an orphan, a stale record); not for a context
+	// owner's hold whose give-back may have been applied (see above).
+	keep := !errors.Is(cause, ErrUnknownOutcome) || h.c.minted(h.owner) || h.v.ownOrphans
 	h.mu.Lock()
 	if h.cur != nil && h.count > 1 {
 		h.count--
-		h.orphans++
+		if keep {
+			h.orphans++
+		}
 		h.unlockMu()
 		return
 	}
@@ -351,7 +365,9 @@ func (h *hold) abandon(cause error) {
 		h.endLocked(ErrNotHeld)
 	}
 	h.unlockMu()
-	h.c.noteStale(h, 1, gone)
+	if keep {
+		h.c.noteStale(h, 1, gone)
+	}
 }
 
 // settleOrphans gives back, in the background, the orphans of h's current tenure (holds

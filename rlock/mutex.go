@@ -912,11 +912,13 @@ func (c *Client) replayLoop(ctx, caller context.Context, s *lua.Script, keys, ar
 //     master failing over: nothing was applied) is sent again with backoff, and its error
 //     is returned only when the cleanup timeout ends first;
 //  3. [ErrUnknownOutcome] when the give-back was sent and no answer came within the cleanup
-//     timeout: Redis may or may not have applied it. The Client still counts the hold (the
-//     watchdog renews it, and a renewal that finds the lock gone reports a loss); call Unlock
-//     again to settle it: the repeat is a new give-back, nil when it gave the hold back,
-//     [ErrNotHeld] when the first had (Redis counted none). If the give-back had freed the
-//     lock, the owner's next Lock before that repeat fails with [ErrLockLost].
+//     timeout: Redis may or may not have applied it. The Client counts the hold as given
+//     back all the same (do not call Unlock again for it): when the owner holds others, Redis
+//     gives it back with them once it answers again (at the first renewal it confirms), never
+//     one of the owner's own, for an owner of this Client's handles; for a context owner,
+//     whose holds other Clients may count too, it rides with the owner's holds and expires
+//     with its lease once nobody renews them; a last hold Redis still has is no longer
+//     renewed and expires with its lease ([Mutex.HoldCount] counts it meanwhile).
 //
 // Unlock gives back a hold of whatever Redis counts for the owner: an owner that took no hold
 // through this Client but has one in Redis (left by an acquire whose outcome stayed unknown,
@@ -981,10 +983,15 @@ func (m *Mutex) unlock(ctx context.Context, owner string, rt *relTrace, failed f
 		held()
 	}
 	err = m.release(ctx, h, rt)
-	if errors.Is(err, ErrNoPermission) {
-		// Redis refuses the give-back for want of rights, and would refuse it again: this
-		// Client stops counting and renewing the hold, and Redis lets it expire with its
-		// lease (ErrNoPermission's promise).
+	if errors.Is(err, ErrNoPermission) || errors.Is(err, ErrUnknownOutcome) && h.holds() > 0 {
+		// Redis refuses the give-back for want of rights, and would refuse it again, or no
+		// answer told whether it was applied: this Client stops counting and renewing the hold
+		// (hold.abandon). Another hold of the owner keeps it as an orphan, given back once
+		// Redis answers (never below the owner's own count: if the give-back was applied
+		// after all, nothing more goes); the last expires with its lease if Redis still has
+		// it. Counting it on (as before) left the Client one hold above Redis when the
+		// give-back had been applied, until the tenure ended as lost (the drift hunt), or
+		// renewed for ever a last hold that was not given back.
 		h.abandon(err)
 	}
 	if err != nil && failed != nil {
@@ -1247,8 +1254,10 @@ func (m *Mutex) keyType(ctx context.Context) (string, error) {
 // lease ends or the owner's last Unlock; for a context owner, [WithOwner], which other Clients
 // may share, until its last Unlock through this Client); and a hold from an acquire whose
 // outcome stayed unknown (its caller had gone, or was told [ErrUnknownOutcome]; only the
-// Observer's Replay event tells the former) is counted until the owner's next grant or last
-// Unlock finds it (an owner of this Client's handles) or its lease ends.
+// Observer's Replay event tells the former), or that an Unlock told [ErrUnknownOutcome] may
+// not have given back, is counted until the owner's next grant or last Unlock finds it, or
+// the first renewal Redis confirms (an owner of this Client's handles), or its lease ends
+// once nobody renews the owner's holds.
 func (m *Mutex) HoldCount(ctx context.Context) (int, error) {
 	owner, err := m.ownerOf(ctx)
 	if err != nil {

@@ -445,7 +445,8 @@ var giveBackFailedHook atomic.Pointer[func(name string)]
 // abandonFailed stops this Client counting and renewing one of h's holds, an instance hold
 // of a RedLock, when err says its give-back failed (nil or ErrNotHeld: nothing to abandon):
 // one hold (abandonOne, hold.abandon) or all of them (abandonAll, hold.abandonAll). A
-// give-back refused for want of rights (ErrNoPermission) abandoned its hold already
+// give-back refused for want of rights (ErrNoPermission), or whose outcome stayed unknown
+// (ErrUnknownOutcome), abandoned its hold already
 // (Mutex.unlock), and one of an owner this Client counts no hold of has none to abandon:
 // abandonOne abandons no other. The give-back holds h.op, unless it never ran
 // (giveBackInst).
@@ -453,7 +454,7 @@ func (h *hold) abandonFailed(err error, fail giveBackFail) {
 	switch {
 	case err == nil || errors.Is(err, ErrNotHeld):
 	case fail == abandonOne:
-		if !errors.Is(err, ErrNoPermission) && h.holds() > 0 {
+		if !errors.Is(err, ErrNoPermission) && !errors.Is(err, ErrUnknownOutcome) && h.holds() > 0 {
 			h.abandon(err)
 		}
 	default:
