@@ -66,16 +66,21 @@ func BenchmarkMutex_Uncontended(b *testing.B) {
 	srv.ResetStats(b)
 	b.ReportAllocs()
 	b.ResetTimer()
+	lockCycles(b, m, bg)
+	b.StopTimer()
+	b.ReportMetric(float64(scripts(b, srv))/float64(b.N), "cmds/op")
+}
+
+// lockCycles runs b.N Lock+Unlock cycles of m with ctx.
+func lockCycles(b *testing.B, m *rlock.Mutex, ctx context.Context) {
 	for i := 0; i < b.N; i++ {
-		if err := m.Lock(bg); err != nil {
+		if err := m.Lock(ctx); err != nil {
 			b.Fatal(err)
 		}
-		if err := m.Unlock(bg); err != nil {
+		if err := m.Unlock(ctx); err != nil {
 			b.Fatal(err)
 		}
 	}
-	b.StopTimer()
-	b.ReportMetric(float64(scripts(b, srv))/float64(b.N), "cmds/op")
 }
 
 // BenchmarkMutex_UncontendedBackground is BenchmarkMutex_Uncontended with a context that
@@ -91,14 +96,7 @@ func BenchmarkMutex_UncontendedBackground(b *testing.B) {
 	_ = m.Unlock(bg)
 	b.ReportAllocs()
 	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		if err := m.Lock(bg); err != nil {
-			b.Fatal(err)
-		}
-		if err := m.Unlock(bg); err != nil {
-			b.Fatal(err)
-		}
-	}
+	lockCycles(b, m, bg)
 }
 
 // BenchmarkMutex_Parallel is Lock+Unlock cycles from GOMAXPROCS*p goroutines on distinct

@@ -54,6 +54,16 @@ func seqKinds() []seqKind {
 	}
 }
 
+// seqDo returns a function that sends a command to tc's server, and deletes the keys the
+// sequence tests write ({q}...) when t ends.
+func seqDo(t *testing.T, tc server) func(args ...string) rueidis.RedisResult {
+	do := func(args ...string) rueidis.RedisResult {
+		return tc.c.Do(context.Background(), tc.c.B().Arbitrary(args...).Build())
+	}
+	t.Cleanup(func() { do("DEL", "{q}", "{q}:fence", "{q}:queue", "{q}:alive", "{q}:leases", "{q}:writers") })
+	return do
+}
+
 // TestScripts_supersededSequence: every reentrant lock's acquire and release orders an owner's
 // operations by their sequence numbers (lib_seq.lua): a send that lingered past the owner's
 // later operation (a lower number of the same Client) applies nothing, neither as a re-entry
@@ -66,10 +76,7 @@ func TestScripts_supersededSequence(t *testing.T) {
 		t.Run(k.name, func(t *testing.T) {
 			eachServer(t, func(t *testing.T, tc server) {
 				ctx := context.Background()
-				do := func(args ...string) rueidis.RedisResult {
-					return tc.c.Do(ctx, tc.c.B().Arbitrary(args...).Build())
-				}
-				defer do("DEL", "{q}", "{q}:fence", "{q}:queue", "{q}:alive", "{q}:leases", "{q}:writers")
+				do := seqDo(t, tc)
 				holds := func() string {
 					t.Helper()
 					s, err := do("HGET", "{q}", k.field("h:a")).ToString()
@@ -206,10 +213,7 @@ func TestScripts_sharedOwnerSequences(t *testing.T) {
 		t.Run(k.name, func(t *testing.T) {
 			eachServer(t, func(t *testing.T, tc server) {
 				ctx := context.Background()
-				do := func(args ...string) rueidis.RedisResult {
-					return tc.c.Do(ctx, tc.c.B().Arbitrary(args...).Build())
-				}
-				defer do("DEL", "{q}", "{q}:fence", "{q}:queue", "{q}:alive", "{q}:leases", "{q}:writers")
+				do := seqDo(t, tc)
 				rng := rand.New(rand.NewPCG(seed, 0))
 				const owner = "u:shared"
 				clients := []string{"0b8d9c1e7f1a4a559a3e1d2c3b4a5f60.", "1c8d9c1e7f1a4a559a3e1d2c3b4a5f61.", "2d8d9c1e7f1a4a559a3e1d2c3b4a5f62."}
