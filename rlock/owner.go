@@ -14,7 +14,12 @@ type ownerKey struct{}
 // owner, which lets one process unlock what another locked. An id is therefore a capability:
 // whoever knows it (and may reach the lock's keys in Redis) can unlock what that owner holds.
 // Make ids unique where that is not wanted (see [WithNewOwner]), and ones that cannot be
-// guessed where they cross a trust boundary. Any other text is a valid id: in Redis it becomes "u:"+id,
+// guessed where they cross a trust boundary. One id used through several Clients at once has
+// one count of holds in Redis: a Client that gives back holds it noted as possibly left there
+// (an acquire whose outcome stayed unknown, a fixed lease that just ended) may give back one
+// that another Client took, when the noted one was never granted (a known defect, issue 23:
+// it needs lost replies; the other Client is then told its lock is lost, or finds it gone at
+// Unlock). Any other text is a valid id: in Redis it becomes "u:"+id,
 // and no other field of a lock's hash starts with "u:" (or with "h:", a handle's own id), so
 // no id can be taken for another owner's or the lock's own bookkeeping. An empty id is
 // invalid: operations return [ErrInvalid].
