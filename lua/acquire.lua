@@ -93,9 +93,9 @@ end
 local got = redis.call('hmget', lock, owner, seqField, 'token', 'w')
 local holds, last, token = got[1], got[2], tonumber(got[3] or '0')
 -- A context owner's field keeps a number per Client (lib_seq.lua): this Client's is compared.
-local shared = last and string.byte(owner) == 117 -- 'u'
+local shared = last and string.byte(owner) == 117 and rare() -- 'u': its helpers, built once
 if shared then
-  last = rare().seqLast(owner, last, seq)
+  last = shared.seqLast(owner, last, seq)
 end
 if holds and last then
   if last == seq then
@@ -130,7 +130,7 @@ if redis.call('pttl', lock) < tonumber(lease) then
   redis.call('pexpire', lock, lease)
 end
 holds = redis.call('hincrby', lock, owner, '1')
-redis.call('hset', lock, seqField, shared and rare().seqPut(owner, got[2], seq) or seq)
+redis.call('hset', lock, seqField, shared and shared.seqPut(owner, got[2], seq) or seq)
 if replay then
   -- The order of sequence numbers refuses the first send while the owner holds the lock;
   -- the record refuses it once the lock was freed.

@@ -62,9 +62,9 @@ end
 local got = redis.call('hmget', lock, owner, reqField, 'w')
 local holds, last, waiters = got[1], got[2], got[3]
 -- A context owner's field keeps a number per Client (lib_seq.lua): this Client's is compared.
-local shared = last and string.byte(owner) == 117 -- 'u'
+local shared = last and string.byte(owner) == 117 and rare() -- 'u': its helpers, built once
 if shared then
-  last = rare().seqLast(owner, last, req)
+  last = shared.seqLast(owner, last, req)
 end
 if not holds then
   if tenure == '' then
@@ -92,7 +92,7 @@ if last and (#last > #req or #last == #req and last > req) and rare().superseded
 end
 if tonumber(holds) > 1 then
   holds = redis.call('hincrby', lock, owner, '-1')
-  redis.call('hset', lock, reqField, shared and rare().seqPut(owner, got[2], req) or req)
+  redis.call('hset', lock, reqField, shared and shared.seqPut(owner, got[2], req) or req)
   if next then
     return {holds, 0}
   end
