@@ -523,6 +523,15 @@ func (o *opHold) unlock() {
 // behalf: returnGrace from the first such wait, however many steps wait.
 type grace struct{ end time.Time }
 
+// left starts the grace, at its first call (returnGrace from now), and returns what is left
+// of it.
+func (g *grace) left() time.Duration {
+	if g.end.IsZero() {
+		g.end = time.Now().Add(returnGrace)
+	}
+	return time.Until(g.end)
+}
+
 // wait waits for done while ctx lives, then for what is left of the grace.
 func (g *grace) wait(ctx context.Context, done <-chan struct{}) {
 	select {
@@ -530,10 +539,7 @@ func (g *grace) wait(ctx context.Context, done <-chan struct{}) {
 		return
 	case <-ctx.Done():
 	}
-	if g.end.IsZero() {
-		g.end = time.Now().Add(returnGrace)
-	}
-	d := time.Until(g.end)
+	d := g.left()
 	if d <= 0 {
 		return
 	}

@@ -251,7 +251,7 @@ func (r *RedLock) giveBack(ctx, caller context.Context, idx []int, times []int, 
 	if caller != nil {
 		gone = caller.Done()
 		if caller.Err() != nil {
-			g.end = time.Now().Add(returnGrace)
+			g.left() // gone already: the grace starts now
 		}
 	}
 	ch := r.sendGiveBacks(ctx, idx, times, fail, gone, g)
@@ -260,7 +260,7 @@ func (r *RedLock) giveBack(ctx, caller context.Context, idx []int, times []int, 
 		// The caller has gone: wait what is left of its grace, then leave the rest to the
 		// background.
 		gone = nil
-		t := time.NewTimer(time.Until(g.end))
+		t := time.NewTimer(g.left())
 		defer t.Stop()
 		callerGrace = t.C
 	}
@@ -285,10 +285,7 @@ func (r *RedLock) giveBack(ctx, caller context.Context, idx []int, times []int, 
 			// The caller has gone: wait what a Mutex would, then leave the rest to the
 			// background.
 			gone = nil
-			if g.end.IsZero() {
-				g.end = time.Now().Add(returnGrace)
-			}
-			t := time.NewTimer(time.Until(g.end))
+			t := time.NewTimer(g.left())
 			defer t.Stop()
 			callerGrace = t.C
 			k--
@@ -338,7 +335,7 @@ func (r *RedLock) sendGiveBacks(ctx context.Context, idx []int, times []int, fai
 		var graceEnd <-chan time.Time
 		if g != nil && !g.end.IsZero() {
 			gone = nil
-			gt := time.NewTimer(time.Until(g.end))
+			gt := time.NewTimer(g.left())
 			defer gt.Stop()
 			graceEnd = gt.C
 		}
@@ -350,8 +347,7 @@ func (r *RedLock) sendGiveBacks(ctx context.Context, idx []int, times []int, fai
 				return
 			case <-gone:
 				gone = nil
-				g.end = time.Now().Add(returnGrace)
-				gt := time.NewTimer(returnGrace)
+				gt := time.NewTimer(g.left())
 				defer gt.Stop()
 				graceEnd = gt.C
 			case <-graceEnd:
