@@ -590,6 +590,26 @@ func (t *tenure) finish(cause error) {
 	}
 }
 
+// endedBy returns why the tenure ended, nil while it lasts.
+func (t *tenure) endedBy() error {
+	t.smu.Lock()
+	defer t.smu.Unlock()
+	return t.ended
+}
+
+// endedErr is what an Unlock reports for a hold whose tenure ended with cause before the
+// Unlock could give it back: ErrLeaseExpired when its fixed lease ran out, else ErrNotHeld,
+// joined to the loss when it was lost.
+func endedErr(cause error) error {
+	switch {
+	case errors.Is(cause, ErrLeaseExpired):
+		return ErrLeaseExpired
+	case errors.Is(cause, ErrLockLost):
+		return errorf("%w (%w)", ErrNotHeld, cause)
+	}
+	return ErrNotHeld
+}
+
 // doneCh returns a channel closed when the tenure ends (already closed if it has). It is
 // made on first need: a tenure nobody watches costs no channel.
 func (t *tenure) doneCh() <-chan struct{} {

@@ -926,6 +926,12 @@ func (c *Client) replayLoop(ctx, caller context.Context, s *lua.Script, keys, ar
 //     with its lease once nobody renews them; a last hold Redis still has is no longer
 //     renewed and expires with its lease ([Mutex.HoldCount] counts it meanwhile).
 //
+// An Unlock that waits for another call of the same owner on this lock (one handle or owner
+// used by several goroutines) gives back a hold of the owner's tenure in force when Unlock was
+// called: if that tenure ends meanwhile (a fixed lease runs out) and the running call begins
+// another, Unlock gives nothing back and returns as in case 1, ErrLeaseExpired after a fixed
+// lease; the new tenure's holds stay with the caller that took them.
+//
 // Unlock gives back a hold of whatever Redis counts for the owner: an owner that took no hold
 // through this Client but has one in Redis (left by an acquire whose outcome stayed unknown,
 // or, for a context owner ([WithOwner]), taken through another Client) gives it back, and
@@ -977,10 +983,20 @@ func (m *Mutex) unlock(ctx context.Context, owner string, rt *relTrace, failed f
 	if !h.tryLockOp() {
 		// Another call of this owner on this lock is running (or finishing in the
 		// background): wait for it, within the one cleanup timeout the whole Unlock has.
+		// The hold this Unlock gives back is one of the tenure in force now: if that tenure
+		// ends meanwhile (its fixed lease runs out, another Unlock gives back its last hold)
+		// and another begins (the running call's fresh grant), the caller's hold went with
+		// the first, and the new one's holds are not the caller's to give back (seed
+		// 13329750963578692308 of the model test).
+		t, _ := h.snapshot()
 		cctx, cancel := m.c.cleanupCtx(ctx)
 		defer cancel()
 		if err := h.lockOp(cctx); err != nil {
 			return errorf("unlock %q: %w", m.name, context.Cause(cctx))
+		}
+		if now, _ := h.snapshot(); t != nil && now != nil && now != t {
+			h.unlockOp()
+			return errorf("unlock %q: %w", m.name, endedErr(t.endedBy()))
 		}
 		ctx = cctx
 	}

@@ -214,3 +214,65 @@ func orphanReentry(t *testing.T, m *rlock.Mutex, armed, refusing *atomic.Bool, f
 		t.Fatal("the re-entry's give-back did not fail")
 	}
 }
+
+// TestMutex_unlockWaitingOutItsTenureGivesBackNothingNewer: one handle used by two goroutines.
+// The first holds with a fixed lease and calls Unlock while the second's acquire, sent late,
+// is running (Unlock waits for it). The lease runs out meanwhile, and the late acquire takes
+// the lock afresh: a new tenure, the second goroutine's. The Unlock must report the first hold's
+// end (ErrLeaseExpired) and leave the new hold alone; before the fix it gave back the new hold
+// and returned nil, and the second goroutine's own Unlock then found nothing (the model test,
+// FairMutex seed 13329750963578692308). Each kind whose Unlock waits for the owner's running
+// call is covered.
+func TestMutex_unlockWaitingOutItsTenureGivesBackNothingNewer(t *testing.T) {
+	t.Parallel()
+	for _, kind := range []string{"Mutex", "FairMutex"} {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			b := realBackend(t)
+			const lease = 150 * time.Millisecond
+			rc := &hookClient{Client: b.rueidis(t)}
+			var late atomic.Bool
+			inFlight := make(chan struct{}, 1)
+			rc.set(func(_ context.Context, cmd hookCall, call func() rueidis.RedisResult) rueidis.RedisResult {
+				if strings.HasSuffix(cmd.script, "acquire") && late.CompareAndSwap(true, false) {
+					inFlight <- struct{}{}
+					time.Sleep(lease + 250*time.Millisecond) // past the lease's end in Redis
+				}
+				return call()
+			})
+			c, err := rlock.New(rc, rlock.WithCleanupTimeout(5*time.Second))
+			require.NoError(t, err)
+			defer c.Close()
+			name := redistest.Name(t)
+			var m interface {
+				TryLock(ctx context.Context, wait, lease time.Duration) (bool, error)
+				Lock(ctx context.Context) error
+				Unlock(ctx context.Context) error
+				HoldCount(ctx context.Context) (int, error)
+				Err(ctx context.Context) error
+				Key() string
+			} = c.Mutex(name)
+			if kind == "FairMutex" {
+				m = c.FairMutex(name)
+			}
+			ok, err := m.TryLock(bg, 0, lease)
+			require.NoError(t, err)
+			require.True(t, ok)
+
+			late.Store(true)
+			second := make(chan error, 1)
+			go func() { second <- m.Lock(bg) }()
+			<-inFlight
+			err = m.Unlock(bg) // waits for the second's acquire, past the first's lease
+			require.ErrorIs(t, err, rlock.ErrLeaseExpired, "the first hold's tenure ended before its Unlock could give it back")
+			require.NoError(t, <-second)
+
+			n, err := m.HoldCount(bg)
+			require.NoError(t, err)
+			require.Equal(t, 1, n, "the second goroutine's hold is still counted in Redis")
+			require.NoError(t, m.Err(bg))
+			require.NoError(t, m.Unlock(bg), "the second goroutine gives back its own hold")
+			require.False(t, b.exists(t, m.Key()))
+		})
+	}
+}
