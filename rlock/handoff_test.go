@@ -2,11 +2,13 @@ package rlock_test
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/redis/rueidis"
 	"github.com/stretchr/testify/require"
 
 	"github.com/relock-go/relock/internal/redistest"
@@ -198,4 +200,95 @@ func TestMutex_HoldContext_causeSetBeforeUnlockReturns(t *testing.T) {
 			require.ErrorIs(t, context.Cause(hctx), rlock.ErrNotHeld)
 		}
 	})
+}
+
+// A waiter whose call has gone when the release that passes the lock to it ends with its
+// outcome unknown (every reply of the release lost for the whole cleanup timeout) leaves
+// nothing held in Redis once its background work is done: the hand-off is an acquire of the
+// waiter's owner whose outcome is unknown, and the work resolves it by replaying that acquire
+// (the hand-off's sequence number) and gives back what it finds granted. Before, it only noted
+// the hold stale: a grant nobody took stayed in Redis for its whole lease, blocking every other
+// owner, and the Observer told no Replay of the waiter's owner (the drift hunt, seed
+// 1796324201455082267 trial 4: a context owner's waiter parked, cancelled while another owner's
+// release passed it the lock in a storm of lost replies; "owner u:ctxA-4: booked 0, Redis 1").
+// With the release's first send lost instead, the replay finds the lock still the holder's and
+// grants nothing.
+func TestMutex_handoffOfUnknownOutcomeToGoneWaiterLeavesNothing(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		for _, applied := range []bool{true, false} {
+			for _, ctxOwner := range []bool{true, false} {
+				t.Run(fmt.Sprintf("applied=%v/ctxOwner=%v", applied, ctxOwner), func(t *testing.T) {
+					handoffUnknownToGoneWaiter(t, b, applied, ctxOwner)
+				})
+			}
+		}
+	})
+}
+
+func handoffUnknownToGoneWaiter(t *testing.T, b *backend, applied, ctxOwner bool) {
+	const cleanup = 300 * time.Millisecond
+	name := redistest.Name(t)
+	replays := make(chan rlock.ReplayInfo, 16)
+	obs := &rlock.Observer{Replay: func(e rlock.ReplayInfo) {
+		if e.Name == name && e.Op == "acquire" { // only the waiter's: the holder replays no acquire
+			replays <- e
+		}
+	}}
+	hc, c := hardSetup(t, b, rlock.WithCleanupTimeout(cleanup), rlock.WithObserver(obs))
+	holder, waiter := c.Mutex(name), c.Mutex(name)
+	wbase := bg
+	if ctxOwner {
+		wbase = rlock.WithOwner(bg, "waiter")
+	}
+	require.NoError(t, holder.Lock(bg))
+	hardSubscribe(t, c, name)
+	ctx, cancel := context.WithCancel(wbase)
+	defer cancel()
+	got := make(chan error, 1)
+	go func() { got <- waiter.Lock(ctx) }()
+	redistest.WaitFor(t, 5*time.Second, "the waiter to park", func() bool { return rlock.ParkedCandidates(c, holder) == 1 })
+
+	// The holder's release with a successor (it names the fence: three keys): its first send
+	// passes the lock on (applied) or is lost, and no reply of it, nor of any replay, comes
+	// back. The caller of the waiter gives up as the first send goes.
+	sent := make(chan struct{})
+	var calls atomic.Int32
+	hc.set(func(_ context.Context, cmd hookCall, call func() rueidis.RedisResult) rueidis.RedisResult {
+		if cmd.script != "release" || len(cmd.args) == 0 || cmd.args[0] != "3" {
+			return call()
+		}
+		if calls.Add(1) == 1 {
+			if applied {
+				call()
+			}
+			close(sent)
+		}
+		return hardLost()
+	})
+	unlocked := make(chan error, 1)
+	go func() { unlocked <- holder.Unlock(bg) }()
+	within(t, 5*time.Second, "the holder's release to be sent", sent)
+	cancel()
+	require.ErrorIs(t, await(t, got, 5*time.Second, "the waiter to return"), context.Canceled)
+	require.ErrorIs(t, await(t, unlocked, 10*time.Second, "the holder's Unlock"), rlock.ErrUnknownOutcome)
+	require.Positive(t, calls.Load())
+
+	// The waiter's owner holds nothing in Redis once the work left behind is done (within a
+	// cleanup timeout; the lease, the watchdog's 30 s, is far longer).
+	redistest.WaitFor(t, 3*time.Second, "Redis to count no hold of the waiter's owner, whose call had gone", func() bool {
+		n, err := waiter.HoldCount(wbase)
+		require.NoError(t, err)
+		return n == 0
+	})
+	// The waiter's part of the hand-off is told as an acquire replayed, its outcome known.
+	select {
+	case e := <-replays:
+		require.NoError(t, e.Err, "the waiter's acquire stayed unresolved")
+	case <-time.After(3 * time.Second):
+		t.Fatal("no Replay of the waiter's acquire: the hand-off's outcome was never resolved")
+	}
+	require.ErrorIs(t, waiter.Err(wbase), rlock.ErrNotHeld)
+	if applied {
+		require.False(t, b.exists(t, holder.Key()), "the lock passed to the gone waiter is free again")
+	}
 }

@@ -48,6 +48,12 @@ type hold struct {
 	// are nobody's: re-entries granted to callers that had gone, whose give-back failed.
 	// They ride with the tenure and are given back with its last hold (Mutex.release).
 	orphans int
+	// handoff is the sequence number under which a release of this Client passes the lock to
+	// a waiter of this owner (the successor's number, release.lua): the release that claimed
+	// the waiter writes it before it sends, the waiter reads it once the claim's outcome is
+	// ready (candidate.ready); both under h.op, which the claim took for the waiter. A
+	// hand-off whose outcome stays unknown is an acquire sent under it (Mutex.handedOff).
+	handoff string
 	// endEv is the HoldEnd event of a tenure endLocked ended (when ending), told by unlockMu
 	// once h.mu is unlocked (only with an observer). A value, not a pointer: no allocation.
 	endEv  HoldEndInfo

@@ -455,9 +455,25 @@ func (w *handoffWait) unpark() (bool, error, bool) {
 // the observer's trace of the call (nil: none).
 func (m *Mutex) handedOff(ctx context.Context, h *hold, cand *candidate, o *opHold, g *grace, tr *acqTrace) (bool, error, bool) {
 	if cand.err != nil {
-		// The lock may have passed to this owner, unrecorded: if so, it expires.
+		err := errorf("lock %q: passed on by a release whose outcome is unknown: %w", m.name, cand.err)
+		if o == nil && h.handoff != "" {
+			// The caller has gone: the hand-off is an acquire of this owner, sent under the
+			// release's successor number, whose outcome is unknown. It is resolved as one
+			// (resolveGone): the acquire replayed under that number is answered from the state
+			// if the release passed the lock on (the grant is then given back), and is refused,
+			// the number spent, if not. Before, the hold was only noted stale: a grant that no
+			// caller took stayed in Redis for its whole lease (the drift hunt, seed
+			// 1796324201455082267 trial 4).
+			site := replaySite{kind: m.v.obs, name: m.name, owner: h.owner, op: "acquire"}
+			keys := []string{m.keys.lock, m.keys.fence} // the plain lock's: the one kind with hand-off
+			args := []string{m.c.leaseArg(cand.lease), h.owner, spentMark + h.handoff}
+			m.resolveGone(ctx, h, site, keys, args, cand.err, cand.sent, cand.lease, cand.renew)
+			return false, err, true
+		}
+		// The lock may have passed to this owner, unrecorded: if so, it expires. The caller
+		// is told (ErrUnknownOutcome).
 		m.unresolved(h, cand.lease)
-		return false, errorf("lock %q: passed on by a release whose outcome is unknown: %w", m.name, cand.err), true
+		return false, err, true
 	}
 	if cand.token <= 0 {
 		return false, nil, false
@@ -1121,8 +1137,9 @@ func (m *Mutex) sendRelease(ctx context.Context, owner string, next *candidate, 
 		keys, args = append(keys, k...), append(args, a...)
 	}
 	if next != nil {
+		next.h.handoff = m.c.newRequest() // the claim holds next.h.op (hold.handoff)
 		keys = append(keys, m.keys.fence)
-		args = append(args, next.h.owner, strconv.FormatInt(next.lease.Milliseconds(), 10), m.c.newRequest())
+		args = append(args, next.h.owner, strconv.FormatInt(next.lease.Milliseconds(), 10), next.h.handoff)
 	}
 	parse := func(res rueidis.RedisResult) (int64, int64, error) {
 		if next == nil {
