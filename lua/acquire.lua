@@ -32,6 +32,9 @@
 --           for RedLock's instances, whose tokens are compared across servers
 -- returns {1, token, holds}  acquired (fresh, re-entered, or the answer to an applied
 --                            operation), holds = the owner's hold count in Redis now
+--         {1, token, holds, mine}  the same for a context owner ('u:'): mine = how many of
+--                            the owner's holds this Client's operations took and did not
+--                            give back (lib_seq.lua)
 --         {0, pttl}          held by another owner; pttl is the lock's remaining lease (-1: no
 --                            expiry); 0 for a refused sequence number (spent or superseded)
 --         a WRONGTYPE error, with nothing written, when the lock or the fence holds another type
@@ -79,27 +82,39 @@ if redis.call('exists', lock) == 0 then
       return redis.error_reply('WRONGTYPE ' .. fence .. ' holds a string that is not a fencing token')
     end
   end
+  -- A context owner's field counts this Client's hold (lib_seq.lua).
+  local u = string.byte(owner) == 117
+  local q = u and seq .. '/1' or seq
   if ARGV[4] == '2' then
-    redis.call('hset', lock, owner, '1', seqField, seq, 'token', token, 'w', '1')
+    redis.call('hset', lock, owner, '1', seqField, q, 'token', token, 'w', '1')
   else
-    redis.call('hset', lock, owner, '1', seqField, seq, 'token', token)
+    redis.call('hset', lock, owner, '1', seqField, q, 'token', token)
   end
   -- A lock without an expiry would outlive a crashed holder: if the expiry is refused (an
   -- ACL without PEXPIRE), the grant is undone and the script fails with the refusal.
   local r = redis.pcall('pexpire', lock, lease) if type(r) == 'table' and r.err then rare().ungrant() error(r) end
+  if u then
+    return {1, tonumber(token), 1, 1}
+  end
   return {1, tonumber(token), 1}
 end
 
 local got = redis.call('hmget', lock, owner, seqField, 'token', 'w')
 local holds, last, token = got[1], got[2], tonumber(got[3] or '0')
--- A context owner's field keeps a number per Client (lib_seq.lua): this Client's is compared.
-local shared = last and string.byte(owner) == 117 and rare() -- 'u': its helpers, built once
+-- A context owner's field keeps a number and a count per Client (lib_seq.lua): this Client's
+-- are compared and answered.
+local shared = holds and string.byte(owner) == 117 and rare() -- 'u': its helpers, built once
+local mine
 if shared then
-  last = shared.seqLast(owner, last, seq)
+  last, mine = shared.seqLast(owner, last, seq)
 end
 if holds and last then
   if last == seq then
-    return {1, token, tonumber(holds)} -- applied already: answered from the state
+    -- applied already: answered from the state
+    if shared then
+      return {1, token, tonumber(holds), mine}
+    end
+    return {1, token, tonumber(holds)}
   end
   -- Only a last that may be the later is compared in full (lib_seq.lua).
   if (#last > #seq or #last == #seq and last > seq) and rare().superseded(seq, last) then
@@ -130,11 +145,18 @@ if redis.call('pttl', lock) < tonumber(lease) then
   redis.call('pexpire', lock, lease)
 end
 holds = redis.call('hincrby', lock, owner, '1')
-redis.call('hset', lock, seqField, shared and shared.seqPut(owner, got[2], seq) or seq)
+local q = seq
+if shared then
+  q, mine = shared.seqPut(owner, got[2], seq, 1, holds)
+end
+redis.call('hset', lock, seqField, q)
 if replay then
   -- The order of sequence numbers refuses the first send while the owner holds the lock;
   -- the record refuses it once the lock was freed.
   local r = rare()
   r.spend(lock, fence, seq, r.serverMs(), r.keep)
+end
+if shared then
+  return {1, token, holds, mine}
 end
 return {1, token, holds}

@@ -21,6 +21,9 @@
 -- ARGV[7] = release channel: a new queue head that may take the lock now, or within a
 --           heartbeat, is told with the message '=' .. head ('' publishes nothing)
 -- returns {1, token, holds}  acquired (fresh, re-entered, or a replay of an applied request)
+--         {1, token, holds, mine}  the same for a context owner ('u:'): mine = how many of the
+--                            owner's holds this Client's operations took and did not give
+--                            back (lib_seq.lua)
 --         {0, ttl}           not acquired: when queued, how long to sleep at most before the
 --                            next attempt (the holder's remaining lease if the owner heads the
 --                            queue, the dead head's remaining life if the lock is free, never
@@ -134,14 +137,23 @@ local function ungrant()
   redis.call('del', lock)
 end
 
+-- granted is the answer to a grant: a context owner's tells this Client's count (mine).
+local function granted(token, holds, mine)
+  if mine then
+    return {1, token, holds, mine}
+  end
+  return {1, token, holds}
+end
+
 local got = redis.call('hmget', lock, owner, reqField, 'token')
-local holds, last = got[1], seqLast(owner, got[2], req)
+local holds = got[1]
+local last, mine = seqLast(owner, got[2], req)
 if holds then
   -- Re-entry (or the replay of an applied request): the token of this owner's grant.
   if last == req then
     drop()
     wake()
-    return {1, tonumber(got[3] or '0'), tonumber(holds)}
+    return granted(tonumber(got[3] or '0'), tonumber(holds), mine)
   end
   if spent or superseded(req, last) then
     return {0, 0} -- a spent request id grants nothing again
@@ -156,9 +168,11 @@ if holds then
   drop()
   wake(pttl)
   holds = redis.call('hincrby', lock, owner, 1)
-  redis.call('hset', lock, reqField, seqPut(owner, got[2], req))
+  local q
+  q, mine = seqPut(owner, got[2], req, 1, holds)
+  redis.call('hset', lock, reqField, q)
   spendReplay()
-  return {1, tonumber(got[3] or '0'), tonumber(holds)}
+  return granted(tonumber(got[3] or '0'), tonumber(holds), mine)
 end
 if spent then
   return {0, 0} -- a spent request id neither takes the lock nor queues
@@ -203,9 +217,11 @@ if replay then
   tail = tail .. spentRecord(req, now + math.max(tonumber(lease), spentKeep))
 end
 setFence(fence, token, tail)
-redis.call('hset', lock, owner, 1, reqField, req, 'token', token)
+local q
+q, mine = seqPut(owner, nil, req, 1, 1)
+redis.call('hset', lock, owner, 1, reqField, q, 'token', token)
 if tail ~= '' then
   redis.call('hset', lock, spentFlag, '1') -- re-entries read the fence (lib_fence.lua)
 end
 local r = redis.pcall('pexpire', lock, lease) if refused(r) then ungrant() error(r) end
-return {1, tonumber(token), 1}
+return granted(tonumber(token), 1, mine)

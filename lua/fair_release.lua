@@ -12,10 +12,14 @@
 --           places are purged) is told with the message '=' .. head; nothing is published
 --           when the queue is empty ('' publishes nothing)
 -- ARGV[4] = how long to remember a full release, in milliseconds (> 0)
+-- ARGV[5], ARGV[6], ARGV[7] unused ('')
+-- ARGV[8] = (optional) keep: a give-back of a hold the Client let go of, applied only while
+--           the Client counts more than keep of the owner's holds (see release.lua); else -4
 -- returns n >= 1  holds this owner still has (the lock stays held)
 --         0       the last hold was given back: the lock is free and the head was told
 --         -1      this owner holds no hold (never held, released, expired or taken)
 --         -3      superseded: the owner's later operation was applied (lib_seq.lua)
+--         -4      (with keep) the Client counts no more than keep holds: nothing written
 --         a WRONGTYPE error, with nothing written, when a key holds another type
 -- Runs with allow-oom: giving a lock back must work on a full server.
 --#include lib_publish
@@ -24,8 +28,10 @@ local lock, record, queue, alive = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local owner, req, channel = ARGV[1], ARGV[2], ARGV[3]
 local reqField = 'q:' .. owner
 
+local keep = tonumber(ARGV[8])
 local got = redis.call('hmget', lock, owner, reqField)
-local holds, last = got[1], seqLast(owner, got[2], req)
+local holds = got[1]
+local last, mine = seqLast(owner, got[2], req)
 if not holds then
   if redis.call('exists', record) == 1 then
     return 0
@@ -38,9 +44,12 @@ end
 if superseded(req, last) then
   return -3 -- the owner's later operation was applied (lib_seq.lua): nothing written
 end
+if keep and tonumber(mine or holds) <= keep then
+  return -4 -- none of the Client's holds beyond keep: nothing to give back
+end
 if tonumber(holds) > 1 then
   holds = redis.call('hincrby', lock, owner, -1)
-  redis.call('hset', lock, reqField, seqPut(owner, got[2], req))
+  redis.call('hset', lock, reqField, (seqPut(owner, got[2], req, -1, holds)))
   return holds
 end
 -- The last hold. Check the types of the keys still to be read before writing anything (the

@@ -105,9 +105,6 @@ var (
 	Renew = load("renew")
 	// ForceRelease frees a lock whoever holds it (force_release.lua).
 	ForceRelease = load("force_release")
-	// ReleaseOrphans gives back holds Redis counts beyond the owner's own
-	// (release_orphans.lua).
-	ReleaseOrphans = load("release_orphans")
 )
 
 // Name is the script's file name without the .lua suffix.

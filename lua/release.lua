@@ -17,7 +17,12 @@
 --           whose hold it gives back ('0' when the caller does not know it)
 -- ARGV[5], ARGV[6], ARGV[7] (optional) = a successor: owner id, lease in milliseconds and
 --           sequence number of a waiter that the last hold passes to directly (a fresh grant, with
---           a new fencing token, and no publish)
+--           a new fencing token, and no publish); '' for none
+-- ARGV[8] = (optional) keep: a give-back of a hold the Client let go of (its acquire's outcome
+--           unknown, its give-back unanswered, its fixed lease over), applied only while the
+--           Client counts more than keep of the owner's holds in Redis (lib_seq.lua: for a
+--           context owner, this Client's count; for a handle's owner, the owner's); else -4,
+--           nothing written. It never takes a hold that another Client's operation took.
 -- returns, without a successor:
 --         n >= 1  holds this owner still has (the lock stays held)
 --         0       the last hold was given back: the lock is free and the channel was told
@@ -29,6 +34,7 @@
 --                 (the lease cannot have run out before that end; any other removal is a
 --                 force, which leaves the forced record, or is outside relock).
 --         -3      superseded: the owner's later operation was applied (nothing written)
+--         -4      (with keep) the Client counts no more than keep holds: nothing written
 --         with a successor, {n, token}: n as above, and token > 0 when the lock passed to the
 --         successor (0 when it did not: then the channel was told as usual)
 --         a WRONGTYPE error, with nothing written, when a key holds another type (or the
@@ -40,6 +46,10 @@
 local lock, forced = KEYS[1], KEYS[2]
 local owner, req, channel, tenure = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local next, nextLease, nextReq = ARGV[5], ARGV[6], ARGV[7]
+if next == '' then
+  next = nil
+end
+local keep = tonumber(ARGV[8])
 local reqField = 'q:' .. owner
 
 -- rare returns the helpers of the paths an uncontended release does not take (a hand-off, a
@@ -61,10 +71,12 @@ end
 
 local got = redis.call('hmget', lock, owner, reqField, 'w')
 local holds, last, waiters = got[1], got[2], got[3]
--- A context owner's field keeps a number per Client (lib_seq.lua): this Client's is compared.
-local shared = last and string.byte(owner) == 117 and rare() -- 'u': its helpers, built once
+-- A context owner's field keeps a number and a count per Client (lib_seq.lua): this Client's
+-- number is compared, and its count kept.
+local shared = holds and string.byte(owner) == 117 and rare() -- 'u': its helpers, built once
+local mine = holds
 if shared then
-  last = shared.seqLast(owner, last, req)
+  last, mine = shared.seqLast(owner, last, req)
 end
 if not holds then
   if tenure == '' then
@@ -90,9 +102,12 @@ end
 if last and (#last > #req or #last == #req and last > req) and rare().superseded(req, last) then
   return rare().reply(-3) -- superseded: the owner's later operation was applied
 end
+if keep and tonumber(mine) <= keep then
+  return rare().reply(-4) -- none of the Client's holds beyond keep: nothing to give back
+end
 if tonumber(holds) > 1 then
   holds = redis.call('hincrby', lock, owner, '-1')
-  redis.call('hset', lock, reqField, shared and shared.seqPut(owner, got[2], req) or req)
+  redis.call('hset', lock, reqField, shared and shared.seqPut(owner, got[2], req, -1, holds) or req)
   if next then
     return {holds, 0}
   end
@@ -117,6 +132,9 @@ if next then
   -- migrated, a script may not touch a key that does not exist, so a DEL then HSET would
   -- fail half-way, with the lock freed and not passed on.
   redis.call('hdel', lock, owner, reqField)
+  if string.byte(next) == 117 then
+    nextReq = nextReq .. '/1' -- a context owner's count of this Client's holds (lib_seq.lua)
+  end
   redis.call('hset', lock, next, '1', 'q:' .. next, nextReq, 'token', token, 'w', '1')
   local r = redis.pcall('pexpire', lock, nextLease)
   if type(r) == 'table' and r.err then

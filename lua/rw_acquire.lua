@@ -25,6 +25,9 @@
 -- returns {1, token, holds}  acquired (fresh, re-entered, or a replay of an applied request);
 --                            token is the fencing token for the write hold, 0 for a read hold;
 --                            holds is the owner's hold count of that kind
+--         {1, token, holds, mine}  the same for a context owner ('u:'): mine = how many of
+--                            those holds this Client's operations took and did not give
+--                            back (lib_seq.lua)
 --         {0, ttl}           refused; ttl (>= 1) is how long the obstacle lasts at most by
 --                            itself, capped at a third of the waiter timeout for a claiming
 --                            writer (so that it comes back to refresh its claim), and at the
@@ -130,14 +133,27 @@ local function extend(f)
   end
 end
 
+-- granted is the answer to a grant: a context owner's tells this Client's count (mine).
+local function granted(token, holds, mine)
+  if mine then
+    return {1, token, holds, mine}
+  end
+  return {1, token, holds}
+end
+
+-- first is the q: value of a fresh hold field: a context owner's counts this Client's hold.
+local function first()
+  return (seqPut(owner, nil, req, 1, 1))
+end
+
 -- reenter adds a hold to field f, or answers a replay. The lease comes before the count, so
 -- that a refused call fails the re-entry before it counts a hold (what it wrote before only
 -- lengthens the owner's lease, as the re-entry would have).
 local function reenter(f, token)
   local got = redis.call('hmget', lock, f, 'q:' .. f)
-  local last = seqLast(owner, got[2], req)
+  local last, mine = seqLast(owner, got[2], req)
   if last == req then
-    return {1, token, tonumber(got[1])}
+    return granted(token, tonumber(got[1]), mine)
   end
   if spent or superseded(req, last) then
     return {0, 0} -- a spent request id grants nothing again
@@ -145,9 +161,11 @@ local function reenter(f, token)
   extend(f)
   settle(nothing)
   local holds = redis.call('hincrby', lock, f, 1)
-  redis.call('hset', lock, 'q:' .. f, seqPut(owner, got[2], req))
+  local q
+  q, mine = seqPut(owner, got[2], req, 1, holds)
+  redis.call('hset', lock, 'q:' .. f, q)
   spendReplay()
-  return {1, token, holds}
+  return granted(token, holds, mine)
 end
 
 -- unclaim takes the owner's claim back.
@@ -207,13 +225,13 @@ if kind == 'w' then
   local function ungrant()
     redis.call('del', lock, leases)
   end
-  redis.call('hset', lock, 'mode', 'write', 'writer', owner, 'token', nextTok, owner, 1, 'q:' .. owner, req)
+  redis.call('hset', lock, 'mode', 'write', 'writer', owner, 'token', nextTok, owner, 1, 'q:' .. owner, first())
   if flag then
     redis.call('hset', lock, spentFlag, '1') -- re-entries read the fence (lib_fence.lua)
   end
   local r = redis.pcall('zadd', leases, ms(now + lease), owner) if refused(r) then ungrant() error(r) end
   settle(ungrant)
-  return {1, tonumber(nextTok), 1}
+  return granted(tonumber(nextTok), 1, string.byte(owner) == 117 and 1 or nil)
 end
 
 -- A read hold.
@@ -258,8 +276,8 @@ if not mode then
     redis.call('hset', lock, spentFlag, '1') -- re-entries read the fence (lib_fence.lua)
   end
 end
-redis.call('hset', lock, f, 1, 'q:' .. f, req)
+redis.call('hset', lock, f, 1, 'q:' .. f, first())
 local r = redis.pcall('zadd', leases, ms(now + lease), f) if refused(r) then unread() error(r) end
 settle(unread)
 spendReplay()
-return {1, 0, 1}
+return granted(0, 1, string.byte(owner) == 117 and 1 or nil)

@@ -18,11 +18,15 @@
 --           reader) when the write hold ends, by release or by lease, and no writer's claim
 --           is live (a claimant goes first; readers are woken when the last claim is served
 --           or withdrawn, or by their own timer when it runs out)
+-- ARGV[8] = (optional) keep: a give-back of a hold the Client let go of, applied only while
+--           the Client counts more than keep of the owner's holds of that kind (see
+--           release.lua); else -4
 -- returns n >= 1  holds of that kind the owner still has
 --         0       the owner's last hold of that kind was given back
 --         -1      the owner holds no hold of that kind (never held, released, expired, or
 --                 removed by a force unlock)
 --         -3      superseded: the owner's later operation was applied (lib_seq.lua)
+--         -4      (with keep) the Client counts no more than keep holds: nothing written
 --         a WRONGTYPE error (nothing written, nobody told) when the lock key is not a
 --                 read-write lock, or the writers key (KEYS[4]) is not a zset
 -- Releasing the write hold while holding read holds leaves the lock in read mode (a
@@ -66,16 +70,20 @@ if not holds then
   return -1
 end
 local lastReq = redis.call('hget', lock, 'q:' .. f)
-local last = seqLast(owner, lastReq, req)
+local last, mine = seqLast(owner, lastReq, req)
 if last == req then
   return tonumber(holds)
 end
 if superseded(req, last) then
   return -3 -- the owner's later operation was applied (lib_seq.lua): nothing written
 end
+local keep = tonumber(ARGV[8])
+if keep and tonumber(mine or holds) <= keep then
+  return -4 -- none of the Client's holds beyond keep: nothing to give back
+end
 if tonumber(holds) > 1 then
   holds = redis.call('hincrby', lock, f, -1)
-  redis.call('hset', lock, 'q:' .. f, seqPut(owner, lastReq, req))
+  redis.call('hset', lock, 'q:' .. f, (seqPut(owner, lastReq, req, -1, holds)))
   return holds
 end
 

@@ -61,7 +61,6 @@ type Client struct {
 	mu       sync.Mutex
 	holds    map[holdKey]*hold
 	handoffs map[string]*handoffQueue // parked candidates per lock (handoff.go)
-	stale    map[holdKey]staleRec     // holds let go of that Redis may still count (hold.go)
 	closed   bool
 
 	// life ends with Close (cause ErrClosed): work done on a caller's behalf past its ctx
@@ -105,7 +104,6 @@ func New(client rueidis.Client, opts ...Option) (*Client, error) {
 		id:       strings.ReplaceAll(uuid.NewString(), "-", ""),
 		holds:    make(map[holdKey]*hold),
 		handoffs: make(map[string]*handoffQueue),
-		stale:    make(map[holdKey]staleRec),
 	}
 	c.obs = newObserver(o.observers)
 	c.wdLease = strconv.FormatInt(o.watchdogTimeout.Milliseconds(), 10)
@@ -297,14 +295,6 @@ func (c *Client) drainCtxUntil(drain, ctx context.Context, dl time.Time) (contex
 	}
 	tctx, cancel := context.WithDeadline(drain, dl)
 	return callerValues{Context: tctx, values: ctx}, cancel
-}
-
-// minted reports whether owner is a handle owner of this Client: no other Client acts for
-// it (a handle's owner id is used only through its own Client, and WithOwner ids are
-// prefixed "u:", so they cannot take that form). Context owners, even those WithNewOwner
-// made here, may be carried to handles of other Clients.
-func (c *Client) minted(owner string) bool {
-	return len(owner) > len(c.id)+3 && owner[:2] == "h:" && owner[2:2+len(c.id)] == c.id && owner[2+len(c.id)] == ':'
 }
 
 // ID is the Client's instance id, part of every owner id it makes ("" for a nil Client).

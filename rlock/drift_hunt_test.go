@@ -370,20 +370,16 @@ func TestDriftHunt(t *testing.T) {
 }
 
 // TestDriftHunt_sharedOwnerAcrossClients is TestDriftHunt with one context owner used
-// through two Clients. It found TestSharedOwner_*'s defect (a replay of one Client applied
-// again after the other Client's operation for the same owner), fixed in 2008d83, and one
-// still open, so it runs only with RELOCK_KNOWN_DEFECTS=1: a Client gives back a context
-// owner's holds that Redis counts beyond its own when it noted them stale (an acquire whose
-// outcome stayed unknown, a fixed lease that ended) or as known orphans, and Redis's count
-// includes the other Clients' holds of the owner. When the stale hold was never granted, the
-// give-back takes one of theirs (.ci/run at 8362570, seed 1796321909366661268 trial 29: an
-// acquire unresolved after 7 sends, then the owner's next grant through that Client gave back
-// "1 orphan" and Redis counted 3 holds of the 4 the owner took). The fix needs Redis to tell
-// one Client's holds of an owner from another's.
+// through two Clients. It found TestSharedOwner_*'s defects: a replay of one Client applied
+// again after the other Client's operation for the same owner (fixed in 2008d83), and a
+// Client giving back, blindly, a context owner's holds that it had noted stale (an acquire
+// whose outcome stayed unknown, a fixed lease that ended) while Redis's count included the
+// other Client's: when the stale hold had never been granted, the give-back took one of the
+// other Client's (.ci/run at 8362570, seed 1796321909366661268 trial 29: an acquire
+// unresolved after 7 sends, then the owner's next grant through that Client gave back "1
+// orphan" and Redis counted 3 holds of the 4 the owner took). Redis now counts each Client's
+// holds of a context owner apart, and every such give-back is conditional on that count.
 func TestDriftHunt_sharedOwnerAcrossClients(t *testing.T) {
-	if os.Getenv("RELOCK_KNOWN_DEFECTS") != "1" {
-		t.Skip("known defect, not fixed (RELOCK_KNOWN_DEFECTS=1 runs it): a context owner's stale holds are given back blindly when other Clients share the owner")
-	}
 	driftHunt(t, true)
 }
 

@@ -110,3 +110,123 @@ func TestSharedOwner_replayedReleaseAfterOtherClientAppliesTwice(t *testing.T) {
 	}
 	_ = m1.Unlock(ctx)
 }
+
+// sharedOwnerCounts checks that Redis counts want holds of owner ctx on m's lock, and that
+// after each Client has given back its own (gives: the Mutex of each Client, one Unlock per
+// hold it took) the lock is free: no hold of one Client was taken by another's give-back,
+// and none is left over.
+func sharedOwnerCounts(t *testing.T, ctx context.Context, want int, gives ...*rlock.Mutex) {
+	t.Helper()
+	n, err := gives[0].HoldCount(ctx)
+	require.NoError(t, err)
+	if n != want {
+		t.Errorf("the owner took %d holds and has given back none; Redis counts %d", want, n)
+	}
+	for i, m := range gives {
+		if err := m.Unlock(ctx); err != nil {
+			t.Errorf("give-back %d of the owner's own holds: %v", i, err)
+		}
+	}
+	locked, err := gives[0].IsLocked(bg)
+	require.NoError(t, err)
+	if locked {
+		t.Errorf("every hold was given back, yet the lock is held")
+	}
+}
+
+// TestSharedOwner_unknownAcquireNeverAppliedTakesNoOtherHold: a context owner used through two
+// Clients. Client 0's TryLock is never applied, but its sends all go unanswered: it ends with
+// ErrUnknownOutcome, and Client 0 can only suppose that Redis may have granted it. Client 1
+// then takes a hold of the owner, and Client 0 another (a re-entry in Redis). Redis counts 2
+// holds, one beyond Client 0's own: Client 1's. Client 0 took that one for its own unknown
+// grant (a stale record) and gave it back blindly (before: Redis counted 1 of the 2 holds the
+// owner took, and Client 1's Unlock freed the lock under Client 0's hold: the drift hunt's
+// shared owner, seed 1796321909366661268 trial 29). Redis now counts each Client's holds of
+// a context owner apart, and a give-back of holds a Client let go of is conditional on them.
+func TestSharedOwner_unknownAcquireNeverAppliedTakesNoOtherHold(t *testing.T) {
+	hc, c0, c1 := sharedOwnerPair(t)
+	name := redistest.Name(t)
+	ctx := rlock.WithOwner(bg, "shared-"+name)
+	m0, m1 := c0.Mutex(name), c1.Mutex(name)
+	var armed atomic.Bool
+	armed.Store(true)
+	hc.set(func(_ context.Context, cmd hookCall, call func() rueidis.RedisResult) rueidis.RedisResult {
+		if cmd.script == "acquire" && armed.Load() {
+			return hardLost() // never sent: nothing applied, and no answer
+		}
+		return call()
+	})
+	_, err := m0.TryLock(ctx, 0, 0)
+	require.ErrorIs(t, err, rlock.ErrUnknownOutcome)
+	armed.Store(false)
+	require.NoError(t, m1.Lock(ctx))
+	require.NoError(t, m0.Lock(ctx))
+	sharedOwnerCounts(t, ctx, 2, m1, m0)
+}
+
+// TestSharedOwner_unknownAcquireAppliedIsGivenBack: as above, but Client 0's TryLock was
+// applied (its replies lost): Redis counts a hold of the owner that no call took. Client 0's
+// next grant finds it among its own holds in Redis and gives it back, and no give-back takes
+// Client 1's hold; once both Clients have given back their own, the lock is free.
+func TestSharedOwner_unknownAcquireAppliedIsGivenBack(t *testing.T) {
+	hc, c0, c1 := sharedOwnerPair(t)
+	name := redistest.Name(t)
+	ctx := rlock.WithOwner(bg, "shared-"+name)
+	m0, m1 := c0.Mutex(name), c1.Mutex(name)
+	var armed atomic.Bool
+	armed.Store(true)
+	var first atomic.Bool
+	first.Store(true)
+	hc.set(func(_ context.Context, cmd hookCall, call func() rueidis.RedisResult) rueidis.RedisResult {
+		if cmd.script == "acquire" && armed.Load() {
+			if first.CompareAndSwap(true, false) {
+				_ = call() // applied
+			}
+			return hardLost()
+		}
+		return call()
+	})
+	_, err := m0.TryLock(ctx, 0, 0)
+	require.ErrorIs(t, err, rlock.ErrUnknownOutcome)
+	armed.Store(false)
+	require.NoError(t, m1.Lock(ctx))
+	require.NoError(t, m0.Lock(ctx))
+	require.Eventually(t, func() bool {
+		n, err := m0.HoldCount(ctx)
+		return err == nil && n == 2
+	}, 5*time.Second, 10*time.Millisecond, "the unknown grant is given back, and nothing else")
+	sharedOwnerCounts(t, ctx, 2, m1, m0)
+}
+
+// TestSharedOwner_unknownUnlockAppliedTakesNoOtherHold: Client 0 holds 2 holds of the owner,
+// Client 1 one. Client 0's Unlock is applied but no answer comes (ErrUnknownOutcome): Client
+// 0 counts it given back, and keeps it as an orphan in case Redis did not apply it. The
+// orphan's give-back must take nothing (Redis applied the Unlock): not Client 1's hold.
+func TestSharedOwner_unknownUnlockAppliedTakesNoOtherHold(t *testing.T) {
+	hc, c0, c1 := sharedOwnerPair(t)
+	name := redistest.Name(t)
+	ctx := rlock.WithOwner(bg, "shared-"+name)
+	m0, m1 := c0.Mutex(name), c1.Mutex(name)
+	require.NoError(t, m0.Lock(ctx))
+	require.NoError(t, m0.Lock(ctx))
+	require.NoError(t, m1.Lock(ctx))
+	var armed atomic.Bool
+	armed.Store(true)
+	var first atomic.Bool
+	first.Store(true)
+	hc.set(func(_ context.Context, cmd hookCall, call func() rueidis.RedisResult) rueidis.RedisResult {
+		if cmd.script == "release" && armed.Load() {
+			if first.CompareAndSwap(true, false) {
+				_ = call() // applied
+			}
+			return hardLost()
+		}
+		return call()
+	})
+	require.ErrorIs(t, m0.Unlock(ctx), rlock.ErrUnknownOutcome)
+	armed.Store(false)
+	// Two renewal periods (the watchdog timeout is 3 s): an orphan's give-back starts at the
+	// first renewal Redis confirms.
+	time.Sleep(2500 * time.Millisecond)
+	sharedOwnerCounts(t, ctx, 2, m1, m0)
+}

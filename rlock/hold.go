@@ -3,11 +3,9 @@ package rlock
 import (
 	"context"
 	"errors"
-	"strconv"
 	"sync"
 	"time"
 
-	"github.com/relock-go/relock/lua"
 	"github.com/relock-go/relock/watchdog"
 )
 
@@ -44,9 +42,10 @@ type hold struct {
 	// ErrLeaseExpired until the owner's next grant or release through this Client. The hold
 	// may leave the table meanwhile: the handle that used it last keeps it (Mutex.spare).
 	expired bool
-	// orphans are holds that Redis counts for the owner within the current tenure and that
-	// are nobody's: re-entries granted to callers that had gone, whose give-back failed.
-	// They ride with the tenure and are given back with its last hold (Mutex.release).
+	// orphans are holds that Redis may count for the owner within the current tenure and
+	// that are nobody's: holds whose give-back failed or got no answer (abandon). They ride
+	// with the tenure and are given back, never beyond this Client's own count in Redis, at
+	// its next confirmed renewal (settleOrphans), its next grant or its last hold.
 	orphans int
 	// handoff is the sequence number under which a release of this Client passes the lock to
 	// a waiter of this owner (the successor's number, release.lua): the release that claimed
@@ -78,7 +77,6 @@ type tenure struct {
 	releasing bool
 	deferred  error     // the renewal's loss, told only if the give-back fails (releaseFailed)
 	end       time.Time // conservative end of the lease as last granted (fixed leases)
-	gone      time.Time // by then Redis has surely let the lease as last granted expire (fixed leases)
 	// start is when the grant's reply came, on the observation clock (observer.now); set
 	// only when the Client has an observer, for HoldEnd's Held. -1: a tenure no caller was
 	// told of (hideTenure), whose end is not reported.
@@ -113,12 +111,8 @@ func (h *hold) tryLockOp() bool {
 // unlockOp gives h.op back.
 func (h *hold) unlockOp() { <-h.op }
 
-// key is h's key in the Client's tables (holds, stale records).
+// key is h's key in the Client's table of holds.
 func (h *hold) key() holdKey { return holdKey{tableKey(h.keys, h.v), h.owner} }
-
-// goneBy is the latest moment by which Redis surely lets a lease granted (or renewed) now
-// expire, allowing for the drift between the clocks.
-func goneBy(lease time.Duration) time.Time { return time.Now().Add(lease + watchdog.Drift(lease)) }
 
 // ref returns the hold of m's lock for owner, creating it, and counts an operation on it.
 // A hold that m used before and that left the table while idle is put back rather than
@@ -205,19 +199,23 @@ func (c *Client) forgetLocked(h *hold) {
 }
 
 // granted records a hold granted by a request sent at sent, with the lease it asked for;
-// holds is the owner's hold count in Redis after the grant. A fresh grant (holds 1) while
+// holds is the owner's hold count in Redis after the grant, mine the part of it that this
+// Client's operations took and did not give back (for a handle's owner, holds; for a context
+// owner, which several Clients may share, Redis counts each Client's apart: lib_seq.lua). A
+// fresh grant (holds 1) while
 // this Client still counts holds of the owner means the earlier tenure was lost unnoticed:
 // granted then ends it as lost and returns an error wrapping ErrLockLost, recording nothing.
 // So it does, whatever Redis counts, while an earlier loss still blocks re-entry (h.lost).
 //
-// Redis may also count more holds than this Client knows of (holds > count + 1): holds the
-// Client stopped counting while Redis still had them (a fixed lease's holds in the moment
-// between their local end, which comes early by the drift allowance, and their end in
-// Redis; holds whose give-back failed), which the grant has now joined to a live tenure, or
-// holds of the same owner id taken through another Client. granted records its own hold
-// and returns how many holds Redis counts beyond this Client's: the caller decides which of
-// them to give back. fresh reports that the grant began a tenure (else it re-entered one).
-func (h *hold) granted(token, holds int64, sent time.Time, lease time.Duration, renew bool) (fresh bool, extra int64, err error) {
+// Redis may also count more holds of this Client than it knows of (mine > count + 1): holds
+// the Client stopped counting while Redis still had them (a fixed lease's holds in the
+// moment between their local end, which comes early by the drift allowance, and their end
+// in Redis; holds whose give-back failed or got no answer; an acquire whose outcome stayed
+// unknown), which the grant has now joined to a live tenure. granted records its own hold
+// and returns how many of the Client's holds Redis counts beyond it (extra), to be given
+// back; holds of the same owner id taken through another Client are not among them. fresh
+// reports that the grant began a tenure (else it re-entered one).
+func (h *hold) granted(token, holds, mine int64, sent time.Time, lease time.Duration, renew bool) (fresh bool, extra int64, err error) {
 	h.mu.Lock()
 	defer h.unlockMu()
 	if h.lost != nil {
@@ -239,7 +237,9 @@ func (h *hold) granted(token, holds int64, sent time.Time, lease time.Duration, 
 		}
 		return false, 0, cause
 	}
-	extra = max(0, holds-int64(h.count)-1)
+	extra = max(0, mine-int64(h.count)-1)
+	// The extra holds are given back (Mutex.grant): the tenure's orphans among them.
+	h.orphans -= int(min(extra, int64(h.orphans)))
 	t := h.cur
 	fresh = t == nil
 	if fresh {
@@ -247,7 +247,6 @@ func (h *hold) granted(token, holds int64, sent time.Time, lease time.Duration, 
 		h.expired = false
 	}
 	end := sent.Add(lease - watchdog.Drift(lease))
-	gone := goneBy(lease)
 	if !fresh && (t.renew || (!renew && !end.After(t.end))) {
 		h.count++
 		return false, extra, nil // the lease in force already covers this hold
@@ -280,9 +279,6 @@ func (h *hold) granted(token, holds int64, sent time.Time, lease time.Duration, 
 		h.c.wd.Remove(t.lease)
 	}
 	t.renew, t.end, t.lease = renew, end, l
-	if gone.After(t.gone) {
-		t.gone = gone
-	}
 	if fresh && h.c.obs != nil {
 		t.start = h.c.obs.now()
 	}
@@ -314,13 +310,12 @@ func (h *hold) onLost(l *watchdog.Lease, cause error) {
 	}
 	if !h.cur.renew && errors.Is(cause, watchdog.ErrExpired) {
 		// A fixed lease ran its course: the holds are over, nothing was lost. Redis may keep
-		// them a little longer (the drift allowance): a re-entry in that moment finds them.
-		n, gone := h.count, h.cur.gone
+		// them a little longer (the drift allowance): a grant in that moment finds them among
+		// the Client's own in Redis and gives them back (granted's extra).
 		h.count = 0
 		h.expired = true
 		h.endLocked(ErrLeaseExpired)
 		h.unlockMu()
-		h.c.noteStale(h, n, gone)
 		h.c.forget(h)
 		return
 	}
@@ -328,31 +323,22 @@ func (h *hold) onLost(l *watchdog.Lease, cause error) {
 	h.unlockMu()
 }
 
-// abandon ends this Client's part in one hold whose give-back failed: Redis may still count
-// it, and nothing will give it back now. When the owner holds others through a live tenure,
-// the hold becomes an orphan of that tenure: it is renewed with it and given back with its
-// last hold, and the owner is told nothing (its lock is not lost). Otherwise the tenure, if
-// any, ends (cause ErrNotHeld: the caller that took the hold has gone), nothing renews the
-// hold any more, and Redis lets it expire within its lease.
-//
-// A give-back whose outcome stayed unknown (ErrUnknownOutcome: Redis may have applied it) makes
-// an orphan only for the owner id of one of this Client's handles, whose orphans are given
-// back never below the owner's own count (settleOrphans). A context owner's holds may be
-// counted by other Clients too, so such an orphan, given back blindly, could take one of
-// theirs: the hold is let go of without one (nor a stale record, which the owner's next grant
-// would give back as blindly), and if Redis still has it, it rides with the owner's tenure
-// and expires with its lease once nobody renews it. (A RedLock's instance holds
-// keep their orphans, given back with the instance's last hold, as before.)
-func (h *hold) abandon(cause error) {
-	// keep: the hold may be given back later (an orphan, a stale record); not for a context
-	// owner's hold whose give-back may have been applied (see above).
-	keep := !errors.Is(cause, ErrUnknownOutcome) || h.c.minted(h.owner) || h.v.ownOrphans
+// abandon ends this Client's part in one hold whose give-back failed or got no answer
+// (ErrUnknownOutcome): Redis may still count it, or may have applied the give-back. When the
+// owner holds others through a live tenure, the hold becomes an orphan of that tenure: it is
+// renewed with it and given back at its next confirmed renewal (settleOrphans), its next
+// grant or its last hold, never beyond the holds Redis counts for this Client (so an orphan
+// whose give-back was applied after all costs nothing, and, for a context owner, another
+// Client's hold is never taken), and the owner is told nothing (its lock is not lost).
+// Otherwise the tenure, if any, ends (cause ErrNotHeld: the caller that took the hold has
+// gone), nothing renews the hold any more, and Redis lets it expire within its lease, unless
+// the owner's next grant through this Client finds it first (granted's extra) and gives it
+// back.
+func (h *hold) abandon() {
 	h.mu.Lock()
 	if h.cur != nil && h.count > 1 {
 		h.count--
-		if keep {
-			h.orphans++
-		}
+		h.orphans++
 		h.unlockMu()
 		return
 	}
@@ -362,38 +348,31 @@ func (h *hold) abandon(cause error) {
 	if h.count == 0 {
 		h.lost = nil // every hold is accounted for: the loss no longer blocks (as in released)
 	}
-	gone := goneBy(h.c.opts.watchdogTimeout)
 	if h.cur != nil {
-		if h.cur.gone.After(gone) {
-			gone = h.cur.gone
-		}
 		h.stopLease()
 		h.endLocked(ErrNotHeld)
 	}
 	h.unlockMu()
-	if keep {
-		h.c.noteStale(h, 1, gone)
-	}
 }
 
 // settleOrphans gives back, in the background, the orphans of h's current tenure (holds
-// whose give-back got no answer: see abandon) once Redis answers again, as the watchdog learns
-// when it confirms the tenure's renewal. The give-back is conditional in Redis
-// (release_orphans.lua): it takes at most the holds Redis counts beyond the owner's own
-// (h.count), so an orphan whose give-back was applied after all (its replies lost) costs the
-// owner nothing. So an orphan is counted in Redis beyond the holds the owner took for at most
-// one renewal period after Redis answers again (unless the owner's operations on the lock keep
-// h.op busy at every renewal: their grants and last release reconcile the count themselves),
-// or until a fixed lease's end. Only for the owner id of one of this Client's handles: a
-// context owner may hold the same lock through another Client, whose holds Redis counts too;
-// its orphans wait for its last Unlock, as before; so do a RedLock instance's (variant
-// ownOrphans: the RedLock gives them back with the instance's last hold). It runs on the
-// watchdog's goroutine and never waits: a busy h.op leaves the orphans to the next renewal.
+// whose give-back failed or got no answer: see abandon) once Redis answers again, as the
+// watchdog learns when it confirms the tenure's renewal. Each give-back is conditional in
+// Redis (the release script's keep, Mutex.giveBackOrphans): it takes a hold only while Redis
+// counts more of this Client's holds of the owner than the owner's own here (h.count), so an
+// orphan whose give-back was applied after all (its replies lost) costs the owner nothing,
+// and a context owner's holds taken through other Clients are never taken. So an orphan is
+// counted in Redis beyond the holds the owner took for at most one renewal period after
+// Redis answers again (unless the owner's operations on the lock keep h.op busy at every
+// renewal: their grants and last release give back what Redis counts beyond them), or until
+// a fixed lease's end. A RedLock's instance holds keep their orphans (variant ownOrphans: the
+// RedLock gives them back with the instance's last hold). It runs on the watchdog's goroutine
+// and never waits: a busy h.op leaves the orphans to the next renewal.
 func (h *hold) settleOrphans() {
 	h.mu.Lock()
 	n := h.orphans
 	h.mu.Unlock()
-	if n == 0 || h.v.ownOrphans || !h.c.minted(h.owner) || !h.tryLockOp() {
+	if n == 0 || h.v.ownOrphans || !h.tryLockOp() {
 		return
 	}
 	h.c.reref(h)
@@ -406,21 +385,19 @@ func (h *hold) settleOrphans() {
 		if t == nil || keep <= 0 || most <= 0 {
 			return
 		}
-		cctx, cancel := h.c.cleanupCtx(context.Background())
-		defer cancel()
-		args := []string{h.owner, h.c.newRequest(), strconv.Itoa(keep), strconv.Itoa(most)}
-		left, err := h.c.exec(cctx, lua.ReleaseOrphans, []string{h.keys.lock}, args).AsInt64()
-		if err == nil && left >= 0 {
-			// Whatever Redis still counts beyond keep is not this tenure's orphans (the script
-			// gave back all it could of them): the count is the owner's own again.
+		m := &Mutex{c: h.c, name: h.name, keys: h.keys, v: h.v}
+		given, err := m.giveBackOrphans(context.Background(), h.owner, keep, int64(most))
+		if err == nil {
+			// Whatever Redis still counts beyond keep is not this tenure's orphans (the
+			// give-backs took all they could of them): the count is the owner's own again.
 			h.mu.Lock()
 			if h.cur == t {
 				h.orphans = 0
 			}
 			h.mu.Unlock()
 		}
-		if o := h.c.obs; o != nil && h.v.obs != "" {
-			h.c.gaveBack(h.v.obs, h.name, h.owner, most, GiveBackOrphan, err)
+		if o := h.c.obs; o != nil && h.v.obs != "" && (given > 0 || err != nil) {
+			h.c.gaveBack(h.v.obs, h.name, h.owner, int(max(given, 1)), GiveBackOrphan, err)
 		}
 	})
 }
@@ -429,32 +406,26 @@ func (h *hold) settleOrphans() {
 // failed, or that nothing will give back, because the one that took them no longer counts
 // them (a RedLock's instance holds after a failed round, or after an Unlock whose give-back
 // failed: the RedLock forgets them). Nothing renews them any more and Redis lets them expire
-// within their lease; the tenure, if any, ends (cause ErrNotHeld), and the holds Redis may
-// still count are noted as stale until surely gone.
+// within their lease, unless the owner's next grant through this Client finds them first
+// (granted's extra) and gives them back; the tenure, if any, ends (cause ErrNotHeld).
 func (h *hold) abandonAll() {
 	h.mu.Lock()
-	n := h.count + h.orphans
 	h.count = 0
 	h.lost = nil
-	gone := goneBy(h.c.opts.watchdogTimeout)
 	if h.cur != nil {
-		if h.cur.gone.After(gone) {
-			gone = h.cur.gone
-		}
 		h.stopLease()
 		h.endLocked(ErrNotHeld)
 	}
 	h.unlockMu()
-	h.c.noteStale(h, n, gone)
 }
 
 // released records that Redis reports remaining holds for the owner after a release (0 when
 // the lock was freed, -1 when the owner held none). When this Client's last hold is given
 // back while Redis still counts holds of the owner, the tenure ends all the same, so that
 // the watchdog stops renewing them, and released returns how many Redis still counts
-// (extra) and how many of them this Client knows to be its tenure's orphans (known): the
-// caller gives back those that are surely not another Client's.
-func (h *hold) released(remaining int64) (extra int64, known int) {
+// (extra): the caller gives back those that are this Client's (its orphans, and holds it let
+// go of), never another Client's (Mutex.giveBackOrphans with keep 0).
+func (h *hold) released(remaining int64) (extra int64) {
 	h.mu.Lock()
 	defer h.unlockMu()
 	if h.count > 0 {
@@ -472,13 +443,13 @@ func (h *hold) released(remaining int64) (extra int64, known int) {
 				cause = errorf("%w: Redis no longer had it at unlock", ErrLockLost)
 			}
 			if remaining > 0 {
-				extra, known = remaining, h.orphans
+				extra = remaining
 			}
 			h.stopLease()
 			h.endLocked(cause)
 		}
 	}
-	return extra, known
+	return extra
 }
 
 // beginRelease marks tenure t, if still current, as having the give-back of its last hold in
@@ -694,87 +665,4 @@ func (h *hold) why() (*tenure, error) {
 		return nil, ErrLeaseExpired
 	}
 	return nil, ErrNotHeld
-}
-
-// staleRec is a count of holds this Client stopped counting while Redis may still have
-// them, until a moment when Redis has surely dropped them (unless a re-entry joined them to
-// a new tenure first).
-type staleRec struct {
-	n     int
-	until time.Time
-}
-
-// maxStale is how many stale records the Client keeps before it sweeps out those that are
-// over: the table stays small however many fixed leases run out.
-const maxStale = 64
-
-// noteStale records that h's owner may still have n holds in Redis until until that this
-// Client no longer counts. Only owner ids that other Clients may also use need a record: the
-// id of one of this Client's handles is its alone, so every hold Redis counts beyond its
-// own is an orphan.
-func (c *Client) noteStale(h *hold, n int, until time.Time) {
-	if n <= 0 || c.minted(h.owner) {
-		return
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	now := time.Now()
-	if len(c.stale) >= maxStale {
-		for k, r := range c.stale {
-			if !now.Before(r.until) {
-				delete(c.stale, k)
-			}
-		}
-	}
-	k := h.key()
-	r := c.stale[k]
-	if !now.Before(r.until) {
-		r.n = 0
-	}
-	r.n += n
-	if until.After(r.until) {
-		r.until = until
-	}
-	c.stale[k] = r
-}
-
-// orphans returns how many of extra holds that Redis counts for h's owner beyond this
-// Client's are orphans of this Client, to be given back: all of them for the owner id of one
-// of this Client's handles, else at most those it knows of (its tenure's orphans, and holds
-// it noted as stale and not yet surely gone when the request that found them was sent:
-// sent, since Redis applied it at some moment between its send and its reply).
-func (c *Client) orphans(h *hold, extra int64, sent time.Time) int64 {
-	if extra <= 0 {
-		return 0
-	}
-	h.mu.Lock()
-	known := min(extra, int64(h.orphans))
-	h.orphans -= int(known)
-	h.mu.Unlock()
-	if c.minted(h.owner) {
-		return extra
-	}
-	if extra == known {
-		return known
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	k := h.key()
-	r, ok := c.stale[k]
-	if !ok {
-		return known
-	}
-	if !sent.Before(r.until) {
-		if !time.Now().Before(r.until) {
-			delete(c.stale, k)
-		}
-		return known
-	}
-	n := min(extra-known, int64(r.n))
-	if r.n -= int(n); r.n == 0 {
-		delete(c.stale, k)
-	} else {
-		c.stale[k] = r
-	}
-	return known + n
 }

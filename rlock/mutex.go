@@ -347,7 +347,7 @@ func (a *acquisition) attempt(waiting bool) (bool, time.Duration, error) {
 // what that work still reads.
 type attemptBuf struct {
 	kv   [6]string // KEYS then ARGV
-	vals [3]int64
+	vals [4]int64
 	// direct: the caller does not wait on the attempt itself (a RedLock round's instance,
 	// whose round leaves it at ctx's end), so the first send needs no goroutine of its own.
 	direct bool
@@ -461,18 +461,17 @@ func (m *Mutex) handedOff(ctx context.Context, h *hold, cand *candidate, o *opHo
 			// release's successor number, whose outcome is unknown. It is resolved as one
 			// (resolveGone): the acquire replayed under that number is answered from the state
 			// if the release passed the lock on (the grant is then given back), and is refused,
-			// the number spent, if not. Before, the hold was only noted stale: a grant that no
-			// caller took stayed in Redis for its whole lease (the drift hunt, seed
-			// 1796324201455082267 trial 4).
+			// the number spent, if not. Before, a grant that no caller took stayed in Redis for
+			// its whole lease (the drift hunt, seed 1796324201455082267 trial 4).
 			site := replaySite{kind: m.v.obs, name: m.name, owner: h.owner, op: "acquire"}
 			keys := []string{m.keys.lock, m.keys.fence} // the plain lock's: the one kind with hand-off
 			args := []string{m.c.leaseArg(cand.lease), h.owner, spentMark + h.handoff}
 			m.resolveGone(ctx, h, site, keys, args, cand.err, cand.sent, cand.lease, cand.renew)
 			return false, err, true
 		}
-		// The lock may have passed to this owner, unrecorded: if so, it expires. The caller
+		// The lock may have passed to this owner, unrecorded: if so, it expires, unless the
+		// owner's next grant through this Client finds it first and gives it back. The caller
 		// is told (ErrUnknownOutcome).
-		m.unresolved(h, cand.lease)
 		return false, err, true
 	}
 	if cand.token <= 0 {
@@ -498,7 +497,7 @@ func (m *Mutex) handedOff(ctx context.Context, h *hold, cand *candidate, o *opHo
 func (m *Mutex) giveBackOne(ctx context.Context, h *hold) error {
 	err := m.release(ctx, h, nil)
 	if err != nil && !errors.Is(err, ErrNotHeld) {
-		h.abandon(err)
+		h.abandon()
 	}
 	return err
 }
@@ -659,15 +658,14 @@ func (m *Mutex) attempt(ctx context.Context, h *hold, lease time.Duration, renew
 		// background, from its own answer when it comes, else by replays.
 		m.later(ctx, o, g, func() {
 			if !f.wait() {
-				m.unresolved(h, lease) // closed first
-				return
+				return // closed first
 			}
 			cctx, cancel := m.c.cleanupCtx(ctx)
 			defer cancel()
 			switch {
 			case f.err != nil && !definitive(f.err):
 				m.resolveGone(cctx, h, site, keys, replayArgs(args), f.err, sent, lease, renew)
-			case f.err == nil && len(f.vals) == 3 && f.vals[0] == 1:
+			case f.err == nil && isGrant(f.vals):
 				m.undo(cctx, h, f.vals, sent, lease, renew)
 			}
 		})
@@ -695,13 +693,11 @@ func (m *Mutex) attempt(ctx context.Context, h *hold, lease time.Duration, renew
 		}
 		if err == nil {
 			vals, err = res.AsIntSlice()
-		} else if !definitive(err) {
-			m.unresolved(h, lease)
 		}
-		if err == nil && len(vals) == 3 && vals[0] == 1 && vals[2] == 1 && m.c.opts.ackReplicas > 0 {
+		if err == nil && isGrant(vals) && vals[2] == 1 && m.c.opts.ackReplicas > 0 {
 			acked = m.c.ackAfterTouch(cctx, m.keys.lock, lease)
 		}
-		if err == nil && len(vals) == 3 && vals[0] == 1 && ctx.Err() != nil {
+		if err == nil && isGrant(vals) && ctx.Err() != nil {
 			// Granted, but the caller is gone: give it back.
 			m.later(ctx, o, g, func() { defer cancel(); m.undo(cctx, h, vals, sent, lease, renew) })
 			return false, 0, errorf("lock %q: %w", m.name, ctx.Err())
@@ -712,7 +708,7 @@ func (m *Mutex) attempt(ctx context.Context, h *hold, lease time.Duration, renew
 		return false, 0, classify("lock", m.name, err)
 	}
 	switch {
-	case len(vals) == 3 && vals[0] == 1:
+	case isGrant(vals):
 		if vals[2] == 1 && acked < int64(m.c.opts.ackReplicas) {
 			// Too few replicas have the fresh grant: a failover now could lose it.
 			m.later(ctx, o, g, func() {
@@ -761,28 +757,24 @@ func replayArgsAt(args []string, i int) []string {
 }
 
 // resolveGone resolves, for a caller that has gone, an acquire whose first send's outcome
-// (first) is unknown: it replays the request (args marked as a replay's) within cctx, notes
-// an outcome still unknown (unresolved), and gives back a grant it learns of (undo). h.op
-// must be held; it runs in the background.
+// (first) is unknown: it replays the request (args marked as a replay's) within cctx, and
+// gives back a grant it learns of (undo). A hold of an outcome still unknown, if Redis
+// granted it, is never renewed by this Client and expires with its lease, unless the owner's
+// next grant through this Client finds it first among the Client's holds in Redis and gives
+// it back (hold.granted's extra). h.op must be held; it runs in the background.
 func (m *Mutex) resolveGone(cctx context.Context, h *hold, site replaySite, keys, args []string, first error, sent time.Time, lease time.Duration, renew bool) {
 	res, err := m.c.replay(cctx, nil, site, m.v.acquire, keys, args, first)
 	if err != nil {
-		if !definitive(err) {
-			m.unresolved(h, lease)
-		}
 		return
 	}
-	if vals, err := res.AsIntSlice(); err == nil && len(vals) == 3 && vals[0] == 1 {
+	if vals, err := res.AsIntSlice(); err == nil && isGrant(vals) {
 		m.undo(cctx, h, vals, sent, lease, renew)
 	}
 }
 
-// unresolved notes that an acquire for h's owner may have been applied unrecorded: a hold it
-// granted is never renewed by this Client and expires with its lease, and a grant joining it
-// before then finds it an orphan (Client.orphans).
-func (m *Mutex) unresolved(h *hold, lease time.Duration) {
-	m.c.noteStale(h, 1, goneBy(lease))
-}
+// isGrant reports whether vals is an acquire script's grant: {1, token, holds}, or {1, token,
+// holds, mine} for a context owner (mine: the holds this Client's operations took, lib_seq.lua).
+func isGrant(vals []int64) bool { return (len(vals) == 3 || len(vals) == 4) && vals[0] == 1 }
 
 // undo gives back what an acquire reply granted a caller that has gone. If the give-back
 // fails, this Client stops counting and renewing the hold (h.abandon): Redis lets it expire
@@ -802,13 +794,19 @@ func (m *Mutex) undo(ctx context.Context, h *hold, vals []int64, sent time.Time,
 // believed it held), the new hold is given back at once and the loss reported: a lost lock
 // is never silently taken again. A grant that came back too late to use is given back too
 // (errLateGrant). When Redis counts holds of the owner that this Client had let go of
-// (orphans: see hold.granted), grant gives them back, so that Redis's count is this
-// Client's again. h.op must be held; through o (nil when grant already runs in the
+// (orphans: see hold.granted), grant gives them back, never beyond the holds Redis counts
+// for this Client (giveBackOrphans), so that Redis's count is this Client's again. h.op must
+// be held; through o (nil when grant already runs in the
 // background), the give-backs take it over and run in the background after the call's
 // grace g (see later). tr, when not nil, records the grant for the observer.
 func (m *Mutex) grant(ctx context.Context, h *hold, vals []int64, sent time.Time, lease time.Duration, renew bool, o *opHold, g *grace, tr *acqTrace) error {
-	fresh, extra, err := h.granted(vals[1], vals[2], sent, lease, renew)
+	mine := vals[2]
+	if len(vals) == 4 {
+		mine = vals[3] // a context owner: the holds this Client's operations took
+	}
+	fresh, extra, err := h.granted(vals[1], vals[2], mine, sent, lease, renew)
 	reason := GiveBackOrphan
+	keep := -1 // the grant itself: this Client's, given back unconditionally
 	switch {
 	case errors.Is(err, ErrLockLost):
 		extra, reason = 1, GiveBackLost // the grant itself
@@ -818,18 +816,19 @@ func (m *Mutex) grant(ctx context.Context, h *hold, vals []int64, sent time.Time
 		return err
 	default:
 		tr.granted(fresh, vals[1])
-		extra = m.c.orphans(h, extra, sent)
+		keep = h.holds()
 	}
 	if extra <= 0 {
 		return err
 	}
 	giveBack := func() {
-		// Orphans: each gives back one hold and never the last (this grant's), so the lock
-		// stays held. One that fails leaves the orphan to the end of this tenure, whose last
-		// Unlock stops renewing whatever Redis still counts (hold.released).
-		n, rerr := m.giveBackOrphans(ctx, h.owner, extra)
-		if m.c.obs != nil && m.v.obs != "" {
-			m.c.gaveBack(m.v.obs, m.name, h.owner, int(n), reason, rerr)
+		// Orphans: each gives back one hold while Redis counts more of this Client's than
+		// keep, so never this grant's, and the lock stays held. One that fails leaves the
+		// orphan to the end of this tenure, whose last Unlock gives back what Redis still
+		// counts of this Client's (hold.released).
+		n, rerr := m.giveBackOrphans(ctx, h.owner, keep, extra)
+		if m.c.obs != nil && m.v.obs != "" && (n > 0 || rerr != nil) {
+			m.c.gaveBack(m.v.obs, m.name, h.owner, int(max(n, 1)), reason, rerr)
 		}
 	}
 	if o == nil {
@@ -840,18 +839,37 @@ func (m *Mutex) grant(ctx context.Context, h *hold, vals []int64, sent time.Time
 	return err
 }
 
-// giveBackOrphans gives back n holds of owner, one release each, within one cleanup timeout; it
-// stops at the first that fails. It returns n and that failure.
-func (m *Mutex) giveBackOrphans(ctx context.Context, owner string, n int64) (int64, error) {
+// giveBackOrphans gives back at most n holds of owner that this Client let go of, one
+// release each, within one cleanup timeout. With keep >= 0 each release is conditional in
+// Redis (the release script's keep): it gives back a hold only while Redis counts more than
+// keep holds of this Client's operations (for a handle's owner, the owner's holds; for a
+// context owner, this Client's count, lib_seq.lua): so a hold whose give-back Redis applied
+// after all is not given back twice, and another Client's hold of a context owner is never
+// taken. keep < 0 gives back n holds unconditionally (the caller's own grant). It stops at
+// the first release that fails, or that finds nothing more to give back, and returns how
+// many holds it gave back and the failure.
+func (m *Mutex) giveBackOrphans(ctx context.Context, owner string, keep int, n int64) (int64, error) {
 	cctx, cancel := m.c.cleanupCtx(ctx)
 	defer cancel()
-	for i := n; i > 0; i-- {
-		if _, _, err := m.sendRelease(cctx, owner, nil, nil, nil); err != nil {
-			return n, err
+	var given int64
+	for ; given < n; given++ {
+		left, _, err := m.sendReleaseKeep(cctx, owner, nil, nil, nil, keep)
+		if err != nil {
+			return given, err
+		}
+		if left == releaseKept || left < 0 {
+			return given, nil // nothing more of this Client's beyond keep, or nothing at all
+		}
+		if left == 0 {
+			return given + 1, nil // the lock is free
 		}
 	}
-	return n, nil
+	return given, nil
 }
+
+// releaseKept is the release scripts' answer to a conditional give-back (keep) that found no
+// more than keep holds of the Client's: nothing was written.
+const releaseKept = -4
 
 // replay re-sends a script whose first send failed with first (not a Redis reply) until it
 // gets the script's answer from Redis or ctx ends. The scripts answer a replayed request id
@@ -1025,12 +1043,14 @@ func (m *Mutex) unlock(ctx context.Context, owner string, rt *relTrace, failed f
 		// Redis refuses the give-back for want of rights, and would refuse it again, or no
 		// answer told whether it was applied: this Client stops counting and renewing the hold
 		// (hold.abandon). Another hold of the owner keeps it as an orphan, given back once
-		// Redis answers (never below the owner's own count: if the give-back was applied
-		// after all, nothing more goes); the last expires with its lease if Redis still has
-		// it. Counting it on (as before) left the Client one hold above Redis when the
-		// give-back had been applied, until the tenure ended as lost (the drift hunt), or
-		// renewed for ever a last hold that was not given back.
-		h.abandon(err)
+		// Redis answers (never beyond the holds Redis counts for this Client: if the
+		// give-back was applied after all, nothing more goes, and a context owner's holds
+		// taken through other Clients stay); the last expires with its lease if Redis still
+		// has it, unless the owner's next grant finds it first. Counting it on (as before)
+		// left the Client one hold above Redis when the give-back had been applied, until
+		// the tenure ended as lost (the drift hunt), or renewed for ever a last hold that was
+		// not given back.
+		h.abandon()
 	}
 	if err != nil && failed != nil {
 		failed(h, err)
@@ -1078,18 +1098,15 @@ func (m *Mutex) release(ctx context.Context, h *hold, rt *relTrace) error {
 		rt.freed = last && n >= 0
 		rt.handedOff = cand != nil && n == 0 && token > 0
 	}
-	if extra, known := h.released(n); extra > 0 {
+	if extra := h.released(n); extra > 0 {
 		// This Client's last hold is given back, and Redis still counts holds of the owner:
-		// those that are surely nobody's (orphans) go too, so the lock is free now rather
-		// than at the end of their lease.
-		if !m.c.minted(h.owner) {
-			extra = min(extra, int64(known))
-		}
-		if extra > 0 {
-			_, rerr := m.giveBackOrphans(ctx, h.owner, extra)
-			if m.c.obs != nil && m.v.obs != "" {
-				m.c.gaveBack(m.v.obs, m.name, h.owner, int(extra), GiveBackOrphan, rerr)
-			}
+		// those this Client let go of (orphans, holds of an acquire whose outcome it never
+		// learnt) go too, so the lock is free now rather than at the end of their lease; a
+		// context owner's holds taken through other Clients stay (keep 0: never beyond what
+		// Redis counts for this Client).
+		given, rerr := m.giveBackOrphans(ctx, h.owner, 0, extra)
+		if m.c.obs != nil && m.v.obs != "" && (given > 0 || rerr != nil) {
+			m.c.gaveBack(m.v.obs, m.name, h.owner, int(max(given, 1)), GiveBackOrphan, rerr)
 		}
 	}
 	switch {
@@ -1117,6 +1134,13 @@ func (m *Mutex) release(ctx context.Context, h *hold, rt *relTrace) error {
 // renewal that finds the lock already freed by the first send ends the lease (it was not
 // lost: it was given back).
 func (m *Mutex) sendRelease(ctx context.Context, owner string, next *candidate, h *hold, t *tenure) (int64, int64, error) {
+	return m.sendReleaseKeep(ctx, owner, next, h, t, -1)
+}
+
+// sendReleaseKeep is sendRelease; keep >= 0 (only without a successor) makes the release the
+// give-back of a hold this Client let go of, applied only while Redis counts more than keep
+// holds of this Client's (the release script's ARGV[8]): else it answers releaseKept.
+func (m *Mutex) sendReleaseKeep(ctx context.Context, owner string, next *candidate, h *hold, t *tenure, keep int) (int64, int64, error) {
 	fctx, fcancel := m.c.firstSendCtx(ctx)
 	defer fcancel()
 	channel := m.keys.pub
@@ -1140,6 +1164,11 @@ func (m *Mutex) sendRelease(ctx context.Context, owner string, next *candidate, 
 		next.h.handoff = m.c.newRequest() // the claim holds next.h.op (hold.handoff)
 		keys = append(keys, m.keys.fence)
 		args = append(args, next.h.owner, strconv.FormatInt(next.lease.Milliseconds(), 10), next.h.handoff)
+	} else if keep >= 0 {
+		for len(args) < 7 {
+			args = append(args, "") // ARGV[5..7]: no successor (release.lua), unused (the others)
+		}
+		args = append(args, strconv.Itoa(keep))
 	}
 	parse := func(res rueidis.RedisResult) (int64, int64, error) {
 		if next == nil {

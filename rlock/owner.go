@@ -15,11 +15,15 @@ type ownerKey struct{}
 // whoever knows it (and may reach the lock's keys in Redis) can unlock what that owner holds.
 // Make ids unique where that is not wanted (see [WithNewOwner]), and ones that cannot be
 // guessed where they cross a trust boundary. One id used through several Clients at once has
-// one count of holds in Redis: a Client that gives back holds it noted as possibly left there
-// (an acquire whose outcome stayed unknown, a fixed lease that just ended) may give back one
-// that another Client took, when the noted one was never granted (a known defect, issue 23:
-// it needs lost replies; the other Client is then told its lock is lost, or finds it gone at
-// Unlock). Any other text is a valid id: in Redis it becomes "u:"+id,
+// one count of holds in Redis, and Redis also counts apart the holds each Client's operations
+// took (up to 16 Clients per owner and lock; beyond, the oldest Client's count is forgotten):
+// a Client that gives back holds it let go of while Redis may still count them (an acquire
+// whose outcome stayed unknown, a give-back that got no answer, a fixed lease that just
+// ended) gives back only holds Redis counts for that Client, never one that another Client
+// took. A Client whose count Redis forgot, or that took its holds before Redis counted them
+// per Client (an older relock), gives back none of those: they expire with their lease. An
+// Unlock through one Client of a hold taken through another still gives it back, as the
+// same owner's. Any other text is a valid id: in Redis it becomes "u:"+id,
 // and no other field of a lock's hash starts with "u:" (or with "h:", a handle's own id), so
 // no id can be taken for another owner's or the lock's own bookkeeping. An empty id is
 // invalid: operations return [ErrInvalid].

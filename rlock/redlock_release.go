@@ -451,7 +451,7 @@ func (h *hold) abandonFailed(err error, fail giveBackFail) {
 	case err == nil || errors.Is(err, ErrNotHeld):
 	case fail == abandonOne:
 		if !errors.Is(err, ErrNoPermission) && !errors.Is(err, ErrUnknownOutcome) && h.holds() > 0 {
-			h.abandon(err)
+			h.abandon()
 		}
 	default:
 		h.abandonAll()

@@ -170,8 +170,8 @@ func TestReview_UnlockAfterBackgroundResolutionOutlivesCleanupTimeout(t *testing
 
 // DESIGN invariant / README guarantee 8, context owners: an acquire whose outcome stays
 // unknown in the foreground (Lock returns ErrUnknownOutcome) may have granted a hold; the
-// background resolution notes such a hold as stale (Client.noteStale), the foreground path
-// does not (Mutex.attempt). The owner's next Lock joins the ghost hold: Redis counts 2, the
+// background resolution noted such a hold as stale (Client.noteStale, since removed: the
+// Client's count in Redis tells), the foreground path did not (Mutex.attempt). The owner's next Lock joins the ghost hold: Redis counts 2, the
 // Client 1, nobody is told, the watchdog renews the ghost, and after the owner's Unlock the
 // lock stays held by nobody for a whole lease.
 func TestReview_UnknownOutcomeOfContextOwnerDriftsAtNextGrant(t *testing.T) {
@@ -207,8 +207,8 @@ func TestReview_UnknownOutcomeOfContextOwnerDriftsAtNextGrant(t *testing.T) {
 // passes the lock to a parked context owner is applied but its outcome stays unknown (every
 // reply lost until the cleanup timeout). The candidate's Lock fails ("passed on by a release
 // whose outcome is unknown", Mutex.handedOff) and nothing notes the hold Redis now counts
-// for it (no Client.noteStale): its next Lock joins that hold and Redis counts one hold more
-// than the Client, untold.
+// for it (no Client.noteStale, since removed): its next Lock joins that hold and Redis counts
+// one hold more than the Client, untold.
 func TestReview_UnknownHandoffOfContextOwnerDriftsAtNextGrant(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
 		hc := &hookClient{Client: b.rueidis(t)}
