@@ -36,7 +36,8 @@
 --         -3      superseded: the owner's later operation was applied (nothing written)
 --         -4      (with keep) the Client counts no more than keep holds: nothing written
 --         with a successor, {n, token}: n as above, and token > 0 when the lock passed to the
---         successor (0 when it did not: then the channel was told as usual)
+--         successor (0 when it did not: then the channel was told as usual; so too when a
+--         replay of the successor's acquire had spent its number: the lock is freed)
 --         a WRONGTYPE error, with nothing written, when a key holds another type (or the
 --         fence a string that is not a token)
 -- No release record is written: an uncontended release costs three server calls, this
@@ -114,17 +115,23 @@ if tonumber(holds) > 1 then
   return holds
 end
 -- The last hold.
+local token
 if next then
   -- A fresh grant to the successor, its token as acquire.lua computes it. The fence is
   -- written first, so that a fence of another type fails the script before the lock is
-  -- touched.
-  local token = redis.pcall('incr', KEYS[3])
+  -- touched. A successor's number that a replay of its acquire spent (its Client resolved the
+  -- hand-off, of unknown outcome, as refused: this release's send lingered until after that
+  -- replay) grants nothing: the lock is freed instead, not passed on. Spent numbers are kept
+  -- in the fence after its token, so an INCR that succeeds finds none.
+  token = redis.pcall('incr', KEYS[3])
   if type(token) ~= 'number' or token == 1 then
-    token = rare().grantToken(KEYS[3], token)
-    if not token then
+    token = rare().grantToken(KEYS[3], token, nextReq)
+    if token == nil then
       return redis.error_reply('WRONGTYPE ' .. KEYS[3] .. ' holds a string that is not a fencing token')
     end
   end
+end
+if next and token then
   -- Pass the lock on, without a publish: nobody else is told it was free. The successor was
   -- a waiter, and others may still wait: the lock is marked (see acquire.lua), so that the
   -- release that frees it publishes. The key is rewritten, not deleted and made again
@@ -152,4 +159,7 @@ if waiters and channel ~= '' then
   rare().publish(channel, '0')
 end
 redis.call('del', lock)
+if next then
+  return {0, 0}
+end
 return 0

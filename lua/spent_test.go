@@ -392,3 +392,71 @@ func TestSemAcquire_goneResendRemembersRefusal(t *testing.T) {
 		}
 	})
 }
+
+// TestRelease_handoffToSpentSuccessorFrees: a release that passes the lock to a waiter (a
+// successor, under the sequence number the releasing Client gave the hand-off) must not pass
+// it when a replay of the waiter's acquire under that number has spent it: the waiter's
+// Client resolved the hand-off, whose outcome it did not know, as refused, and nobody would
+// take the grant (a release send that lingered in the network past that replay). The lock is
+// freed instead ({0, 0}) and the waiter's number grants nothing after. A number not spent is
+// passed on as before.
+func TestRelease_handoffToSpentSuccessorFrees(t *testing.T) {
+	eachServer(t, func(t *testing.T, tc server) {
+		ctx := context.Background()
+		do := func(args ...string) rueidis.RedisResult {
+			t.Helper()
+			return tc.c.Do(ctx, tc.c.B().Arbitrary(args...).Build())
+		}
+		defer do("DEL", "{h}", "{h}:fence")
+		const holder, waiter = "h:aaaa:1", "h:bbbb:1"
+		acq := func(owner, seq string) []int64 {
+			t.Helper()
+			v, err := lua.Acquire.Lua(tc.flags).Exec(ctx, tc.c, []string{"{h}", "{h}:fence"}, []string{"10000", owner, seq, "1"}).AsIntSlice()
+			if err != nil {
+				t.Fatalf("acquire %s %s: %v", owner, seq, err)
+			}
+			return v
+		}
+		rel := func(seq, next string) []int64 {
+			t.Helper()
+			v, err := lua.Release.Lua(tc.flags).Exec(ctx, tc.c, []string{"{h}", "{h}", "{h}:fence"},
+				[]string{holder, seq, "ch", "", waiter, "10000", next}).AsIntSlice()
+			if err != nil {
+				t.Fatalf("release %s -> %s: %v", seq, next, err)
+			}
+			return v
+		}
+		for _, spent := range []bool{true, false} {
+			do("DEL", "{h}", "{h}:fence")
+			if v := acq(holder, "aaaa.1"); v[0] != 1 {
+				t.Fatalf("the holder's acquire: %v", v)
+			}
+			if spent {
+				// The waiter's Client resolves the hand-off: its acquire replayed under the
+				// hand-off's number finds the lock held by the holder, refused, and spends it.
+				if v := acq(waiter, "+bbbb.5"); v[0] != 0 {
+					t.Fatalf("the waiter's replay while the holder holds: %v", v)
+				}
+			}
+			v := rel("aaaa.2", "bbbb.5")
+			if spent {
+				if v[0] != 0 || v[1] != 0 {
+					t.Fatalf("a release passed the lock to a successor whose number was spent: %v (want [0 0]: freed)", v)
+				}
+				if n, _ := do("EXISTS", "{h}").AsInt64(); n != 0 {
+					t.Fatalf("the lock is left held after the release: %v", do("HGETALL", "{h}"))
+				}
+				if v := acq(waiter, "bbbb.5"); v[0] != 0 {
+					t.Fatalf("the spent number granted afterwards: %v", v)
+				}
+				continue
+			}
+			if v[0] != 0 || v[1] <= 0 {
+				t.Fatalf("a release to a successor whose number is not spent: %v (want passed on)", v)
+			}
+			if h, _ := do("HGET", "{h}", waiter).ToString(); h != "1" {
+				t.Fatalf("the successor holds %q", h)
+			}
+		}
+	})
+}
