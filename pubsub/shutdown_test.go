@@ -2,10 +2,6 @@ package pubsub
 
 import (
 	"context"
-	"crypto/tls"
-	"net"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -14,44 +10,6 @@ import (
 
 	"github.com/relock-go/relock/internal/redistest"
 )
-
-// silentServer accepts connections and never answers: a client's handshake waits on it.
-// end closes the connections it accepted (a handshake waiting on one then fails); cleanup
-// does too.
-func silentServer(t *testing.T) (addr string, end func()) {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	var mu sync.Mutex
-	var conns []net.Conn
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
-		}
-	}()
-	var once sync.Once
-	end = func() {
-		once.Do(func() {
-			ln.Close()
-			<-done
-			mu.Lock()
-			defer mu.Unlock()
-			for _, c := range conns {
-				c.Close()
-			}
-		})
-	}
-	t.Cleanup(end)
-	return ln.Addr().String(), end
-}
 
 // Shutdown bounds Close's wait: while the connection is being dialled again to a server
 // that accepts and never answers (rueidis sets it up under a context of its own, which no
@@ -62,45 +20,22 @@ func silentServer(t *testing.T) (addr string, end func()) {
 func TestShutdown_boundedWhileDialling(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
-	silent, endSilent := silentServer(t)
-	var toSilent atomic.Bool
-	var dials atomic.Int64             // dials begun
-	dialled := make(chan struct{}, 16) // a dial to the silent server began
-	c, err := rueidis.NewClient(rueidis.ClientOption{
-		InitAddress:       []string{srv.Addr()},
-		DisableCache:      true,
-		ForceSingleClient: true,
-		PipelineMultiplex: -1, // one connection for requests, dialled now: later dials are the Subscriber's
-		Dialer:            net.Dialer{Timeout: 20 * time.Second},
-		ConnWriteTimeout:  20 * time.Second,
-		DialCtxFn: func(ctx context.Context, addr string, d *net.Dialer, _ *tls.Config) (net.Conn, error) {
-			dials.Add(1)
-			if toSilent.Load() {
-				select {
-				case dialled <- struct{}{}:
-				default:
-				}
-				addr = silent
-			}
-			return d.DialContext(ctx, "tcp", addr)
-		},
-	})
+	silent := redistest.StartSilent(t)
+	sw := redistest.NewDialSwitch(silent.Addr())
+	opt := sw.Option(srv.Addr()) // later dials are the Subscriber's
+	opt.DisableCache = true
+	opt.ConnWriteTimeout = 20 * time.Second
+	c, err := rueidis.NewClient(opt)
 	require.NoError(t, err)
 	t.Cleanup(c.Close)
 	s, err := New(c)
 	require.NoError(t, err)
-	t.Cleanup(s.Close) // after endSilent (cleanups run in reverse): the dial has failed by then
+	t.Cleanup(s.Close) // before silent's (cleanups run in reverse), after the test closed it: the dial has failed by then
 	ch := name(t)
 	w := watchLive(t, s, ch)
 	drain(w)
 
-	toSilent.Store(true)
-	srv.Do(t, "CLIENT", "KILL", "TYPE", "pubsub")
-	select {
-	case <-dialled:
-	case <-time.After(waitTimeout):
-		t.Fatal("the subscription connection was not dialled again")
-	}
+	sw.RedialSubscriptions(t, srv) // to the silent server
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
 	start := time.Now()
@@ -108,12 +43,12 @@ func TestShutdown_boundedWhileDialling(t *testing.T) {
 	took := time.Since(start)
 	require.ErrorIs(t, err, context.DeadlineExceeded, "a goroutine still dials: Shutdown must answer ctx's error")
 	require.Less(t, took, 3*time.Second, "Shutdown waited for the dial (ConnWriteTimeout 20s)")
-	before := dials.Load()
+	before := sw.Dials()
 	recv(t, w, "Shutdown")
 	_, err = s.Watch(ch)
 	require.ErrorIs(t, err, ErrClosed)
 
-	endSilent() // the dial fails: the goroutine exits
+	silent.Close() // the dial fails: the goroutine exits
 	closed := make(chan struct{})
 	go func() {
 		s.Close()
@@ -125,7 +60,7 @@ func TestShutdown_boundedWhileDialling(t *testing.T) {
 		t.Fatal("Close after Shutdown did not return once the dial failed")
 	}
 	require.NoError(t, s.Shutdown(context.Background()), "every goroutine has exited")
-	require.Equal(t, before, dials.Load(), "dialled again after Shutdown")
+	require.Equal(t, before, sw.Dials(), "dialled again after Shutdown")
 }
 
 // Sharded, alike: a node connection being dialled to a master that accepts and never answers

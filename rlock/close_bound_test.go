@@ -2,11 +2,7 @@ package rlock_test
 
 import (
 	"bytes"
-	"context"
-	"crypto/tls"
-	"net"
 	"runtime"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -32,60 +28,18 @@ func TestClose_newBoundedByCleanupTimeout(t *testing.T) {
 	})
 	const cleanup = 300 * time.Millisecond
 	srv := redistest.Start(t)
-	silent := silentServer(t)
-	var toSilent atomic.Bool
-	dialled := make(chan struct{}, 16) // a dial to the silent server began
-	rc, err := rueidis.NewClient(rueidis.ClientOption{
-		InitAddress:       []string{srv.Addr()},
-		DisableCache:      true,
-		ForceSingleClient: true,
-		PipelineMultiplex: -1, // one connection for requests, dialled now: later dials are the subscription's
-		Dialer:            net.Dialer{Timeout: 20 * time.Second},
-		ConnWriteTimeout:  10 * time.Second,
-		DialCtxFn: func(ctx context.Context, addr string, d *net.Dialer, _ *tls.Config) (net.Conn, error) {
-			if toSilent.Load() {
-				select {
-				case dialled <- struct{}{}:
-				default:
-				}
-				addr = silent
-			}
-			return d.DialContext(ctx, "tcp", addr)
-		},
-	})
+	sw := redistest.NewDialSwitch(redistest.StartSilent(t).Addr())
+	opt := sw.Option(srv.Addr()) // later dials are the subscription's
+	opt.DisableCache = true
+	opt.ConnWriteTimeout = 10 * time.Second
+	rc, err := rueidis.NewClient(opt)
 	require.NoError(t, err)
 	defer rc.Close()
 	c, err := rlock.New(rc, rlock.WithCleanupTimeout(cleanup))
 	require.NoError(t, err)
 	defer c.Close()
-	holder, err := rlock.New(srv.Client(t))
-	require.NoError(t, err)
-	defer holder.Close()
-	name := redistest.Name(t)
-	require.NoError(t, holder.Mutex(name).Lock(bg))
-	ctx, cancel := context.WithCancel(bg)
-	defer cancel()
-	waited := make(chan error, 1)
-	go func() { waited <- c.Mutex(name).Lock(ctx) }()
-	waitInfo(t, holder, name, "the waiter's subscription", func(in rlock.Info) bool { return in.Subscribers == 1 })
-
-	toSilent.Store(true)
-	srv.Do(t, "CLIENT", "KILL", "TYPE", "pubsub")
-	select {
-	case <-dialled:
-	case <-time.After(20 * time.Second):
-		t.Fatal("the subscription connection was not dialled again")
-	}
-	start := time.Now()
-	require.NoError(t, c.Close())
-	took := time.Since(start)
+	took := closeWhileSubscriptionRedials(t, srv, c, sw)
 	require.Less(t, took, cleanup+3*time.Second, "Close waited for the subscription's handshake (ConnWriteTimeout 10s)")
-	select {
-	case err := <-waited:
-		require.ErrorIs(t, err, rlock.ErrClosed)
-	case <-time.After(20 * time.Second):
-		t.Fatal("the waiter did not end with the Client")
-	}
 }
 
 // waitNoGoroutine waits up to d for no goroutine to run a function whose name contains fn.

@@ -2,11 +2,7 @@ package rlock_test
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
-	"net"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -17,38 +13,6 @@ import (
 	"github.com/relock-go/relock/rlock"
 )
 
-// silentServer accepts connections and never answers: a client's handshake waits on it.
-func silentServer(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	var mu sync.Mutex
-	var conns []net.Conn
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
-		}
-	}()
-	t.Cleanup(func() {
-		ln.Close()
-		<-done
-		mu.Lock()
-		defer mu.Unlock()
-		for _, c := range conns {
-			c.Close()
-		}
-	})
-	return ln.Addr().String()
-}
-
 // DialContext returns when its context ends, with the context's cause, even while the
 // server does not answer; the client it was making is closed behind it.
 func TestDialContext_boundedByContext(t *testing.T) {
@@ -56,7 +20,7 @@ func TestDialContext_boundedByContext(t *testing.T) {
 	// abandoned handshake fails, its client is closed, and a rueidis refresh that it
 	// scheduled sleeps up to a second: wait for both, so that goleak finds nothing.
 	t.Cleanup(redistest.WaitRueidisGoroutines)
-	addr := silentServer(t)
+	addr := redistest.StartSilent(t).Addr()
 	ctx, cancel := context.WithTimeout(bg, 200*time.Millisecond)
 	defer cancel()
 	start := time.Now()
@@ -98,33 +62,29 @@ func TestDialContext_works(t *testing.T) {
 
 // Close of a Client made by Dial returns promptly while its subscription connection is
 // being dialled to a server that does not answer: Close ends that dial (its handshake would
-// otherwise hold Close up to opt.Dialer.Timeout, here 20 s). The subscription connection is
-// killed while a waiter listens; its next dial goes to a silent server.
+// otherwise hold Close until rueidis gives it up, or until the cleanup timeout). The
+// subscription connection is killed while a waiter listens; its next dial goes to a silent
+// server.
 func TestClose_endsASubscriptionDial(t *testing.T) {
 	t.Cleanup(redistest.WaitRueidisGoroutines)
 	srv := redistest.Start(t)
-	silent := silentServer(t)
-	var toSilent atomic.Bool
-	dialled := make(chan struct{}, 16) // a dial to the silent server began
-	opt := rueidis.ClientOption{
-		InitAddress:       []string{srv.Addr()},
-		ForceSingleClient: true,
-		PipelineMultiplex: -1, // one connection for requests, dialled by Dial: later dials are the subscription's
-		Dialer:            net.Dialer{Timeout: 20 * time.Second},
-		DialCtxFn: func(ctx context.Context, addr string, d *net.Dialer, _ *tls.Config) (net.Conn, error) {
-			if toSilent.Load() {
-				select {
-				case dialled <- struct{}{}:
-				default:
-				}
-				addr = silent
-			}
-			return d.DialContext(ctx, "tcp", addr)
-		},
-	}
-	c, err := rlock.Dial(opt)
+	sw := redistest.NewDialSwitch(redistest.StartSilent(t).Addr())
+	// Later dials are the subscription's. A cleanup timeout longer than rueidis's bound on
+	// the handshake (ConnWriteTimeout, 10 s by default): a Close that does not end the dial
+	// waits it out, well past the bound below (the default, 5 s, would end the wait at 5 s).
+	c, err := rlock.Dial(sw.Option(srv.Addr()), rlock.WithCleanupTimeout(time.Minute))
 	require.NoError(t, err)
 	defer c.Close()
+	took := closeWhileSubscriptionRedials(t, srv, c, sw)
+	require.Less(t, took, 5*time.Second, "Close waited for the subscription's dial (ConnWriteTimeout, 10s by default)")
+}
+
+// closeWhileSubscriptionRedials closes c while its subscription connection is dialled
+// again through sw (to a silent server): another Client of srv holds a lock that a Lock of
+// c waits for, srv drops c's subscription connection, and c's Close begins once its dial
+// has begun. It returns how long Close took; the waiting Lock must end with ErrClosed.
+func closeWhileSubscriptionRedials(t *testing.T, srv *redistest.Server, c *rlock.Client, sw *redistest.DialSwitch) time.Duration {
+	t.Helper()
 	holder, err := rlock.New(srv.Client(t))
 	require.NoError(t, err)
 	defer holder.Close()
@@ -136,21 +96,15 @@ func TestClose_endsASubscriptionDial(t *testing.T) {
 	go func() { waited <- c.Mutex(name).Lock(ctx) }()
 	waitInfo(t, holder, name, "the waiter's subscription", func(in rlock.Info) bool { return in.Subscribers == 1 })
 
-	toSilent.Store(true)
-	srv.Do(t, "CLIENT", "KILL", "TYPE", "pubsub")
-	select {
-	case <-dialled:
-	case <-time.After(20 * time.Second):
-		t.Fatal("the subscription connection was not dialled again")
-	}
+	sw.RedialSubscriptions(t, srv)
 	start := time.Now()
 	require.NoError(t, c.Close())
 	took := time.Since(start)
-	require.Less(t, took, 5*time.Second, "Close waited for the subscription's dial (Dialer.Timeout 20s)")
 	select {
 	case err := <-waited:
 		require.ErrorIs(t, err, rlock.ErrClosed)
 	case <-time.After(20 * time.Second):
 		t.Fatal("the waiter did not end with the Client")
 	}
+	return took
 }

@@ -157,18 +157,12 @@ func TestGhost_permitLateFirstSendAfterItsReplay(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
 		gave := make(chan rlock.GiveBackInfo, 1)
 		hc := &holdingClient{Client: b.rueidis(t), kept: make(chan rueidis.Completed, 1)}
-		c, err := rlock.New(hc, rlock.WithObserver(&rlock.Observer{GiveBack: func(e rlock.GiveBackInfo) { gave <- e }}))
-		require.NoError(t, err)
-		defer c.Close()
-		p := c.PermitSemaphore(redistest.Name(t))
-		ok, err := p.TrySetPermits(bg, 1)
-		require.NoError(t, err)
-		require.True(t, ok)
+		p := onePermitOn(t, hc, rlock.WithObserver(&rlock.Observer{GiveBack: func(e rlock.GiveBackInfo) { gave <- e }}))
 		ctx, cancel := context.WithCancel(bg)
 		defer cancel()
 		hc.cancel = cancel
 		hc.armed.Store(true)
-		_, err = p.Acquire(ctx, time.Minute)
+		_, err := p.Acquire(ctx, time.Minute)
 		require.ErrorIs(t, err, context.Canceled)
 		select {
 		case e := <-gave:
@@ -177,20 +171,13 @@ func TestGhost_permitLateFirstSendAfterItsReplay(t *testing.T) {
 		case <-time.After(10 * time.Second):
 			t.Fatal("the resend's permit was not given back")
 		}
-		n, err := p.AvailablePermits(bg)
-		require.NoError(t, err)
-		require.Equal(t, 1, n)
+		require.Equal(t, 1, semAvailable(t, p))
 
 		hc.deliver(t) // the first send arrives last
 
-		n, err = p.AvailablePermits(bg)
-		require.NoError(t, err)
-		require.Equal(t, 1, n, "the late first send took a permit for a caller that has gone")
+		require.Equal(t, 1, semAvailable(t, p), "the late first send took a permit for a caller that has gone")
 		// The permit is free for everyone.
-		q := b.client(t).PermitSemaphore(p.Name())
-		permit, ok, err := q.TryAcquire(bg, 0, time.Minute)
-		require.NoError(t, err)
-		require.True(t, ok)
+		q, permit := permitHeldElsewhere(t, b, p)
 		require.NoError(t, q.Release(bg, permit.ID))
 	})
 }
@@ -339,31 +326,20 @@ func ghostTrial(t *testing.T, b *backend, lock func(c *rlock.Client, name string
 func TestGhost_permitLateFirstSendAfterRefusedReplay(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
 		hc := &holdingClient{Client: b.rueidis(t), kept: make(chan rueidis.Completed, 1)}
-		c, err := rlock.New(hc)
-		require.NoError(t, err)
-		defer c.Close()
-		p := c.PermitSemaphore(redistest.Name(t))
-		ok, err := p.TrySetPermits(bg, 1)
-		require.NoError(t, err)
-		require.True(t, ok)
-		q := b.client(t).PermitSemaphore(p.Name())
-		held, ok, err := q.TryAcquire(bg, 0, time.Minute)
-		require.NoError(t, err)
-		require.True(t, ok)
+		p := onePermitOn(t, hc)
+		q, held := permitHeldElsewhere(t, b, p)
 
 		ctx, cancel := context.WithCancel(bg)
 		defer cancel()
 		hc.cancel = cancel
 		hc.armed.Store(true)
-		_, err = p.Acquire(ctx, time.Minute)
+		_, err := p.Acquire(ctx, time.Minute)
 		require.ErrorIs(t, err, context.Canceled)
 		require.NoError(t, q.Release(bg, held.ID))
 
 		hc.deliver(t) // the first send arrives last
 
-		n, err := p.AvailablePermits(bg)
-		require.NoError(t, err)
-		require.Equal(t, 1, n, "the late first send took a permit for a caller that has gone")
+		require.Equal(t, 1, semAvailable(t, p), "the late first send took a permit for a caller that has gone")
 	})
 }
 
@@ -376,11 +352,9 @@ func semaphoreHeldElsewhere(t *testing.T, b *backend) (hc *holdingClient, s, q *
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = c.Close() })
 	s = c.Semaphore(redistest.Name(t))
-	ok, err := s.TrySetPermits(bg, 1)
-	require.NoError(t, err)
-	require.True(t, ok)
+	setPermits(t, s, 1)
 	q = b.client(t).Semaphore(s.Name())
-	ok, err = q.TryAcquire(bg, 1, 0)
+	ok, err := q.TryAcquire(bg, 1, 0)
 	require.NoError(t, err)
 	require.True(t, ok)
 	return hc, s, q
@@ -404,9 +378,7 @@ func TestGhost_semaphoreLateFirstSendAfterRefusedReplay(t *testing.T) {
 
 		hc.deliver(t) // the first send arrives last
 
-		n, err := s.AvailablePermits(bg)
-		require.NoError(t, err)
-		require.Equal(t, 1, n, "the late first send took a permit for a caller that has gone")
+		require.Equal(t, 1, semAvailable(t, s), "the late first send took a permit for a caller that has gone")
 	})
 }
 
@@ -440,9 +412,7 @@ func TestGhost_semaphoreLateFirstSendAfterRefusedResendOfWaitingCaller(t *testin
 
 				hc.deliver(t) // the first send arrives last
 
-				n, err := s.AvailablePermits(bg)
-				require.NoError(t, err)
-				require.Equal(t, 1, n, "the late first send took a permit for a request its caller was told was refused")
+				require.Equal(t, 1, semAvailable(t, s), "the late first send took a permit for a request its caller was told was refused")
 			})
 		})
 	}
@@ -465,25 +435,9 @@ func TestGhost_permitLateFirstSendAfterRefusedResendOfWaitingCaller(t *testing.T
 		// call makes the acquire; refused is closed when the resend was refused.
 		call func(t *testing.T, p *rlock.PermitSemaphore, refused <-chan struct{})
 	}{
-		{"TryAcquire-wait", func(t *testing.T, p *rlock.PermitSemaphore, _ <-chan struct{}) {
-			ctx, cancel := context.WithCancel(bg)
-			defer cancel()
-			_, ok, err := p.TryAcquire(ctx, 150*time.Millisecond, time.Minute)
-			require.NoError(t, err)
-			require.False(t, ok, "no permit was free")
-		}},
-		{"TryAcquire-nowait", func(t *testing.T, p *rlock.PermitSemaphore, _ <-chan struct{}) {
-			ctx, cancel := context.WithCancel(bg)
-			defer cancel()
-			_, ok, err := p.TryAcquire(ctx, 0, time.Minute)
-			require.NoError(t, err)
-			require.False(t, ok, "no permit was free")
-		}},
-		{"TryAcquire-background", func(t *testing.T, p *rlock.PermitSemaphore, _ <-chan struct{}) {
-			_, ok, err := p.TryAcquire(bg, 150*time.Millisecond, time.Minute)
-			require.NoError(t, err)
-			require.False(t, ok, "no permit was free")
-		}},
+		{"TryAcquire-wait", tryAcquireInVain(context.WithCancel, 150*time.Millisecond)},
+		{"TryAcquire-nowait", tryAcquireInVain(context.WithCancel, 0)},
+		{"TryAcquire-background", tryAcquireInVain(nil, 150*time.Millisecond)},
 		{"Acquire-cancelled", func(t *testing.T, p *rlock.PermitSemaphore, refused <-chan struct{}) {
 			ctx, cancel := context.WithCancel(bg)
 			defer cancel()
@@ -498,24 +452,10 @@ func TestGhost_permitLateFirstSendAfterRefusedResendOfWaitingCaller(t *testing.T
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			eachBackend(t, func(t *testing.T, b *backend) {
-				refused := make(chan struct{})
-				var once sync.Once
 				hc := &holdingClient{Client: b.rueidis(t), kept: make(chan rueidis.Completed, 1)}
-				c, err := rlock.New(hc, rlock.WithObserver(&rlock.Observer{Replay: func(e rlock.ReplayInfo) {
-					if e.Op == "acquire" && e.Err == nil {
-						once.Do(func() { close(refused) })
-					}
-				}}))
-				require.NoError(t, err)
-				defer c.Close()
-				p := c.PermitSemaphore(redistest.Name(t))
-				ok, err := p.TrySetPermits(bg, 1)
-				require.NoError(t, err)
-				require.True(t, ok)
-				q := b.client(t).PermitSemaphore(p.Name())
-				held, ok, err := q.TryAcquire(bg, 0, time.Minute)
-				require.NoError(t, err)
-				require.True(t, ok)
+				obs, refused := firstAcquireReplay()
+				p := onePermitOn(t, hc, rlock.WithObserver(obs))
+				q, held := permitHeldElsewhere(t, b, p)
 
 				hc.armed.Store(true) // no cancel: the first send's reply is lost, the caller stays
 				tc.call(t, p, refused)
@@ -540,6 +480,35 @@ func TestGhost_permitLateFirstSendAfterRefusedResendOfWaitingCaller(t *testing.T
 			})
 		})
 	}
+}
+
+// tryAcquireInVain is a call of TestGhost_permitLateFirstSendAfterRefusedResendOfWaitingCaller:
+// a TryAcquire that waits up to wait and gets no permit, under a ctx made by withCancel, or
+// under one that cannot end (withCancel nil).
+func tryAcquireInVain(withCancel func(context.Context) (context.Context, context.CancelFunc), wait time.Duration) func(*testing.T, *rlock.PermitSemaphore, <-chan struct{}) {
+	return func(t *testing.T, p *rlock.PermitSemaphore, _ <-chan struct{}) {
+		ctx := bg
+		if withCancel != nil {
+			var cancel context.CancelFunc
+			ctx, cancel = withCancel(bg)
+			defer cancel()
+		}
+		_, ok, err := p.TryAcquire(ctx, wait, time.Minute)
+		require.NoError(t, err)
+		require.False(t, ok, "no permit was free")
+	}
+}
+
+// firstAcquireReplay is an Observer that closes refused at the first acquire a resend
+// resolved (in the tests that use it, every permit is held then: the resend was refused).
+func firstAcquireReplay() (obs *rlock.Observer, refused <-chan struct{}) {
+	ch := make(chan struct{})
+	var once sync.Once
+	return &rlock.Observer{Replay: func(e rlock.ReplayInfo) {
+		if e.Op == "acquire" && e.Err == nil {
+			once.Do(func() { close(ch) })
+		}
+	}}, ch
 }
 
 // scriptGate holds the next script sent through it once armed until open is closed (held is
@@ -568,7 +537,7 @@ func TestGhost_permitLateFirstSendBeforeTheSpend(t *testing.T) {
 		hc := &holdingClient{Client: b.rueidis(t), kept: make(chan rueidis.Completed, 1)}
 		gc := &scriptGate{Client: hc, held: make(chan struct{}), open: make(chan struct{})}
 		gave := make(chan rlock.GiveBackInfo, 1)
-		c, err := rlock.New(gc, rlock.WithObserver(&rlock.Observer{
+		p := onePermitOn(t, gc, rlock.WithObserver(&rlock.Observer{
 			Replay: func(e rlock.ReplayInfo) {
 				if e.Op == "acquire" && e.Err == nil {
 					gc.armed.Store(true) // the resend was refused: hold the next script
@@ -576,19 +545,10 @@ func TestGhost_permitLateFirstSendBeforeTheSpend(t *testing.T) {
 			},
 			GiveBack: func(e rlock.GiveBackInfo) { gave <- e },
 		}))
-		require.NoError(t, err)
-		defer c.Close()
-		p := c.PermitSemaphore(redistest.Name(t))
-		ok, err := p.TrySetPermits(bg, 1)
-		require.NoError(t, err)
-		require.True(t, ok)
-		q := b.client(t).PermitSemaphore(p.Name())
-		held, ok, err := q.TryAcquire(bg, 0, time.Minute)
-		require.NoError(t, err)
-		require.True(t, ok)
+		q, held := permitHeldElsewhere(t, b, p)
 
 		hc.armed.Store(true) // no cancel: the first send's reply is lost, the caller stays
-		_, ok, err = p.TryAcquire(bg, 0, time.Minute)
+		_, ok, err := p.TryAcquire(bg, 0, time.Minute)
 		require.NoError(t, err)
 		require.False(t, ok, "no permit was free")
 		select {
@@ -613,9 +573,7 @@ func TestGhost_permitLateFirstSendBeforeTheSpend(t *testing.T) {
 		case <-time.After(10 * time.Second):
 			t.Fatal("the permit the late first send took was not given back")
 		}
-		n, err := p.AvailablePermits(bg)
-		require.NoError(t, err)
-		require.Equal(t, 1, n, "the permit is free again")
+		require.Equal(t, 1, semAvailable(t, p), "the permit is free again")
 		// The id is spent: sent again (say, a resend still on its way), it grants nothing.
 		keys := []string{p.Key(), p.Key() + ":leases"}
 		for _, send := range []string{"+" + id, id} {
@@ -623,9 +581,7 @@ func TestGhost_permitLateFirstSendBeforeTheSpend(t *testing.T) {
 			require.NoError(t, err)
 			require.Equal(t, int64(0), vals[0], "send %s of the spent id", send)
 		}
-		n, err = p.AvailablePermits(bg)
-		require.NoError(t, err)
-		require.Equal(t, 1, n)
+		require.Equal(t, 1, semAvailable(t, p))
 	})
 }
 
@@ -637,24 +593,10 @@ func TestGhost_permitLateFirstSendBeforeTheSpend(t *testing.T) {
 // spend the id as a resend's grant does.
 func TestGhost_permitLateFirstSendAfterALaterAttemptsGrant(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
-		refused := make(chan struct{})
-		var once sync.Once
 		hc := &holdingClient{Client: b.rueidis(t), kept: make(chan rueidis.Completed, 1)}
-		c, err := rlock.New(hc, rlock.WithObserver(&rlock.Observer{Replay: func(e rlock.ReplayInfo) {
-			if e.Op == "acquire" && e.Err == nil {
-				once.Do(func() { close(refused) })
-			}
-		}}))
-		require.NoError(t, err)
-		defer c.Close()
-		p := c.PermitSemaphore(redistest.Name(t))
-		ok, err := p.TrySetPermits(bg, 1)
-		require.NoError(t, err)
-		require.True(t, ok)
-		q := b.client(t).PermitSemaphore(p.Name())
-		held, ok, err := q.TryAcquire(bg, 0, time.Minute)
-		require.NoError(t, err)
-		require.True(t, ok)
+		obs, refused := firstAcquireReplay()
+		p := onePermitOn(t, hc, rlock.WithObserver(obs))
+		q, held := permitHeldElsewhere(t, b, p)
 
 		hc.armed.Store(true) // no cancel: the first send's reply is lost, the caller stays
 		type result struct {
@@ -683,8 +625,6 @@ func TestGhost_permitLateFirstSendAfterALaterAttemptsGrant(t *testing.T) {
 
 		hc.deliver(t) // the first send arrives last
 
-		n, err := p.AvailablePermits(bg)
-		require.NoError(t, err)
-		require.Equal(t, 1, n, "the late first send took a permit its caller had given back")
+		require.Equal(t, 1, semAvailable(t, p), "the late first send took a permit its caller had given back")
 	})
 }

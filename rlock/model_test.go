@@ -1320,42 +1320,10 @@ func (s *mseq) closePhase() {
 // late), as the rounds do; that function returns how long the process stalled between
 // start and end.
 func (s *mseq) watchStalls() func(start, end time.Time) time.Duration {
-	var mu sync.Mutex
-	var stalls [][2]time.Time
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		tk := time.NewTicker(5 * time.Millisecond)
-		defer tk.Stop()
-		last := time.Now()
-		for {
-			select {
-			case <-stop:
-				return
-			case <-tk.C:
-			}
-			// Read the clock on waking, not the tick's time: a goroutine that a timer wakes
-			// late is what delays the calls (their ctx's timer included).
-			now := time.Now()
-			if gap := now.Sub(last); gap > stallThreshold {
-				s.fault("stall")
-				s.logf("STALL: the process did not run for %v", gap.Round(time.Millisecond))
-				mu.Lock()
-				stalls = append(stalls, [2]time.Time{last, now})
-				mu.Unlock()
-			}
-			last = now
-		}
-	}()
-	var once sync.Once
-	return func(start, end time.Time) time.Duration {
-		once.Do(func() { close(stop); wg.Wait() })
-		mu.Lock()
-		defer mu.Unlock()
-		return overlap(stalls, start, end)
-	}
+	return watchStalls(func(gap time.Duration) {
+		s.fault("stall")
+		s.logf("STALL: the process did not run for %v", gap.Round(time.Millisecond))
+	})
 }
 
 func (s *mseq) build() {

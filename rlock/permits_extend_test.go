@@ -107,14 +107,7 @@ func (c *staleClient) deliver(t *testing.T, i int) {
 func TestPermitSemaphore_Extend_lateSendCannotShortenALaterLease(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
 		sc := &staleClient{Client: b.rueidis(t)}
-		c, err := rlock.New(sc)
-		require.NoError(t, err)
-		defer c.Close()
-		name := redistest.Name(t)
-		p := c.PermitSemaphore(name)
-		ok, err := p.TrySetPermits(bg, 1)
-		require.NoError(t, err)
-		require.True(t, ok)
+		p := onePermitOn(t, sc)
 		a, err := p.Acquire(bg, time.Minute)
 		require.NoError(t, err)
 		require.NoError(t, p.Extend(bg, a.ID, time.Minute)) // loads the script: the kept send is the script itself
@@ -127,7 +120,7 @@ func TestPermitSemaphore_Extend_lateSendCannotShortenALaterLease(t *testing.T) {
 		require.NoError(t, err, "the permit's holder counts on it for a minute")
 		require.Greater(t, ttl, 50*time.Second, "a late send of an earlier Extend shortened the lease of a later one")
 		time.Sleep(100 * time.Millisecond) // past the 50ms lease
-		_, ok, err = b.client(t).PermitSemaphore(name).TryAcquire(bg, 0, time.Minute)
+		_, ok, err := b.client(t).PermitSemaphore(p.Name()).TryAcquire(bg, 0, time.Minute)
 		require.NoError(t, err)
 		require.False(t, ok, "a second holder of a semaphore of one permit")
 	})
@@ -139,13 +132,7 @@ func TestPermitSemaphore_Extend_lateSendCannotShortenALaterLease(t *testing.T) {
 func TestPermitSemaphore_Extend_lateSendOfUnknownOutcomeCannotShortenALaterLease(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
 		sc := &staleClient{Client: b.rueidis(t)}
-		c, err := rlock.New(sc, rlock.WithCleanupTimeout(200*time.Millisecond))
-		require.NoError(t, err)
-		defer c.Close()
-		p := c.PermitSemaphore(redistest.Name(t))
-		ok, err := p.TrySetPermits(bg, 1)
-		require.NoError(t, err)
-		require.True(t, ok)
+		p := onePermitOn(t, sc, rlock.WithCleanupTimeout(200*time.Millisecond))
 		a, err := p.Acquire(bg, time.Minute)
 		require.NoError(t, err)
 		require.NoError(t, p.Extend(bg, a.ID, time.Minute))
@@ -173,18 +160,11 @@ func TestPermitSemaphore_Extend_lateSendOfUnknownOutcomeCannotShortenALaterLease
 func TestPermitSemaphore_Acquire_lateGrantOfAnEarlierAttemptCountedFromIt(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
 		sc := &staleClient{Client: b.rueidis(t)}
-		c, err := rlock.New(sc)
-		require.NoError(t, err)
-		defer c.Close()
-		name := redistest.Name(t)
-		p := c.PermitSemaphore(name)
-		other := b.client(t).PermitSemaphore(name)
-		ok, err := other.TrySetPermits(bg, 1)
-		require.NoError(t, err)
-		require.True(t, ok)
+		p := onePermitOn(t, sc)
+		other := b.client(t).PermitSemaphore(p.Name())
 		held, err := other.Acquire(bg, time.Minute)
 		require.NoError(t, err)
-		_, ok, err = p.TryAcquire(bg, 0, time.Second) // loads the script: the kept send is the script itself
+		_, ok, err := p.TryAcquire(bg, 0, time.Second) // loads the script: the kept send is the script itself
 		require.NoError(t, err)
 		require.False(t, ok)
 
@@ -262,9 +242,7 @@ func exploreLateExtends(t *testing.T, b *backend, seed uint64) bool {
 	name := redistest.Name(t) + "-" + strconv.FormatUint(seed, 16)
 	p := c.PermitSemaphore(name)
 	other := b.client(t).PermitSemaphore(name)
-	ok, err := p.TrySetPermits(bg, 1)
-	require.NoError(t, err)
-	require.True(t, ok)
+	setPermits(t, p, 1)
 	var log []string
 	t0 := time.Now()
 	logf := func(format string, args ...any) {

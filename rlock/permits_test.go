@@ -5,11 +5,45 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/rueidis"
 	"github.com/stretchr/testify/require"
 
 	"github.com/relock-go/relock/internal/redistest"
 	"github.com/relock-go/relock/rlock"
 )
+
+// setPermits sets the permits of p (a Semaphore or a PermitSemaphore), which must be unset.
+func setPermits(t *testing.T, p interface {
+	TrySetPermits(context.Context, int) (bool, error)
+}, n int) {
+	t.Helper()
+	ok, err := p.TrySetPermits(bg, n)
+	require.NoError(t, err)
+	require.True(t, ok, "the permits were set already")
+}
+
+// onePermitOn is a PermitSemaphore of one permit on a new Client over rc made with opts
+// (closed when the test ends).
+func onePermitOn(t *testing.T, rc rueidis.Client, opts ...rlock.Option) *rlock.PermitSemaphore {
+	t.Helper()
+	c, err := rlock.New(rc, opts...)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+	p := c.PermitSemaphore(redistest.Name(t))
+	setPermits(t, p, 1)
+	return p
+}
+
+// permitHeldElsewhere takes a permit of p, for a minute, through another Client of b, and
+// returns that Client's handle on p and the permit.
+func permitHeldElsewhere(t *testing.T, b *backend, p *rlock.PermitSemaphore) (*rlock.PermitSemaphore, rlock.Permit) {
+	t.Helper()
+	q := b.client(t).PermitSemaphore(p.Name())
+	held, ok, err := q.TryAcquire(bg, 0, time.Minute)
+	require.NoError(t, err)
+	require.True(t, ok, "another Client takes a permit")
+	return q, held
+}
 
 func semAcquired(t *testing.T, p *rlock.PermitSemaphore) int {
 	t.Helper()
@@ -91,17 +125,13 @@ func TestPermitSemaphore_basics(t *testing.T) {
 func TestPermitSemaphore_expiredPermitComesBack(t *testing.T) {
 	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
-		name := redistest.Name(t)
-		p := b.client(t).PermitSemaphore(name)
-		ok, err := p.TrySetPermits(bg, 1)
-		require.NoError(t, err)
-		require.True(t, ok)
+		p := onePermitOn(t, b.rueidis(t))
 		const lease = 400 * time.Millisecond
 		start := time.Now()
 		held, err := p.Acquire(bg, lease)
 		require.NoError(t, err)
 
-		waiter := b.client(t).PermitSemaphore(name)
+		waiter := b.client(t).PermitSemaphore(p.Name())
 		got := make(chan error, 1)
 		var mine rlock.Permit
 		go func() {
@@ -150,11 +180,7 @@ func TestPermitSemaphore_expiredPermitComesBack(t *testing.T) {
 
 func TestPermitSemaphore_Extend(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
-		name := redistest.Name(t)
-		p := b.client(t).PermitSemaphore(name)
-		ok, err := p.TrySetPermits(bg, 1)
-		require.NoError(t, err)
-		require.True(t, ok)
+		p := onePermitOn(t, b.rueidis(t))
 		a, err := p.Acquire(bg, 300*time.Millisecond)
 		require.NoError(t, err)
 		require.NoError(t, p.Extend(bg, a.ID, 5*time.Second))
@@ -162,12 +188,12 @@ func TestPermitSemaphore_Extend(t *testing.T) {
 		ttl, err := p.TTL(bg, a.ID)
 		require.NoError(t, err, "the extended permit outlived its first lease")
 		require.Greater(t, ttl, 3*time.Second)
-		_, ok, err = p.TryAcquire(bg, 0, time.Second)
+		_, ok, err := p.TryAcquire(bg, 0, time.Second)
 		require.NoError(t, err)
 		require.False(t, ok)
 
 		// Shortening the lease wakes a waiter timing the old end.
-		waiter := b.client(t).PermitSemaphore(name)
+		waiter := b.client(t).PermitSemaphore(p.Name())
 		got := make(chan error, 1)
 		go func() {
 			_, err := waiter.Acquire(bg, time.Minute)
@@ -189,14 +215,10 @@ func TestPermitSemaphore_Extend(t *testing.T) {
 func TestPermitSemaphore_Acquire_wakesThroughPubSubNotPolling(t *testing.T) {
 	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
-		name := redistest.Name(t)
-		p := b.client(t).PermitSemaphore(name)
-		ok, err := p.TrySetPermits(bg, 1)
-		require.NoError(t, err)
-		require.True(t, ok)
+		p := onePermitOn(t, b.rueidis(t))
 		held, err := p.Acquire(bg, time.Minute)
 		require.NoError(t, err)
-		waiter := b.client(t).PermitSemaphore(name)
+		waiter := b.client(t).PermitSemaphore(p.Name())
 		got := make(chan time.Time, 1)
 		go func() {
 			if _, err := waiter.Acquire(bg, time.Minute); err == nil {
@@ -217,9 +239,7 @@ func TestPermitSemaphore_permitsNeverExceeded(t *testing.T) {
 		const permits = 3
 		name := redistest.Name(t)
 		clients := []*rlock.Client{b.client(t), b.client(t), b.client(t), b.client(t)}
-		ok, err := clients[0].PermitSemaphore(name).TrySetPermits(bg, permits)
-		require.NoError(t, err)
-		require.True(t, ok)
+		setPermits(t, clients[0].PermitSemaphore(name), permits)
 		permitHammer(t, clients, permits, func(c *rlock.Client, _, _ int) (int32, func() error, error) {
 			p := c.PermitSemaphore(name)
 			permit, err := p.Acquire(bg, 10*time.Second)
@@ -281,18 +301,12 @@ func TestPermitSemaphore_replayedScriptsApplyOnce(t *testing.T) {
 func TestPermitSemaphore_ambiguousAcquireOfCancelledCallerIsUndone(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
 		lc := &lossyClient{Client: b.rueidis(t)}
-		c, err := rlock.New(lc)
-		require.NoError(t, err)
-		defer c.Close()
-		p := c.PermitSemaphore(redistest.Name(t))
-		ok, err := p.TrySetPermits(bg, 1)
-		require.NoError(t, err)
-		require.True(t, ok)
+		p := onePermitOn(t, lc)
 		ctx, cancel := context.WithCancel(bg)
 		defer cancel()
 		lc.onDrop = cancel
 		lc.drop.Store(1)
-		_, ok, err = p.TryAcquire(ctx, time.Second, time.Minute)
+		_, ok, err := p.TryAcquire(ctx, time.Second, time.Minute)
 		require.False(t, ok)
 		require.ErrorIs(t, err, context.Canceled)
 		lc.onDrop = nil
@@ -378,9 +392,7 @@ func TestPermitSemaphore_wrongType(t *testing.T) {
 		p := c.PermitSemaphore(redistest.Name(t))
 		_, err = b.do(t, "SET", p.Key()+":leases", "x")
 		require.NoError(t, err)
-		ok, err := p.TrySetPermits(bg, 1)
-		require.NoError(t, err)
-		require.True(t, ok)
+		setPermits(t, p, 1)
 		_, err = p.Acquire(bg, time.Second)
 		require.ErrorIs(t, err, rlock.ErrWrongType)
 		require.Equal(t, "string x", semDumpKey(t, b, p.Key()+":leases"))
@@ -432,9 +444,7 @@ func TestPermitSemaphore_onePermitExcludes(t *testing.T) {
 	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		name := redistest.Name(t)
-		ok, err := b.client(t).PermitSemaphore(name).TrySetPermits(bg, 1)
-		require.NoError(t, err)
-		require.True(t, ok)
+		setPermits(t, b.client(t).PermitSemaphore(name), 1)
 		hammer(t, b, 12, 15, func(c *rlock.Client) locker { return &permitLocker{p: c.PermitSemaphore(name)} })
 	})
 }

@@ -268,23 +268,13 @@ func (e *rxEnv) pausedDuring(a, b time.Time) time.Duration {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	now := time.Now()
-	var d time.Duration
+	var paused [][2]time.Time
 	for _, f := range e.faults {
-		if f.kind != "pause" {
-			continue
-		}
-		s, t := f.start, f.endOr(now)
-		if s.Before(a) {
-			s = a
-		}
-		if t.After(b) {
-			t = b
-		}
-		if t.After(s) {
-			d += t.Sub(s)
+		if f.kind == "pause" {
+			paused = append(paused, [2]time.Time{f.start, f.endOr(now)})
 		}
 	}
-	return d
+	return overlap(paused, a, b)
 }
 
 // stallDuring is the longest stall of this process seen during [a, b].
@@ -305,20 +295,11 @@ func (e *rxEnv) stallDuring(a, b time.Time) time.Duration {
 func (e *rxEnv) stallOverlap(a, b time.Time) time.Duration {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	var d time.Duration
-	for _, s := range e.stalls {
-		lo, hi := s.start, s.end
-		if lo.Before(a) {
-			lo = a
-		}
-		if hi.After(b) {
-			hi = b
-		}
-		if hi.After(lo) {
-			d += hi.Sub(lo)
-		}
+	stalls := make([][2]time.Time, len(e.stalls))
+	for i, s := range e.stalls {
+		stalls[i] = [2]time.Time{s.start, s.end}
 	}
-	return d
+	return overlap(stalls, a, b)
 }
 
 // forcedDuring reports whether a ForceUnlock of name overlapped [a, b].

@@ -4,6 +4,7 @@ import (
 	"os"
 	"runtime"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -24,4 +25,49 @@ func seedOf(t *testing.T, env string) uint64 {
 	}
 	t.Logf("seed %d (%s=%d replays this run)", seed, env, seed)
 	return seed
+}
+
+// watchStalls measures, until the first call of the function it returns, the stalls of this
+// process: a goroutine that a 5ms ticker wakes runs more than stallThreshold late (a loaded
+// machine). onStall (or nil) is told each stall as it is seen. The function returned stops
+// the measure (at its first call) and returns how long the process stalled between start
+// and end.
+func watchStalls(onStall func(gap time.Duration)) func(start, end time.Time) time.Duration {
+	var mu sync.Mutex
+	var stalls [][2]time.Time
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		tk := time.NewTicker(5 * time.Millisecond)
+		defer tk.Stop()
+		last := time.Now()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tk.C:
+			}
+			// Read the clock on waking, not the tick's time: a goroutine that a timer wakes
+			// late is what delays the calls (their ctx's timer included).
+			now := time.Now()
+			if gap := now.Sub(last); gap > stallThreshold {
+				if onStall != nil {
+					onStall(gap)
+				}
+				mu.Lock()
+				stalls = append(stalls, [2]time.Time{last, now})
+				mu.Unlock()
+			}
+			last = now
+		}
+	}()
+	var once sync.Once
+	return func(start, end time.Time) time.Duration {
+		once.Do(func() { close(stop); wg.Wait() })
+		mu.Lock()
+		defer mu.Unlock()
+		return overlap(stalls, start, end)
+	}
 }
