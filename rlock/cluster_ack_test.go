@@ -208,7 +208,7 @@ type replyLosingClient struct {
 
 // isAcquire reports whether multi is a script sent with its WAIT (to be told before the
 // send: rueidis recycles the commands it sent).
-func isAcquire(multi []rueidis.Completed) bool { return len(multi) >= 2 && isScript(multi[0]) }
+func isAcquire(multi []rueidis.Completed) bool { return len(multi) >= 2 && isRelockScript(multi[0]) }
 
 func (l *replyLosingClient) lose(res []rueidis.RedisResult) []rueidis.RedisResult {
 	if vals, err := res[0].AsIntSlice(); err != nil || len(vals) != 3 || vals[0] != 1 || !l.armed.CompareAndSwap(true, false) {

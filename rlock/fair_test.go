@@ -334,7 +334,7 @@ func TestFairMutex_deadWaiterDoesNotStallTheQueue(t *testing.T) {
 		holder := b.client(t, rlock.WithWaiterTimeout(waiterTimeout)).FairMutex(name)
 		require.NoError(t, holder.Lock(bg))
 
-		rc := &refusingClient{Client: b.rueidis(t)}
+		rc := refuseSends(b.rueidis(t))
 		dc, err := rlock.New(rc, rlock.WithWaiterTimeout(waiterTimeout))
 		require.NoError(t, err)
 		defer dc.Close()
@@ -452,7 +452,7 @@ func TestFairMutex_mutualExclusion(t *testing.T) {
 
 func TestFairMutex_replayedScriptsApplyOnce(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
-		lc := &lossyClient{Client: b.rueidis(t)}
+		lc := loseReplies(b.rueidis(t))
 		c, err := rlock.New(lc)
 		require.NoError(t, err)
 		defer c.Close()

@@ -6,8 +6,10 @@ import (
 	"encoding/hex"
 	"strings"
 	"sync/atomic"
+	"testing"
 
 	"github.com/redis/rueidis"
+	"github.com/stretchr/testify/require"
 
 	"github.com/relock-go/relock/lua"
 )
@@ -37,9 +39,13 @@ type hookCall struct {
 }
 
 // hookClient is the one fault-injecting rueidis client of the tests that act on the
-// scripts' sends and replies (hardening, review, protocol, model): every call of one of
-// relock's scripts goes through its hook (none: straight on); every other command goes
-// straight on.
+// scripts' sends and replies (hardening, review, protocol, model, faults, ghost, drift
+// hunt, ...): every call of one of relock's scripts goes through its hook (none: straight
+// on); every other command goes straight on. The recurring hooks are below, each a handle
+// that embeds the hookClient it serves (loseReplies, refuseSends, keepSend, gateSend).
+//
+// A test's hookClient may be given to another (stacked): each sees what the one above
+// sends on.
 type hookClient struct {
 	rueidis.Client
 	hook atomic.Pointer[scriptHook]
@@ -125,4 +131,116 @@ func isRelockScript(cmd rueidis.Completed) bool {
 		return scriptNames[words[1]] != ""
 	}
 	return false
+}
+
+// The recurring hooks. Each acts on the scripts a caller sends with Do, and lets the
+// scripts of a pipeline (hookCall.multi) go straight on, as the wrappers they replace did
+// (they faulted Do only).
+
+// lostReplies is a hookClient whose scripts run for real but can have their replies lost,
+// as to a timeout or a broken connection: the caller cannot tell whether the script took
+// effect (loseReplies).
+type lostReplies struct {
+	*hookClient
+	drop   atomic.Int32 // replies of applied scripts still to lose
+	always atomic.Bool  // lose every script's reply, applied or not
+	onDrop func()       // runs after a reply was lost (set before use)
+}
+
+// loseReplies wraps rc in a hookClient that loses script replies when told (drop, always).
+func loseReplies(rc rueidis.Client) *lostReplies {
+	l := &lostReplies{hookClient: &hookClient{Client: rc}}
+	l.set(func(_ context.Context, cmd hookCall, call func() rueidis.RedisResult) rueidis.RedisResult {
+		if cmd.multi {
+			return call()
+		}
+		res := call()
+		if l.always.Load() || (res.Error() == nil && l.drop.Add(-1) >= 0) {
+			if l.onDrop != nil {
+				l.onDrop()
+			}
+			return rueidis.NewErrorResult(context.DeadlineExceeded)
+		}
+		return res
+	})
+	return l
+}
+
+// refusedSends is a hookClient that fails the next refuse scripts as a refused dial would,
+// sending nothing (refuseSends).
+type refusedSends struct {
+	*hookClient
+	refuse atomic.Int32 // scripts still to refuse
+}
+
+// refuseSends wraps rc in a hookClient that refuses scripts when told (refuse).
+func refuseSends(rc rueidis.Client) *refusedSends {
+	r := &refusedSends{hookClient: &hookClient{Client: rc}}
+	r.set(func(_ context.Context, cmd hookCall, call func() rueidis.RedisResult) rueidis.RedisResult {
+		if !cmd.multi && r.refuse.Add(-1) >= 0 {
+			return refusedResult()
+		}
+		return call()
+	})
+	return r
+}
+
+// keptSend is a hookClient that keeps back the first script sent through it once armed
+// (keepSend): it cancels the caller (cancel) and answers context.Canceled without sending
+// it, as rueidis answers a caller whose ctx ended while its command waited to be written;
+// with no cancel set it answers context.DeadlineExceeded, as for a request whose reply did
+// not come within its deadline (the caller stays). deliver sends the kept command
+// afterwards, as a connection slower than the replay's would: rueidis spreads a standalone
+// client's commands over several connections (PipelineMultiplex, chosen at random per
+// command), so nothing orders a replay after the send it replays.
+type keptSend struct {
+	*hookClient
+	armed  atomic.Bool
+	cancel context.CancelFunc // set before armed, or nil
+	kept   chan func(context.Context) rueidis.RedisResult
+}
+
+// keepSend wraps rc in a hookClient that keeps back a script when armed.
+func keepSend(rc rueidis.Client) *keptSend {
+	k := &keptSend{hookClient: &hookClient{Client: rc}, kept: make(chan func(context.Context) rueidis.RedisResult, 1)}
+	k.set(func(_ context.Context, cmd hookCall, call func() rueidis.RedisResult) rueidis.RedisResult {
+		if cmd.multi || !k.armed.CompareAndSwap(true, false) {
+			return call()
+		}
+		k.kept <- cmd.sendWith
+		if k.cancel == nil {
+			return rueidis.NewErrorResult(context.DeadlineExceeded)
+		}
+		k.cancel()
+		return rueidis.NewErrorResult(context.Canceled)
+	})
+	return k
+}
+
+// deliver sends the kept script now (waiting for it to be kept) and requires no error.
+func (k *keptSend) deliver(t *testing.T) {
+	t.Helper()
+	send := <-k.kept
+	require.NoError(t, send(context.Background()).Error())
+}
+
+// gatedSend is a hookClient that holds the next script sent through it once armed, before
+// it is sent, until open is closed; held is closed when it arrives (gateSend).
+type gatedSend struct {
+	*hookClient
+	armed      atomic.Bool
+	held, open chan struct{}
+}
+
+// gateSend wraps rc in a hookClient that holds a script's send when armed.
+func gateSend(rc rueidis.Client) *gatedSend {
+	g := &gatedSend{hookClient: &hookClient{Client: rc}, held: make(chan struct{}), open: make(chan struct{})}
+	g.set(func(_ context.Context, cmd hookCall, call func() rueidis.RedisResult) rueidis.RedisResult {
+		if !cmd.multi && g.armed.CompareAndSwap(true, false) {
+			close(g.held)
+			<-g.open
+		}
+		return call()
+	})
+	return g
 }

@@ -236,7 +236,7 @@ func TestPermitSemaphore_permitsNeverExceeded(t *testing.T) {
 
 func TestPermitSemaphore_replayedScriptsApplyOnce(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
-		lc := &lossyClient{Client: b.rueidis(t)}
+		lc := loseReplies(b.rueidis(t))
 		c, err := rlock.New(lc)
 		require.NoError(t, err)
 		defer c.Close()
@@ -280,7 +280,7 @@ func TestPermitSemaphore_replayedScriptsApplyOnce(t *testing.T) {
 
 func TestPermitSemaphore_ambiguousAcquireOfCancelledCallerIsUndone(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
-		lc := &lossyClient{Client: b.rueidis(t)}
+		lc := loseReplies(b.rueidis(t))
 		c, err := rlock.New(lc)
 		require.NoError(t, err)
 		defer c.Close()

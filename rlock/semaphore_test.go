@@ -348,7 +348,7 @@ func permitHammer(t *testing.T, clients []*rlock.Client, permits int32, take fun
 // applied twice.
 func TestSemaphore_replayedScriptsApplyOnce(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
-		lc := &lossyClient{Client: b.rueidis(t)}
+		lc := loseReplies(b.rueidis(t))
 		c, err := rlock.New(lc)
 		require.NoError(t, err)
 		defer c.Close()
@@ -396,7 +396,7 @@ func TestSemaphore_replayedScriptsApplyOnce(t *testing.T) {
 // An acquire granted by a resend after the caller gave up is given back.
 func TestSemaphore_ambiguousAcquireOfCancelledCallerIsUndone(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
-		lc := &lossyClient{Client: b.rueidis(t)}
+		lc := loseReplies(b.rueidis(t))
 		c, err := rlock.New(lc)
 		require.NoError(t, err)
 		defer c.Close()
