@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/redis/rueidis"
 	"github.com/stretchr/testify/require"
@@ -42,7 +43,8 @@ type hookCall struct {
 // scripts' sends and replies (hardening, review, protocol, model, faults, ghost, drift
 // hunt, ...): every call of one of relock's scripts goes through its hook (none: straight
 // on); every other command goes straight on. The recurring hooks are below, each a handle
-// that embeds the hookClient it serves (loseReplies, refuseSends, keepSend, gateSend).
+// that embeds the hookClient it serves (loseReplies, refuseSends, keepSend, gateSend,
+// holdReply, delayReplies, countScripts).
 //
 // A test's hookClient may be given to another (stacked): each sees what the one above
 // sends on.
@@ -243,4 +245,78 @@ func gateSend(rc rueidis.Client) *gatedSend {
 		return call()
 	})
 	return g
+}
+
+// heldReply is a hookClient that holds back the reply of the first script sent through it
+// once armed (holdReply): the script runs in Redis at once, whatever becomes of the
+// caller's ctx (sent is closed then), and its reply reaches the caller once open is
+// closed, as a slow connection would deliver it.
+type heldReply struct {
+	*hookClient
+	armed      atomic.Bool
+	sent, open chan struct{}
+}
+
+// holdReply wraps rc in a hookClient that holds back a script's reply when armed.
+func holdReply(rc rueidis.Client) *heldReply {
+	h := &heldReply{hookClient: &hookClient{Client: rc}, sent: make(chan struct{}), open: make(chan struct{})}
+	h.set(func(ctx context.Context, cmd hookCall, call func() rueidis.RedisResult) rueidis.RedisResult {
+		if cmd.multi || !h.armed.CompareAndSwap(true, false) {
+			return call()
+		}
+		res := cmd.sendWith(context.WithoutCancel(ctx))
+		close(h.sent)
+		<-h.open
+		return res
+	})
+	return h
+}
+
+// delayedReplies is a hookClient that hands back the replies of scripts delay after they
+// came, once on is closed, as a slow network would (delayReplies).
+type delayedReplies struct {
+	*hookClient
+	delay time.Duration
+	on    chan struct{} // closed: delays
+}
+
+// delayReplies wraps rc in a hookClient that delays script replies by delay once on.
+func delayReplies(rc rueidis.Client, delay time.Duration) *delayedReplies {
+	d := &delayedReplies{hookClient: &hookClient{Client: rc}, delay: delay, on: make(chan struct{})}
+	d.set(func(_ context.Context, cmd hookCall, call func() rueidis.RedisResult) rueidis.RedisResult {
+		res := call()
+		if !cmd.multi {
+			select {
+			case <-d.on:
+				time.Sleep(d.delay)
+			default:
+			}
+		}
+		return res
+	})
+	return d
+}
+
+// scriptCount is a hookClient that counts the scripts sent through it (countScripts).
+type scriptCount struct {
+	*hookClient
+	n   atomic.Int64 // scripts sent
+	ran atomic.Int64 // of those, the ones not answered NOSCRIPT (a script run, or refused by it)
+}
+
+// countScripts wraps rc in a hookClient that counts the scripts sent through it.
+func countScripts(rc rueidis.Client) *scriptCount {
+	s := &scriptCount{hookClient: &hookClient{Client: rc}}
+	s.set(func(_ context.Context, cmd hookCall, call func() rueidis.RedisResult) rueidis.RedisResult {
+		if cmd.multi {
+			return call()
+		}
+		s.n.Add(1)
+		res := call()
+		if re, ok := rueidis.IsRedisErr(res.Error()); !ok || !re.IsNoScript() {
+			s.ran.Add(1)
+		}
+		return res
+	})
+	return s
 }
