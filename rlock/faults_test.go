@@ -12,21 +12,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/rueidis"
 	"github.com/stretchr/testify/require"
 
 	"github.com/relock-go/relock/internal/redistest"
 	"github.com/relock-go/relock/lua"
 	"github.com/relock-go/relock/rlock"
 )
-
-func isScript(cmd rueidis.Completed) bool {
-	switch cmd.Commands()[0] {
-	case "EVALSHA", "EVAL":
-		return true
-	}
-	return false
-}
 
 func TestMutex_replayedScriptsApplyOnce(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
