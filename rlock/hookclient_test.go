@@ -47,10 +47,17 @@ type hookCall struct {
 // holdReply, delayReplies, countScripts).
 //
 // A test's hookClient may be given to another (stacked): each sees what the one above
-// sends on.
+// sends on. A test that only watches the commands (every), scripts or not, uses one with
+// no hook.
 type hookClient struct {
 	rueidis.Client
 	hook atomic.Pointer[scriptHook]
+	// every, when set before the client is used, sees the words of every command the caller
+	// sends through h, script or not, before anything is sent: a Do's one command (multi
+	// false), or a DoMulti's all, as one call (multi true). It must not keep them (rueidis
+	// recycles a sent command). It changes nothing: with no hook set, a pipeline goes on
+	// whole.
+	every func(cmds [][]string, multi bool)
 }
 
 // set installs f as the hook (nil: none).
@@ -63,6 +70,9 @@ func (h *hookClient) set(f scriptHook) {
 }
 
 func (h *hookClient) Do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResult {
+	if h.every != nil {
+		h.every([][]string{cmd.Commands()}, false)
+	}
 	return h.do(ctx, cmd, false)
 }
 
@@ -84,6 +94,13 @@ func (h *hookClient) do(ctx context.Context, cmd rueidis.Completed, multi bool) 
 // DoMulti sends a pipeline that holds a script as one Do per command, each through the hook
 // (hookCall.multi set).
 func (h *hookClient) DoMulti(ctx context.Context, cmds ...rueidis.Completed) []rueidis.RedisResult {
+	if h.every != nil {
+		words := make([][]string, len(cmds))
+		for i, cmd := range cmds {
+			words[i] = cmd.Commands()
+		}
+		h.every(words, true)
+	}
 	hooked := false
 	for _, cmd := range cmds {
 		hooked = hooked || isRelockScript(cmd)
