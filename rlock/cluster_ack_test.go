@@ -200,6 +200,12 @@ func TestClusterAck_grantDuringMigrationIsAckedByTheNodeThatAppliedIt(t *testing
 // through DoMulti or a dedicated client): the script ran, lost() runs, and the caller gets the
 // error of a request that timed out. relock then replays the acquire and, learning that it
 // granted, waits for the acknowledgements after touching the lock's lease (ackAfterTouch).
+//
+// It is the one wrapper of these tests that is not a hookClient hook (issue 24), for two
+// reasons: the script and its WAIT must reach Redis as one pipeline on one connection (WAIT
+// counts the acknowledgements of its own connection's writes), and hookClient, once its
+// hook is set, sends a pipeline holding a script as one Do per command; and on a Cluster
+// relock sends them through a Dedicated connection, which hookClient does not wrap.
 type replyLosingClient struct {
 	rueidis.Client
 	armed atomic.Bool
