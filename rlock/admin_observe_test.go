@@ -15,7 +15,7 @@ import (
 // lost tells of it (Replay, with its Op). Their acquisitions and releases are reported.
 func TestObserver_adminReportsOnlyReplays(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
-		lc := &lossyClient{Client: b.rueidis(t)}
+		lc := loseReplies(b.rueidis(t))
 		r := &recorder{}
 		c, err := rlock.New(lc, rlock.WithObserver(r.observer()))
 		require.NoError(t, err)

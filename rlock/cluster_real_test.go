@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/rueidis"
 	"github.com/stretchr/testify/require"
 
 	"github.com/relock-go/relock/internal/redistest"
@@ -116,7 +115,15 @@ func TestCluster_renewalRoundIsOnePipeline(t *testing.T) {
 	skipShortCluster(t)
 	cl := startCluster(t)
 	var do, multi, scripts atomic.Int64
-	rc := countingClient{Client: cl.Client(t), do: &do, multi: &multi, scripts: &scripts}
+	// The calls made: Do, DoMulti and the commands of every DoMulti.
+	rc := &hookClient{Client: cl.Client(t), every: func(cmds [][]string, m bool) {
+		if m {
+			multi.Add(1)
+			scripts.Add(int64(len(cmds)))
+		} else {
+			do.Add(1)
+		}
+	}}
 	const lease = 900 * time.Millisecond
 	c, err := rlock.New(rc, rlock.WithWatchdogTimeout(lease))
 	require.NoError(t, err)
@@ -168,24 +175,6 @@ func TestCluster_renewalRoundIsOnePipeline(t *testing.T) {
 		require.NoError(t, m.Err(bg))
 		require.NoError(t, m.Unlock(bg))
 	}
-}
-
-// countingClient counts the calls made through it: Do, DoMulti and the commands of every
-// DoMulti.
-type countingClient struct {
-	rueidis.Client
-	do, multi, scripts *atomic.Int64
-}
-
-func (c countingClient) Do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResult {
-	c.do.Add(1)
-	return c.Client.Do(ctx, cmd)
-}
-
-func (c countingClient) DoMulti(ctx context.Context, multi ...rueidis.Completed) []rueidis.RedisResult {
-	c.multi.Add(1)
-	c.scripts.Add(int64(len(multi)))
-	return c.Client.DoMulti(ctx, multi...)
 }
 
 // An Unlock after the lock's master was killed and its replica promoted reaches the new

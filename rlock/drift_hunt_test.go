@@ -25,9 +25,9 @@ import (
 // The drift hunt: an independent, sceptical check of the Mutex's hold accounting from the
 // exported API only (issue 23: "HoldCount equals the holds the owner took and has not given
 // back"), written apart from the model test (model_test.go) and sharing none of its code
-// but scriptOf (hookclient_test.go).
+// but hookClient (hookclient_test.go), the one fault-injecting client.
 //
-// Three Clients, each on its own rueidis client wrapped in a driftClient, act on one or two
+// Three Clients, each on its own rueidis client wrapped in a hookClient (driftFaults), act on one or two
 // lock names through actors: one goroutine each, with ops run one after another, for a
 // handle owner (one Mutex handle per Client and name) or a context owner (WithOwner; one
 // of them used by two goroutines of one Client, which share its holds; in
@@ -35,7 +35,7 @@ import (
 // in a round every actor runs 1-4 operations concurrently with the others (Lock with a ctx
 // that times out (10-120ms) or is cancelled at a random point, TryLock with wait 0 or a short
 // wait and a watchdog or a long fixed lease, re-entry, Unlock with a live or cancelled ctx,
-// a stray Unlock of an owner with no hold, HoldContext). Each operation may carry a fault, which the driftClient applies to
+// a stray Unlock of an owner with no hold, HoldContext). Each operation may carry a fault, which the driftFaults hook applies to
 // its script calls (the first send, a replay, a background give-back carrying the op's
 // context values): the reply of an applied script lost; the send refused (a dial error:
 // nothing applied); the send lost (nothing applied, the caller cannot tell); the reply
@@ -122,10 +122,12 @@ var (
 	errDriftDial = &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}
 )
 
-// driftClient applies the plan in a call's ctx to relock's script calls; renewals (which
-// carry no plan) lose or delay their reply now and then. Every other command goes straight on.
-type driftClient struct {
-	rueidis.Client
+// driftFaults is a hookClient (newDriftFaults; its hook: driftFaults.hook) that applies the
+// plan in a call's ctx to relock's script calls, those of a pipeline too; renewals (which
+// carry no plan) lose or delay their reply now and then. Every other command goes straight
+// on.
+type driftFaults struct {
+	*hookClient
 	mu     sync.Mutex
 	rng    *rand.Rand
 	late   sync.WaitGroup // kept-back sends not yet delivered
@@ -134,34 +136,39 @@ type driftClient struct {
 	storms atomic.Int64 // calls failed by a storm
 }
 
-func (d *driftClient) roll() (float64, time.Duration) {
+// newDriftFaults wraps rc in a hookClient whose hook applies the drift plans, rng rolling
+// the renewals' faults.
+func newDriftFaults(rc rueidis.Client, rng *rand.Rand) *driftFaults {
+	d := &driftFaults{hookClient: &hookClient{Client: rc}, rng: rng}
+	d.set(d.hook)
+	return d
+}
+
+func (d *driftFaults) roll() (float64, time.Duration) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return d.rng.Float64(), time.Duration(10+d.rng.IntN(140)) * time.Millisecond
 }
 
-func (d *driftClient) Do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResult {
-	script, _ := scriptOf(cmd) // before the send: rueidis may recycle cmd
-	if script == "" {
-		return d.Client.Do(ctx, cmd)
-	}
+func (d *driftFaults) hook(ctx context.Context, cmd hookCall, call func() rueidis.RedisResult) rueidis.RedisResult {
+	script := cmd.script
 	p, _ := ctx.Value(driftPlanKey{}).(*driftPlan)
 	if p == nil {
 		if script == "renew" {
 			switch r, dl := d.roll(); {
 			case r < 0.04:
 				d.renew.Add(1)
-				if res := d.Client.Do(ctx, cmd); res.Error() != nil {
+				if res := call(); res.Error() != nil {
 					return res
 				}
 				return rueidis.NewErrorResult(errDriftRead)
 			case r < 0.12:
 				d.renew.Add(1)
-				res := d.Client.Do(ctx, cmd)
+				res := call()
 				return d.wait(ctx, res, dl)
 			}
 		}
-		return d.Client.Do(ctx, cmd)
+		return call()
 	}
 	i := p.calls.Add(1)
 	if p.storm > 0 && i >= p.stormAt {
@@ -173,7 +180,7 @@ func (d *driftClient) Do(ctx context.Context, cmd rueidis.Completed) rueidis.Red
 				p.note(fmt.Sprintf("  storm on call %d (%s)", i, script))
 			}
 			if i%2 == 1 {
-				if res := d.Client.Do(ctx, cmd); res.Error() != nil {
+				if res := call(); res.Error() != nil {
 					return res
 				}
 			}
@@ -187,7 +194,7 @@ func (d *driftClient) Do(ctx context.Context, cmd rueidis.Completed) rueidis.Red
 	}
 	switch f {
 	case dfaultDropReply:
-		if res := d.Client.Do(ctx, cmd); res.Error() != nil {
+		if res := call(); res.Error() != nil {
 			return res
 		}
 		return rueidis.NewErrorResult(errDriftRead)
@@ -196,13 +203,13 @@ func (d *driftClient) Do(ctx context.Context, cmd rueidis.Completed) rueidis.Red
 	case dfaultLoseSend:
 		return rueidis.NewErrorResult(errDriftRead)
 	case dfaultDelay:
-		return d.wait(ctx, d.Client.Do(ctx, cmd), p.delay)
+		return d.wait(ctx, call(), p.delay)
 	case dfaultLate:
 		d.late.Add(1)
 		go func() {
 			defer d.late.Done()
 			time.Sleep(p.delay / 2)
-			res := d.Client.Do(context.Background(), cmd)
+			res := cmd.sendWith(context.Background())
 			if p.note != nil {
 				p.note(fmt.Sprintf("  late %s delivered: %v", script, driftResult(res)))
 			}
@@ -212,19 +219,19 @@ func (d *driftClient) Do(ctx context.Context, cmd rueidis.Completed) rueidis.Red
 		if p.cancel != nil {
 			p.cancel()
 		}
-		return d.Client.Do(ctx, cmd)
+		return call()
 	case dfaultCancelAfter:
-		res := d.Client.Do(ctx, cmd)
+		res := call()
 		if p.cancel != nil {
 			p.cancel()
 		}
 		return res
 	}
-	return d.Client.Do(ctx, cmd)
+	return call()
 }
 
 // wait hands res back after dl, or a ctx error if ctx ends first (the caller gave up on it).
-func (d *driftClient) wait(ctx context.Context, res rueidis.RedisResult, dl time.Duration) rueidis.RedisResult {
+func (d *driftFaults) wait(ctx context.Context, res rueidis.RedisResult, dl time.Duration) rueidis.RedisResult {
 	t := time.NewTimer(dl)
 	defer t.Stop()
 	select {
@@ -233,23 +240,6 @@ func (d *driftClient) wait(ctx context.Context, res rueidis.RedisResult, dl time
 	case <-ctx.Done():
 		return rueidis.NewErrorResult(ctx.Err())
 	}
-}
-
-// DoMulti sends a pipeline that holds a script as one Do per command.
-func (d *driftClient) DoMulti(ctx context.Context, cmds ...rueidis.Completed) []rueidis.RedisResult {
-	hooked := false
-	for _, cmd := range cmds {
-		script, _ := scriptOf(cmd)
-		hooked = hooked || script != ""
-	}
-	if !hooked {
-		return d.Client.DoMulti(ctx, cmds...)
-	}
-	out := make([]rueidis.RedisResult, len(cmds))
-	for i, cmd := range cmds {
-		out[i] = d.Do(ctx, cmd)
-	}
-	return out
 }
 
 func driftResult(res rueidis.RedisResult) string {
@@ -317,7 +307,7 @@ type driftTrial struct {
 	t       *testing.T
 	idx     int
 	clients []*rlock.Client
-	dcs     []*driftClient
+	dcs     []*driftFaults
 	srv     *redistest.Server
 	names   []string
 	keys    []string
@@ -429,9 +419,9 @@ func driftHunt(t *testing.T, cross bool) {
 		}
 	}}
 	var clients []*rlock.Client
-	var dcs []*driftClient
+	var dcs []*driftFaults
 	for i := range 3 {
-		dc := &driftClient{Client: srv.Client(t), rng: rand.New(rand.NewPCG(seed, uint64(100+i)))}
+		dc := newDriftFaults(srv.Client(t), rand.New(rand.NewPCG(seed, uint64(100+i))))
 		c, err := rlock.New(dc, rlock.WithWatchdogTimeout(driftWatchdog), rlock.WithRenewFraction(driftRenewFrac),
 			rlock.WithCleanupTimeout(driftCleanup), rlock.WithObserver(obs))
 		if err != nil {

@@ -49,19 +49,6 @@ func requireNoFairPlace(t *testing.T, b *backend, m *rlock.FairMutex, owner, why
 	require.False(t, a, "%s: %s's life record is left", why, owner)
 }
 
-// fairCountingClient counts the scripts its relock Client sends.
-type fairCountingClient struct {
-	rueidis.Client
-	scripts atomic.Int64
-}
-
-func (c *fairCountingClient) Do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResult {
-	if isScript(cmd) {
-		c.scripts.Add(1)
-	}
-	return c.Client.Do(ctx, cmd)
-}
-
 func TestFairMutex_basics(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
 		c := b.client(t)
@@ -334,7 +321,7 @@ func TestFairMutex_deadWaiterDoesNotStallTheQueue(t *testing.T) {
 		holder := b.client(t, rlock.WithWaiterTimeout(waiterTimeout)).FairMutex(name)
 		require.NoError(t, holder.Lock(bg))
 
-		rc := &refusingClient{Client: b.rueidis(t)}
+		rc := refuseSends(b.rueidis(t))
 		dc, err := rlock.New(rc, rlock.WithWaiterTimeout(waiterTimeout))
 		require.NoError(t, err)
 		defer dc.Close()
@@ -384,11 +371,11 @@ func TestFairMutex_Unlock_wakesOnlyTheHead(t *testing.T) {
 		holder := b.client(t).FairMutex(name)
 		require.NoError(t, holder.Lock(bg))
 		const waiters = 4
-		counters := make([]*fairCountingClient, waiters)
+		counters := make([]*scriptCount, waiters) // the scripts each waiter's Client sends
 		handles := make([]*rlock.FairMutex, waiters)
 		got := make([]chan error, waiters)
 		for i := range waiters {
-			counters[i] = &fairCountingClient{Client: b.rueidis(t)}
+			counters[i] = countScripts(b.rueidis(t))
 			c, err := rlock.New(counters[i], rlock.WithWaiterTimeout(30*time.Second)) // heartbeat 10s
 			require.NoError(t, err)
 			defer c.Close()
@@ -401,7 +388,7 @@ func TestFairMutex_Unlock_wakesOnlyTheHead(t *testing.T) {
 		counts := func() []int64 {
 			out := make([]int64, waiters)
 			for i, c := range counters {
-				out[i] = c.scripts.Load()
+				out[i] = c.n.Load()
 			}
 			return out
 		}
@@ -463,7 +450,7 @@ func TestFairMutex_mutualExclusion(t *testing.T) {
 
 func TestFairMutex_replayedScriptsApplyOnce(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
-		lc := &lossyClient{Client: b.rueidis(t)}
+		lc := loseReplies(b.rueidis(t))
 		c, err := rlock.New(lc)
 		require.NoError(t, err)
 		defer c.Close()

@@ -4,17 +4,14 @@ import (
 	"context"
 	"fmt"
 	"maps"
-	"net"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
-	"github.com/redis/rueidis"
 	"github.com/stretchr/testify/require"
 
 	"github.com/relock-go/relock/internal/redistest"
@@ -22,40 +19,9 @@ import (
 	"github.com/relock-go/relock/rlock"
 )
 
-// lossyClient runs scripts for real but can drop their replies, as a timeout or a broken
-// connection would: the caller cannot tell whether the script took effect.
-type lossyClient struct {
-	rueidis.Client
-	drop   atomic.Int32 // replies of applied scripts still to drop
-	always atomic.Bool  // drop every script reply, applied or not
-	onDrop func()       // runs after a reply was dropped
-}
-
-func isScript(cmd rueidis.Completed) bool {
-	switch cmd.Commands()[0] {
-	case "EVALSHA", "EVAL":
-		return true
-	}
-	return false
-}
-
-func (l *lossyClient) Do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResult {
-	if !isScript(cmd) {
-		return l.Client.Do(ctx, cmd)
-	}
-	res := l.Client.Do(ctx, cmd)
-	if l.always.Load() || (res.Error() == nil && l.drop.Add(-1) >= 0) {
-		if l.onDrop != nil {
-			l.onDrop()
-		}
-		return rueidis.NewErrorResult(context.DeadlineExceeded)
-	}
-	return res
-}
-
 func TestMutex_replayedScriptsApplyOnce(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
-		lc := &lossyClient{Client: b.rueidis(t)}
+		lc := loseReplies(b.rueidis(t))
 		c, err := rlock.New(lc)
 		require.NoError(t, err)
 		defer c.Close()
@@ -90,7 +56,7 @@ func TestMutex_replayedScriptsApplyOnce(t *testing.T) {
 
 func TestMutex_ambiguousAcquireOfCancelledCallerIsUndone(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
-		lc := &lossyClient{Client: b.rueidis(t)}
+		lc := loseReplies(b.rueidis(t))
 		c, err := rlock.New(lc)
 		require.NoError(t, err)
 		defer c.Close()
@@ -109,7 +75,7 @@ func TestMutex_ambiguousAcquireOfCancelledCallerIsUndone(t *testing.T) {
 
 func TestMutex_unresolvableAcquireReportsUnknownOutcome(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
-		lc := &lossyClient{Client: b.rueidis(t)}
+		lc := loseReplies(b.rueidis(t))
 		c, err := rlock.New(lc, rlock.WithCleanupTimeout(200*time.Millisecond), rlock.WithWatchdogTimeout(time.Second))
 		require.NoError(t, err)
 		defer c.Close()
@@ -567,26 +533,12 @@ func TestMutex_replicaAck(t *testing.T) {
 	require.ErrorIs(t, err, rlock.ErrInvalid)
 }
 
-// refusingClient fails the first scripts it is given as a refused dial would, sending
-// nothing.
-type refusingClient struct {
-	rueidis.Client
-	refuse atomic.Int32
-}
-
-func (r *refusingClient) Do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResult {
-	if isScript(cmd) && r.refuse.Add(-1) >= 0 {
-		return rueidis.NewErrorResult(&net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED})
-	}
-	return r.Client.Do(ctx, cmd)
-}
-
 func TestMutex_TryLock_outageOverBeforeWaitEndsIsPlainContention(t *testing.T) {
 	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		name := redistest.Name(t)
 		require.NoError(t, b.client(t).Mutex(name).Lock(bg))
-		rc := &refusingClient{Client: b.rueidis(t)}
+		rc := refuseSends(b.rueidis(t))
 		c, err := rlock.New(rc)
 		require.NoError(t, err)
 		defer c.Close()
@@ -617,7 +569,7 @@ func TestLock_replayedFinalReleaseAfterManyOwners(t *testing.T) {
 	} {
 		t.Run(kind.name, func(t *testing.T) {
 			eachBackend(t, func(t *testing.T, b *backend) {
-				lc := &lossyClient{Client: b.rueidis(t)}
+				lc := loseReplies(b.rueidis(t))
 				c, err := rlock.New(lc)
 				require.NoError(t, err)
 				defer c.Close()
@@ -653,39 +605,6 @@ func TestLock_replayedFinalReleaseAfterManyOwners(t *testing.T) {
 	}
 }
 
-// holdingClient keeps back the first script sent through it once armed: it cancels the
-// caller (cancel) and answers context.Canceled without sending it, as rueidis answers a
-// caller whose ctx ended while its command waited to be written; with no cancel set it
-// answers context.DeadlineExceeded, as for a request whose reply did not come within its
-// deadline (the caller stays). deliver sends the kept
-// command afterwards, as a connection slower than the replay's would: rueidis spreads a
-// standalone client's commands over several connections (PipelineMultiplex, chosen at
-// random per command), so nothing orders a replay after the send it replays.
-type holdingClient struct {
-	rueidis.Client
-	armed  atomic.Bool
-	cancel context.CancelFunc     // set before armed, or nil
-	kept   chan rueidis.Completed // capacity 1
-}
-
-func (c *holdingClient) Do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResult {
-	if isScript(cmd) && c.armed.CompareAndSwap(true, false) {
-		c.kept <- cmd
-		if c.cancel == nil {
-			return rueidis.NewErrorResult(context.DeadlineExceeded)
-		}
-		c.cancel()
-		return rueidis.NewErrorResult(context.Canceled)
-	}
-	return c.Client.Do(ctx, cmd)
-}
-
-func (c *holdingClient) deliver(t *testing.T) {
-	t.Helper()
-	cmd := <-c.kept
-	require.NoError(t, c.Client.Do(bg, cmd).Error())
-}
-
 // TestMutex_cancelledAcquireOvertakenByItsReplayLeavesNothing: a Lock whose ctx ends while its
 // first acquire waits to be written resolves the acquire by a replay in the background and
 // gives back what the replay granted; the first send, reaching Redis after that give-back,
@@ -697,7 +616,7 @@ func (c *holdingClient) deliver(t *testing.T) {
 func TestMutex_cancelledAcquireOvertakenByItsReplayLeavesNothing(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
 		gave := make(chan rlock.GiveBackInfo, 1)
-		hc := &holdingClient{Client: b.rueidis(t), kept: make(chan rueidis.Completed, 1)}
+		hc := keepSend(b.rueidis(t))
 		c, err := rlock.New(hc, rlock.WithObserver(&rlock.Observer{GiveBack: func(e rlock.GiveBackInfo) { gave <- e }}))
 		require.NoError(t, err)
 		defer c.Close()

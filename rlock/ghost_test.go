@@ -5,11 +5,9 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/redis/rueidis"
 	"github.com/stretchr/testify/require"
 
 	"github.com/relock-go/relock/internal/redistest"
@@ -32,7 +30,7 @@ var ghostKinds = []struct {
 
 // TestGhost_lateFirstSendAfterItsReplay: an acquire whose caller gave up while its first send
 // waited to be written is resolved by a replay (same request id), and the first send reaches
-// Redis only afterwards (holdingClient). Whatever the replay found, the late first send must
+// Redis only afterwards (keepSend). Whatever the replay found, the late first send must
 // change nothing, for every kind of lock and in each case:
 //   - fresh: the replay took the free lock and gave it back (the caller had gone): the late
 //     first send must not take it again (a ghost hold, unrenewed, until its lease ends);
@@ -48,7 +46,7 @@ func TestGhost_lateFirstSendAfterItsReplay(t *testing.T) {
 				eachBackend(t, func(t *testing.T, b *backend) {
 					gave := make(chan rlock.GiveBackInfo, 4)
 					replayed := make(chan rlock.ReplayInfo, 8)
-					hc := &holdingClient{Client: b.rueidis(t), kept: make(chan rueidis.Completed, 1)}
+					hc := keepSend(b.rueidis(t))
 					c, err := rlock.New(hc, rlock.WithObserver(&rlock.Observer{
 						GiveBack: func(e rlock.GiveBackInfo) { gave <- e },
 						Replay: func(e rlock.ReplayInfo) {
@@ -156,7 +154,7 @@ func holdCount(l rlock.Locker) (int, error) {
 func TestGhost_permitLateFirstSendAfterItsReplay(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
 		gave := make(chan rlock.GiveBackInfo, 1)
-		hc := &holdingClient{Client: b.rueidis(t), kept: make(chan rueidis.Completed, 1)}
+		hc := keepSend(b.rueidis(t))
 		p := onePermitOn(t, hc, rlock.WithObserver(&rlock.Observer{GiveBack: func(e rlock.GiveBackInfo) { gave <- e }}))
 		ctx, cancel := context.WithCancel(bg)
 		defer cancel()
@@ -218,7 +216,7 @@ func TestGhost_lateFirstSendRandomized(t *testing.T) {
 func ghostTrial(t *testing.T, b *backend, lock func(c *rlock.Client, name string) rlock.Locker, sc string, ops []string, at int, desc string) {
 	t.Helper()
 	resolved := make(chan struct{}, 8)
-	hc := &holdingClient{Client: b.rueidis(t), kept: make(chan rueidis.Completed, 1)}
+	hc := keepSend(b.rueidis(t))
 	c, err := rlock.New(hc, rlock.WithObserver(&rlock.Observer{
 		Replay: func(e rlock.ReplayInfo) {
 			if e.Op == "acquire" && e.Err == nil {
@@ -325,7 +323,7 @@ func ghostTrial(t *testing.T, b *backend, lock func(c *rlock.Client, name string
 // not take it.
 func TestGhost_permitLateFirstSendAfterRefusedReplay(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
-		hc := &holdingClient{Client: b.rueidis(t), kept: make(chan rueidis.Completed, 1)}
+		hc := keepSend(b.rueidis(t))
 		p := onePermitOn(t, hc)
 		q, held := permitHeldElsewhere(t, b, p)
 
@@ -345,9 +343,9 @@ func TestGhost_permitLateFirstSendAfterRefusedReplay(t *testing.T) {
 
 // semaphoreHeldElsewhere returns a Semaphore s of 1 permit on a Client over hc (closed when
 // the test ends) and a handle q on it through another Client, which holds the permit.
-func semaphoreHeldElsewhere(t *testing.T, b *backend) (hc *holdingClient, s, q *rlock.Semaphore) {
+func semaphoreHeldElsewhere(t *testing.T, b *backend) (hc *keptSend, s, q *rlock.Semaphore) {
 	t.Helper()
-	hc = &holdingClient{Client: b.rueidis(t), kept: make(chan rueidis.Completed, 1)}
+	hc = keepSend(b.rueidis(t))
 	c, err := rlock.New(hc)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = c.Close() })
@@ -452,7 +450,7 @@ func TestGhost_permitLateFirstSendAfterRefusedResendOfWaitingCaller(t *testing.T
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			eachBackend(t, func(t *testing.T, b *backend) {
-				hc := &holdingClient{Client: b.rueidis(t), kept: make(chan rueidis.Completed, 1)}
+				hc := keepSend(b.rueidis(t))
 				obs, refused := firstAcquireReplay()
 				p := onePermitOn(t, hc, rlock.WithObserver(obs))
 				q, held := permitHeldElsewhere(t, b, p)
@@ -511,31 +509,15 @@ func firstAcquireReplay() (obs *rlock.Observer, refused <-chan struct{}) {
 	}}, ch
 }
 
-// scriptGate holds the next script sent through it once armed until open is closed (held is
-// closed when it arrives).
-type scriptGate struct {
-	rueidis.Client
-	armed      atomic.Bool
-	held, open chan struct{}
-}
-
-func (c *scriptGate) Do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResult {
-	if isScript(cmd) && c.armed.CompareAndSwap(true, false) {
-		close(c.held)
-		<-c.open
-	}
-	return c.Client.Do(ctx, cmd)
-}
-
 // TestGhost_permitLateFirstSendBeforeTheSpend: as
 // TestGhost_permitLateFirstSendAfterRefusedResendOfWaitingCaller, but the first send reaches
 // Redis, and grants the permit the holder gave back, before the work that the TryAcquire
-// left to spend the permit id does (scriptGate holds it): that work finds the permit granted
+// left to spend the permit id does (gateSend holds it): that work finds the permit granted
 // and gives it back, and spends the id, so that no send of it grants again.
 func TestGhost_permitLateFirstSendBeforeTheSpend(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
-		hc := &holdingClient{Client: b.rueidis(t), kept: make(chan rueidis.Completed, 1)}
-		gc := &scriptGate{Client: hc, held: make(chan struct{}), open: make(chan struct{})}
+		hc := keepSend(b.rueidis(t))
+		gc := gateSend(hc)
 		gave := make(chan rlock.GiveBackInfo, 1)
 		p := onePermitOn(t, gc, rlock.WithObserver(&rlock.Observer{
 			Replay: func(e rlock.ReplayInfo) {
@@ -593,7 +575,7 @@ func TestGhost_permitLateFirstSendBeforeTheSpend(t *testing.T) {
 // spend the id as a resend's grant does.
 func TestGhost_permitLateFirstSendAfterALaterAttemptsGrant(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
-		hc := &holdingClient{Client: b.rueidis(t), kept: make(chan rueidis.Completed, 1)}
+		hc := keepSend(b.rueidis(t))
 		obs, refused := firstAcquireReplay()
 		p := onePermitOn(t, hc, rlock.WithObserver(obs))
 		q, held := permitHeldElsewhere(t, b, p)

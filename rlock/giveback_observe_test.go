@@ -1,11 +1,9 @@
 package rlock_test
 
 import (
-	"context"
 	"testing"
 	"time"
 
-	"github.com/redis/rueidis"
 	"github.com/stretchr/testify/require"
 
 	"github.com/relock-go/relock/internal/redistest"
@@ -84,32 +82,12 @@ func TestObserver_giveBackOrphan(t *testing.T) {
 	})
 }
 
-// slowClient delays the replies of scripts by delay (while on), as a slow network would.
-type slowClient struct {
-	rueidis.Client
-	delay time.Duration
-	on    chan struct{} // closed: delays
-}
-
-func (s *slowClient) Do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResult {
-	script := isScript(cmd) // before Do, which recycles cmd
-	res := s.Client.Do(ctx, cmd)
-	if script {
-		select {
-		case <-s.on:
-			time.Sleep(s.delay)
-		default:
-		}
-	}
-	return res
-}
-
 // A grant whose reply comes back after its fixed lease ran out on the Client's clock is
 // given back (GiveBack late): the caller is not told it holds a lock it may no longer hold.
 func TestObserver_giveBackLate(t *testing.T) {
 	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
-		sc := &slowClient{Client: b.rueidis(t), delay: 150 * time.Millisecond, on: make(chan struct{})}
+		sc := delayReplies(b.rueidis(t), 150*time.Millisecond)
 		r := &recorder{}
 		c, err := rlock.New(sc, rlock.WithObserver(r.observer()))
 		require.NoError(t, err)

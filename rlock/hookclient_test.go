@@ -6,8 +6,11 @@ import (
 	"encoding/hex"
 	"strings"
 	"sync/atomic"
+	"testing"
+	"time"
 
 	"github.com/redis/rueidis"
+	"github.com/stretchr/testify/require"
 
 	"github.com/relock-go/relock/lua"
 )
@@ -37,12 +40,24 @@ type hookCall struct {
 }
 
 // hookClient is the one fault-injecting rueidis client of the tests that act on the
-// scripts' sends and replies (hardening, review, protocol, model): every call of one of
-// relock's scripts goes through its hook (none: straight on); every other command goes
-// straight on.
+// scripts' sends and replies (hardening, review, protocol, model, faults, ghost, drift
+// hunt, ...): every call of one of relock's scripts goes through its hook (none: straight
+// on); every other command goes straight on. The recurring hooks are below, each a handle
+// that embeds the hookClient it serves (loseReplies, refuseSends, keepSend, gateSend,
+// holdReply, delayReplies, countScripts).
+//
+// A test's hookClient may be given to another (stacked): each sees what the one above
+// sends on. A test that only watches the commands (every), scripts or not, uses one with
+// no hook.
 type hookClient struct {
 	rueidis.Client
 	hook atomic.Pointer[scriptHook]
+	// every, when set before the client is used, sees the words of every command the caller
+	// sends through h, script or not, before anything is sent: a Do's one command (multi
+	// false), or a DoMulti's all, as one call (multi true). It must not keep them (rueidis
+	// recycles a sent command). It changes nothing: with no hook set, a pipeline goes on
+	// whole.
+	every func(cmds [][]string, multi bool)
 }
 
 // set installs f as the hook (nil: none).
@@ -55,6 +70,9 @@ func (h *hookClient) set(f scriptHook) {
 }
 
 func (h *hookClient) Do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResult {
+	if h.every != nil {
+		h.every([][]string{cmd.Commands()}, false)
+	}
 	return h.do(ctx, cmd, false)
 }
 
@@ -76,6 +94,13 @@ func (h *hookClient) do(ctx context.Context, cmd rueidis.Completed, multi bool) 
 // DoMulti sends a pipeline that holds a script as one Do per command, each through the hook
 // (hookCall.multi set).
 func (h *hookClient) DoMulti(ctx context.Context, cmds ...rueidis.Completed) []rueidis.RedisResult {
+	if h.every != nil {
+		words := make([][]string, len(cmds))
+		for i, cmd := range cmds {
+			words[i] = cmd.Commands()
+		}
+		h.every(words, true)
+	}
 	hooked := false
 	for _, cmd := range cmds {
 		hooked = hooked || isRelockScript(cmd)
@@ -125,4 +150,190 @@ func isRelockScript(cmd rueidis.Completed) bool {
 		return scriptNames[words[1]] != ""
 	}
 	return false
+}
+
+// The recurring hooks. Each acts on the scripts a caller sends with Do, and lets the
+// scripts of a pipeline (hookCall.multi) go straight on, as the wrappers they replace did
+// (they faulted Do only).
+
+// lostReplies is a hookClient whose scripts run for real but can have their replies lost,
+// as to a timeout or a broken connection: the caller cannot tell whether the script took
+// effect (loseReplies).
+type lostReplies struct {
+	*hookClient
+	drop   atomic.Int32 // replies of applied scripts still to lose
+	always atomic.Bool  // lose every script's reply, applied or not
+	onDrop func()       // runs after a reply was lost (set before use)
+}
+
+// loseReplies wraps rc in a hookClient that loses script replies when told (drop, always).
+func loseReplies(rc rueidis.Client) *lostReplies {
+	l := &lostReplies{hookClient: &hookClient{Client: rc}}
+	l.set(func(_ context.Context, cmd hookCall, call func() rueidis.RedisResult) rueidis.RedisResult {
+		if cmd.multi {
+			return call()
+		}
+		res := call()
+		if l.always.Load() || (res.Error() == nil && l.drop.Add(-1) >= 0) {
+			if l.onDrop != nil {
+				l.onDrop()
+			}
+			return rueidis.NewErrorResult(context.DeadlineExceeded)
+		}
+		return res
+	})
+	return l
+}
+
+// refusedSends is a hookClient that fails the next refuse scripts as a refused dial would,
+// sending nothing (refuseSends).
+type refusedSends struct {
+	*hookClient
+	refuse atomic.Int32 // scripts still to refuse
+}
+
+// refuseSends wraps rc in a hookClient that refuses scripts when told (refuse).
+func refuseSends(rc rueidis.Client) *refusedSends {
+	r := &refusedSends{hookClient: &hookClient{Client: rc}}
+	r.set(func(_ context.Context, cmd hookCall, call func() rueidis.RedisResult) rueidis.RedisResult {
+		if !cmd.multi && r.refuse.Add(-1) >= 0 {
+			return refusedResult()
+		}
+		return call()
+	})
+	return r
+}
+
+// keptSend is a hookClient that keeps back the first script sent through it once armed
+// (keepSend): it cancels the caller (cancel) and answers context.Canceled without sending
+// it, as rueidis answers a caller whose ctx ended while its command waited to be written;
+// with no cancel set it answers context.DeadlineExceeded, as for a request whose reply did
+// not come within its deadline (the caller stays). deliver sends the kept command
+// afterwards, as a connection slower than the replay's would: rueidis spreads a standalone
+// client's commands over several connections (PipelineMultiplex, chosen at random per
+// command), so nothing orders a replay after the send it replays.
+type keptSend struct {
+	*hookClient
+	armed  atomic.Bool
+	cancel context.CancelFunc // set before armed, or nil
+	kept   chan func(context.Context) rueidis.RedisResult
+}
+
+// keepSend wraps rc in a hookClient that keeps back a script when armed.
+func keepSend(rc rueidis.Client) *keptSend {
+	k := &keptSend{hookClient: &hookClient{Client: rc}, kept: make(chan func(context.Context) rueidis.RedisResult, 1)}
+	k.set(func(_ context.Context, cmd hookCall, call func() rueidis.RedisResult) rueidis.RedisResult {
+		if cmd.multi || !k.armed.CompareAndSwap(true, false) {
+			return call()
+		}
+		k.kept <- cmd.sendWith
+		if k.cancel == nil {
+			return rueidis.NewErrorResult(context.DeadlineExceeded)
+		}
+		k.cancel()
+		return rueidis.NewErrorResult(context.Canceled)
+	})
+	return k
+}
+
+// deliver sends the kept script now (waiting for it to be kept) and requires no error.
+func (k *keptSend) deliver(t *testing.T) {
+	t.Helper()
+	send := <-k.kept
+	require.NoError(t, send(context.Background()).Error())
+}
+
+// gatedSend is a hookClient that holds the next script sent through it once armed, before
+// it is sent, until open is closed; held is closed when it arrives (gateSend).
+type gatedSend struct {
+	*hookClient
+	armed      atomic.Bool
+	held, open chan struct{}
+}
+
+// gateSend wraps rc in a hookClient that holds a script's send when armed.
+func gateSend(rc rueidis.Client) *gatedSend {
+	g := &gatedSend{hookClient: &hookClient{Client: rc}, held: make(chan struct{}), open: make(chan struct{})}
+	g.set(func(_ context.Context, cmd hookCall, call func() rueidis.RedisResult) rueidis.RedisResult {
+		if !cmd.multi && g.armed.CompareAndSwap(true, false) {
+			close(g.held)
+			<-g.open
+		}
+		return call()
+	})
+	return g
+}
+
+// heldReply is a hookClient that holds back the reply of the first script sent through it
+// once armed (holdReply): the script runs in Redis at once, whatever becomes of the
+// caller's ctx (sent is closed then), and its reply reaches the caller once open is
+// closed, as a slow connection would deliver it.
+type heldReply struct {
+	*hookClient
+	armed      atomic.Bool
+	sent, open chan struct{}
+}
+
+// holdReply wraps rc in a hookClient that holds back a script's reply when armed.
+func holdReply(rc rueidis.Client) *heldReply {
+	h := &heldReply{hookClient: &hookClient{Client: rc}, sent: make(chan struct{}), open: make(chan struct{})}
+	h.set(func(ctx context.Context, cmd hookCall, call func() rueidis.RedisResult) rueidis.RedisResult {
+		if cmd.multi || !h.armed.CompareAndSwap(true, false) {
+			return call()
+		}
+		res := cmd.sendWith(context.WithoutCancel(ctx))
+		close(h.sent)
+		<-h.open
+		return res
+	})
+	return h
+}
+
+// delayedReplies is a hookClient that hands back the replies of scripts delay after they
+// came, once on is closed, as a slow network would (delayReplies).
+type delayedReplies struct {
+	*hookClient
+	delay time.Duration
+	on    chan struct{} // closed: delays
+}
+
+// delayReplies wraps rc in a hookClient that delays script replies by delay once on.
+func delayReplies(rc rueidis.Client, delay time.Duration) *delayedReplies {
+	d := &delayedReplies{hookClient: &hookClient{Client: rc}, delay: delay, on: make(chan struct{})}
+	d.set(func(_ context.Context, cmd hookCall, call func() rueidis.RedisResult) rueidis.RedisResult {
+		res := call()
+		if !cmd.multi {
+			select {
+			case <-d.on:
+				time.Sleep(d.delay)
+			default:
+			}
+		}
+		return res
+	})
+	return d
+}
+
+// scriptCount is a hookClient that counts the scripts sent through it (countScripts).
+type scriptCount struct {
+	*hookClient
+	n   atomic.Int64 // scripts sent
+	ran atomic.Int64 // of those, the ones not answered NOSCRIPT (a script run, or refused by it)
+}
+
+// countScripts wraps rc in a hookClient that counts the scripts sent through it.
+func countScripts(rc rueidis.Client) *scriptCount {
+	s := &scriptCount{hookClient: &hookClient{Client: rc}}
+	s.set(func(_ context.Context, cmd hookCall, call func() rueidis.RedisResult) rueidis.RedisResult {
+		if cmd.multi {
+			return call()
+		}
+		s.n.Add(1)
+		res := call()
+		if re, ok := rueidis.IsRedisErr(res.Error()); !ok || !re.IsNoScript() {
+			s.ran.Add(1)
+		}
+		return res
+	})
+	return s
 }

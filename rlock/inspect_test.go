@@ -479,7 +479,20 @@ func TestInspect_readsOnly(t *testing.T) {
 		_, err = c.CountDownLatch(base+"-latch").TrySetCount(ctx, 1)
 		require.NoError(t, err)
 
-		rec := &recordingClient{Client: b.rueidis(t), sent: map[string]int{}}
+		// The commands the inspector sends (a PUBSUB with its subcommand).
+		var mu sync.Mutex
+		sent := map[string]int{}
+		rec := &hookClient{Client: b.rueidis(t), every: func(cmds [][]string, _ bool) {
+			mu.Lock()
+			defer mu.Unlock()
+			for _, args := range cmds {
+				name := strings.ToUpper(args[0])
+				if name == "PUBSUB" && len(args) > 1 {
+					name += " " + strings.ToUpper(args[1])
+				}
+				sent[name]++
+			}
+		}}
 		ins, err := rlock.New(rec)
 		require.NoError(t, err)
 		defer ins.Close()
@@ -493,47 +506,17 @@ func TestInspect_readsOnly(t *testing.T) {
 		require.Equal(t, 5, n)
 		readOnly := map[string]bool{"TYPE": true, "PTTL": true, "HGETALL": true, "GET": true, "ZRANGE": true,
 			"EXISTS": true, "TIME": true, "PUBSUB NUMSUB": true, "SCAN": true}
-		rec.mu.Lock()
-		require.Contains(t, rec.sent, "SCAN")
-		require.Contains(t, rec.sent, "HGETALL")
-		for cmd := range rec.sent {
+		mu.Lock()
+		require.Contains(t, sent, "SCAN")
+		require.Contains(t, sent, "HGETALL")
+		for cmd := range sent {
 			require.True(t, readOnly[cmd], "the inspector sent %s", cmd)
 		}
-		rec.mu.Unlock()
+		mu.Unlock()
 		require.NoError(t, fm.Unlock(ctx))
 		require.NoError(t, await(t, got, 20*time.Second, "the fair waiter"))
 		require.NoError(t, rw.RUnlock(ctx))
 	})
-}
-
-// recordingClient records the commands sent through it (a PUBSUB with its subcommand).
-type recordingClient struct {
-	rueidis.Client
-	mu   sync.Mutex
-	sent map[string]int
-}
-
-func (r *recordingClient) note(cmd rueidis.Completed) {
-	args := cmd.Commands()
-	name := strings.ToUpper(args[0])
-	if name == "PUBSUB" && len(args) > 1 {
-		name += " " + strings.ToUpper(args[1])
-	}
-	r.mu.Lock()
-	r.sent[name]++
-	r.mu.Unlock()
-}
-
-func (r *recordingClient) Do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResult {
-	r.note(cmd)
-	return r.Client.Do(ctx, cmd)
-}
-
-func (r *recordingClient) DoMulti(ctx context.Context, multi ...rueidis.Completed) []rueidis.RedisResult {
-	for _, cmd := range multi {
-		r.note(cmd)
-	}
-	return r.Client.DoMulti(ctx, multi...)
 }
 
 // The rule InspectACLRule gives lets a user inspect and list, and nothing else; a user
@@ -694,7 +677,13 @@ func TestClient_ForceUnlockSeen(t *testing.T) {
 func TestList_oneWalk(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
 		for _, prefix := range []string{rlock.DefaultKeyPrefix, ""} {
-			rec := &scanCounter{Client: b.rueidis(t)}
+			// The walks of the keyspace: SCAN calls from cursor 0.
+			var walks atomic.Int64
+			rec := &hookClient{Client: b.rueidis(t), every: func(cmds [][]string, multi bool) {
+				if args := cmds[0]; !multi && strings.EqualFold(args[0], "SCAN") && args[1] == "0" {
+					walks.Add(1)
+				}
+			}}
 			c, err := rlock.New(rec, rlock.WithKeyPrefix(prefix))
 			require.NoError(t, err)
 			t.Cleanup(func() { _ = c.Close() })
@@ -716,31 +705,18 @@ func TestList_oneWalk(t *testing.T) {
 				{"x{*", []string{"x{"}},
 				{"100%", []string{"100%"}},
 			} {
-				rec.walks.Store(0)
+				walks.Store(0)
 				var got []string
 				for n, err := range c.List(bg, tc.pattern) {
 					require.NoError(t, err)
 					got = append(got, n)
 				}
 				require.ElementsMatch(t, tc.want, got, "prefix %q pattern %q", prefix, tc.pattern)
-				require.EqualValues(t, 1, rec.walks.Load(), "prefix %q pattern %q: walks of the keyspace (SCAN 0)", prefix, tc.pattern)
+				require.EqualValues(t, 1, walks.Load(), "prefix %q pattern %q: walks of the keyspace (SCAN 0)", prefix, tc.pattern)
 			}
 			for _, m := range held { // the next prefix's walk must not meet these
 				require.NoError(t, m.Unlock(bg))
 			}
 		}
 	})
-}
-
-// scanCounter counts the walks of the keyspace sent through it: SCAN calls from cursor 0.
-type scanCounter struct {
-	rueidis.Client
-	walks atomic.Int64
-}
-
-func (s *scanCounter) Do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResult {
-	if args := cmd.Commands(); strings.EqualFold(args[0], "SCAN") && args[1] == "0" {
-		s.walks.Add(1)
-	}
-	return s.Client.Do(ctx, cmd)
 }

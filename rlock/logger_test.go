@@ -97,7 +97,7 @@ func TestWithLogger_loss(t *testing.T) {
 func TestWithLogger_leaseReplayGiveBack(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
 		l, lb := newTestLogger(slog.LevelDebug)
-		lc := &lossyClient{Client: b.rueidis(t)}
+		lc := loseReplies(b.rueidis(t))
 		c, err := rlock.New(lc, rlock.WithLogger(l))
 		require.NoError(t, err)
 		name := redistest.Name(t)

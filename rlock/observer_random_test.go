@@ -158,7 +158,7 @@ func TestObserver_randomInvariants(t *testing.T) {
 		seed := randomSeed(t)
 		t.Logf("seed %d (replay with RELOCK_SEED=%d)", seed, seed)
 		inv := newInvariants()
-		lc := &lossyClient{Client: b.rueidis(t)} // drops a script's reply now and then
+		lc := loseReplies(b.rueidis(t)) // drops a script's reply now and then
 		c, err := rlock.New(lc, rlock.WithObserver(inv.observer()), rlock.WithWatchdogTimeout(300*time.Millisecond))
 		require.NoError(t, err)
 		admin := b.client(t)

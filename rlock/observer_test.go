@@ -480,7 +480,7 @@ func TestObserver_renewalRound(t *testing.T) {
 // one attempt (the replay is not one).
 func TestObserver_replay(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
-		lc := &lossyClient{Client: b.rueidis(t)}
+		lc := loseReplies(b.rueidis(t))
 		r := &recorder{}
 		c, err := rlock.New(lc, rlock.WithObserver(r.observer()))
 		require.NoError(t, err)
@@ -536,7 +536,7 @@ func shorts(ev []any) []string {
 // An acquire resolved as granted after its caller gave up is given back: GiveBack canceled.
 func TestObserver_giveBack(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
-		lc := &lossyClient{Client: b.rueidis(t)}
+		lc := loseReplies(b.rueidis(t))
 		r := &recorder{}
 		c, err := rlock.New(lc, rlock.WithObserver(r.observer()))
 		require.NoError(t, err)

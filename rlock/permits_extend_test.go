@@ -18,62 +18,71 @@ import (
 	"github.com/relock-go/relock/rlock"
 )
 
-// staleClient keeps back, when told (keepNext), the next script sent through it and answers
+// staleSends is a hookClient (newStaleSends; its hook: staleSends.hook) that keeps back,
+// when told (keepNext), the next script sent through it and answers
 // context.DeadlineExceeded, as rueidis answers a request whose reply did not come within its
 // deadline though the command may still be on its way: the caller stays and resends. It
 // refuses the refuse scripts after that (a refused dial: nothing sent). deliver sends a kept
-// script later, as a connection slower than the resends' would: rueidis spreads a client's
-// commands over several connections (PipelineMultiplex), so nothing orders a send after
-// the later ones (see holdingClient).
-type staleClient struct {
-	rueidis.Client
+// script later (hookCall.sendWith), as a connection slower than the resends' would: rueidis
+// spreads a client's commands over several connections (PipelineMultiplex), so nothing
+// orders a send after the later ones (see keepSend). The scripts of a pipeline go straight
+// on.
+type staleSends struct {
+	*hookClient
 	mu       sync.Mutex
 	keepNext bool
 	refuse   int
-	kept     []rueidis.Completed
+	kept     []func(context.Context) rueidis.RedisResult
 	passed   int // scripts sent on, and answered
 }
 
-func (c *staleClient) Do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResult {
-	if isScript(cmd) {
-		c.mu.Lock()
-		switch {
-		case c.keepNext:
-			c.keepNext = false
-			c.kept = append(c.kept, cmd)
-			c.mu.Unlock()
-			return rueidis.NewErrorResult(context.DeadlineExceeded)
-		case c.refuse > 0:
-			c.refuse--
-			c.mu.Unlock()
-			return refusedResult()
-		}
-		c.mu.Unlock()
-		res := c.Client.Do(ctx, cmd)
-		c.mu.Lock()
-		c.passed++
-		c.mu.Unlock()
-		return res
+// newStaleSends wraps rc in a staleSends, disarmed.
+func newStaleSends(rc rueidis.Client) *staleSends {
+	c := &staleSends{hookClient: &hookClient{Client: rc}}
+	c.set(c.hook)
+	return c
+}
+
+func (c *staleSends) hook(_ context.Context, cmd hookCall, call func() rueidis.RedisResult) rueidis.RedisResult {
+	if cmd.multi {
+		return call()
 	}
-	return c.Client.Do(ctx, cmd)
+	c.mu.Lock()
+	switch {
+	case c.keepNext:
+		c.keepNext = false
+		c.kept = append(c.kept, cmd.sendWith)
+		c.mu.Unlock()
+		return rueidis.NewErrorResult(context.DeadlineExceeded)
+	case c.refuse > 0:
+		c.refuse--
+		c.mu.Unlock()
+		return refusedResult()
+	}
+	c.mu.Unlock()
+	res := call()
+	c.mu.Lock()
+	c.passed++
+	c.mu.Unlock()
+	return res
 }
 
 // passedScripts is the number of scripts sent on and answered.
-func (c *staleClient) passedScripts() int {
+func (c *staleSends) passedScripts() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.passed
 }
 
 // arm keeps back the next script and refuses the refuse after it.
-func (c *staleClient) arm(refuse int) {
+func (c *staleSends) arm(refuse int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.keepNext, c.refuse = true, refuse
 }
 
 // disarm stops refusing, and reports how many sends were refused short of the refuse asked.
-func (c *staleClient) disarm() int {
+func (c *staleSends) disarm() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	left := c.refuse
@@ -82,20 +91,20 @@ func (c *staleClient) disarm() int {
 }
 
 // keptLen is the number of scripts kept and not delivered.
-func (c *staleClient) keptLen() int {
+func (c *staleSends) keptLen() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return len(c.kept)
 }
 
 // deliver sends the i-th kept script now, and forgets it.
-func (c *staleClient) deliver(t *testing.T, i int) {
+func (c *staleSends) deliver(t *testing.T, i int) {
 	t.Helper()
 	c.mu.Lock()
-	cmd := c.kept[i]
+	send := c.kept[i]
 	c.kept = append(c.kept[:i], c.kept[i+1:]...)
 	c.mu.Unlock()
-	require.NoError(t, c.Client.Do(bg, cmd).Error())
+	require.NoError(t, send(bg).Error())
 }
 
 // TestPermitSemaphore_Extend_lateSendCannotShortenALaterLease: an Extend whose first send is
@@ -106,7 +115,7 @@ func (c *staleClient) deliver(t *testing.T, i int) {
 // it from a semaphore of one permit.
 func TestPermitSemaphore_Extend_lateSendCannotShortenALaterLease(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
-		sc := &staleClient{Client: b.rueidis(t)}
+		sc := newStaleSends(b.rueidis(t))
 		p := onePermitOn(t, sc)
 		a, err := p.Acquire(bg, time.Minute)
 		require.NoError(t, err)
@@ -131,7 +140,7 @@ func TestPermitSemaphore_Extend_lateSendCannotShortenALaterLease(t *testing.T) {
 // way: the caller's next Extend is answered, and the late first send must not undo it.
 func TestPermitSemaphore_Extend_lateSendOfUnknownOutcomeCannotShortenALaterLease(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
-		sc := &staleClient{Client: b.rueidis(t)}
+		sc := newStaleSends(b.rueidis(t))
 		p := onePermitOn(t, sc, rlock.WithCleanupTimeout(200*time.Millisecond))
 		a, err := p.Acquire(bg, time.Minute)
 		require.NoError(t, err)
@@ -159,7 +168,7 @@ func TestPermitSemaphore_Extend_lateSendOfUnknownOutcomeCannotShortenALaterLease
 // its holder counted on it.
 func TestPermitSemaphore_Acquire_lateGrantOfAnEarlierAttemptCountedFromIt(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
-		sc := &staleClient{Client: b.rueidis(t)}
+		sc := newStaleSends(b.rueidis(t))
 		p := onePermitOn(t, sc)
 		other := b.client(t).PermitSemaphore(p.Name())
 		held, err := other.Acquire(bg, time.Minute)
@@ -235,7 +244,7 @@ func TestPermitSemaphore_Extend_lateSendsExplore(t *testing.T) {
 func exploreLateExtends(t *testing.T, b *backend, seed uint64) bool {
 	rng := rand.New(rand.NewPCG(seed, seed>>1|1))
 	const cleanup = 150 * time.Millisecond
-	sc := &staleClient{Client: b.rueidis(t)}
+	sc := newStaleSends(b.rueidis(t))
 	c, err := rlock.New(sc, rlock.WithCleanupTimeout(cleanup))
 	require.NoError(t, err)
 	defer c.Close()

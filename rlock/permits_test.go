@@ -256,7 +256,7 @@ func TestPermitSemaphore_permitsNeverExceeded(t *testing.T) {
 
 func TestPermitSemaphore_replayedScriptsApplyOnce(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
-		lc := &lossyClient{Client: b.rueidis(t)}
+		lc := loseReplies(b.rueidis(t))
 		c, err := rlock.New(lc)
 		require.NoError(t, err)
 		defer c.Close()
@@ -300,7 +300,7 @@ func TestPermitSemaphore_replayedScriptsApplyOnce(t *testing.T) {
 
 func TestPermitSemaphore_ambiguousAcquireOfCancelledCallerIsUndone(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
-		lc := &lossyClient{Client: b.rueidis(t)}
+		lc := loseReplies(b.rueidis(t))
 		p := onePermitOn(t, lc)
 		ctx, cancel := context.WithCancel(bg)
 		defer cancel()

@@ -4,11 +4,9 @@ import (
 	"context"
 	"errors"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/redis/rueidis"
 	"github.com/stretchr/testify/require"
 
 	"github.com/relock-go/relock/internal/redistest"
@@ -132,25 +130,6 @@ func TestReviewCluster_unlockWhileSlotMigrates(t *testing.T) {
 	require.NoError(t, hand.Unlock(bg))
 }
 
-// reviewAttempts is a client that counts the lock attempts sent through it (EVALSHA or EVAL
-// answered otherwise than NOSCRIPT).
-type reviewAttempts struct {
-	rueidis.Client
-	n *atomic.Int64
-}
-
-func (c reviewAttempts) Do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResult {
-	cs := cmd.Commands()
-	script := len(cs) > 0 && (cs[0] == "EVALSHA" || cs[0] == "EVAL")
-	res := c.Client.Do(ctx, cmd)
-	if script {
-		if re, ok := rueidis.IsRedisErr(res.Error()); !ok || !re.IsNoScript() {
-			c.n.Add(1)
-		}
-	}
-	return res
-}
-
 // A waiter asleep on a lock whose keys have moved to the target of a migration in progress
 // (the slot is still the source's: CLUSTER SLOTS, and so the Subscriber, say so, and the
 // source serves SSUBSCRIBE until SETSLOT NODE). The holder's release is served on the target
@@ -164,8 +143,9 @@ func TestReviewCluster_wakeUpLostWhileSlotMigrates(t *testing.T) {
 	holderC, err := rlock.New(cl.Client(t))
 	require.NoError(t, err)
 	defer holderC.Close()
-	var attempts atomic.Int64
-	waiterC, err := rlock.New(reviewAttempts{Client: cl.Client(t), n: &attempts})
+	sc := countScripts(cl.Client(t))
+	attempts := &sc.ran // the lock attempts: scripts answered otherwise than NOSCRIPT
+	waiterC, err := rlock.New(sc)
 	require.NoError(t, err)
 	defer waiterC.Close()
 

@@ -176,7 +176,7 @@ func TestReview_UnlockAfterBackgroundResolutionOutlivesCleanupTimeout(t *testing
 // lock stays held by nobody for a whole lease.
 func TestReview_UnknownOutcomeOfContextOwnerDriftsAtNextGrant(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
-		lc := &lossyClient{Client: b.rueidis(t)}
+		lc := loseReplies(b.rueidis(t))
 		c, err := rlock.New(lc, rlock.WithCleanupTimeout(200*time.Millisecond))
 		require.NoError(t, err)
 		defer c.Close()

@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/rueidis"
 	"github.com/stretchr/testify/require"
 
 	"github.com/relock-go/relock/internal/redistest"
@@ -829,25 +828,6 @@ func TestRWMutex_ownerIDsNeverNameAnotherField(t *testing.T) {
 	})
 }
 
-// gateClient holds back the reply of the first script sent through it once armed: the
-// script runs in Redis at once (sent is closed then), and its reply reaches the caller once
-// open is closed, as a slow connection would deliver it.
-type gateClient struct {
-	rueidis.Client
-	armed      atomic.Bool
-	sent, open chan struct{}
-}
-
-func (c *gateClient) Do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResult {
-	if isScript(cmd) && c.armed.CompareAndSwap(true, false) {
-		res := c.Client.Do(context.WithoutCancel(ctx), cmd)
-		close(c.sent)
-		<-c.open
-		return res
-	}
-	return c.Client.Do(ctx, cmd)
-}
-
 // An owner whose RLock was granted in Redis but left before the reply came (its ctx ended)
 // holds no read hold; the grant is given back in the background once the reply comes. A
 // write TryLock of that owner meanwhile must not be refused as an upgrade (ErrUpgrade: "the
@@ -857,7 +837,7 @@ func (c *gateClient) Do(ctx context.Context, cmd rueidis.Completed) rueidis.Redi
 // at 130 ms, its next TryLock[w] refused as an upgrade).
 func TestRWMutex_writeAfterLeftReadAcquireWaitsForItsGiveBack(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
-		gc := &gateClient{Client: b.rueidis(t), sent: make(chan struct{}), open: make(chan struct{})}
+		gc := holdReply(b.rueidis(t))
 		c, err := rlock.New(gc)
 		require.NoError(t, err)
 		defer c.Close()

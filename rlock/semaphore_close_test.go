@@ -317,7 +317,7 @@ func TestSemaphoreClose_waitingAcquireEndsAndGivesBack(t *testing.T) {
 // ErrClosed: the permit was gone for good, and nothing was reported (found in review).
 func TestSemaphoreClose_resendingAcquireHandedOver(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
-		lc := &lossyClient{Client: b.rueidis(t)}
+		lc := loseReplies(b.rueidis(t))
 		c, s := closingSemaphore(t, lc, 1, rlock.WithCleanupTimeout(3*time.Second))
 
 		var drops atomic.Int32

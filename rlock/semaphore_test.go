@@ -8,39 +8,25 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/rueidis"
 	"github.com/stretchr/testify/require"
 
 	"github.com/relock-go/relock/internal/redistest"
 	"github.com/relock-go/relock/rlock"
 )
 
-// semScriptCounter counts the scripts a Client sends, so that a test can tell when a waiter
-// has made another attempt.
-type semScriptCounter struct {
-	rueidis.Client
-	n atomic.Int64
-}
-
-func (s *semScriptCounter) Do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResult {
-	if isScript(cmd) {
-		s.n.Add(1)
-	}
-	return s.Client.Do(ctx, cmd)
-}
-
 // semParked waits until a waiter that started on a fresh Client has made its three
 // attempts before it parks: the first, one right after it subscribed, and one when Redis
 // confirmed the subscription. Its next attempt is then one that a wake-up caused.
-func semParked(t *testing.T, sc *semScriptCounter) {
+func semParked(t *testing.T, sc *scriptCount) {
 	t.Helper()
 	redistest.WaitFor(t, 5*time.Second, "the waiter to park", func() bool { return sc.n.Load() >= 3 })
 }
 
-// semCountedClient returns a relock Client whose scripts are counted.
-func semCountedClient(t *testing.T, b *backend, opts ...rlock.Option) (*rlock.Client, *semScriptCounter) {
+// semCountedClient returns a relock Client whose scripts are counted, so that a test can
+// tell when a waiter has made another attempt.
+func semCountedClient(t *testing.T, b *backend, opts ...rlock.Option) (*rlock.Client, *scriptCount) {
 	t.Helper()
-	sc := &semScriptCounter{Client: b.rueidis(t)}
+	sc := countScripts(b.rueidis(t))
 	c, err := rlock.New(sc, opts...)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = c.Close() })
@@ -348,7 +334,7 @@ func permitHammer(t *testing.T, clients []*rlock.Client, permits int32, take fun
 // applied twice.
 func TestSemaphore_replayedScriptsApplyOnce(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
-		lc := &lossyClient{Client: b.rueidis(t)}
+		lc := loseReplies(b.rueidis(t))
 		c, err := rlock.New(lc)
 		require.NoError(t, err)
 		defer c.Close()
@@ -396,7 +382,7 @@ func TestSemaphore_replayedScriptsApplyOnce(t *testing.T) {
 // An acquire granted by a resend after the caller gave up is given back.
 func TestSemaphore_ambiguousAcquireOfCancelledCallerIsUndone(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
-		lc := &lossyClient{Client: b.rueidis(t)}
+		lc := loseReplies(b.rueidis(t))
 		c, err := rlock.New(lc)
 		require.NoError(t, err)
 		defer c.Close()
