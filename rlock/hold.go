@@ -17,6 +17,18 @@ func tableKey(keys lockKeys, v *variant) string { return keys.lock + v.holdSuffi
 
 // hold is this Client's view of one owner's holds on one lock. It lives in Client.holds
 // while an operation on it is running or it holds at least one hold.
+//
+// Its states, and the functions of this file that are its only transitions (docs/DESIGN.md
+// section 4 draws them):
+//   - Idle (cur nil, count 0; expired after a fixed lease ran its course): granted begins a
+//     tenure -> Held.
+//   - Held (cur set, count >= 1, orphans >= 0): granted re-enters (count++); released gives
+//     one back (-> Idle at count 0); abandon lets one go (an orphan while others remain, else
+//     -> Idle); abandonAll and end -> Idle; onLost -> Idle (a fixed lease's end: expired) or
+//     -> Lost (a renewal found the hold gone, or its deadline passed unconfirmed), as granted
+//     does when Redis grants afresh what the Client counts held.
+//   - Lost (cur nil, lost set, count > 0): every acquire is refused; released and abandon
+//     count the holds down -> Idle at 0.
 type hold struct {
 	c     *Client
 	keys  lockKeys
