@@ -24,7 +24,7 @@ func tableKey(keys lockKeys, v *variant) string { return keys.lock + v.holdSuffi
 //     tenure -> Held.
 //   - Held (cur set, count >= 1, orphans >= 0): granted re-enters (count++); released gives
 //     one back (-> Idle at count 0); abandon lets one go (an orphan while others remain, else
-//     -> Idle); abandonAll and end -> Idle; onLost -> Idle (a fixed lease's end: expired) or
+//     -> Idle); abandonAll -> Idle; end (Client.Close) ends the tenure; onLost -> Idle (a fixed lease's end: expired) or
 //     -> Lost (a renewal found the hold gone, or its deadline passed unconfirmed), as granted
 //     does when Redis grants afresh what the Client counts held.
 //   - Lost (cur nil, lost set, count > 0): every acquire is refused; released and abandon
