@@ -398,7 +398,7 @@ func (h *hold) settleOrphans() {
 			return
 		}
 		m := &Mutex{c: h.c, name: h.name, keys: h.keys, v: h.v}
-		given, err := m.giveBackOrphans(context.Background(), h.owner, keep, int64(most))
+		_, err := m.giveBackOrphans(context.Background(), h.owner, keep, int64(most))
 		if err == nil {
 			// Whatever Redis still counts beyond keep is not this tenure's orphans (the
 			// give-backs took all they could of them): the count is the owner's own again.
@@ -408,8 +408,8 @@ func (h *hold) settleOrphans() {
 			}
 			h.mu.Unlock()
 		}
-		if o := h.c.obs; o != nil && h.v.obs != "" && (given > 0 || err != nil) {
-			h.c.gaveBack(h.v.obs, h.name, h.owner, int(max(given, 1)), GiveBackOrphan, err)
+		if o := h.c.obs; o != nil && h.v.obs != "" {
+			h.c.gaveBack(h.v.obs, h.name, h.owner, most, GiveBackOrphan, err)
 		}
 	})
 }

@@ -826,9 +826,11 @@ func (m *Mutex) grant(ctx context.Context, h *hold, vals []int64, sent time.Time
 		// keep, so never this grant's, and the lock stays held. One that fails leaves the
 		// orphan to the end of this tenure, whose last Unlock gives back what Redis still
 		// counts of this Client's (hold.released).
-		n, rerr := m.giveBackOrphans(ctx, h.owner, keep, extra)
-		if m.c.obs != nil && m.v.obs != "" && (n > 0 || rerr != nil) {
-			m.c.gaveBack(m.v.obs, m.name, h.owner, int(max(n, 1)), reason, rerr)
+		_, rerr := m.giveBackOrphans(ctx, h.owner, keep, extra)
+		if m.c.obs != nil && m.v.obs != "" {
+			// Holds: how many were to be given back (GiveBackInfo), as Redis may have let
+			// some expire meanwhile (a late grant's fixed lease).
+			m.c.gaveBack(m.v.obs, m.name, h.owner, int(extra), reason, rerr)
 		}
 	}
 	if o == nil {
