@@ -273,7 +273,7 @@ func TestFairMutex_givingUpLeavesTheQueue(t *testing.T) {
 	if testing.Short() {
 		t.Skip("long: waits out bounds and a 900 ms lease, ~1 s (run without -short)")
 	}
-	eachBackend(t, func(t *testing.T, b *backend) {
+	eachBackendParallel(t, func(t *testing.T, b *backend) {
 		name := redistest.Name(t)
 		holder := b.client(t).FairMutex(name)
 		require.NoError(t, holder.Lock(bg))
