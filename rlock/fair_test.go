@@ -175,7 +175,7 @@ func TestFairMutex_Lock_arrivalOrder(t *testing.T) {
 // Holds with a fixed lease that nobody unlocks hand over in order as each lease runs out,
 // each head taking the lock at once (not a heartbeat later).
 func TestFairMutex_TryLock_leaseExpiryHandsOverInOrder(t *testing.T) {
-	eachBackend(t, func(t *testing.T, b *backend) {
+	eachBackendParallel(t, func(t *testing.T, b *backend) {
 		clients := []*rlock.Client{b.client(t), b.client(t)}
 		name := redistest.Name(t)
 		const lease = 150 * time.Millisecond

@@ -149,7 +149,7 @@ func TestPermitSemaphore_expiredPermitComesBack(t *testing.T) {
 }
 
 func TestPermitSemaphore_Extend(t *testing.T) {
-	eachBackend(t, func(t *testing.T, b *backend) {
+	eachBackendParallel(t, func(t *testing.T, b *backend) {
 		name := redistest.Name(t)
 		p := b.client(t).PermitSemaphore(name)
 		ok, err := p.TrySetPermits(bg, 1)
