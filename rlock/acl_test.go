@@ -188,6 +188,9 @@ func TestACLRule_eachCommandRemoved(t *testing.T) {
 	if testing.Short() {
 		t.Skip("long: one run of the family per command (run without -short)")
 	}
+	// A server of its own, its bound 3 s, a renewal that does not land told as a loss (which
+	// step takes): beside the other parallel tests. Its per-command runs stay one at a time.
+	t.Parallel()
 	b := realBackend(t)
 	var cmds []string
 	for _, r := range aclRule(t, "") {

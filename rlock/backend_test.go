@@ -42,6 +42,17 @@ func eachBackend(t *testing.T, fn func(t *testing.T, b *backend)) {
 	})
 }
 
+// eachBackendParallel is eachBackend with the two subtests side by side (the test itself
+// stays serial, beside no other test): for tests that wait out leases or timeouts with
+// bounds of half a second or more, and touch no package-wide state.
+func eachBackendParallel(t *testing.T, fn func(t *testing.T, b *backend)) {
+	t.Helper()
+	eachBackend(t, func(t *testing.T, b *backend) {
+		t.Parallel()
+		fn(t, b)
+	})
+}
+
 // redisServerInstalled reports whether the real backend can run (redistest finds
 // redis-server on PATH): with -short, eachBackend then skips the miniredis one.
 func redisServerInstalled() bool {

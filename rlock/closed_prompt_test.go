@@ -61,7 +61,10 @@ func TestClosedPrompt_claimedWaiter(t *testing.T) {
 		}
 	}
 
+	// Each subtest has a server of its own and mostly waits on it paused: the three overlap
+	// (the test as a whole stays serial, beside no other test).
 	t.Run("closeEndsTheWait", func(t *testing.T) {
+		t.Parallel()
 		c, got, unlocked := setup(t, bg) // the waiter's ctx never ends
 		closeStart := time.Now()
 		closed := make(chan struct{})
@@ -77,6 +80,7 @@ func TestClosedPrompt_claimedWaiter(t *testing.T) {
 	})
 
 	t.Run("ctxEndsAfterClose", func(t *testing.T) {
+		t.Parallel()
 		wctx, cancel := context.WithCancel(bg)
 		defer cancel()
 		c, got, unlocked := setup(t, wctx)
@@ -92,6 +96,7 @@ func TestClosedPrompt_claimedWaiter(t *testing.T) {
 	})
 
 	t.Run("closeAfterTheCallerLeft", func(t *testing.T) {
+		t.Parallel()
 		wctx, cancel := context.WithCancel(bg)
 		defer cancel()
 		c, got, unlocked := setup(t, wctx)

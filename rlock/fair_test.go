@@ -162,7 +162,7 @@ func TestFairMutex_Lock_arrivalOrder(t *testing.T) {
 // Holds with a fixed lease that nobody unlocks hand over in order as each lease runs out,
 // each head taking the lock at once (not a heartbeat later).
 func TestFairMutex_TryLock_leaseExpiryHandsOverInOrder(t *testing.T) {
-	eachBackend(t, func(t *testing.T, b *backend) {
+	eachBackendParallel(t, func(t *testing.T, b *backend) {
 		clients := []*rlock.Client{b.client(t), b.client(t)}
 		name := redistest.Name(t)
 		const lease = 150 * time.Millisecond
@@ -260,7 +260,7 @@ func TestFairMutex_givingUpLeavesTheQueue(t *testing.T) {
 	if testing.Short() {
 		t.Skip("long: waits out bounds and a 900 ms lease, ~1 s (run without -short)")
 	}
-	eachBackend(t, func(t *testing.T, b *backend) {
+	eachBackendParallel(t, func(t *testing.T, b *backend) {
 		name := redistest.Name(t)
 		holder := b.client(t).FairMutex(name)
 		require.NoError(t, holder.Lock(bg))

@@ -126,6 +126,9 @@ func TestGuarantee6_contextEnd(t *testing.T) {
 	for _, tc := range cases {
 		for _, end := range ends {
 			t.Run(tc.name+"/"+end.name, func(t *testing.T) {
+				// A server of its own: the 27 subtests overlap (up to -parallel at once;
+				// the test as a whole stays serial, beside no other test).
+				t.Parallel()
 				b := realBackend(t)
 				c := b.client(t, rlock.WithCleanupTimeout(cleanup))
 				name := redistest.Name(t)

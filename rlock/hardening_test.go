@@ -176,7 +176,7 @@ func TestHardening_RelockInDriftWindowLeavesNoGhostHold(t *testing.T) {
 	if testing.Short() {
 		t.Skip("long: waits out a 1 s fixed lease (run without -short)")
 	}
-	eachBackend(t, func(t *testing.T, b *backend) {
+	eachBackendParallel(t, func(t *testing.T, b *backend) {
 		hc := &hookClient{Client: b.rueidis(t)}
 		c, err := rlock.New(hc)
 		require.NoError(t, err)

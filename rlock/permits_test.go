@@ -179,7 +179,7 @@ func TestPermitSemaphore_expiredPermitComesBack(t *testing.T) {
 }
 
 func TestPermitSemaphore_Extend(t *testing.T) {
-	eachBackend(t, func(t *testing.T, b *backend) {
+	eachBackendParallel(t, func(t *testing.T, b *backend) {
 		p := onePermitOn(t, b.rueidis(t))
 		a, err := p.Acquire(bg, 300*time.Millisecond)
 		require.NoError(t, err)

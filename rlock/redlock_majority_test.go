@@ -154,6 +154,7 @@ func TestRedLock_lateGrantRaces(t *testing.T) {
 	if testing.Short() {
 		t.Skip("pauses a server")
 	}
+	t.Parallel() // servers of its own; its waits are guards of seconds
 	sd := seed(t)
 	rng := rand.New(rand.NewPCG(sd, sd^0x5851f42d4c957f2d))
 	ss := redServers(t, 3)

@@ -131,6 +131,7 @@ func proxyTo(t *testing.T, s *redistest.Server) *faultproxy.Proxy {
 // Test 1: all up: held, the hash on every instance, tokens rise per fresh grant, re-entry
 // (the handle, and a context owner across handles), Done/Err/HoldContext/TTL.
 func TestRedLock_allUp(t *testing.T) {
+	t.Parallel() // servers of its own, a 1 s lease, no bound below half a second
 	ss := redServers(t, 5)
 	cs := redClients(t, addrsOf(ss), rlock.WithWatchdogTimeout(time.Second))
 	name := redistest.Name(t)
@@ -306,6 +307,7 @@ func TestRedLock_killMinority(t *testing.T) {
 	if testing.Short() {
 		t.Skip("waits out leases")
 	}
+	t.Parallel() // servers of its own, a 2 s lease, bounds of a second
 	ss := redServers(t, 5)
 	// With 2 of 5 down the hold rests on all 3 others: one renewal that lands after its
 	// lease ends loses it. A renewal is sent at two thirds of the lease and must be

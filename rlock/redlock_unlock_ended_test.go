@@ -43,6 +43,7 @@ func TestRedLock_unlockOfLostHoldAnswersAtOnce(t *testing.T) {
 		{name: "majority silent", holds: 1, paused: []int{1, 2}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel() // servers of its own: the three cases wait out their leases side by side
 			ss := redServers(t, 3)
 			cs := redClients(t, addrsOf(ss), rlock.WithWatchdogTimeout(lease), rlock.WithCleanupTimeout(cleanup))
 			name := redistest.Name(t)

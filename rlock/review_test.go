@@ -33,7 +33,7 @@ func TestReview_ClaimedCandidateOutlivesItsCtx(t *testing.T) {
 	if testing.Short() {
 		t.Skip("long: waits out a 2 s cleanup timeout (run without -short)")
 	}
-	eachBackend(t, func(t *testing.T, b *backend) {
+	eachBackendParallel(t, func(t *testing.T, b *backend) {
 		const cleanup = 2 * time.Second
 		hc := &hookClient{Client: b.rueidis(t)}
 		c, err := rlock.New(hc, rlock.WithCleanupTimeout(cleanup))
@@ -135,7 +135,7 @@ func TestReview_UnlockAfterBackgroundResolutionOutlivesCleanupTimeout(t *testing
 	if testing.Short() {
 		t.Skip("long: waits out a 1 s cleanup timeout (run without -short)")
 	}
-	eachBackend(t, func(t *testing.T, b *backend) {
+	eachBackendParallel(t, func(t *testing.T, b *backend) {
 		const cleanup = time.Second
 		hc := &hookClient{Client: b.rueidis(t)}
 		c, err := rlock.New(hc, rlock.WithCleanupTimeout(cleanup))

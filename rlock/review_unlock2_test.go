@@ -63,6 +63,7 @@ func TestReview_mutexReentryUnlockLost(t *testing.T) {
 func TestReview_nonLastUnlockOrphanLifecycle(t *testing.T) {
 	for _, then := range []string{"last_unlock", "reenter"} {
 		t.Run(then, func(t *testing.T) {
+			t.Parallel() // servers of its own: the two cases wait out their leases side by side
 			ss := redServers(t, 3)
 			const lease = 600 * time.Millisecond
 			cs, fs := failingFirstClients(t, ss, rlock.WithWatchdogTimeout(lease), rlock.WithCleanupTimeout(100*time.Millisecond))

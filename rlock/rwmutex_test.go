@@ -239,7 +239,7 @@ func TestRWMutex_crashedReader(t *testing.T) {
 	if testing.Short() {
 		t.Skip("long: waits out crashed readers' leases, ~1 s (run without -short)")
 	}
-	eachBackend(t, func(t *testing.T, b *backend) {
+	eachBackendParallel(t, func(t *testing.T, b *backend) {
 		t.Run("fixed lease", func(t *testing.T) {
 			name := redistest.Name(t)
 			dead := b.client(t)
