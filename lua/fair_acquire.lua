@@ -137,14 +137,6 @@ local function ungrant()
   redis.call('del', lock)
 end
 
--- granted is the answer to a grant: a context owner's tells this Client's count (mine).
-local function granted(token, holds, mine)
-  if mine then
-    return {1, token, holds, mine}
-  end
-  return {1, token, holds}
-end
-
 local got = redis.call('hmget', lock, owner, reqField, 'token')
 local holds = got[1]
 local last, mine = seqLast(owner, got[2], req)

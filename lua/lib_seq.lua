@@ -111,3 +111,12 @@ local function seqPut(owner, v, seq, d, holds)
   end
   return table.concat(out, ' '), mine
 end
+
+-- granted is the answer to a grant, {1, token, holds}: a context owner's also tells this
+-- Client's count (mine), {1, token, holds, mine}.
+local function granted(token, holds, mine)
+  if mine then
+    return {1, token, holds, mine}
+  end
+  return {1, token, holds}
+end

@@ -133,14 +133,6 @@ local function extend(f)
   end
 end
 
--- granted is the answer to a grant: a context owner's tells this Client's count (mine).
-local function granted(token, holds, mine)
-  if mine then
-    return {1, token, holds, mine}
-  end
-  return {1, token, holds}
-end
-
 -- first is the q: value of a fresh hold field: a context owner's counts this Client's hold.
 local function first()
   return (seqPut(owner, nil, req, 1, 1))

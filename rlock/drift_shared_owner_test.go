@@ -148,17 +148,10 @@ func TestSharedOwner_unknownAcquireNeverAppliedTakesNoOtherHold(t *testing.T) {
 	name := redistest.Name(t)
 	ctx := rlock.WithOwner(bg, "shared-"+name)
 	m0, m1 := c0.Mutex(name), c1.Mutex(name)
-	var armed atomic.Bool
-	armed.Store(true)
-	hc.set(func(_ context.Context, cmd hookCall, call func() rueidis.RedisResult) rueidis.RedisResult {
-		if cmd.script == "acquire" && armed.Load() {
-			return hardLost() // never sent: nothing applied, and no answer
-		}
-		return call()
-	})
+	disarm := unanswered(hc, "acquire", false) // never sent: nothing applied, and no answer
 	_, err := m0.TryLock(ctx, 0, 0)
 	require.ErrorIs(t, err, rlock.ErrUnknownOutcome)
-	armed.Store(false)
+	disarm()
 	require.NoError(t, m1.Lock(ctx))
 	require.NoError(t, m0.Lock(ctx))
 	sharedOwnerCounts(t, ctx, 2, m1, m0)
@@ -173,22 +166,10 @@ func TestSharedOwner_unknownAcquireAppliedIsGivenBack(t *testing.T) {
 	name := redistest.Name(t)
 	ctx := rlock.WithOwner(bg, "shared-"+name)
 	m0, m1 := c0.Mutex(name), c1.Mutex(name)
-	var armed atomic.Bool
-	armed.Store(true)
-	var first atomic.Bool
-	first.Store(true)
-	hc.set(func(_ context.Context, cmd hookCall, call func() rueidis.RedisResult) rueidis.RedisResult {
-		if cmd.script == "acquire" && armed.Load() {
-			if first.CompareAndSwap(true, false) {
-				_ = call() // applied
-			}
-			return hardLost()
-		}
-		return call()
-	})
+	disarm := unanswered(hc, "acquire", true)
 	_, err := m0.TryLock(ctx, 0, 0)
 	require.ErrorIs(t, err, rlock.ErrUnknownOutcome)
-	armed.Store(false)
+	disarm()
 	require.NoError(t, m1.Lock(ctx))
 	require.NoError(t, m0.Lock(ctx))
 	require.Eventually(t, func() bool {
@@ -210,12 +191,24 @@ func TestSharedOwner_unknownUnlockAppliedTakesNoOtherHold(t *testing.T) {
 	require.NoError(t, m0.Lock(ctx))
 	require.NoError(t, m0.Lock(ctx))
 	require.NoError(t, m1.Lock(ctx))
-	var armed atomic.Bool
+	disarm := unanswered(hc, "release", true)
+	require.ErrorIs(t, m0.Unlock(ctx), rlock.ErrUnknownOutcome)
+	disarm()
+	// Two renewal periods (the watchdog timeout is 3 s): an orphan's give-back starts at the
+	// first renewal Redis confirms.
+	time.Sleep(2500 * time.Millisecond)
+	sharedOwnerCounts(t, ctx, 2, m1, m0)
+}
+
+// unanswered makes every send of script through hc go unanswered until disarm is called:
+// none reaches Redis, or, with applyFirst, the first does (Redis applies it) and its reply is
+// lost. Other scripts go straight on.
+func unanswered(hc *hookClient, script string, applyFirst bool) (disarm func()) {
+	var armed, first atomic.Bool
 	armed.Store(true)
-	var first atomic.Bool
-	first.Store(true)
+	first.Store(applyFirst)
 	hc.set(func(_ context.Context, cmd hookCall, call func() rueidis.RedisResult) rueidis.RedisResult {
-		if cmd.script == "release" && armed.Load() {
+		if cmd.script == script && armed.Load() {
 			if first.CompareAndSwap(true, false) {
 				_ = call() // applied
 			}
@@ -223,10 +216,5 @@ func TestSharedOwner_unknownUnlockAppliedTakesNoOtherHold(t *testing.T) {
 		}
 		return call()
 	})
-	require.ErrorIs(t, m0.Unlock(ctx), rlock.ErrUnknownOutcome)
-	armed.Store(false)
-	// Two renewal periods (the watchdog timeout is 3 s): an orphan's give-back starts at the
-	// first renewal Redis confirms.
-	time.Sleep(2500 * time.Millisecond)
-	sharedOwnerCounts(t, ctx, 2, m1, m0)
+	return func() { armed.Store(false) }
 }
