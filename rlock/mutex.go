@@ -806,7 +806,11 @@ func (m *Mutex) grant(ctx context.Context, h *hold, vals []int64, sent time.Time
 	}
 	fresh, extra, err := h.granted(vals[1], vals[2], mine, sent, lease, renew)
 	reason := GiveBackOrphan
-	keep := -1 // the grant itself: this Client's, given back unconditionally
+	// The grant itself is given back only while Redis counts it for this Client (keep 0): a
+	// late grant's lease may have run out in Redis, and the owner's hold there may now be one
+	// that another Client took afresh for a context owner (the same id through several
+	// Clients), which an unconditional give-back would take.
+	keep := 0
 	switch {
 	case errors.Is(err, ErrLockLost):
 		extra, reason = 1, GiveBackLost // the grant itself
@@ -847,9 +851,10 @@ func (m *Mutex) grant(ctx context.Context, h *hold, vals []int64, sent time.Time
 // keep holds of this Client's operations (for a handle's owner, the owner's holds; for a
 // context owner, this Client's count, lib_seq.lua): so a hold whose give-back Redis applied
 // after all is not given back twice, and another Client's hold of a context owner is never
-// taken. keep < 0 gives back n holds unconditionally (the caller's own grant). It stops at
-// the first release that fails, or that finds nothing more to give back, and returns how
-// many holds it gave back and the failure.
+// taken. keep < 0 gives back n holds unconditionally (no caller asks for it: even a grant
+// given back at once goes with keep 0, see grant). It stops at the first release that
+// fails, or that finds nothing more to give back, and returns how many holds it gave back
+// and the failure.
 func (m *Mutex) giveBackOrphans(ctx context.Context, owner string, keep int, n int64) (int64, error) {
 	cctx, cancel := m.c.cleanupCtx(ctx)
 	defer cancel()
