@@ -61,6 +61,7 @@ local function rare()
 --#include lib_fence
 --#include lib_seq
   return {grantToken = grantToken, spend = spend, serverMs = serverMs, superseded = superseded,
+    fenceSpent = fenceSpent,
     seqLast = seqLast, seqPut = seqPut, keep = math.max(tonumber(lease), spentKeep),
     ungrant = function() redis.call('del', lock) end}
 end
@@ -107,6 +108,12 @@ local shared = holds and string.byte(owner) == 117 and rare() -- 'u': its helper
 local mine
 if shared then
   last, mine = shared.seqLast(owner, last, seq)
+  if not last and not replay and shared.fenceSpent(fence, seq, shared.serverMs()) then
+    -- This Client's first operation on the owner's hold, which another Client's grant began:
+    -- no number of this Client's orders it, so a first send that lingered past its replay's
+    -- refusal (which spent its number) is refused by the spent records instead.
+    return {0, 0}
+  end
 end
 if holds and last then
   if last == seq then

@@ -2,7 +2,6 @@ package lua_test
 
 import (
 	"context"
-	"os"
 	"testing"
 )
 
@@ -18,9 +17,6 @@ import (
 // first send re-enters, a hold no call of A took (Redis counts it A's, lib_seq.lua), renewed
 // while B holds and left for a whole lease after B's last Unlock.
 func TestScripts_spentFirstSendUnderAnotherClientsTenure(t *testing.T) {
-	if os.Getenv("RELOCK_KNOWN_DEFECTS") != "1" {
-		t.Skip("shows an open defect (the plain lock); run with RELOCK_KNOWN_DEFECTS=1")
-	}
 	for _, k := range seqKinds() {
 		if k.name == "rw/r" {
 			continue // readers share: the other owner's read hold refuses nobody

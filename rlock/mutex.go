@@ -712,7 +712,10 @@ func (m *Mutex) attempt(ctx context.Context, h *hold, lease time.Duration, renew
 		if vals[2] == 1 && acked < int64(m.c.opts.ackReplicas) {
 			// Too few replicas have the fresh grant: a failover now could lose it.
 			m.later(ctx, o, g, func() {
-				_, _, err := m.sendRelease(ctx, h.owner, nil, nil, nil)
+				// Conditional (keep 0), as every give-back the Client starts on its own: if
+				// the WAIT outlasted a fixed lease, the hold Redis counts for the owner may
+				// be one another Client took afresh.
+				_, _, err := m.sendReleaseKeep(ctx, h.owner, nil, nil, nil, 0)
 				m.gaveBack(h, GiveBackNoReplicaAck, err)
 			})
 			return false, 0, errorf("lock %q: %w (%d of %d acknowledged)", m.name, ErrNoReplicaAck, acked, m.c.opts.ackReplicas)
