@@ -67,6 +67,19 @@ local function rare()
         return {n, token or 0}
       end
       return n
+    end,
+    -- ended answers a replay whose tenure (ARGV[4]) is gone: -1 if a force took it (its
+    -- record names that tenure), else -2.
+    ended = function()
+      local r = -2
+      if redis.call('type', forced).ok == 'hash'
+        and redis.call('hget', forced, owner) == tenure then
+        r = -1 -- forced away before this request arrived
+      end
+      if next then
+        return {r, 0}
+      end
+      return r
     end}
 end
 
@@ -90,11 +103,7 @@ if not holds then
       return {0, tonumber(h[2] or '0')}
     end
   end
-  if redis.call('type', forced).ok == 'hash'
-    and redis.call('hget', forced, owner) == tenure then
-    return rare().reply(-1) -- forced away before this request arrived
-  end
-  return rare().reply(-2)
+  return rare().ended()
 end
 if last == req then
   return rare().reply(tonumber(holds)) -- applied already: answered from the state
@@ -102,6 +111,13 @@ end
 -- Only a last that may be the later is compared in full (lib_seq.lua).
 if last and (#last > #req or #last == #req and last > req) and rare().superseded(req, last) then
   return rare().reply(-3) -- superseded: the owner's later operation was applied
+end
+if tenure ~= '' and tenure ~= '0' and redis.call('hget', lock, 'token') ~= tenure then
+  -- A replay of a give-back in a tenure that has ended (its first send gave back the last
+  -- hold, or the lease ran out, or a force), reaching a tenure a grant began since: for a
+  -- context owner perhaps another Client's, whose entry is the only one in the field, so no
+  -- number of this Client's orders the replay. It gives nothing back there.
+  return rare().ended()
 end
 if keep and tonumber(mine) <= keep then
   return rare().reply(-4) -- none of the Client's holds beyond keep: nothing to give back

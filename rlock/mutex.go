@@ -1223,9 +1223,17 @@ func (m *Mutex) sendReleaseKeep(ctx context.Context, owner string, next *candida
 		if m.v.forced {
 			// A replay names the tenure it gives a hold of back, so that the script can
 			// tell a hold forced away from one this request freed.
+			// It names it for a hold that is not the last too (the tenure in force), so
+			// that a replay reaching a tenure begun since (the first send freed the lock, or
+			// the lease ran out, and a grant took it afresh: for a context owner perhaps
+			// through another Client) gives nothing back there (release.lua).
 			args[3] = "0"
 			if t != nil {
 				args[3] = strconv.FormatInt(t.token, 10)
+			} else if h != nil {
+				if cur, _ := h.snapshot(); cur != nil {
+					args[3] = strconv.FormatInt(cur.token, 10)
+				}
 			}
 		}
 		site := replaySite{kind: m.v.obs, name: m.name, owner: owner, op: "release"}
