@@ -65,7 +65,7 @@ func ExampleWithLogger() {
 	_ = m.Lock(ctx)
 	_ = m.Unlock(ctx) // nothing logged
 
-	_ = m.LockLease(ctx, 50*time.Millisecond)
+	_ = m.LockLease(ctx, 500*time.Millisecond)
 	<-m.Done(ctx) // the lease ran out
 	err := m.Unlock(ctx)
 	// The end is logged by the watchdog's goroutine just after Done closes; Close waits for it.
