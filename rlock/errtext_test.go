@@ -52,7 +52,7 @@ func TestErrorText_onePrefixPerLayer(t *testing.T) {
 		require.Equal(t, fmt.Sprintf("rlock: unlock %q: not held", name), m.Unlock(bg).Error())
 		_, err = m.Token(bg)
 		requireOnePrefix(t, err, rlock.ErrNotHeld)
-		inTime(t, func() error { return m.LockLease(bg, 20*time.Millisecond) })
+		require.NoError(t, m.LockLease(bg, 20*time.Millisecond))
 		within(t, 2*time.Second, "the end of the fixed lease", m.Done(bg))
 		requireOnePrefix(t, m.Err(bg), rlock.ErrLeaseExpired)
 		requireOnePrefix(t, m.Unlock(bg), rlock.ErrLeaseExpired)

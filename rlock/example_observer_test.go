@@ -65,6 +65,7 @@ func ExampleWithLogger() {
 	_ = m.Lock(ctx)
 	_ = m.Unlock(ctx) // nothing logged
 
+	// A lease long enough that no late grant is given back (and logged) on a loaded machine.
 	_ = m.LockLease(ctx, 500*time.Millisecond)
 	<-m.Done(ctx) // the lease ran out
 	err := m.Unlock(ctx)

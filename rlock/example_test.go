@@ -201,9 +201,9 @@ func ExampleMutex_LockLease() {
 
 	ctx := context.Background()
 	m := client.Mutex("report")
-	// Block until held, then hold for 500ms, never renewed: the lock frees by itself then,
+	// Block until held, then hold for 100ms, never renewed: the lock frees by itself then,
 	// even if Unlock is never called.
-	if err := m.LockLease(ctx, 500*time.Millisecond); err != nil {
+	if err := m.LockLease(ctx, 100*time.Millisecond); err != nil {
 		panic(err)
 	}
 	fmt.Println("locked")

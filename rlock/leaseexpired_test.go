@@ -47,7 +47,7 @@ func TestMutex_Err_leaseExpired(t *testing.T) {
 		require.ErrorIs(t, m.Unlock(bg), rlock.ErrNotHeld)
 
 		// So does the next Lock (the end of a lease never refuses it).
-		inTime(t, func() error { return m.LockLease(bg, 50*time.Millisecond) })
+		require.NoError(t, m.LockLease(bg, 50*time.Millisecond))
 		within(t, 2*time.Second, "the end of the fixed lease", m.Done(bg))
 		require.ErrorIs(t, m.Err(bg), rlock.ErrLeaseExpired)
 		require.NoError(t, m.Lock(bg))
@@ -65,7 +65,7 @@ func TestMutex_Err_leaseExpiredVsLost(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
 		c := b.client(t, rlock.WithWatchdogTimeout(300*time.Millisecond))
 		m := c.Mutex(redistest.Name(t))
-		inTime(t, func() error { return m.LockLease(bg, 50*time.Millisecond) })
+		require.NoError(t, m.LockLease(bg, 50*time.Millisecond))
 		require.NoError(t, m.LockLease(bg, 300*time.Millisecond))
 		time.Sleep(100 * time.Millisecond)
 		require.NoError(t, m.Err(bg), "the re-entry extended the lease")
@@ -88,7 +88,7 @@ func TestErr_leaseExpired_contextOwnerAndReadSide(t *testing.T) {
 		c := b.client(t)
 		ctx := c.WithNewOwner(bg)
 		m := c.Mutex(redistest.Name(t))
-		inTime(t, func() error { return m.LockLease(ctx, 50*time.Millisecond) })
+		require.NoError(t, m.LockLease(ctx, 50*time.Millisecond))
 		within(t, 2*time.Second, "the end of the fixed lease", m.Done(ctx))
 		require.ErrorIs(t, m.Err(ctx), rlock.ErrLeaseExpired)
 		require.ErrorIs(t, m.Err(bg), rlock.ErrNotHeld) // the handle's own owner never held it
@@ -96,7 +96,7 @@ func TestErr_leaseExpired_contextOwnerAndReadSide(t *testing.T) {
 		require.ErrorIs(t, m.Unlock(ctx), rlock.ErrLeaseExpired)
 
 		rw := c.RWMutex(redistest.Name(t) + "-rw")
-		inTime(t, func() error { return rw.RLockLease(bg, 50*time.Millisecond) })
+		require.NoError(t, rw.RLockLease(bg, 50*time.Millisecond))
 		within(t, 2*time.Second, "the end of the read lease", rw.RLocker().Done(bg))
 		require.ErrorIs(t, rw.RLocker().Err(bg), rlock.ErrLeaseExpired)
 		require.ErrorIs(t, rw.Err(bg), rlock.ErrNotHeld)
