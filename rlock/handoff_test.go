@@ -298,3 +298,74 @@ func handoffUnknownToGoneWaiter(t *testing.T, b *backend, applied, ctxOwner bool
 		require.False(t, b.exists(t, holder.Key()), "the lock passed to the gone waiter is free again")
 	}
 }
+
+// A waiter whose caller still waits when the release that passes the lock to it ends with its
+// outcome unknown gets the lock if the release passed it on, and waits on if not: the hand-off
+// is resolved as an acquire of unknown outcome, replayed under its sequence number (answered
+// from the state when applied; refused, the number spent, when not). Before, the caller was told
+// at once ("passed on by a release whose outcome is unknown", ErrUnknownOutcome) and nothing
+// resolved the hand-off: a hold Redis counted for the owner stayed for its lease, and a release
+// send arriving late could still pass the lock on.
+func TestMutex_handoffOfUnknownOutcomeToWaitingCallerIsResolved(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		for _, applied := range []bool{true, false} {
+			for _, ctxOwner := range []bool{true, false} {
+				t.Run(fmt.Sprintf("applied=%v/ctxOwner=%v", applied, ctxOwner), func(t *testing.T) {
+					handoffUnknownToWaitingCaller(t, b, applied, ctxOwner)
+				})
+			}
+		}
+	})
+}
+
+func handoffUnknownToWaitingCaller(t *testing.T, b *backend, applied, ctxOwner bool) {
+	const cleanup, watchdog = 300 * time.Millisecond, time.Second
+	name := redistest.Name(t)
+	replays := make(chan rlock.ReplayInfo, 16)
+	obs := &rlock.Observer{Replay: func(e rlock.ReplayInfo) {
+		if e.Name == name && e.Op == "acquire" { // only the waiter's: the holder replays no acquire
+			replays <- e
+		}
+	}}
+	hc, c := hardSetup(t, b, rlock.WithCleanupTimeout(cleanup), rlock.WithWatchdogTimeout(watchdog), rlock.WithObserver(obs))
+	holder, waiter := c.Mutex(name), c.Mutex(name)
+	ctx := bg
+	if ctxOwner {
+		ctx = rlock.WithOwner(bg, "waiter")
+	}
+	require.NoError(t, holder.Lock(bg))
+	hardSubscribe(t, c, name)
+	got := make(chan error, 1)
+	go func() { got <- waiter.Lock(ctx) }()
+	redistest.WaitFor(t, 5*time.Second, "the waiter to park", func() bool { return rlock.ParkedCandidates(c, holder) == 1 })
+
+	// The holder's release with a successor (it names the fence: three keys): its first send
+	// passes the lock on (applied) or is lost; no reply of it, nor of any replay, comes back,
+	// and no replay reaches Redis.
+	var calls atomic.Int32
+	hc.set(func(_ context.Context, cmd hookCall, call func() rueidis.RedisResult) rueidis.RedisResult {
+		if cmd.script != "release" || len(cmd.args) == 0 || cmd.args[0] != "3" {
+			return call()
+		}
+		if calls.Add(1) == 1 && applied {
+			call()
+		}
+		return hardLost()
+	})
+	require.ErrorIs(t, holder.Unlock(bg), rlock.ErrUnknownOutcome)
+	// Applied: the replay finds the lock passed on. Not applied: the replay is refused, and the
+	// waiter takes the lock once the holder's lease, no longer renewed, has run out.
+	require.NoError(t, await(t, got, 5*watchdog+5*time.Second, "the waiter's Lock"))
+	select {
+	case e := <-replays:
+		require.NoError(t, e.Err, "the hand-off's replay got no answer")
+	case <-time.After(3 * time.Second):
+		t.Fatal("no Replay of the waiter's acquire: the hand-off's outcome was never resolved")
+	}
+	require.NoError(t, waiter.Err(ctx))
+	n, err := waiter.HoldCount(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, n, "Redis counts the waiter's one hold")
+	require.NoError(t, waiter.Unlock(ctx))
+	require.False(t, b.exists(t, holder.Key()), "the waiter's Unlock frees the lock")
+}

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -395,13 +396,17 @@ func TestHardening_WakeupConsumedByFailedHandoffIsPassedOn(t *testing.T) {
 		defer stop()
 
 		// The release passing the lock to m1 is applied, but its reply and every replay's are
-		// lost: the outcome stays unknown. The first reply is held back until the test has
-		// seen m1 woken by the publish.
+		// lost: the outcome stays unknown, and so does the hand-off's, whose replays (m1's
+		// acquire under the successor's number, '+'-marked) never reach Redis. The first
+		// reply is held back until the test has seen m1 woken by the publish.
 		applied, proceed := make(chan struct{}), make(chan struct{})
 		var armed, lose atomic.Bool
 		armed.Store(true)
 		lose.Store(true)
 		hc.set(func(_ context.Context, cmd hookCall, call func() rueidis.RedisResult) rueidis.RedisResult {
+			if cmd.script == "acquire" && lose.Load() && strings.HasPrefix(cmd.args[5], "+") {
+				return hardLost()
+			}
 			if cmd.script != "release" {
 				return call()
 			}

@@ -447,37 +447,49 @@ func (w *handoffWait) unpark() (bool, error, bool) {
 }
 
 // handedOff records the outcome of a release that passed the lock to cand: (true, nil, true)
-// when cand's owner now holds it; (false, err, true) when the outcome is unknown; (false,
-// nil, false) when the lock was not passed on, or its grant came too late to use (given
-// back): the wait goes on. h.op must be held: the release that claimed cand took it, so
-// that no other script of the owner runs between the grant and its record here. o is the
-// caller's hold of it (nil: work already in the background), g its grace (see grant), tr
-// the observer's trace of the call (nil: none).
+// when cand's owner now holds it; (false, err, true) when the outcome is unknown or the
+// caller has gone; (false, nil, false) when the lock was not passed on, or its grant came too
+// late to use (given back): the wait goes on. h.op must be held: the release that claimed cand
+// took it, so that no other script of the owner runs between the grant and its record here.
+// o is the caller's hold of it (nil: work already in the background, for a caller that has
+// gone), g its grace (see grant), tr the observer's trace of the call (nil: none).
+//
+// A release whose outcome is unknown leaves the hand-off's unknown too. The hand-off is an
+// acquire of cand's owner, sent under the sequence number the claiming release wrote into
+// h.handoff, and it is resolved as any acquire of unknown outcome: replayed under that
+// number, it is answered from the state if the release passed the lock on (the caller then
+// holds it; for a caller that has gone, it is given back: resolveGone), and refused, the
+// number spent, if not (the wait goes on; a release send still on its way then frees the
+// lock instead of passing it on: release.lua). Before, a caller that had gone left a grant
+// that stayed in Redis for its whole lease (the drift hunt, seed 1796324201455082267 trial
+// 4), and a caller still waiting was told ErrUnknownOutcome at once, its number unspent.
 func (m *Mutex) handedOff(ctx context.Context, h *hold, cand *candidate, o *opHold, g *grace, tr *acqTrace) (bool, error, bool) {
+	vals := []int64{1, cand.token, 1}
 	if cand.err != nil {
-		err := errorf("lock %q: passed on by a release whose outcome is unknown: %w", m.name, cand.err)
-		if o == nil && h.handoff != "" {
-			// The caller has gone: the hand-off is an acquire of this owner, sent under the
-			// release's successor number, whose outcome is unknown. It is resolved as one
-			// (resolveGone): the acquire replayed under that number is answered from the state
-			// if the release passed the lock on (the grant is then given back), and is refused,
-			// the number spent, if not. Before, a grant that no caller took stayed in Redis for
-			// its whole lease (the drift hunt, seed 1796324201455082267 trial 4).
-			site := replaySite{kind: m.v.obs, name: m.name, owner: h.owner, op: "acquire"}
-			keys := []string{m.keys.lock, m.keys.fence} // the plain lock's: the one kind with hand-off
-			args := []string{m.c.leaseArg(cand.lease), h.owner, spentMark + h.handoff}
+		site := replaySite{kind: m.v.obs, name: m.name, owner: h.owner, op: "acquire"}
+		keys := []string{m.keys.lock, m.keys.fence} // the plain lock's: the one kind with hand-off
+		args := []string{m.c.leaseArg(cand.lease), h.owner, spentMark + h.handoff}
+		if o == nil {
 			m.resolveGone(ctx, h, site, keys, args, cand.err, cand.sent, cand.lease, cand.renew)
-			return false, err, true
+			return false, errorf("lock %q: passed on by a release whose outcome is unknown: %w", m.name, cand.err), true
 		}
-		// The lock may have passed to this owner, unrecorded: if so, it expires, unless the
-		// owner's next grant through this Client finds it first and gives it back. The caller
-		// is told (ErrUnknownOutcome).
-		return false, err, true
-	}
-	if cand.token <= 0 {
+		var err error
+		var gone bool
+		switch vals, _, err, gone = m.replayFor(ctx, h, o, g, site, keys, args, cand.err, cand.sent, cand.lease, cand.renew); {
+		case gone:
+			return false, err, true
+		case err != nil:
+			if _, isReply := rueidis.IsRedisErr(err); isReply {
+				return false, classify("lock", m.name, err), true
+			}
+			return false, errorf("lock %q: passed on by a release whose outcome is unknown: %w", m.name, err), true
+		case !isGrant(vals):
+			return false, nil, false
+		}
+	} else if cand.token <= 0 {
 		return false, nil, false
 	}
-	switch err := m.grant(ctx, h, []int64{1, cand.token, 1}, cand.sent, cand.lease, cand.renew, o, g, tr); {
+	switch err := m.grant(ctx, h, vals, cand.sent, cand.lease, cand.renew, o, g, tr); {
 	case errors.Is(err, watchdog.ErrClosed):
 		return false, ErrClosed, true
 	case errors.Is(err, errLateGrant):
@@ -672,37 +684,11 @@ func (m *Mutex) attempt(ctx context.Context, h *hold, lease time.Duration, renew
 		return false, 0, errorf("lock %q: %w", m.name, ctx.Err())
 	}
 	if err != nil && !definitive(err) {
-		// The request may or may not have been applied: replay it (same request id) until
-		// Redis answers, within the cleanup timeout, for as long as the caller waits.
-		cctx, cancel := m.c.cleanupCtx(ctx)
-		wctx, wcancel := context.WithCancel(cctx)
-		stop := context.AfterFunc(ctx, wcancel)
-		first := err
-		var res rueidis.RedisResult
-		args := replayArgs(args)
-		res, err = m.c.replay(wctx, nil, site, m.v.acquire, keys, args, first)
-		stop()
-		wcancel()
-		if _, isReply := rueidis.IsRedisErr(err); err != nil && !isReply && ctx.Err() != nil && cctx.Err() == nil && !errors.Is(err, ErrClosed) {
-			// The caller has gone first: resolve the request in the background.
-			m.later(ctx, o, g, func() {
-				defer cancel()
-				m.resolveGone(cctx, h, site, keys, args, first, sent, lease, renew)
-			})
-			return false, 0, errorf("lock %q: %w", m.name, ctx.Err())
+		// The request may or may not have been applied: replay it (same request id).
+		var gone bool
+		if vals, acked, err, gone = m.replayFor(ctx, h, o, g, site, keys, replayArgs(args), err, sent, lease, renew); gone {
+			return false, 0, err
 		}
-		if err == nil {
-			vals, err = res.AsIntSlice()
-		}
-		if err == nil && isGrant(vals) && vals[2] == 1 && m.c.opts.ackReplicas > 0 {
-			acked = m.c.ackAfterTouch(cctx, m.keys.lock, lease)
-		}
-		if err == nil && isGrant(vals) && ctx.Err() != nil {
-			// Granted, but the caller is gone: give it back.
-			m.later(ctx, o, g, func() { defer cancel(); m.undo(cctx, h, vals, sent, lease, renew) })
-			return false, 0, errorf("lock %q: %w", m.name, ctx.Err())
-		}
-		cancel()
 	}
 	if err != nil {
 		return false, 0, classify("lock", m.name, err)
@@ -757,6 +743,42 @@ func replayArgsAt(args []string, i int) []string {
 	r := append([]string(nil), args...)
 	r[i] = spentMark + r[i]
 	return r
+}
+
+// replayFor replays an acquire (keys, and args as a replay sends them) whose first send, sent
+// at sent, failed with first, its outcome unknown, until Redis answers, within the cleanup
+// timeout, for as long as the caller (ctx) waits. It returns the script's answer and, for a
+// fresh grant when the Client waits for replicas, how many acknowledged it. If the caller goes
+// first, gone is true, err is ctx's, and what is left goes on in the background under o: the
+// replaying (resolveGone), or the give-back of a grant learnt (undo). h.op must be held.
+func (m *Mutex) replayFor(ctx context.Context, h *hold, o *opHold, g *grace, site replaySite, keys, args []string, first error, sent time.Time, lease time.Duration, renew bool) (vals []int64, acked int64, err error, gone bool) {
+	cctx, cancel := m.c.cleanupCtx(ctx)
+	wctx, wcancel := context.WithCancel(cctx)
+	stop := context.AfterFunc(ctx, wcancel)
+	res, err := m.c.replay(wctx, nil, site, m.v.acquire, keys, args, first)
+	stop()
+	wcancel()
+	if _, isReply := rueidis.IsRedisErr(err); err != nil && !isReply && ctx.Err() != nil && cctx.Err() == nil && !errors.Is(err, ErrClosed) {
+		// The caller has gone first: resolve the request in the background.
+		m.later(ctx, o, g, func() {
+			defer cancel()
+			m.resolveGone(cctx, h, site, keys, args, first, sent, lease, renew)
+		})
+		return nil, 0, errorf("lock %q: %w", m.name, ctx.Err()), true
+	}
+	if err == nil {
+		vals, err = res.AsIntSlice()
+	}
+	if err == nil && isGrant(vals) && vals[2] == 1 && m.c.opts.ackReplicas > 0 {
+		acked = m.c.ackAfterTouch(cctx, m.keys.lock, lease)
+	}
+	if err == nil && isGrant(vals) && ctx.Err() != nil {
+		// Granted, but the caller is gone: give it back.
+		m.later(ctx, o, g, func() { defer cancel(); m.undo(cctx, h, vals, sent, lease, renew) })
+		return nil, 0, errorf("lock %q: %w", m.name, ctx.Err()), true
+	}
+	cancel()
+	return vals, acked, err, false
 }
 
 // resolveGone resolves, for a caller that has gone, an acquire whose first send's outcome

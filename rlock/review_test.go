@@ -205,11 +205,14 @@ func TestReview_UnknownOutcomeOfContextOwnerDriftsAtNextGrant(t *testing.T) {
 
 // DESIGN invariant / README guarantee 8, context owners, the hand-off path: a release that
 // passes the lock to a parked context owner is applied but its outcome stays unknown (every
-// reply lost until the cleanup timeout). The candidate's Lock fails ("passed on by a release
-// whose outcome is unknown", Mutex.handedOff) and nothing notes the hold Redis now counts
-// for it (no Client.noteStale, since removed): its next Lock joins that hold and Redis counts
-// one hold more than the Client, untold.
-func TestReview_UnknownHandoffOfContextOwnerDriftsAtNextGrant(t *testing.T) {
+// reply lost until the cleanup timeout). Before, the candidate's Lock failed at once ("passed
+// on by a release whose outcome is unknown") while Redis counted a hold for it: its next Lock
+// joined that hold, one hold more than the Client counted. The hand-off is resolved as an
+// acquire of unknown outcome (Mutex.handedOff): replayed under the successor's number, it is
+// answered from the state, and the waiting caller gets the lock the release passed on.
+// The other outcome (the release not applied: the replay refused, the wait going on) is
+// TestMutex_unknownHandoffNotAppliedWaitsOn.
+func TestReview_UnknownHandoffOfContextOwnerIsResolvedForTheWaitingCaller(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
 		hc := &hookClient{Client: b.rueidis(t)}
 		c, err := rlock.New(hc, rlock.WithCleanupTimeout(300*time.Millisecond))
@@ -237,20 +240,20 @@ func TestReview_UnknownHandoffOfContextOwnerDriftsAtNextGrant(t *testing.T) {
 		uerr := holder.Unlock(bg)
 		t.Logf("holder's Unlock: %v", uerr)
 		require.ErrorIs(t, uerr, rlock.ErrUnknownOutcome)
-		err = await(t, got, 10*time.Second, "the candidate's Lock")
-		t.Logf("candidate's Lock: %v", err)
-		require.Error(t, err, "the hand-off's outcome is unknown")
+		require.NoError(t, await(t, got, 10*time.Second, "the candidate's Lock"), "the hand-off was applied: the replay learns it")
 		lose.Store(false)
 		n, err := m.HoldCount(ctx)
 		require.NoError(t, err)
 		require.Equal(t, 1, n, "the release passed the lock on in Redis")
+		require.NoError(t, m.Err(ctx))
 
 		require.NoError(t, m.Lock(ctx))
 		n, err = m.HoldCount(ctx)
 		require.NoError(t, err)
-		require.Equal(t, 1, n, "Redis counts %d holds for the owner, the Client 1, and the owner was told nothing", n)
+		require.Equal(t, 2, n, "Redis counts the hand-off's hold and the re-entry's")
 		require.NoError(t, m.Unlock(ctx))
-		require.False(t, b.exists(t, m.Key()), "the owner's only Unlock left the lock held in Redis")
+		require.NoError(t, m.Unlock(ctx))
+		require.False(t, b.exists(t, m.Key()), "the owner's Unlocks left the lock held in Redis")
 	})
 }
 
