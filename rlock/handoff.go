@@ -1,8 +1,14 @@
 package rlock
 
 import (
+	"context"
+	"errors"
 	"sync/atomic"
 	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/relock-go/relock/watchdog"
 )
 
 // Direct hand-off between waiters of one Client.
@@ -135,4 +141,154 @@ func (cand *candidate) settle(token int64, sent time.Time, err error) {
 	case cand.poke <- struct{}{}:
 	default:
 	}
+}
+
+// claimedAtEnd settles a wait that ended (with ok, err) while a release had claimed its
+// candidate cand (and taken h.op for it). While ctx and the Client live it waits for the
+// release's outcome: a grant that came as the wait bound ran out is taken. Once ctx has
+// ended, the outcome is waited for, and a grant given back, in the background, until Close;
+// once the Client is closed, the call ends at once with ErrClosed.
+func (m *Mutex) claimedAtEnd(ctx context.Context, h *hold, cand *candidate, g *grace, ok bool, err error, tr *acqTrace) (bool, error) {
+	o := &opHold{h: h, held: true} // the claim took h.op for this call
+	defer o.unlock()
+	var gone error // why the call ends without the outcome
+	select {
+	case <-cand.ready:
+	case <-ctx.Done():
+		gone = ctx.Err()
+	case <-m.c.life.Done():
+		gone = ErrClosed
+	}
+	if gone != nil {
+		m.later(ctx, o, g, func() {
+			// The outcome comes when the release's first send ends, within the cleanup
+			// timeout, which Close does not bring forward (rueidis heeds only the deadline
+			// of a lone request sent on the caller's goroutine). Once the Client is closed,
+			// nothing is recorded or given back any more (a grant the release made expires
+			// with its lease), and this work may be running on the caller's goroutine
+			// (Client.background): it stops waiting, so that the call ends within its grace.
+			select {
+			case <-cand.ready:
+			case <-m.c.life.Done():
+				return
+			}
+			cand.state.Store(candIdle)
+			cctx, cancel := m.c.cleanupCtx(ctx)
+			defer cancel()
+			if gok, _, _ := m.handedOff(cctx, h, cand, nil, nil, nil); gok {
+				h.hideTenure() // a hand-off is a fresh grant
+				m.gaveBack(h, GiveBackCanceled, m.giveBackOne(cctx, h))
+			}
+		})
+		if err == nil {
+			err = errorf("lock %q: %w", m.name, gone)
+		}
+		return false, err
+	}
+	cand.state.Store(candIdle)
+	gok, gerr, _ := m.handedOff(ctx, h, cand, o, g, tr)
+	switch {
+	case gok && ctx.Err() == nil && err == nil:
+		return true, nil // the wait bound ran out as the lock came: take it
+	case gok:
+		// The caller is gone: give it back.
+		h.hideTenure() // a hand-off is a fresh grant
+		m.later(ctx, o, g, func() { m.gaveBack(h, GiveBackCanceled, m.giveBackOne(ctx, h)) })
+	case err == nil:
+		err = gerr
+	}
+	return ok, err
+}
+
+// handoffWait is a Lock's wait seen as a hand-off candidate (the parker of its waitSpec). Its
+// candidate is made on the first park: a Lock that gets the lock at once allocates none.
+type handoffWait struct {
+	a    *acquisition // the Lock call whose wait this is (it holds this handoffWait)
+	cand *candidate
+}
+
+func (w *handoffWait) park() <-chan struct{} {
+	a := w.a
+	if w.cand == nil {
+		w.cand = &candidate{h: a.h, lease: a.lease, renew: a.renew, ready: make(chan struct{}, 1), poke: make(chan struct{}, 1)}
+	}
+	a.m.c.park(w.cand)
+	return w.cand.poke
+}
+
+func (w *handoffWait) unpark() (bool, error, bool) {
+	if w.cand == nil || w.cand.unclaim() {
+		return false, nil, false
+	}
+	// A release claimed it: wait for its outcome while ctx and the Client live. If either
+	// ends first, the wait ends and acquire settles the claim (claimedAtEnd).
+	a := w.a
+	select {
+	case <-w.cand.ready:
+	case <-a.ctx.Done():
+		return false, errorf("lock %q: %w", a.m.name, a.ctx.Err()), true
+	case <-a.m.c.life.Done():
+		return false, errorf("lock %q: %w", a.m.name, ErrClosed), true
+	}
+	w.cand.state.Store(candIdle)
+	o := &opHold{h: a.h, held: true} // the claim took h.op for this wait
+	defer o.unlock()
+	return a.m.handedOff(a.ctx, a.h, w.cand, o, &a.g, a.tr)
+}
+
+// handedOff records the outcome of a release that passed the lock to cand: (true, nil, true)
+// when cand's owner now holds it; (false, err, true) when the outcome is unknown or the
+// caller has gone; (false, nil, false) when the lock was not passed on, or its grant came too
+// late to use (given back): the wait goes on. h.op must be held: the release that claimed cand
+// took it, so that no other script of the owner runs between the grant and its record here.
+// o is the caller's hold of it (nil: work already in the background, for a caller that has
+// gone), g its grace (see grant), tr the observer's trace of the call (nil: none).
+//
+// A release whose outcome is unknown leaves the hand-off's unknown too. The hand-off is an
+// acquire of cand's owner, sent under the sequence number the claiming release wrote into
+// h.handoff, and it is resolved as any acquire of unknown outcome: replayed under that
+// number, it is answered from the state if the release passed the lock on (the caller then
+// holds it; for a caller that has gone, it is given back: resolveGone), and refused, the
+// number spent, if not (the wait goes on; a release send still on its way then frees the
+// lock instead of passing it on: release.lua). Before, a caller that had gone left a grant
+// that stayed in Redis for its whole lease (the drift hunt, seed 1796324201455082267 trial
+// 4), and a caller still waiting was told ErrUnknownOutcome at once, its number unspent.
+func (m *Mutex) handedOff(ctx context.Context, h *hold, cand *candidate, o *opHold, g *grace, tr *acqTrace) (bool, error, bool) {
+	vals := []int64{1, cand.token, 1}
+	if cand.err != nil {
+		site := replaySite{kind: m.v.obs, name: m.name, owner: h.owner, op: "acquire"}
+		keys := []string{m.keys.lock, m.keys.fence} // the plain lock's: the one kind with hand-off
+		args := []string{m.c.leaseArg(cand.lease), h.owner, spentMark + h.handoff}
+		if o == nil {
+			m.resolveGone(ctx, h, site, keys, args, cand.err, cand.sent, cand.lease, cand.renew)
+			return false, errorf("lock %q: passed on by a release whose outcome is unknown: %w", m.name, cand.err), true
+		}
+		var err error
+		var gone bool
+		switch vals, _, err, gone = m.replayFor(ctx, h, o, g, site, keys, args, cand.err, cand.sent, cand.lease, cand.renew); {
+		case gone:
+			return false, err, true
+		case err != nil:
+			if _, isReply := rueidis.IsRedisErr(err); isReply {
+				return false, classify("lock", m.name, err), true
+			}
+			return false, errorf("lock %q: passed on by a release whose outcome is unknown: %w", m.name, err), true
+		case !isGrant(vals):
+			return false, nil, false
+		}
+	} else if cand.token <= 0 {
+		return false, nil, false
+	}
+	switch err := m.grant(ctx, h, vals, cand.sent, cand.lease, cand.renew, o, g, tr); {
+	case errors.Is(err, watchdog.ErrClosed):
+		return false, ErrClosed, true
+	case errors.Is(err, errLateGrant):
+		return false, nil, false
+	case err != nil:
+		return false, errorf("lock %q: %w", m.name, err), true
+	}
+	if tr != nil {
+		tr.handedOff = true
+	}
+	return true, nil, true
 }

@@ -1,0 +1,472 @@
+package rlock
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/relock-go/relock/watchdog"
+)
+
+// The acquire flow of Mutex and its variants: Lock, LockLease and TryLock (mutex.go) ->
+// acquire -> waitForHold (the wait, wait.go) -> attempt (one acquire script, replayFor when
+// its outcome is unknown) -> grant (the reply recorded in the hold: hold.granted). Work left
+// when the caller goes (resolveGone, undo, give-backs) runs under the hold's op in the
+// background (later), within the caller's grace. The hand-off path is in handoff.go, the
+// release flow in release.go, replays in replay.go.
+
+// returnGrace bounds how long Lock and TryLock outlive their ctx when work is left to do on
+// its behalf (resolving an acquire whose reply was lost, giving back a grant that came too
+// late): they wait that long for it, then return and leave it to finish in the background,
+// within the cleanup timeout ([WithCleanupTimeout]); Close waits for it. It is below README
+// guarantee 6's 100 ms, so that the caller, which starts it when it sees ctx's end and then
+// returns, still returns within 100 ms of that end (TestGuarantee6_margin): at 100 ms it
+// returned 100.5 ms after, every time.
+const returnGrace = 80 * time.Millisecond
+
+// acquire implements Lock (wait < 0: no bound) and TryLock.
+func (m *Mutex) acquire(ctx context.Context, wait, lease time.Duration) (bool, error) {
+	owner, err := m.ownerOf(ctx)
+	if err != nil {
+		return false, err
+	}
+	renew := lease <= 0
+	if renew {
+		lease = m.c.opts.watchdogTimeout
+	} else if err := checkLease("lease", lease); err != nil {
+		return false, err
+	}
+	if o := m.c.obs; o != nil && m.v.obs != "" {
+		return m.acquireObserved(ctx, o, owner, wait, lease, renew)
+	}
+	return m.acquireAs(ctx, owner, wait, lease, renew, nil)
+}
+
+// acquireObserved is acquire told to the Client's observer: AcquireStart, then the
+// acquisition traced (tr), then AcquireDone. A Client that is already closed tells nothing.
+func (m *Mutex) acquireObserved(ctx context.Context, o *observer, owner string, wait, lease time.Duration, renew bool) (bool, error) {
+	if m.c.isClosed() {
+		return false, ErrClosed
+	}
+	si := AcquireStartInfo{Kind: m.v.obs, Name: m.name, Owner: owner, Wait: waitBound(wait)}
+	if !renew {
+		si.Lease = lease
+	}
+	start := o.now()
+	octx := o.acquireStart(ctx, si)
+	tr := &acqTrace{}
+	ok, err := m.acquireAs(ctx, owner, wait, lease, renew, tr)
+	o.done(ctx, octx, si, start, ok, err, tr)
+	return ok, err
+}
+
+// acquireAs is acquire for owner, with the lease checked; tr, when not nil, traces it for
+// the observer.
+func (m *Mutex) acquireAs(ctx context.Context, owner string, wait, lease time.Duration, renew bool, tr *acqTrace) (bool, error) {
+	ok, err := m.waitForHold(ctx, owner, wait, lease, renew, tr)
+	if err != nil && m.v.acquireErr != nil {
+		err = m.v.acquireErr(m.name, err)
+	}
+	return ok, err
+}
+
+// waitForHold is acquireAs before its error is mapped: it counts the call on owner's hold,
+// waits (attempts, parks as a hand-off candidate) within wait, and settles a hand-off claimed
+// as the wait ended.
+func (m *Mutex) waitForHold(ctx context.Context, owner string, wait, lease time.Duration, renew bool, tr *acqTrace) (bool, error) {
+	if err := ctx.Err(); err != nil {
+		return false, errorf("lock %q: %w", m.name, err)
+	}
+	h, err := m.c.ref(m, owner)
+	if err != nil {
+		return false, err
+	}
+	defer m.c.unref(h)
+	// One allocation for what the call's attempts, its wait and its hand-off share.
+	a := &acquisition{m: m, ctx: ctx, h: h, lease: lease, renew: renew, queue: wait != 0, tr: tr}
+	g := &a.g // shared by every step of this call that waits past ctx's end
+
+	// A re-entry never waits: an owner that holds the lock through this Client goes to Redis
+	// at once, ahead of every waiter, and never parks as a hand-off candidate.
+	reentry := h.holds() > 0
+	spec := waitSpec{op: "lock", name: m.name, channel: m.keys.channel, queue: m.v.queue && !reentry, spin: m.v.spin}
+	if m.v.tagged {
+		spec.tag = owner
+	}
+	if tr != nil {
+		spec.waited = &tr.waited
+	}
+	if m.v.leave != nil && wait != 0 {
+		// A single attempt (wait 0) never joins a queue: nothing to leave.
+		spec.leave = func() { m.leave(ctx, h, owner, g) }
+	}
+	var hw *handoffWait
+	if m.v.handoff && wait != 0 && m.c.opts.ackReplicas == 0 && !reentry {
+		hw = &a.hw
+		hw.a = a
+		spec.parker = hw
+	}
+	ok, err := m.c.waitLoop(ctx, wait, spec, a)
+	if hw != nil && hw.cand != nil && m.c.drop(hw.cand) {
+		// A release claimed this waiter as the wait was ending: it may have passed the lock on.
+		return m.claimedAtEnd(ctx, h, hw.cand, g, ok, err, tr)
+	}
+	return ok, err
+}
+
+// acquisition is one Lock or TryLock call: what its attempts (it is the wait's attempter),
+// its wait and its hand-off share.
+type acquisition struct {
+	m            *Mutex
+	ctx          context.Context
+	h            *hold
+	lease        time.Duration
+	renew, queue bool
+	g            grace
+	hw           handoffWait
+	buf          attemptBuf
+	tr           *acqTrace // the observer's trace; nil without an observer
+}
+
+func (a *acquisition) attempt(waiting bool) (bool, time.Duration, error) {
+	return a.m.attempt(a.ctx, a.h, a.lease, a.renew, a.queue, waiting, &a.g, &a.buf, a.tr)
+}
+
+// attemptBuf is the memory one attempt needs for its request and reply, reused by the
+// attempts of one call (they run one after another). An attempt that leaves work to the
+// background (a replay, a give-back) ends the call's wait, so no later attempt overwrites
+// what that work still reads.
+type attemptBuf struct {
+	kv   [6]string // KEYS then ARGV
+	vals [4]int64
+	// direct: the caller does not wait on the attempt itself (a RedLock round's instance,
+	// whose round leaves it at ctx's end), so the first send needs no goroutine of its own.
+	direct bool
+}
+
+// leave runs the variant's leave (withdrawing what a wait that gave up registered in
+// Redis) for a wait that ends: after this owner's operation in flight on the lock (the
+// wait's own background work, say), and before its next one when it can (goroutines that
+// share the owner share its place anyway). It holds the caller while ctx lives, and for
+// what is left of the call's grace after.
+func (m *Mutex) leave(ctx context.Context, h *hold, owner string, g *grace) {
+	m.later(ctx, &opHold{h: h, held: h.tryLockOp()}, g, func() { m.v.leave(ctx, m, owner) })
+}
+
+// opHold is a call's possession of h.op, which it may hand over to work that goes on after
+// the call (later).
+type opHold struct {
+	h    *hold
+	held bool
+}
+
+// unlock gives h.op back unless it was handed over.
+func (o *opHold) unlock() {
+	if o.held {
+		o.held = false
+		o.h.unlockOp()
+	}
+}
+
+// grace is how long, in all, a call may still wait after its ctx ended for work done on its
+// behalf: returnGrace from the first such wait, however many steps wait.
+type grace struct{ end time.Time }
+
+// left starts the grace, at its first call (returnGrace from now), and returns what is left
+// of it.
+func (g *grace) left() time.Duration {
+	if g.end.IsZero() {
+		g.end = time.Now().Add(returnGrace)
+	}
+	return time.Until(g.end)
+}
+
+// wait waits for done while ctx lives, then for what is left of the grace.
+func (g *grace) wait(ctx context.Context, done <-chan struct{}) {
+	select {
+	case <-done:
+		return
+	case <-ctx.Done():
+	}
+	d := g.left()
+	if d <= 0 {
+		return
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+	}
+}
+
+// later runs work on behalf of a call, holding h.op and a reference on h until work is
+// done. When the call holds h.op (through o), it hands it over (o no longer holds it);
+// otherwise work takes it first, after whatever holds it now (work the call handed over
+// before, say), or goes on without it if it cannot within the cleanup timeout. The call
+// waits for work while its ctx lives and for its grace after (g, shared by the call's steps),
+// then leaves it to the background (counted for Close).
+func (m *Mutex) later(ctx context.Context, o *opHold, g *grace, work func()) {
+	h, held := o.h, o.held
+	o.held = false
+	m.c.reref(h)
+	done := make(chan struct{})
+	m.c.background(func() {
+		defer close(done)
+		defer m.c.unref(h)
+		if !held {
+			cctx, cancel := m.c.cleanupCtx(ctx)
+			held = h.lockOp(cctx) == nil
+			cancel()
+		}
+		if held {
+			defer h.unlockOp()
+		}
+		work()
+	})
+	g.wait(ctx, done)
+}
+
+// ackRetry is the pause before another attempt after a grant was given back for want of
+// replica acknowledgements; outageRetry the first pause after Redis could not be reached.
+const (
+	ackRetry    = 10 * time.Millisecond
+	outageRetry = 10 * time.Millisecond
+)
+
+// attempt makes one acquire request, replaying it under the same request id until its
+// outcome is known. It returns whether the lock is now held, or else the holder's remaining
+// lease.
+// queue tells a variant that keeps a wait queue (the fair lock) whether a failed attempt
+// joins it; for the plain lock (variant.marks) it says that the caller waits on the release
+// channel if refused: the attempt then marks the lock when refused, and also when granted
+// if the caller was waiting already (others may still be), so that the release publishes.
+//
+// attempt never outlives ctx by more than returnGrace: when ctx ends before an ambiguous
+// acquire (its reply lost) is resolved, the resolution goes on in the background, and a hold
+// it turns out to have granted is given back there.
+//
+// tr, when not nil, counts the attempt and records a grant for the observer.
+func (m *Mutex) attempt(ctx context.Context, h *hold, lease time.Duration, renew, queue, waiting bool, g *grace, b *attemptBuf, tr *acqTrace) (bool, time.Duration, error) {
+	if err := h.lockOp(ctx); err != nil {
+		return false, 0, errorf("lock %q: %w", m.name, err)
+	}
+	o := &opHold{h: h, held: true}
+	defer o.unlock()
+	if _, lost := h.snapshot(); lost != nil {
+		return false, 0, errorf("lock %q: %w", m.name, lost)
+	}
+	b.kv = [6]string{m.keys.lock, m.keys.fence, m.c.leaseArg(lease), h.owner, m.c.newRequest()}
+	keys, args := b.kv[0:2:2], b.kv[2:5:6]
+	switch {
+	case m.v.marks && queue && waiting:
+		args = append(args, "2")
+	case m.v.marks && queue:
+		args = append(args, "1")
+	}
+	if m.v.clockToken {
+		if len(args) == 3 {
+			args = append(args, "")
+		}
+		args = append(args, "c")
+	}
+	if m.v.acquireExtra != nil {
+		k, a := m.v.acquireExtra(m, queue)
+		keys, args = append(keys, k...), append(args, a...)
+	}
+	sent := time.Now() // the lease is counted from the first send
+	if tr != nil {
+		tr.attempts++
+	}
+	var vals []int64
+	var acked int64
+	var err error
+	site := replaySite{kind: m.v.obs, name: m.name, owner: h.owner, op: "acquire"}
+	if ctx.Done() == nil || b.direct {
+		vals, acked, err = m.c.execAcquire(ctx, m.v.acquire, keys, args, b.vals[:0])
+	} else if f := m.c.send(ctx, sent, true, m.v.acquire, keys, args); f.await(ctx) {
+		// A ctx that can end: the caller must be able to leave (see inflight).
+		vals, acked, err = append(b.vals[:0], f.vals...), f.acked, f.err
+	} else {
+		// The caller has gone before the first send was answered: resolve it in the
+		// background, from its own answer when it comes, else by replays.
+		m.later(ctx, o, g, func() {
+			if !f.wait() {
+				return // closed first
+			}
+			cctx, cancel := m.c.cleanupCtx(ctx)
+			defer cancel()
+			switch {
+			case f.err != nil && !definitive(f.err):
+				m.resolveGone(cctx, h, site, keys, replayArgs(args), f.err, sent, lease, renew)
+			case f.err == nil && isGrant(f.vals):
+				m.undo(cctx, h, f.vals, sent, lease, renew)
+			}
+		})
+		return false, 0, errorf("lock %q: %w", m.name, ctx.Err())
+	}
+	if err != nil && !definitive(err) {
+		// The request may or may not have been applied: replay it (same request id).
+		var gone bool
+		if vals, acked, err, gone = m.replayFor(ctx, h, o, g, site, keys, replayArgs(args), err, sent, lease, renew); gone {
+			return false, 0, err
+		}
+	}
+	if err != nil {
+		return false, 0, classify("lock", m.name, err)
+	}
+	switch {
+	case isGrant(vals):
+		if vals[2] == 1 && acked < int64(m.c.opts.ackReplicas) {
+			// Too few replicas have the fresh grant: a failover now could lose it.
+			m.later(ctx, o, g, func() {
+				// Conditional (keep 0), as every give-back the Client starts on its own: if
+				// the WAIT outlasted a fixed lease, the hold Redis counts for the owner may
+				// be one another Client took afresh.
+				_, _, err := m.sendReleaseKeep(ctx, h.owner, nil, nil, nil, 0)
+				m.gaveBack(h, GiveBackNoReplicaAck, err)
+			})
+			return false, 0, errorf("lock %q: %w (%d of %d acknowledged)", m.name, ErrNoReplicaAck, acked, m.c.opts.ackReplicas)
+		}
+		switch err := m.grant(ctx, h, vals, sent, lease, renew, o, g, tr); {
+		case errors.Is(err, watchdog.ErrClosed):
+			return false, 0, ErrClosed
+		case err != nil:
+			return false, 0, errorf("lock %q: %w", m.name, err)
+		}
+		return true, 0, nil
+	case len(vals) == 2 && vals[0] == 0:
+		if vals[1] < 0 {
+			return false, -1, nil
+		}
+		return false, time.Duration(vals[1]) * time.Millisecond, nil
+	}
+	return false, 0, errorf("lock %q: malformed reply %v", m.name, vals)
+}
+
+// replayFor replays an acquire (keys, and args as a replay sends them) whose first send, sent
+// at sent, failed with first, its outcome unknown, until Redis answers, within the cleanup
+// timeout, for as long as the caller (ctx) waits. It returns the script's answer and, for a
+// fresh grant when the Client waits for replicas, how many acknowledged it. If the caller goes
+// first, gone is true, err is ctx's, and what is left goes on in the background under o: the
+// replaying (resolveGone), or the give-back of a grant learnt (undo). h.op must be held.
+func (m *Mutex) replayFor(ctx context.Context, h *hold, o *opHold, g *grace, site replaySite, keys, args []string, first error, sent time.Time, lease time.Duration, renew bool) (vals []int64, acked int64, err error, gone bool) {
+	cctx, cancel := m.c.cleanupCtx(ctx)
+	wctx, wcancel := context.WithCancel(cctx)
+	stop := context.AfterFunc(ctx, wcancel)
+	res, err := m.c.replay(wctx, nil, site, m.v.acquire, keys, args, first)
+	stop()
+	wcancel()
+	if _, isReply := rueidis.IsRedisErr(err); err != nil && !isReply && ctx.Err() != nil && cctx.Err() == nil && !errors.Is(err, ErrClosed) {
+		// The caller has gone first: resolve the request in the background.
+		m.later(ctx, o, g, func() {
+			defer cancel()
+			m.resolveGone(cctx, h, site, keys, args, first, sent, lease, renew)
+		})
+		return nil, 0, errorf("lock %q: %w", m.name, ctx.Err()), true
+	}
+	if err == nil {
+		vals, err = res.AsIntSlice()
+	}
+	if err == nil && isGrant(vals) && vals[2] == 1 && m.c.opts.ackReplicas > 0 {
+		acked = m.c.ackAfterTouch(cctx, m.keys.lock, lease)
+	}
+	if err == nil && isGrant(vals) && ctx.Err() != nil {
+		// Granted, but the caller is gone: give it back.
+		m.later(ctx, o, g, func() { defer cancel(); m.undo(cctx, h, vals, sent, lease, renew) })
+		return nil, 0, errorf("lock %q: %w", m.name, ctx.Err()), true
+	}
+	cancel()
+	return vals, acked, err, false
+}
+
+// resolveGone resolves, for a caller that has gone, an acquire whose first send's outcome
+// (first) is unknown: it replays the request (args marked as a replay's) within cctx, and
+// gives back a grant it learns of (undo). A hold of an outcome still unknown, if Redis
+// granted it, is never renewed by this Client and expires with its lease, unless the owner's
+// next grant through this Client finds it first among the Client's holds in Redis and gives
+// it back (hold.granted's extra). h.op must be held; it runs in the background.
+func (m *Mutex) resolveGone(cctx context.Context, h *hold, site replaySite, keys, args []string, first error, sent time.Time, lease time.Duration, renew bool) {
+	res, err := m.c.replay(cctx, nil, site, m.v.acquire, keys, args, first)
+	if err != nil {
+		return
+	}
+	if vals, err := res.AsIntSlice(); err == nil && isGrant(vals) {
+		m.undo(cctx, h, vals, sent, lease, renew)
+	}
+}
+
+// isGrant reports whether vals is an acquire script's grant: {1, token, holds}, or {1, token,
+// holds, mine} for a context owner (mine: the holds this Client's operations took, lib_seq.lua).
+func isGrant(vals []int64) bool { return (len(vals) == 3 || len(vals) == 4) && vals[0] == 1 }
+
+// undo gives back what an acquire reply granted a caller that has gone. If the give-back
+// fails, this Client stops counting and renewing the hold (h.abandon): Redis lets it expire
+// within its lease. h.op must be held; undo runs in the background.
+func (m *Mutex) undo(ctx context.Context, h *hold, vals []int64, sent time.Time, lease time.Duration, renew bool) {
+	var tr acqTrace
+	if err := m.grant(ctx, h, vals, sent, lease, renew, nil, nil, &tr); err == nil {
+		if !tr.reentered {
+			h.hideTenure()
+		}
+		m.gaveBack(h, GiveBackCanceled, m.giveBackOne(ctx, h))
+	}
+}
+
+// grant records the hold an acquire reply {1, token, holds} granted. When the reply shows
+// that the owner's earlier hold had been lost unnoticed (Redis granted afresh what the owner
+// believed it held), the new hold is given back at once and the loss reported: a lost lock
+// is never silently taken again. A grant that came back too late to use is given back too
+// (errLateGrant). When Redis counts holds of the owner that this Client had let go of
+// (orphans: see hold.granted), grant gives them back, never beyond the holds Redis counts
+// for this Client (giveBackOrphans), so that Redis's count is this Client's again. h.op must
+// be held; through o (nil when grant already runs in the
+// background), the give-backs take it over and run in the background after the call's
+// grace g (see later). tr, when not nil, records the grant for the observer.
+func (m *Mutex) grant(ctx context.Context, h *hold, vals []int64, sent time.Time, lease time.Duration, renew bool, o *opHold, g *grace, tr *acqTrace) error {
+	mine := vals[2]
+	if len(vals) == 4 {
+		mine = vals[3] // a context owner: the holds this Client's operations took
+	}
+	fresh, extra, err := h.granted(vals[1], vals[2], mine, sent, lease, renew)
+	reason := GiveBackOrphan
+	// The grant itself is given back only while Redis counts it for this Client (keep 0): a
+	// late grant's lease may have run out in Redis, and the owner's hold there may now be one
+	// that another Client took afresh for a context owner (the same id through several
+	// Clients), which an unconditional give-back would take.
+	keep := 0
+	switch {
+	case errors.Is(err, ErrLockLost):
+		extra, reason = 1, GiveBackLost // the grant itself
+	case errors.Is(err, errLateGrant):
+		extra, reason = 1, GiveBackLate
+	case err != nil:
+		return err
+	default:
+		tr.granted(fresh, vals[1])
+		keep = h.holds()
+	}
+	if extra <= 0 {
+		return err
+	}
+	giveBack := func() {
+		// Orphans: each gives back one hold while Redis counts more of this Client's than
+		// keep, so never this grant's, and the lock stays held. One that fails leaves the
+		// orphan to the end of this tenure, whose last Unlock gives back what Redis still
+		// counts of this Client's (hold.released).
+		_, rerr := m.giveBackOrphans(ctx, h.owner, keep, extra)
+		if m.c.obs != nil && m.v.obs != "" {
+			// Holds: how many were to be given back (GiveBackInfo), as Redis may have let
+			// some expire meanwhile (a late grant's fixed lease).
+			m.c.gaveBack(m.v.obs, m.name, h.owner, int(extra), reason, rerr)
+		}
+	}
+	if o == nil {
+		giveBack()
+	} else {
+		m.later(ctx, o, g, giveBack)
+	}
+	return err
+}
