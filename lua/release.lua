@@ -60,26 +60,24 @@ local function rare()
 --#include lib_spent
 --#include lib_fence
 --#include lib_seq
+  -- reply is the script's answer n (with the successor's token, 0 if none, when a successor
+  -- was named).
+  local function reply(n, token)
+    if next then
+      return {n, token or 0}
+    end
+    return n
+  end
   return {publish = publish, grantToken = grantToken, superseded = superseded,
-    seqLast = seqLast, seqPut = seqPut,
-    reply = function(n, token)
-      if next then
-        return {n, token or 0}
-      end
-      return n
-    end,
+    seqLast = seqLast, seqPut = seqPut, reply = reply,
     -- ended answers a replay whose tenure (ARGV[4]) is gone: -1 if a force took it (its
     -- record names that tenure), else -2.
     ended = function()
-      local r = -2
       if redis.call('type', forced).ok == 'hash'
         and redis.call('hget', forced, owner) == tenure then
-        r = -1 -- forced away before this request arrived
+        return reply(-1) -- forced away before this request arrived
       end
-      if next then
-        return {r, 0}
-      end
-      return r
+      return reply(-2)
     end}
 end
 

@@ -36,15 +36,14 @@ func (m *Mutex) gaveBack(h *hold, reason GiveBackReason, err error) {
 }
 
 // giveBackOrphans gives back at most n holds of owner that this Client let go of, one
-// release each, within one cleanup timeout. With keep >= 0 each release is conditional in
-// Redis (the release script's keep): it gives back a hold only while Redis counts more than
-// keep holds of this Client's operations (for a handle's owner, the owner's holds; for a
-// context owner, this Client's count, lib_seq.lua): so a hold whose give-back Redis applied
-// after all is not given back twice, and another Client's hold of a context owner is never
-// taken. keep < 0 gives back n holds unconditionally (no caller asks for it: even a grant
-// given back at once goes with keep 0, see grant). It stops at the first release that
-// fails, or that finds nothing more to give back, and returns how many holds it gave back
-// and the failure.
+// release each, within one cleanup timeout. Each release is conditional in Redis (the
+// release script's keep, >= 0): it gives back a hold only while Redis counts more than keep
+// holds of this Client's operations (for a handle's owner, the owner's holds; for a context
+// owner, this Client's count, lib_seq.lua): so a hold whose give-back Redis applied after all
+// is not given back twice, and another Client's hold of a context owner is never taken (even
+// a grant given back at once goes with keep 0, see grant). It stops at the first release
+// that fails, or that finds nothing more to give back, and returns how many holds it gave
+// back and the failure.
 func (m *Mutex) giveBackOrphans(ctx context.Context, owner string, keep int, n int64) (int64, error) {
 	cctx, cancel := m.c.cleanupCtx(ctx)
 	defer cancel()
