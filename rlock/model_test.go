@@ -1342,8 +1342,28 @@ func (s *mseq) build() {
 		}
 		cl.rc = rc
 		cl.faults = newModelFaults(rc, s)
+		// The watchdog's rounds go into the log: a loss that no injected fault explains
+		// then shows whether renewals were sent, answered, and how late (the 600 s run at
+		// d3de481: Mutex seed 4962524923238436907, a loss-spurious with neither stall watcher
+		// firing, not reproduced in 15 replays).
+		idx := i
+		obs := rlock.WithObserver(&rlock.Observer{RenewalRound: func(e rlock.RenewalRoundInfo) {
+			s.logf("c%d renewal round: %d lease(s), %d script(s), %d failed, %d lost, took %v, err %v", idx, e.Leases, e.Scripts, e.Failures, e.Lost, e.Took.Round(100*time.Microsecond), e.Err)
+			if e.Took > stallThreshold {
+				// A round answered late lets a lease run out as a pause of Redis would: the
+				// watchdog renews at 2/3 of a 300-700ms lease, so 100-230ms late loses it, and
+				// this process and Redis can each be held up a little less than the stall
+				// watchers see (stallThreshold) and together more. Treated as a Redis stall.
+				now := time.Now()
+				s.fault("renewal-slow")
+				s.mu.Lock()
+				s.roundDisturb = true
+				s.rstalls = append(s.rstalls, [2]time.Time{now.Add(-e.Took), now})
+				s.mu.Unlock()
+			}
+		}})
 		opts := append([]rlock.Option{rlock.WithWatchdogTimeout(cl.wd), rlock.WithCleanupTimeout(cl.cleanup),
-			rlock.WithWaiterTimeout(cl.waiter)}, s.subj.options(s, cl)...)
+			rlock.WithWaiterTimeout(cl.waiter), obs}, s.subj.options(s, cl)...)
 		if cl.c, err = rlock.New(cl.faults.hc, opts...); err != nil {
 			s.violate("setup", "rlock.New: %v", err)
 			rc.Close()
