@@ -2,6 +2,7 @@ package rlock_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync/atomic"
@@ -146,4 +147,276 @@ func lateHandoffRelease(t *testing.T, b *backend, between, ctxOwner bool) {
 	require.NoError(t, waiter.Unlock(ctx))
 	require.False(t, b.exists(t, holder.Key()), "the waiter's Unlock frees the lock")
 	require.ErrorIs(t, waiter.Unlock(ctx), rlock.ErrNotHeld)
+}
+
+// A context owner ([rlock.WithOwner]) shared by two Clients, or by two goroutines of one:
+// the hand-off to the owner's waiter on Client 1 is applied but no reply of the release
+// comes back, and before Client 1 replays the hand-off the owner takes another hold (a
+// re-entry: the owner holds the lock in Redis) through Client 2 (other) or through another
+// goroutine on Client 1 (same, which waits for the claim's h.op), and through Client 2 may give
+// it back again (leave). The replay is answered from the state, with the owner's holds and
+// Client 1's own count: Redis's count of the owner is the holds the callers were told they
+// took, and their Unlocks, in either order, free the lock. A double count (the replay's grant
+// recorded as the owner's two holds, or a re-entry counted twice) would leave the key held
+// after the last Unlock, or an Unlock told ErrNotHeld.
+func TestReview4_handoffReplayOfSharedContextOwnerCountsEachHoldOnce(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		for _, mode := range []string{"other", "other-leave", "same"} {
+			for _, firstOut := range []string{"waiter", "second"} {
+				if mode == "other-leave" && firstOut == "second" {
+					continue // the second hold is already given back
+				}
+				t.Run(mode+"/"+firstOut+"-unlocks-first", func(t *testing.T) {
+					sharedOwnerHandoffReplay(t, b, mode, firstOut == "waiter")
+				})
+			}
+		}
+	})
+}
+
+func sharedOwnerHandoffReplay(t *testing.T, b *backend, mode string, waiterFirst bool) {
+	const cleanup = 300 * time.Millisecond
+	name := redistest.Name(t)
+	replays := make(chan rlock.ReplayInfo, 16)
+	obs := &rlock.Observer{Replay: func(e rlock.ReplayInfo) {
+		if e.Name == name && e.Op == "acquire" {
+			replays <- e
+		}
+	}}
+	hc, c1 := hardSetup(t, b, rlock.WithCleanupTimeout(cleanup), rlock.WithObserver(obs))
+	c2 := b.client(t)
+	uctx := rlock.WithOwner(bg, "shared")
+	holder, waiter := c1.Mutex(name), c1.Mutex(name)
+	second := c2.Mutex(name)
+	if mode == "same" {
+		second = c1.Mutex(name)
+	}
+	require.NoError(t, holder.Lock(bg))
+	hardSubscribe(t, c1, name)
+	got := make(chan error, 1)
+	go func() { got <- waiter.Lock(uctx) }()
+	redistest.WaitFor(t, 5*time.Second, "the waiter to park", func() bool { return rlock.ParkedCandidates(c1, holder) == 1 })
+
+	// The release's first send is applied (the lock passes to the shared owner) and held in
+	// the hook until the second hold is taken; then neither it nor a replay is answered.
+	applied, goOn := make(chan struct{}), make(chan struct{})
+	var releases atomic.Int32
+	hc.set(func(_ context.Context, cmd hookCall, call func() rueidis.RedisResult) rueidis.RedisResult {
+		if !isHandoffRelease(cmd) {
+			return call()
+		}
+		if releases.Add(1) == 1 {
+			call()
+			close(applied)
+			<-goOn
+		}
+		return hardLost()
+	})
+	unlocked := make(chan error, 1)
+	go func() { unlocked <- holder.Unlock(bg) }()
+	within(t, 5*time.Second, "the hand-off to be applied", applied)
+	n, err := second.HoldCount(uctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, n, "the hand-off is applied: the shared owner holds the lock in Redis")
+
+	secondGot := make(chan error, 1)
+	go func() {
+		ok, err := second.TryLock(uctx, 0, 0)
+		if err == nil && !ok {
+			err = errors.New("the shared owner's second hold was refused")
+		}
+		secondGot <- err
+	}()
+	if mode != "same" {
+		// Client 2 re-enters the shared owner's hold at once.
+		require.NoError(t, await(t, secondGot, 5*time.Second, "the second hold through Client 2"))
+		if mode == "other-leave" {
+			require.NoError(t, second.Unlock(uctx))
+		}
+	}
+	close(goOn)
+	require.ErrorIs(t, await(t, unlocked, 10*time.Second, "the holder's Unlock"), rlock.ErrUnknownOutcome)
+	require.NoError(t, await(t, got, 10*time.Second, "the waiter's Lock, the hand-off replayed"))
+	if mode == "same" {
+		// The second goroutine waited for the claim's h.op, then re-entered.
+		require.NoError(t, await(t, secondGot, 10*time.Second, "the second hold on Client 1"))
+	}
+	select {
+	case e := <-replays:
+		require.NoError(t, e.Err, "the hand-off's replay got no answer")
+	case <-time.After(3 * time.Second):
+		t.Fatal("no Replay of the waiter's acquire")
+	}
+
+	want := 2
+	if mode == "other-leave" {
+		want = 1
+	}
+	n, err = waiter.HoldCount(uctx)
+	require.NoError(t, err)
+	require.Equal(t, want, n, "Redis counts the shared owner's holds the callers were told they took")
+	require.NoError(t, waiter.Err(uctx))
+	if want == 2 {
+		require.NoError(t, second.Err(uctx))
+		wt, err := waiter.Token(uctx)
+		require.NoError(t, err)
+		st, err := second.Token(uctx)
+		require.NoError(t, err)
+		require.Equal(t, wt, st, "one tenure: the second hold re-entered the handed-off one")
+		first, last := waiter, second
+		if !waiterFirst {
+			first, last = second, waiter
+		}
+		require.NoError(t, first.Unlock(uctx))
+		n, err = waiter.HoldCount(uctx)
+		require.NoError(t, err)
+		require.Equal(t, 1, n, "one hold given back of two")
+		require.True(t, b.exists(t, holder.Key()))
+		require.NoError(t, last.Unlock(uctx))
+	} else {
+		require.NoError(t, waiter.Unlock(uctx))
+	}
+	require.False(t, b.exists(t, holder.Key()), "the last Unlock frees the lock")
+	n, err = waiter.HoldCount(uctx)
+	require.NoError(t, err)
+	require.Zero(t, n)
+}
+
+// The waiter's caller goes while the hand-off's replay is on its way (replayFor's gone path:
+// the replaying goes on in the background, resolveGone): the call returns context.Canceled
+// promptly; a hand-off that was applied is given back exactly once (one GiveBack, reason
+// canceled, no error) and the lock is free; one that was not is resolved as refused (the
+// successor's number spent), so that the release's first send, delivered late, frees the
+// lock (kept) or the holder keeps it (lost, its release never arriving). Nothing of the
+// waiter's owner is left in Redis, its Err ends as ErrNotHeld, and no goroutine outlives the
+// test (goleak, TestMain).
+func TestReview4_callerGoneDuringHandoffReplayLeavesNothing(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		for _, release := range []string{"applied", "kept", "lost"} {
+			for _, ctxOwner := range []bool{false, true} {
+				t.Run(fmt.Sprintf("%s/ctxOwner=%v", release, ctxOwner), func(t *testing.T) {
+					goneDuringHandoffReplay(t, b, release, ctxOwner)
+				})
+			}
+		}
+	})
+}
+
+func goneDuringHandoffReplay(t *testing.T, b *backend, release string, ctxOwner bool) {
+	const cleanup = 500 * time.Millisecond
+	name := redistest.Name(t)
+	replays := make(chan rlock.ReplayInfo, 16)
+	givebacks := make(chan rlock.GiveBackInfo, 16)
+	wbase := bg
+	if ctxOwner {
+		wbase = rlock.WithOwner(bg, "waiter")
+	}
+	obs := &rlock.Observer{
+		Replay: func(e rlock.ReplayInfo) {
+			if e.Name == name && e.Op == "acquire" {
+				replays <- e
+			}
+		},
+		GiveBack: func(e rlock.GiveBackInfo) {
+			if e.Name == name {
+				givebacks <- e
+			}
+		},
+	}
+	hc, c := hardSetup(t, b, rlock.WithCleanupTimeout(cleanup), rlock.WithObserver(obs))
+	holder, waiter := c.Mutex(name), c.Mutex(name)
+	require.NoError(t, holder.Lock(bg))
+	hardSubscribe(t, c, name)
+	ctx, cancel := context.WithCancel(wbase)
+	defer cancel()
+	got := make(chan error, 1)
+	go func() { got <- waiter.Lock(ctx) }()
+	redistest.WaitFor(t, 5*time.Second, "the waiter to park", func() bool { return rlock.ParkedCandidates(c, holder) == 1 })
+
+	// The release's first send is applied, kept back (delivered at the end) or lost; no reply
+	// of it or of its replays comes back. The waiter's first replay of the hand-off is held
+	// until its caller has gone, then sent on and its reply lost: the background resolves it.
+	kept := make(chan func(context.Context) rueidis.RedisResult, 1)
+	replaying, gone := make(chan struct{}), make(chan struct{})
+	var releases, acqReplays atomic.Int32
+	hc.set(func(_ context.Context, cmd hookCall, call func() rueidis.RedisResult) rueidis.RedisResult {
+		switch {
+		case isHandoffRelease(cmd):
+			if releases.Add(1) == 1 {
+				switch release {
+				case "applied":
+					call()
+				case "kept":
+					kept <- cmd.sendWith
+				}
+			}
+			return hardLost()
+		case isAcquireReplay(cmd) && acqReplays.Add(1) == 1:
+			close(replaying)
+			<-gone
+			cmd.sendWith(context.Background())
+			return hardLost()
+		}
+		return call()
+	})
+	unlocked := make(chan error, 1)
+	go func() { unlocked <- holder.Unlock(bg) }()
+	within(t, 10*time.Second, "the waiter's replay of the hand-off", replaying)
+	require.ErrorIs(t, await(t, unlocked, time.Second, "the holder's Unlock"), rlock.ErrUnknownOutcome)
+	cancel()
+	start := time.Now()
+	close(gone)
+	require.ErrorIs(t, await(t, got, 2*time.Second, "the gone caller's Lock to return"), context.Canceled)
+	require.Less(t, time.Since(start), time.Second, "the gone caller returns within its grace")
+
+	// The background work resolves the hand-off: a Replay with an answer.
+	deadline := time.After(5 * time.Second)
+	for resolved := false; !resolved; {
+		select {
+		case e := <-replays:
+			resolved = e.Err == nil
+		case <-deadline:
+			t.Fatal("no Replay of the waiter's acquire with an answer: the hand-off stayed unresolved")
+		}
+	}
+	redistest.WaitFor(t, 3*time.Second, "the waiter's tenure, if any, to end", func() bool {
+		return errors.Is(waiter.Err(wbase), rlock.ErrNotHeld)
+	})
+	n, err := waiter.HoldCount(wbase)
+	require.NoError(t, err)
+	require.Zero(t, n, "Redis counts no hold of the gone caller's owner")
+	switch release {
+	case "applied":
+		require.False(t, b.exists(t, holder.Key()), "the hand-off given back frees the lock")
+	case "kept":
+		res := (<-kept)(context.Background())
+		vals, err := res.AsIntSlice()
+		require.NoError(t, err)
+		require.Equal(t, []int64{0, 0}, vals, "the late release frees the lock: the successor's number was spent")
+		require.False(t, b.exists(t, holder.Key()), "the late release frees the lock")
+	case "lost":
+		n, err := holder.HoldCount(bg)
+		require.NoError(t, err)
+		require.Equal(t, 1, n, "the holder's hold stays, its release never arrived")
+	}
+	n, err = waiter.HoldCount(wbase)
+	require.NoError(t, err)
+	require.Zero(t, n)
+	// One give-back for an applied hand-off, none otherwise.
+	var gb []rlock.GiveBackInfo
+	for done := false; !done; {
+		select {
+		case e := <-givebacks:
+			gb = append(gb, e)
+		case <-time.After(200 * time.Millisecond):
+			done = true
+		}
+	}
+	if release == "applied" {
+		require.Len(t, gb, 1, "the applied hand-off is given back once: %+v", gb)
+		require.Equal(t, rlock.GiveBackCanceled, gb[0].Reason)
+		require.NoError(t, gb[0].Err)
+	} else {
+		require.Empty(t, gb, "nothing was granted, nothing is given back")
+	}
 }
