@@ -420,3 +420,65 @@ func goneDuringHandoffReplay(t *testing.T, b *backend, release string, ctxOwner 
 		require.Empty(t, gb, "nothing was granted, nothing is given back")
 	}
 }
+
+// Only the plain Mutex hands off (its variant's handoff): a waiter of a FairMutex, an
+// RWMutex's write side or a SpinMutex of the same Client never parks as a candidate, so no
+// release names a successor and no acquire is ever replayed under a successor's number
+// (handedOff is not reached). The plain Mutex is the control: its release names one.
+func TestReview4_onlyThePlainMutexHandsOff(t *testing.T) {
+	type locker interface {
+		Lock(context.Context) error
+		Unlock(context.Context) error
+	}
+	b := realBackend(t)
+	for _, kind := range []string{"mutex", "fair", "rw-write", "spin"} {
+		t.Run(kind, func(t *testing.T) {
+			hc, c := hardSetup(t, b)
+			name := redistest.Name(t)
+			mk := func() locker {
+				switch kind {
+				case "fair":
+					return c.FairMutex(name)
+				case "rw-write":
+					return c.RWMutex(name)
+				case "spin":
+					return c.SpinMutex(name)
+				}
+				return c.Mutex(name)
+			}
+			var handoffs, replays atomic.Int32
+			hc.set(func(_ context.Context, cmd hookCall, call func() rueidis.RedisResult) rueidis.RedisResult {
+				if isHandoffRelease(cmd) {
+					handoffs.Add(1)
+				}
+				if isAcquireReplay(cmd) {
+					replays.Add(1)
+				}
+				return call()
+			})
+			holder, waiter := mk(), mk()
+			require.NoError(t, holder.Lock(bg))
+			got := make(chan error, 1)
+			go func() { got <- waiter.Lock(bg) }()
+			if kind == "mutex" {
+				redistest.WaitFor(t, 5*time.Second, "the waiter to park", func() bool { return rlock.ParkedCandidates(c, c.Mutex(name)) == 1 })
+			} else {
+				// Given time to park, were it to: it never does.
+				time.Sleep(300 * time.Millisecond)
+				require.Zero(t, rlock.ParkedCandidates(c, c.Mutex(name)))
+				if s, ok := holder.(*rlock.SpinMutex); ok {
+					require.Zero(t, rlock.ParkedCandidates(c, s.Mutex))
+				}
+			}
+			require.NoError(t, holder.Unlock(bg))
+			require.NoError(t, await(t, got, 10*time.Second, "the waiter's Lock"))
+			require.NoError(t, waiter.Unlock(bg))
+			require.Zero(t, replays.Load(), "no acquire replayed")
+			if kind == "mutex" {
+				require.EqualValues(t, 1, handoffs.Load(), "the control: the plain Mutex's release names its parked waiter")
+			} else {
+				require.Zero(t, handoffs.Load(), "no release names a successor")
+			}
+		})
+	}
+}
