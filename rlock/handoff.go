@@ -258,7 +258,9 @@ func (m *Mutex) handedOff(ctx context.Context, h *hold, cand *candidate, o *opHo
 	if cand.err != nil {
 		site := replaySite{kind: m.v.obs, name: m.name, owner: h.owner, op: "acquire"}
 		keys := []string{m.keys.lock, m.keys.fence} // the plain lock's: the one kind with hand-off
-		args := []string{m.c.leaseArg(cand.lease), h.owner, spentMark + h.handoff}
+		// Marked as a waiting caller's ('2', acquire.lua): a grant or a refusal marks the lock
+		// so that its release publishes to the waiters still there.
+		args := []string{m.c.leaseArg(cand.lease), h.owner, spentMark + h.handoff, "2"}
 		if o == nil {
 			m.resolveGone(ctx, h, site, keys, args, cand.err, cand.sent, cand.lease, cand.renew)
 			return false, errorf("lock %q: passed on by a release whose outcome is unknown: %w", m.name, cand.err), true
