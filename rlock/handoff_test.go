@@ -229,12 +229,7 @@ func TestMutex_handoffOfUnknownOutcomeToGoneWaiterLeavesNothing(t *testing.T) {
 func handoffUnknownToGoneWaiter(t *testing.T, b *backend, applied, ctxOwner bool) {
 	const cleanup = 300 * time.Millisecond
 	name := redistest.Name(t)
-	replays := make(chan rlock.ReplayInfo, 16)
-	obs := &rlock.Observer{Replay: func(e rlock.ReplayInfo) {
-		if e.Name == name && e.Op == "acquire" { // only the waiter's: the holder replays no acquire
-			replays <- e
-		}
-	}}
+	obs, replays := acquireReplays(name)
 	hc, c := hardSetup(t, b, rlock.WithCleanupTimeout(cleanup), rlock.WithObserver(obs))
 	holder, waiter := c.Mutex(name), c.Mutex(name)
 	wbase := bg
@@ -321,12 +316,7 @@ func TestMutex_handoffOfUnknownOutcomeToWaitingCallerIsResolved(t *testing.T) {
 func handoffUnknownToWaitingCaller(t *testing.T, b *backend, applied, ctxOwner bool) {
 	const cleanup, watchdog = 300 * time.Millisecond, time.Second
 	name := redistest.Name(t)
-	replays := make(chan rlock.ReplayInfo, 16)
-	obs := &rlock.Observer{Replay: func(e rlock.ReplayInfo) {
-		if e.Name == name && e.Op == "acquire" { // only the waiter's: the holder replays no acquire
-			replays <- e
-		}
-	}}
+	obs, replays := acquireReplays(name)
 	hc, c := hardSetup(t, b, rlock.WithCleanupTimeout(cleanup), rlock.WithWatchdogTimeout(watchdog), rlock.WithObserver(obs))
 	holder, waiter := c.Mutex(name), c.Mutex(name)
 	ctx := bg
@@ -368,4 +358,15 @@ func handoffUnknownToWaitingCaller(t *testing.T, b *backend, applied, ctxOwner b
 	require.Equal(t, 1, n, "Redis counts the waiter's one hold")
 	require.NoError(t, waiter.Unlock(ctx))
 	require.False(t, b.exists(t, holder.Key()), "the waiter's Unlock frees the lock")
+}
+
+// acquireReplays returns an Observer that sends on the returned channel the Replay event of
+// every acquire of the lock called name (in the hand-off tests only a waiter replays one).
+func acquireReplays(name string) (*rlock.Observer, chan rlock.ReplayInfo) {
+	replays := make(chan rlock.ReplayInfo, 16)
+	return &rlock.Observer{Replay: func(e rlock.ReplayInfo) {
+		if e.Name == name && e.Op == "acquire" {
+			replays <- e
+		}
+	}}, replays
 }

@@ -58,12 +58,7 @@ func TestReview4_lateHandoffReleaseAfterRefusedReplayFreesAndWakes(t *testing.T)
 func lateHandoffRelease(t *testing.T, b *backend, between, ctxOwner bool) {
 	const cleanup = 300 * time.Millisecond
 	name := redistest.Name(t)
-	replays := make(chan rlock.ReplayInfo, 16)
-	obs := &rlock.Observer{Replay: func(e rlock.ReplayInfo) {
-		if e.Name == name && e.Op == "acquire" {
-			replays <- e
-		}
-	}}
+	obs, replays := acquireReplays(name)
 	// The default watchdog timeout (30 s): a waiter that slept until the holder's lease ran
 	// out would miss every bound below.
 	hc, c := hardSetup(t, b, rlock.WithCleanupTimeout(cleanup), rlock.WithObserver(obs))
@@ -177,12 +172,7 @@ func TestReview4_handoffReplayOfSharedContextOwnerCountsEachHoldOnce(t *testing.
 func sharedOwnerHandoffReplay(t *testing.T, b *backend, mode string, waiterFirst bool) {
 	const cleanup = 300 * time.Millisecond
 	name := redistest.Name(t)
-	replays := make(chan rlock.ReplayInfo, 16)
-	obs := &rlock.Observer{Replay: func(e rlock.ReplayInfo) {
-		if e.Name == name && e.Op == "acquire" {
-			replays <- e
-		}
-	}}
+	obs, replays := acquireReplays(name)
 	hc, c1 := hardSetup(t, b, rlock.WithCleanupTimeout(cleanup), rlock.WithObserver(obs))
 	c2 := b.client(t)
 	uctx := rlock.WithOwner(bg, "shared")
@@ -305,23 +295,16 @@ func TestReview4_callerGoneDuringHandoffReplayLeavesNothing(t *testing.T) {
 func goneDuringHandoffReplay(t *testing.T, b *backend, release string, ctxOwner bool) {
 	const cleanup = 500 * time.Millisecond
 	name := redistest.Name(t)
-	replays := make(chan rlock.ReplayInfo, 16)
 	givebacks := make(chan rlock.GiveBackInfo, 16)
 	wbase := bg
 	if ctxOwner {
 		wbase = rlock.WithOwner(bg, "waiter")
 	}
-	obs := &rlock.Observer{
-		Replay: func(e rlock.ReplayInfo) {
-			if e.Name == name && e.Op == "acquire" {
-				replays <- e
-			}
-		},
-		GiveBack: func(e rlock.GiveBackInfo) {
-			if e.Name == name {
-				givebacks <- e
-			}
-		},
+	obs, replays := acquireReplays(name)
+	obs.GiveBack = func(e rlock.GiveBackInfo) {
+		if e.Name == name {
+			givebacks <- e
+		}
 	}
 	hc, c := hardSetup(t, b, rlock.WithCleanupTimeout(cleanup), rlock.WithObserver(obs))
 	holder, waiter := c.Mutex(name), c.Mutex(name)
