@@ -12,8 +12,7 @@
 -- acquire grants (nor queues, nor claims) under a spent id. Fresh grants read the fence
 -- anyway, so a lock that no replay touched pays nothing; while a record may live, the lock
 -- hash carries the field g (spentFlag), which tells re-entries to read the fence too.
-local fenceTTL = 86400000
-local fenceTTLArg = tostring(fenceTTL) -- as Redis takes it: a string converts for free
+--#include lib_clock
 local counterTTL = 1000
 local counterTTLArg = tostring(counterTTL)
 
@@ -139,11 +138,7 @@ local function grantToken(fence, n, req, keep, clock)
         last = tonumber(tok)
       end
     end
-    if last >= nowUs then
-      token = string.format('%.0f', last + 1)
-    else
-      token = now[1] .. string.rep('0', 6 - #now[2]) .. now[2]
-    end
+    token = clockToken(last, now)
     ttl = (tail == '' and not clock) and counterTTLArg or fenceTTLArg
   end
   if keep then

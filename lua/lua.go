@@ -60,7 +60,8 @@ func load(name string) *Script {
 }
 
 // include replaces each line "--#include NAME" of src with the text of NAME.lua (a library
-// of local functions that several scripts share; Redis has no modules for scripts).
+// of local functions that several scripts share; Redis has no modules for scripts), itself
+// with its own includes replaced.
 func include(src string) string {
 	if !strings.Contains(src, "\n--#include ") {
 		return src
@@ -72,7 +73,7 @@ func include(src string) string {
 			if err != nil {
 				panic("lua: missing embedded library " + name) // a build defect
 			}
-			lines[i] = strings.TrimRight(string(b), "\n")
+			lines[i] = include(strings.TrimRight(string(b), "\n")) // a library may include another
 		}
 	}
 	return strings.Join(lines, "\n")

@@ -278,3 +278,85 @@ func eachServer(t *testing.T, fn func(t *testing.T, tc server)) {
 		t.Run(tc.name, func(t *testing.T) { fn(t, tc) })
 	}
 }
+
+// TestAcquire_clockToken: a fresh grant with a clock token ('c', RedLock's instances), inline
+// while the fence is absent or holds only a token and through lib_fence's grantToken
+// otherwise, gives max(last token + 1, the server's clock in µs) and writes the fence for
+// lua.FenceTTL; a fence with spent records keeps them (and refuses a spent number); a fence of
+// another type, or a string that is not a fence value, fails the acquire, nothing written.
+func TestAcquire_clockToken(t *testing.T) {
+	eachServer(t, func(t *testing.T, tc server) {
+		ctx := context.Background()
+		do := func(args ...string) rueidis.RedisResult {
+			t.Helper()
+			return tc.c.Do(ctx, tc.c.B().Arbitrary(args...).Build())
+		}
+		nowUs := func() int64 {
+			t.Helper()
+			v, err := do("TIME").AsStrSlice()
+			if err != nil {
+				t.Fatal(err)
+			}
+			s, _ := strconv.ParseInt(v[0], 10, 64)
+			us, _ := strconv.ParseInt(v[1], 10, 64)
+			return s*1_000_000 + us
+		}
+		acquire := func(req string) ([]int64, error) {
+			return lua.Acquire.Lua(tc.flags).Exec(ctx, tc.c, []string{"{c}", "{c}:fence"}, []string{"10000", "h:a", req, "", "c"}).AsIntSlice()
+		}
+		fresh := func(what, req string, lo int64) int64 {
+			t.Helper()
+			before := nowUs()
+			v, err := acquire(req)
+			after := nowUs()
+			if err != nil || len(v) != 3 || v[0] != 1 || v[2] != 1 {
+				t.Fatalf("%s: %v %v, want a fresh grant", what, v, err)
+			}
+			if v[1] < max(lo, before) || v[1] > max(lo, after) {
+				t.Fatalf("%s: token %d, want max(%d, the clock in [%d, %d])", what, v[1], lo, before, after)
+			}
+			if ttl, _ := do("PTTL", "{c}:fence").AsInt64(); ttl <= lua.FenceTTL.Milliseconds()-10_000 || ttl > lua.FenceTTL.Milliseconds() {
+				t.Fatalf("%s: fence PTTL %d, want about %d", what, ttl, lua.FenceTTL.Milliseconds())
+			}
+			do("DEL", "{c}")
+			return v[1]
+		}
+		// Inline: no fence; a fence whose token is behind the clock; one ahead of it.
+		tok := fresh("no fence", "c1.1", 0)
+		if s, _ := do("GET", "{c}:fence").ToString(); s != strconv.FormatInt(tok, 10) {
+			t.Fatalf("fence %q, want the token %d", s, tok)
+		}
+		do("SET", "{c}:fence", "12")
+		fresh("a fence behind the clock", "c1.2", 0)
+		ahead := nowUs() + 1_000_000_000
+		do("SET", "{c}:fence", strconv.FormatInt(ahead, 10))
+		if got := fresh("a fence ahead of the clock", "c1.3", ahead+1); got != ahead+1 {
+			t.Fatalf("token %d, want %d", got, ahead+1)
+		}
+		// grantToken: a fence with a live spent record keeps it, and refuses the spent number.
+		rec := "/c1.9/" + strconv.FormatInt(nowUs()/1000+60_000, 10)
+		do("SET", "{c}:fence", "12"+rec)
+		tok = fresh("a fence with a spent record", "c1.4", 13)
+		if s, _ := do("GET", "{c}:fence").ToString(); s != strconv.FormatInt(tok, 10)+rec {
+			t.Fatalf("fence %q, want the token then the record %q", s, rec)
+		}
+		if v, err := acquire("c1.9"); err != nil || len(v) != 2 || v[0] != 0 {
+			t.Fatalf("a spent number: %v %v, want {0, 0}", v, err)
+		}
+		// Failures, nothing written.
+		for _, bad := range []func(){
+			func() { do("SET", "{c}:fence", "user data") },
+			func() { do("RPUSH", "{c}:fence", "x") },
+		} {
+			do("DEL", "{c}:fence")
+			bad()
+			if _, err := acquire("c1.5"); err == nil || !strings.Contains(err.Error(), "WRONGTYPE") {
+				t.Fatalf("a fence that is not a fence value: %v, want WRONGTYPE", err)
+			}
+			if n, _ := do("EXISTS", "{c}").AsInt64(); n != 0 {
+				t.Fatal("the failed acquire wrote the lock")
+			}
+		}
+		do("DEL", "{c}:fence")
+	})
+}
