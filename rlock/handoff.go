@@ -145,7 +145,9 @@ func (cand *candidate) settle(token int64, sent time.Time, err error) {
 
 // claimedAtEnd settles a wait that ended (with ok, err) while a release had claimed its
 // candidate cand (and taken h.op for it). While ctx and the Client live it waits for the
-// release's outcome: a grant that came as the wait bound ran out is taken. Once ctx has
+// release's outcome: a grant that came as the wait bound ran out is taken (with lost replies,
+// the release's replays and then the hand-off's may each take up to the cleanup timeout,
+// past the wait bound; see TryLock). Once ctx has
 // ended, the outcome is waited for, and a grant given back, in the background, until Close;
 // once the Client is closed, the call ends at once with ErrClosed.
 func (m *Mutex) claimedAtEnd(ctx context.Context, h *hold, cand *candidate, g *grace, ok bool, err error, tr *acqTrace) (bool, error) {

@@ -200,6 +200,11 @@ func (m *Mutex) LockLease(ctx context.Context, lease time.Duration) error {
 // wrapping [ErrInvalid]. A grant that comes back after its fixed lease ran out on the
 // holder's clock (Redis answered too slowly) is given back and tried again within wait; if
 // wait ends that way, the error wraps [ErrLeaseExpired].
+//
+// wait bounds when attempts begin, not when the call returns: a request in flight as it ends
+// is seen to its outcome while ctx lives (its replays, when replies are lost, for up to the
+// cleanup timeout; a hand-off to the caller that a release of this Client began, for up to
+// two: the release's, then the hand-off's replay). Only ctx bounds the call as Lock's.
 func (m *Mutex) TryLock(ctx context.Context, wait, lease time.Duration) (bool, error) {
 	if wait < 0 {
 		return false, invalid("negative wait %v", wait)
