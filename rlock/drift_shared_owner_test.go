@@ -218,3 +218,40 @@ func unanswered(hc *hookClient, script string, applyFirst bool) (disarm func()) 
 	})
 	return func() { armed.Store(false) }
 }
+
+// TestSharedOwner_reentryIntoAnotherClientsTenureIsALoss: a context owner's tenure lost in
+// Redis (here its key deleted) and taken afresh by another Client for the same owner is still
+// a loss for the Client that held it. Its next re-entry, which Redis grants into the other
+// Client's tenure (the owner's count 2, a token not its own), is refused with ErrLockLost and
+// given back, and the other Client's hold is untouched. Before, the loss was detected from the
+// owner's total count alone (a fresh grant, count 1): the re-entry joined the other Client's
+// tenure unnoticed, and the Client went on as if its own tenure still held (guarantee 3).
+func TestSharedOwner_reentryIntoAnotherClientsTenureIsALoss(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		ca, cb := b.client(t), b.client(t)
+		name := redistest.Name(t)
+		ctx := rlock.WithOwner(bg, "shared-"+name)
+		ma, mb := ca.Mutex(name), cb.Mutex(name)
+		require.NoError(t, ma.Lock(ctx))
+		tokA, err := ma.Token(ctx)
+		require.NoError(t, err)
+		_, err = b.do(t, "DEL", ma.Key()) // lost, before A's watchdog renews (30 s)
+		require.NoError(t, err)
+		require.NoError(t, mb.Lock(ctx)) // afresh: B's tenure
+		tokB, err := mb.Token(ctx)
+		require.NoError(t, err)
+		require.NotEqual(t, tokA, tokB)
+
+		require.ErrorIs(t, ma.Lock(ctx), rlock.ErrLockLost, "A re-entered B's tenure as if it were its own")
+		require.ErrorIs(t, ma.Err(ctx), rlock.ErrLockLost)
+		redistest.WaitFor(t, 5*time.Second, "A's refused re-entry to be given back", func() bool {
+			n, err := mb.HoldCount(ctx)
+			require.NoError(t, err)
+			return n == 1
+		})
+		require.NoError(t, mb.Err(ctx), "B's hold is untouched")
+		require.NoError(t, mb.Unlock(ctx))
+		require.False(t, b.exists(t, mb.Key()), "B's Unlock frees the lock")
+		require.ErrorIs(t, ma.Unlock(ctx), rlock.ErrNotHeld)
+	})
+}

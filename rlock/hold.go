@@ -214,8 +214,9 @@ func (c *Client) forgetLocked(h *hold) {
 // holds is the owner's hold count in Redis after the grant, mine the part of it that this
 // Client's operations took and did not give back (for a handle's owner, holds; for a context
 // owner, which several Clients may share, Redis counts each Client's apart: lib_seq.lua). A
-// fresh grant (holds 1) while
-// this Client still counts holds of the owner means the earlier tenure was lost unnoticed:
+// fresh grant (holds 1), or a grant into a tenure whose token is not the one this Client
+// records (another Client took the lock afresh for the same context owner), while this
+// Client still counts holds of the owner means the earlier tenure was lost unnoticed:
 // granted then ends it as lost and returns an error wrapping ErrLockLost, recording nothing.
 // So it does, whatever Redis counts, while an earlier loss still blocks re-entry (h.lost).
 //
@@ -239,7 +240,10 @@ func (h *hold) granted(token, holds, mine int64, sent time.Time, lease time.Dura
 		// any acquire after a loss, and given back (grant).
 		return false, 0, h.lost
 	}
-	if holds == 1 && h.count > 0 {
+	if h.count > 0 && (holds == 1 || h.cur != nil && token != h.cur.token) {
+		// A fresh grant, or a re-entry of another tenure (a context owner's, which another
+		// Client took afresh for the same owner id after this one's was lost: its token
+		// tells it), while this Client counts holds of the owner.
 		cause := errorf("%w: it was gone from Redis when the owner re-entered", ErrLockLost)
 		if h.cur != nil {
 			h.stopLease()
