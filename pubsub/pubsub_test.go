@@ -16,6 +16,7 @@ import (
 	"github.com/redis/rueidis"
 	"github.com/stretchr/testify/require"
 
+	"github.com/relock-go/relock/internal/faultproxy"
 	"github.com/relock-go/relock/internal/redistest"
 )
 
@@ -32,6 +33,7 @@ type env struct {
 	pub    rueidis.Client // another client, for PUBLISH
 	srv    *redistest.Server
 	mr     *miniredis.Miniredis
+	proxy  *faultproxy.Proxy           // miniredis: between client and the server
 	addr   string                      // the server's address
 	opt    func(*rueidis.ClientOption) // the options of client, for newClient
 }
@@ -55,17 +57,24 @@ type backend struct {
 
 var backends = []backend{
 	{name: "miniredis", open: func(t *testing.T) *env {
-		mr, c := redistest.Miniredis(t)
-		pub, err := rueidis.NewClient(rueidis.ClientOption{
-			InitAddress:       []string{mr.Addr()},
+		mr, pub := redistest.Miniredis(t)
+		// The Subscriber's client goes through a proxy, whose connections dropPubSub resets:
+		// miniredis has no CLIENT KILL, and closing and restarting it on its port raced the
+		// servers other test processes start for that port (.ci/run at 8085e6b:
+		// TestConnectionLoss/miniredis, "bind: address already in use").
+		p, err := faultproxy.New(mr.Addr())
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = p.Close() })
+		c, err := rueidis.NewClient(rueidis.ClientOption{
+			InitAddress:       []string{p.Addr()},
 			DisableCache:      true,
 			AlwaysRESP2:       true,
 			ForceSingleClient: true,
 		})
 		require.NoError(t, err)
-		t.Cleanup(pub.Close)
+		t.Cleanup(c.Close)
 		opt := func(o *rueidis.ClientOption) { o.DisableCache, o.AlwaysRESP2 = true, true }
-		return &env{t: t, client: c, pub: pub, mr: mr, addr: mr.Addr(), opt: opt}
+		return &env{t: t, client: c, pub: pub, mr: mr, proxy: p, addr: mr.Addr(), opt: opt}
 	}},
 	{name: "redis", real: true, open: func(t *testing.T) *env {
 		s := redistest.Start(t)
@@ -116,7 +125,7 @@ func (e *env) newSubOn(c rueidis.Client, opts ...Option) *Subscriber {
 }
 
 // publish sends one PUBLISH from the other client and returns how many subscribers got it.
-// Transport errors (the publisher's connection dies too when miniredis restarts) are retried.
+// Transport errors (a connection reset, a server that restarts) are retried.
 func (e *env) publish(channel, msg string) int64 {
 	e.t.Helper()
 	deadline := time.Now().Add(waitTimeout)
@@ -162,12 +171,11 @@ func (e *env) channels() []string {
 }
 
 // dropPubSub breaks the Subscriber's connection: CLIENT KILL TYPE pubsub on a real server;
-// miniredis can only drop every connection, by closing and restarting on the same port.
+// on miniredis, a reset of every connection of e.client (through its proxy).
 func (e *env) dropPubSub() {
 	e.t.Helper()
-	if e.mr != nil {
-		e.mr.Close()
-		require.NoError(e.t, e.mr.Restart())
+	if e.proxy != nil {
+		require.GreaterOrEqual(e.t, e.proxy.ResetAll(), 1, "no connection to reset")
 		return
 	}
 	msg := e.srv.Do(e.t, "CLIENT", "KILL", "TYPE", "pubsub")
