@@ -2,6 +2,7 @@ package rlock_test
 
 import (
 	"context"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -253,5 +254,54 @@ func TestSharedOwner_reentryIntoAnotherClientsTenureIsALoss(t *testing.T) {
 		require.NoError(t, mb.Unlock(ctx))
 		require.False(t, b.exists(t, mb.Key()), "B's Unlock frees the lock")
 		require.ErrorIs(t, ma.Unlock(ctx), rlock.ErrNotHeld)
+	})
+}
+
+// The same lost tenure, found by the Unlock instead of a re-entry: it gives back nothing of
+// the other Client's tenure and says the hold is not held; with a waiter of another owner
+// parked on the first Client, it does not pass the other Client's lock to it either. Before,
+// the Unlock (a context owner's give-back, not conditional on the Client's count) took the
+// other Client's hold and returned nil, and the last one freed the lock or handed it to the
+// waiter while that Client still held it (an exclusion violation).
+func TestSharedOwner_unlockOfTenureTakenByAnotherClientTakesNothing(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		for _, waiter := range []bool{false, true} {
+			t.Run(fmt.Sprintf("waiter=%v", waiter), func(t *testing.T) {
+				ca, cb := b.client(t), b.client(t)
+				name := redistest.Name(t)
+				ctx := rlock.WithOwner(bg, "shared-"+name)
+				ma, mb, w := ca.Mutex(name), cb.Mutex(name), ca.Mutex(name)
+				require.NoError(t, ma.Lock(ctx))
+				got := make(chan error, 1)
+				if waiter {
+					hardSubscribe(t, ca, name)
+					go func() { got <- w.Lock(bg) }()
+					redistest.WaitFor(t, 5*time.Second, "the waiter to park", func() bool { return rlock.ParkedCandidates(ca, w) == 1 })
+				}
+				_, err := b.do(t, "DEL", ma.Key())
+				require.NoError(t, err)
+				require.NoError(t, mb.Lock(ctx))
+				err = ma.Unlock(ctx)
+				t.Logf("A's Unlock: %v", err)
+				require.ErrorIs(t, err, rlock.ErrNotHeld)
+				n, err := mb.HoldCount(ctx)
+				require.NoError(t, err)
+				require.Equal(t, 1, n, "A's Unlock took B's hold")
+				require.NoError(t, mb.Err(ctx))
+				if waiter {
+					select {
+					case err := <-got:
+						t.Fatalf("the waiter got the lock B holds: %v", err)
+					case <-time.After(100 * time.Millisecond):
+					}
+				}
+				require.NoError(t, mb.Unlock(ctx))
+				if waiter {
+					require.NoError(t, await(t, got, 10*time.Second, "the waiter's Lock once B unlocked"))
+					require.NoError(t, w.Unlock(bg))
+				}
+				require.False(t, b.exists(t, mb.Key()))
+			})
+		}
 	})
 }

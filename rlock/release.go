@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -153,7 +154,19 @@ func (m *Mutex) release(ctx context.Context, h *hold, rt *relTrace) error {
 		h.beginRelease(t)
 	}
 	sent := time.Now()
-	n, token, err := m.sendRelease(ctx, h.owner, cand, h, t)
+	// A context owner's give-back is conditional on this Client's count in Redis (keep: its
+	// holds less this one): when its tenure was lost and another Client took the lock afresh
+	// for the same owner id, Redis counts none of this Client's, and the release takes
+	// nothing of the other Client's tenure (-4, read as holding none). Before, it gave back
+	// the other Client's hold, and with its last one freed the lock or passed it on.
+	keep := -1
+	if strings.HasPrefix(h.owner, "u:") {
+		keep = h.holds() - 1
+	}
+	n, token, err := m.sendReleaseKeep(ctx, h.owner, cand, h, t, keep)
+	if n == releaseKept {
+		n = -1
+	}
 	if err != nil && t != nil {
 		h.releaseFailed(t)
 	}
@@ -240,7 +253,8 @@ func (m *Mutex) sendReleaseKeep(ctx context.Context, owner string, next *candida
 		next.h.handoff = m.c.newRequest() // the claim holds next.h.op (hold.handoff)
 		keys = append(keys, m.keys.fence)
 		args = append(args, next.h.owner, strconv.FormatInt(next.lease.Milliseconds(), 10), next.h.handoff)
-	} else if keep >= 0 {
+	}
+	if keep >= 0 {
 		for len(args) < 7 {
 			args = append(args, "") // ARGV[5..7]: no successor (release.lua), unused (the others)
 		}
