@@ -325,7 +325,7 @@ func (m *Mutex) attempt(ctx context.Context, h *hold, lease time.Duration, renew
 				// Conditional (keep 0), as every give-back the Client starts on its own: if
 				// the WAIT outlasted a fixed lease, the hold Redis counts for the owner may
 				// be one another Client took afresh.
-				_, _, err := m.sendReleaseKeep(ctx, h.owner, nil, nil, nil, 0)
+				_, _, err := m.sendRelease(ctx, h.owner, nil, nil, nil, 0)
 				m.gaveBack(h, GiveBackNoReplicaAck, err)
 			})
 			return false, 0, errorf("lock %q: %w (%d of %d acknowledged)", m.name, ErrNoReplicaAck, acked, m.c.opts.ackReplicas)

@@ -50,7 +50,7 @@ func (m *Mutex) giveBackOrphans(ctx context.Context, owner string, keep int, n i
 	defer cancel()
 	var given int64
 	for ; given < n; given++ {
-		left, _, err := m.sendReleaseKeep(cctx, owner, nil, nil, nil, keep)
+		left, _, err := m.sendRelease(cctx, owner, nil, nil, nil, keep)
 		if err != nil {
 			return given, err
 		}
@@ -163,7 +163,7 @@ func (m *Mutex) release(ctx context.Context, h *hold, rt *relTrace) error {
 	if strings.HasPrefix(h.owner, "u:") {
 		keep = h.holds() - 1
 	}
-	n, token, err := m.sendReleaseKeep(ctx, h.owner, cand, h, t, keep)
+	n, token, err := m.sendRelease(ctx, h.owner, cand, h, t, keep)
 	if n == releaseKept {
 		n = -1
 	}
@@ -214,6 +214,11 @@ func (m *Mutex) release(ctx context.Context, h *hold, rt *relTrace) error {
 // -1 when the owner held none; with a successor (next, may be nil), also the token of the
 // grant that passed the lock to it (0 when it did not).
 //
+// keep >= 0 makes the give-back conditional: applied only while Redis counts more than keep
+// holds of this Client's (the release script's ARGV[8]: for a context owner, this Client's
+// count; for a handle's owner, the owner's); else it answers releaseKept. keep < 0 gives back
+// unconditionally.
+//
 // t is the tenure of h whose last hold (as this Client counts) the release gives back, or
 // nil. A replay that finds the owner's holds gone, and no force that took them (release.lua
 // answers -2), counts as the first send having freed the lock only when t is given and the
@@ -222,14 +227,7 @@ func (m *Mutex) release(ctx context.Context, h *hold, rt *relTrace) error {
 // the later of the one known before the first send and the one known at the replay: a
 // renewal that finds the lock already freed by the first send ends the lease (it was not
 // lost: it was given back).
-func (m *Mutex) sendRelease(ctx context.Context, owner string, next *candidate, h *hold, t *tenure) (int64, int64, error) {
-	return m.sendReleaseKeep(ctx, owner, next, h, t, -1)
-}
-
-// sendReleaseKeep is sendRelease; keep >= 0 (only without a successor) makes the release the
-// give-back of a hold this Client let go of, applied only while Redis counts more than keep
-// holds of this Client's (the release script's ARGV[8]): else it answers releaseKept.
-func (m *Mutex) sendReleaseKeep(ctx context.Context, owner string, next *candidate, h *hold, t *tenure, keep int) (int64, int64, error) {
+func (m *Mutex) sendRelease(ctx context.Context, owner string, next *candidate, h *hold, t *tenure, keep int) (int64, int64, error) {
 	fctx, fcancel := m.c.firstSendCtx(ctx)
 	defer fcancel()
 	channel := m.keys.pub
