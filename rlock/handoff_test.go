@@ -215,6 +215,7 @@ func TestMutex_HoldContext_causeSetBeforeUnlockReturns(t *testing.T) {
 // With the release's first send lost instead, the replay finds the lock still the holder's and
 // grants nothing.
 func TestMutex_handoffOfUnknownOutcomeToGoneWaiterLeavesNothing(t *testing.T) {
+	t.Parallel() // its own Clients and names: it runs beside the others
 	eachBackend(t, func(t *testing.T, b *backend) {
 		for _, applied := range []bool{true, false} {
 			for _, ctxOwner := range []bool{true, false} {
@@ -302,6 +303,7 @@ func handoffUnknownToGoneWaiter(t *testing.T, b *backend, applied, ctxOwner bool
 // resolved the hand-off: a hold Redis counted for the owner stayed for its lease, and a release
 // send arriving late could still pass the lock on.
 func TestMutex_handoffOfUnknownOutcomeToWaitingCallerIsResolved(t *testing.T) {
+	t.Parallel() // its own Clients and names: it runs beside the others
 	eachBackend(t, func(t *testing.T, b *backend) {
 		for _, applied := range []bool{true, false} {
 			for _, ctxOwner := range []bool{true, false} {

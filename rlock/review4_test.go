@@ -44,6 +44,7 @@ func isAcquireReplay(cmd hookCall) bool {
 // the replay was answered (after) or while the first replay's reply is lost, so that the
 // waiter's next replay meets the freed lock (between: refused again, the number being spent).
 func TestReview4_lateHandoffReleaseAfterRefusedReplayFreesAndWakes(t *testing.T) {
+	t.Parallel() // its own Clients and names: it runs beside the others
 	eachBackend(t, func(t *testing.T, b *backend) {
 		for _, when := range []string{"after", "between"} {
 			for _, ctxOwner := range []bool{false, true} {
@@ -155,6 +156,7 @@ func lateHandoffRelease(t *testing.T, b *backend, between, ctxOwner bool) {
 // recorded as the owner's two holds, or a re-entry counted twice) would leave the key held
 // after the last Unlock, or an Unlock told ErrNotHeld.
 func TestReview4_handoffReplayOfSharedContextOwnerCountsEachHoldOnce(t *testing.T) {
+	t.Parallel() // its own Clients and names: it runs beside the others
 	eachBackend(t, func(t *testing.T, b *backend) {
 		for _, mode := range []string{"other", "other-leave", "same"} {
 			for _, firstOut := range []string{"waiter", "second"} {
@@ -281,6 +283,7 @@ func sharedOwnerHandoffReplay(t *testing.T, b *backend, mode string, waiterFirst
 // waiter's owner is left in Redis, its Err ends as ErrNotHeld, and no goroutine outlives the
 // test (goleak, TestMain).
 func TestReview4_callerGoneDuringHandoffReplayLeavesNothing(t *testing.T) {
+	t.Parallel() // its own Clients and names: it runs beside the others
 	eachBackend(t, func(t *testing.T, b *backend) {
 		for _, release := range []string{"applied", "kept", "lost"} {
 			for _, ctxOwner := range []bool{false, true} {
@@ -409,6 +412,7 @@ func goneDuringHandoffReplay(t *testing.T, b *backend, release string, ctxOwner 
 // release names a successor and no acquire is ever replayed under a successor's number
 // (handedOff is not reached). The plain Mutex is the control: its release names one.
 func TestReview4_onlyThePlainMutexHandsOff(t *testing.T) {
+	t.Parallel() // its own Clients and names: it runs beside the others
 	type locker interface {
 		Lock(context.Context) error
 		Unlock(context.Context) error
