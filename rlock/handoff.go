@@ -256,7 +256,7 @@ func (w *handoffWait) unpark() (bool, error, bool) {
 // that stayed in Redis for its whole lease (the drift hunt, seed 1796324201455082267 trial
 // 4), and a caller still waiting was told ErrUnknownOutcome at once, its number unspent.
 func (m *Mutex) handedOff(ctx context.Context, h *hold, cand *candidate, o *opHold, g *grace, tr *acqTrace) (bool, error, bool) {
-	vals := []int64{1, cand.token, 1}
+	var vals []int64
 	if cand.err != nil {
 		site := replaySite{kind: m.v.obs, name: m.name, owner: h.owner, op: "acquire"}
 		keys := []string{m.keys.lock, m.keys.fence} // the plain lock's: the one kind with hand-off
@@ -282,6 +282,8 @@ func (m *Mutex) handedOff(ctx context.Context, h *hold, cand *candidate, o *opHo
 		}
 	} else if cand.token <= 0 {
 		return false, nil, false
+	} else {
+		vals = []int64{1, cand.token, 1}
 	}
 	switch err := m.grant(ctx, h, vals, cand.sent, cand.lease, cand.renew, o, g, tr); {
 	case errors.Is(err, watchdog.ErrClosed):
