@@ -663,14 +663,29 @@ func (r renewer) keysArgs(v *variant, leases []*watchdog.Lease) ([]string, []str
 	keys := make([]string, 0, len(leases))
 	args := make([]string, 1, len(leases)+1)
 	args[0] = strconv.FormatInt(leases[0].TTL.Milliseconds(), 10)
+	shared := false
 	for _, l := range leases {
 		h := l.Data.(*hold)
 		if v.renewKeys != nil {
 			keys = append(keys, v.renewKeys(h.keys)...)
 		} else {
 			keys = append(keys, h.keys.lock)
+			shared = shared || isContextOwner(h.owner)
 		}
 		args = append(args, h.owner)
+	}
+	if shared {
+		// A context owner's renewal names its tenure (renew.lua): another Client may have
+		// taken the lock afresh for the same owner id after this one's tenure was lost.
+		for _, l := range leases {
+			tok := ""
+			if h := l.Data.(*hold); isContextOwner(h.owner) {
+				if t := h.tenureOf(l); t != 0 {
+					tok = strconv.FormatInt(t, 10)
+				}
+			}
+			args = append(args, tok)
+		}
 	}
 	return keys, args
 }

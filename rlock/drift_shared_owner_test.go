@@ -257,6 +257,42 @@ func TestSharedOwner_reentryIntoAnotherClientsTenureIsALoss(t *testing.T) {
 	})
 }
 
+// The same lost tenure, found by the renewals: the first Client's watchdog, renewing its
+// tenure, finds the other Client's in its place and ends its hold as lost. Before, renew.lua
+// checked only the owner's field, which the other Client's tenure has too, and renewed it:
+// the first Client's HoldContext stayed live over a tenure that was not its own until its
+// next re-entry or Unlock.
+func TestSharedOwner_renewalOfTenureTakenByAnotherClientIsALoss(t *testing.T) {
+	t.Parallel()
+	eachBackend(t, func(t *testing.T, b *backend) {
+		ca, cb := b.client(t, rlock.WithWatchdogTimeout(time.Second)), b.client(t)
+		name := redistest.Name(t)
+		ctx := rlock.WithOwner(bg, "shared-"+name)
+		ma, mb := ca.Mutex(name), cb.Mutex(name)
+		require.NoError(t, ma.Lock(ctx))
+		done := ma.Done(ctx)
+		_, err := b.do(t, "DEL", ma.Key()) // lost, before A's first renewal (at 2/3 of 1 s)
+		require.NoError(t, err)
+		require.NoError(t, mb.Lock(ctx)) // afresh: B's tenure
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			t.Fatal("A's renewals kept B's tenure as A's own: no loss told in 10 s")
+		}
+		require.ErrorIs(t, ma.Err(ctx), rlock.ErrLockLost)
+		n, err := mb.HoldCount(ctx)
+		require.NoError(t, err)
+		require.Equal(t, 1, n, "B's hold is untouched")
+		require.NoError(t, mb.Err(ctx))
+		require.ErrorIs(t, ma.Unlock(ctx), rlock.ErrNotHeld)
+		n, err = mb.HoldCount(ctx)
+		require.NoError(t, err)
+		require.Equal(t, 1, n, "A's Unlock took B's hold")
+		require.NoError(t, mb.Unlock(ctx))
+		require.False(t, b.exists(t, mb.Key()), "B's Unlock frees the lock")
+	})
+}
+
 // The same lost tenure, found by the Unlock instead of a re-entry: it gives back nothing of
 // the other Client's tenure and says the hold is not held; with a waiter of another owner
 // parked on the first Client, it does not pass the other Client's lock to it either. Before,

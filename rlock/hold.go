@@ -383,6 +383,18 @@ func (h *hold) abandon() {
 // renewal: their grants and last release give back what Redis counts beyond them), or until
 // a fixed lease's end. A RedLock's instance holds keep their orphans (variant ownOrphans: the
 // RedLock gives them back with the instance's last hold). It runs on the watchdog's goroutine
+// tenureOf returns the fencing token of the tenure whose lease l is, or 0 when l is no
+// longer the lease of the tenure in force (it ended, or a re-entry replaced the lease: the
+// watchdog drops l soon).
+func (h *hold) tenureOf(l *watchdog.Lease) int64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.cur == nil || h.cur.lease != l {
+		return 0
+	}
+	return h.cur.token
+}
+
 // and never waits: a busy h.op leaves the orphans to the next renewal.
 func (h *hold) settleOrphans() {
 	h.mu.Lock()

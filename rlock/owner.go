@@ -1,6 +1,9 @@
 package rlock
 
-import "context"
+import (
+	"context"
+	"strings"
+)
 
 type ownerKey struct{}
 
@@ -46,3 +49,8 @@ func OwnerFrom(ctx context.Context) (string, bool) {
 	id, ok := ctx.Value(ownerKey{}).(string)
 	return id, ok
 }
+
+// isContextOwner reports whether owner, an owner id as Redis keeps it, is a context owner's
+// ("u:", [WithOwner]), which several Clients may share, rather than a handle's own ("h:"),
+// whose holds one Client alone takes.
+func isContextOwner(owner string) bool { return strings.HasPrefix(owner, "u:") }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -160,7 +159,7 @@ func (m *Mutex) release(ctx context.Context, h *hold, rt *relTrace) error {
 	// nothing of the other Client's tenure (-4, read as holding none). Before, it gave back
 	// the other Client's hold, and with its last one freed the lock or passed it on.
 	keep := -1
-	if strings.HasPrefix(h.owner, "u:") {
+	if isContextOwner(h.owner) {
 		keep = h.holds() - 1
 	}
 	n, token, err := m.sendRelease(ctx, h.owner, cand, h, t, keep)
