@@ -240,8 +240,9 @@ func (w *handoffWait) unpark() (bool, error, bool) {
 
 // handedOff records the outcome of a release that passed the lock to cand: (true, nil, true)
 // when cand's owner now holds it; (false, err, true) when the outcome is unknown or the
-// caller has gone; (false, nil, false) when the lock was not passed on, or its grant came too
-// late to use (given back): the wait goes on. h.op must be held: the release that claimed cand
+// caller has gone; (false, nil, false) when the lock was not passed on, and (false, err,
+// false), err wrapping ErrLeaseExpired, when its grant came too late to use (given back): the
+// wait goes on. h.op must be held: the release that claimed cand
 // took it, so that no other script of the owner runs between the grant and its record here.
 // o is the caller's hold of it (nil: work already in the background, for a caller that has
 // gone), g its grace (see grant), tr the observer's trace of the call (nil: none).
@@ -289,7 +290,7 @@ func (m *Mutex) handedOff(ctx context.Context, h *hold, cand *candidate, o *opHo
 	case errors.Is(err, watchdog.ErrClosed):
 		return false, ErrClosed, true
 	case errors.Is(err, errLateGrant):
-		return false, nil, false
+		return false, errorf("lock %q: %w", m.name, err), false // given back: the wait goes on
 	case err != nil:
 		return false, errorf("lock %q: %w", m.name, err), true
 	}

@@ -32,7 +32,8 @@ type waitSpec struct {
 
 // parker is told around each sleep of a wait: park before it (it returns a channel that
 // ends the sleep), unpark after it, before the next attempt; unpark's done reports that the
-// wait ends with (ok, err) without an attempt.
+// wait ends with (ok, err) without an attempt; an err without done is a passing failure (a
+// hand-off granted too late for its lease): the wait goes on, and returns it if it ends so.
 type parker interface {
 	park() <-chan struct{}
 	unpark() (ok bool, err error, done bool)
@@ -164,15 +165,25 @@ func (c *Client) waitLoop(ctx context.Context, wait time.Duration, spec waitSpec
 			return false, errors.Join(errorf("%s %q: %w", spec.op, spec.name, ctx.Err()), passing)
 		}
 		if spec.parker != nil {
-			if ok, err, done := spec.parker.unpark(); done {
+			ok, err, done := spec.parker.unpark()
+			if done {
 				if woken {
 					w.Pass()
 				}
 				return ok, err
 			}
+			if err != nil {
+				passing = err // a hand-off granted too late for its lease, given back
+			}
 		}
 		if c.isClosed() {
 			return false, ErrClosed
+		}
+		if !deadline.IsZero() && time.Until(deadline) <= 0 {
+			// The wait bound ran out while a hand-off's outcome was awaited: no attempt
+			// begins after it (TryLock).
+			w.Pass()
+			return false, passing
 		}
 		if ok, err, done := try(true); done {
 			if err != nil {
