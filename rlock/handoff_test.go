@@ -231,27 +231,18 @@ func handoffUnknownToGoneWaiter(t *testing.T, b *backend, applied, ctxOwner bool
 	const cleanup = 300 * time.Millisecond
 	name := redistest.Name(t)
 	obs, replays := acquireReplays(name)
-	hc, c := hardSetup(t, b, rlock.WithCleanupTimeout(cleanup), rlock.WithObserver(obs))
-	holder, waiter := c.Mutex(name), c.Mutex(name)
-	wbase := bg
-	if ctxOwner {
-		wbase = rlock.WithOwner(bg, "waiter")
-	}
-	require.NoError(t, holder.Lock(bg))
-	hardSubscribe(t, c, name)
+	wbase := waiterBase(ctxOwner)
 	ctx, cancel := context.WithCancel(wbase)
 	defer cancel()
-	got := make(chan error, 1)
-	go func() { got <- waiter.Lock(ctx) }()
-	redistest.WaitFor(t, 5*time.Second, "the waiter to park", func() bool { return rlock.ParkedCandidates(c, holder) == 1 })
+	s := parkWaiter(t, b, name, ctx, rlock.WithCleanupTimeout(cleanup), rlock.WithObserver(obs))
 
 	// The holder's release with a successor (it names the fence: three keys): its first send
 	// passes the lock on (applied) or is lost, and no reply of it, nor of any replay, comes
 	// back. The caller of the waiter gives up as the first send goes.
 	sent := make(chan struct{})
 	var calls atomic.Int32
-	hc.set(func(_ context.Context, cmd hookCall, call func() rueidis.RedisResult) rueidis.RedisResult {
-		if cmd.script != "release" || len(cmd.args) == 0 || cmd.args[0] != "3" {
+	s.hc.set(func(_ context.Context, cmd hookCall, call func() rueidis.RedisResult) rueidis.RedisResult {
+		if !isHandoffRelease(cmd) {
 			return call()
 		}
 		if calls.Add(1) == 1 {
@@ -263,17 +254,17 @@ func handoffUnknownToGoneWaiter(t *testing.T, b *backend, applied, ctxOwner bool
 		return hardLost()
 	})
 	unlocked := make(chan error, 1)
-	go func() { unlocked <- holder.Unlock(bg) }()
+	go func() { unlocked <- s.holder.Unlock(bg) }()
 	within(t, 5*time.Second, "the holder's release to be sent", sent)
 	cancel()
-	require.ErrorIs(t, await(t, got, 5*time.Second, "the waiter to return"), context.Canceled)
+	require.ErrorIs(t, await(t, s.got, 5*time.Second, "the waiter to return"), context.Canceled)
 	require.ErrorIs(t, await(t, unlocked, 10*time.Second, "the holder's Unlock"), rlock.ErrUnknownOutcome)
 	require.Positive(t, calls.Load())
 
 	// The waiter's owner holds nothing in Redis once the work left behind is done (within a
 	// cleanup timeout; the lease, the watchdog's 30 s, is far longer).
 	redistest.WaitFor(t, 3*time.Second, "Redis to count no hold of the waiter's owner, whose call had gone", func() bool {
-		n, err := waiter.HoldCount(wbase)
+		n, err := s.waiter.HoldCount(wbase)
 		require.NoError(t, err)
 		return n == 0
 	})
@@ -288,10 +279,10 @@ func handoffUnknownToGoneWaiter(t *testing.T, b *backend, applied, ctxOwner bool
 	// count no hold a moment before the Client has recorded the give-back's answer (the tenure
 	// ends then), so the end is waited for, not read once (a loaded run found Err nil here).
 	redistest.WaitFor(t, 3*time.Second, "the waiter's tenure, if any, to end", func() bool {
-		return errors.Is(waiter.Err(wbase), rlock.ErrNotHeld)
+		return errors.Is(s.waiter.Err(wbase), rlock.ErrNotHeld)
 	})
 	if applied {
-		require.False(t, b.exists(t, holder.Key()), "the lock passed to the gone waiter is free again")
+		require.False(t, b.exists(t, s.holder.Key()), "the lock passed to the gone waiter is free again")
 	}
 }
 
@@ -319,24 +310,15 @@ func handoffUnknownToWaitingCaller(t *testing.T, b *backend, applied, ctxOwner b
 	const cleanup, watchdog = 300 * time.Millisecond, time.Second
 	name := redistest.Name(t)
 	obs, replays := acquireReplays(name)
-	hc, c := hardSetup(t, b, rlock.WithCleanupTimeout(cleanup), rlock.WithWatchdogTimeout(watchdog), rlock.WithObserver(obs))
-	holder, waiter := c.Mutex(name), c.Mutex(name)
-	ctx := bg
-	if ctxOwner {
-		ctx = rlock.WithOwner(bg, "waiter")
-	}
-	require.NoError(t, holder.Lock(bg))
-	hardSubscribe(t, c, name)
-	got := make(chan error, 1)
-	go func() { got <- waiter.Lock(ctx) }()
-	redistest.WaitFor(t, 5*time.Second, "the waiter to park", func() bool { return rlock.ParkedCandidates(c, holder) == 1 })
+	ctx := waiterBase(ctxOwner)
+	s := parkWaiter(t, b, name, ctx, rlock.WithCleanupTimeout(cleanup), rlock.WithWatchdogTimeout(watchdog), rlock.WithObserver(obs))
 
 	// The holder's release with a successor (it names the fence: three keys): its first send
 	// passes the lock on (applied) or is lost; no reply of it, nor of any replay, comes back,
 	// and no replay reaches Redis.
 	var calls atomic.Int32
-	hc.set(func(_ context.Context, cmd hookCall, call func() rueidis.RedisResult) rueidis.RedisResult {
-		if cmd.script != "release" || len(cmd.args) == 0 || cmd.args[0] != "3" {
+	s.hc.set(func(_ context.Context, cmd hookCall, call func() rueidis.RedisResult) rueidis.RedisResult {
+		if !isHandoffRelease(cmd) {
 			return call()
 		}
 		if calls.Add(1) == 1 && applied {
@@ -344,22 +326,22 @@ func handoffUnknownToWaitingCaller(t *testing.T, b *backend, applied, ctxOwner b
 		}
 		return hardLost()
 	})
-	require.ErrorIs(t, holder.Unlock(bg), rlock.ErrUnknownOutcome)
+	require.ErrorIs(t, s.holder.Unlock(bg), rlock.ErrUnknownOutcome)
 	// Applied: the replay finds the lock passed on. Not applied: the replay is refused, and the
 	// waiter takes the lock once the holder's lease, no longer renewed, has run out.
-	require.NoError(t, await(t, got, 5*watchdog+5*time.Second, "the waiter's Lock"))
+	require.NoError(t, await(t, s.got, 5*watchdog+5*time.Second, "the waiter's Lock"))
 	select {
 	case e := <-replays:
 		require.NoError(t, e.Err, "the hand-off's replay got no answer")
 	case <-time.After(3 * time.Second):
 		t.Fatal("no Replay of the waiter's acquire: the hand-off's outcome was never resolved")
 	}
-	require.NoError(t, waiter.Err(ctx))
-	n, err := waiter.HoldCount(ctx)
+	require.NoError(t, s.waiter.Err(ctx))
+	n, err := s.waiter.HoldCount(ctx)
 	require.NoError(t, err)
 	require.Equal(t, 1, n, "Redis counts the waiter's one hold")
-	require.NoError(t, waiter.Unlock(ctx))
-	require.False(t, b.exists(t, holder.Key()), "the waiter's Unlock frees the lock")
+	require.NoError(t, s.waiter.Unlock(ctx))
+	require.False(t, b.exists(t, s.holder.Key()), "the waiter's Unlock frees the lock")
 }
 
 // acquireReplays returns an Observer that sends on the returned channel the Replay event of
@@ -371,4 +353,39 @@ func acquireReplays(name string) (*rlock.Observer, chan rlock.ReplayInfo) {
 			replays <- e
 		}
 	}}, replays
+}
+
+// parkedHandoff is the setup the hand-off tests of unknown outcome share: on a Client with
+// hard faults (hardSetup), holder holds a lock and waiter, another handle of the same Client
+// on the same name, is parked on it as the candidate the holder's release passes the lock to.
+// The Client's scripts go through hc, which has no hook set yet.
+type parkedHandoff struct {
+	hc             *hookClient
+	c              *rlock.Client
+	holder, waiter *rlock.Mutex
+	got            chan error // what the waiter's Lock returns
+}
+
+// parkWaiter sets up a parkedHandoff on the lock called name, with a Client of b made with
+// opts: the holder takes the lock (with bg), the Client is left subscribed to the lock's
+// release channel (hardSubscribe), so that the waiter parks after one attempt, and the
+// waiter's Lock(wctx) runs in a goroutine; it returns once the waiter is parked.
+func parkWaiter(t *testing.T, b *backend, name string, wctx context.Context, opts ...rlock.Option) *parkedHandoff {
+	t.Helper()
+	hc, c := hardSetup(t, b, opts...)
+	s := &parkedHandoff{hc: hc, c: c, holder: c.Mutex(name), waiter: c.Mutex(name), got: make(chan error, 1)}
+	require.NoError(t, s.holder.Lock(bg))
+	hardSubscribe(t, c, name)
+	go func() { s.got <- s.waiter.Lock(wctx) }()
+	redistest.WaitFor(t, 5*time.Second, "the waiter to park", func() bool { return rlock.ParkedCandidates(c, s.holder) == 1 })
+	return s
+}
+
+// waiterBase returns the context a hand-off test's waiter locks under: bg, or, when ctxOwner,
+// bg with the context owner "waiter" (rlock.WithOwner).
+func waiterBase(ctxOwner bool) context.Context {
+	if ctxOwner {
+		return rlock.WithOwner(bg, "waiter")
+	}
+	return bg
 }

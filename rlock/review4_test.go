@@ -60,21 +60,12 @@ func lateHandoffRelease(t *testing.T, b *backend, between, ctxOwner bool) {
 	const cleanup = 300 * time.Millisecond
 	name := redistest.Name(t)
 	obs, replays := acquireReplays(name)
+	ctx := waiterBase(ctxOwner)
 	// The default watchdog timeout (30 s): a waiter that slept until the holder's lease ran
 	// out would miss every bound below.
-	hc, c := hardSetup(t, b, rlock.WithCleanupTimeout(cleanup), rlock.WithObserver(obs))
-	holder, waiter := c.Mutex(name), c.Mutex(name)
-	ctx := bg
-	if ctxOwner {
-		ctx = rlock.WithOwner(bg, "waiter")
-	}
-	require.NoError(t, holder.Lock(bg))
-	hold, err := holder.Token(bg)
+	s := parkWaiter(t, b, name, ctx, rlock.WithCleanupTimeout(cleanup), rlock.WithObserver(obs))
+	hold, err := s.holder.Token(bg)
 	require.NoError(t, err)
-	hardSubscribe(t, c, name)
-	got := make(chan error, 1)
-	go func() { got <- waiter.Lock(ctx) }()
-	redistest.WaitFor(t, 5*time.Second, "the waiter to park", func() bool { return rlock.ParkedCandidates(c, holder) == 1 })
 
 	// The release's first send is kept back (not sent) and no reply of it, nor of any of its
 	// replays (not sent either), comes back. Between: the waiter's first replay runs, its
@@ -82,7 +73,7 @@ func lateHandoffRelease(t *testing.T, b *backend, between, ctxOwner bool) {
 	kept := make(chan func(context.Context) rueidis.RedisResult, 1)
 	late := make(chan rueidis.RedisResult, 1)
 	var releases, acqReplays atomic.Int32
-	hc.set(func(_ context.Context, cmd hookCall, call func() rueidis.RedisResult) rueidis.RedisResult {
+	s.hc.set(func(_ context.Context, cmd hookCall, call func() rueidis.RedisResult) rueidis.RedisResult {
 		switch {
 		case isHandoffRelease(cmd):
 			if releases.Add(1) == 1 {
@@ -102,7 +93,7 @@ func lateHandoffRelease(t *testing.T, b *backend, between, ctxOwner bool) {
 		}
 		return call()
 	})
-	require.ErrorIs(t, holder.Unlock(bg), rlock.ErrUnknownOutcome)
+	require.ErrorIs(t, s.holder.Unlock(bg), rlock.ErrUnknownOutcome)
 	if !between {
 		select {
 		case e := <-replays:
@@ -111,8 +102,8 @@ func lateHandoffRelease(t *testing.T, b *backend, between, ctxOwner bool) {
 			t.Fatal("no Replay of the waiter's acquire: the hand-off was not resolved")
 		}
 		// Still the holder's: the replay was refused, and the waiter waits on.
-		require.True(t, b.exists(t, holder.Key()))
-		n, err := holder.HoldCount(bg)
+		require.True(t, b.exists(t, s.holder.Key()))
+		n, err := s.holder.HoldCount(bg)
 		require.NoError(t, err)
 		require.Equal(t, 1, n, "the holder's hold, its release not yet arrived")
 		late <- (<-kept)(context.Background())
@@ -128,21 +119,21 @@ func lateHandoffRelease(t *testing.T, b *backend, between, ctxOwner bool) {
 	require.Equal(t, []int64{0, 0}, vals, "the late release frees the lock (the successor's number is spent), not passes it on")
 
 	// The waiter takes the lock well within the holder's lease (30 s).
-	require.NoError(t, await(t, got, 5*time.Second, "the waiter's Lock after the late release freed the lock"))
-	require.NoError(t, waiter.Err(ctx))
-	n, err := waiter.HoldCount(ctx)
+	require.NoError(t, await(t, s.got, 5*time.Second, "the waiter's Lock after the late release freed the lock"))
+	require.NoError(t, s.waiter.Err(ctx))
+	n, err := s.waiter.HoldCount(ctx)
 	require.NoError(t, err)
 	require.Equal(t, 1, n, "Redis counts the waiter's one hold")
-	tok, err := waiter.Token(ctx)
+	tok, err := s.waiter.Token(ctx)
 	require.NoError(t, err)
 	require.Greater(t, tok, hold)
-	n, err = holder.HoldCount(bg)
+	n, err = s.holder.HoldCount(bg)
 	require.NoError(t, err)
 	require.Zero(t, n)
-	require.ErrorIs(t, holder.Unlock(bg), rlock.ErrNotHeld)
-	require.NoError(t, waiter.Unlock(ctx))
-	require.False(t, b.exists(t, holder.Key()), "the waiter's Unlock frees the lock")
-	require.ErrorIs(t, waiter.Unlock(ctx), rlock.ErrNotHeld)
+	require.ErrorIs(t, s.holder.Unlock(bg), rlock.ErrNotHeld)
+	require.NoError(t, s.waiter.Unlock(ctx))
+	require.False(t, b.exists(t, s.holder.Key()), "the waiter's Unlock frees the lock")
+	require.ErrorIs(t, s.waiter.Unlock(ctx), rlock.ErrNotHeld)
 }
 
 // A context owner ([rlock.WithOwner]) shared by two Clients, or by two goroutines of one:
@@ -175,25 +166,18 @@ func sharedOwnerHandoffReplay(t *testing.T, b *backend, mode string, waiterFirst
 	const cleanup = 300 * time.Millisecond
 	name := redistest.Name(t)
 	obs, replays := acquireReplays(name)
-	hc, c1 := hardSetup(t, b, rlock.WithCleanupTimeout(cleanup), rlock.WithObserver(obs))
-	c2 := b.client(t)
 	uctx := rlock.WithOwner(bg, "shared")
-	holder, waiter := c1.Mutex(name), c1.Mutex(name)
-	second := c2.Mutex(name)
+	s := parkWaiter(t, b, name, uctx, rlock.WithCleanupTimeout(cleanup), rlock.WithObserver(obs))
+	second := b.client(t).Mutex(name) // Client 2
 	if mode == "same" {
-		second = c1.Mutex(name)
+		second = s.c.Mutex(name)
 	}
-	require.NoError(t, holder.Lock(bg))
-	hardSubscribe(t, c1, name)
-	got := make(chan error, 1)
-	go func() { got <- waiter.Lock(uctx) }()
-	redistest.WaitFor(t, 5*time.Second, "the waiter to park", func() bool { return rlock.ParkedCandidates(c1, holder) == 1 })
 
 	// The release's first send is applied (the lock passes to the shared owner) and held in
 	// the hook until the second hold is taken; then neither it nor a replay is answered.
 	applied, goOn := make(chan struct{}), make(chan struct{})
 	var releases atomic.Int32
-	hc.set(func(_ context.Context, cmd hookCall, call func() rueidis.RedisResult) rueidis.RedisResult {
+	s.hc.set(func(_ context.Context, cmd hookCall, call func() rueidis.RedisResult) rueidis.RedisResult {
 		if !isHandoffRelease(cmd) {
 			return call()
 		}
@@ -205,7 +189,7 @@ func sharedOwnerHandoffReplay(t *testing.T, b *backend, mode string, waiterFirst
 		return hardLost()
 	})
 	unlocked := make(chan error, 1)
-	go func() { unlocked <- holder.Unlock(bg) }()
+	go func() { unlocked <- s.holder.Unlock(bg) }()
 	within(t, 5*time.Second, "the hand-off to be applied", applied)
 	n, err := second.HoldCount(uctx)
 	require.NoError(t, err)
@@ -228,7 +212,7 @@ func sharedOwnerHandoffReplay(t *testing.T, b *backend, mode string, waiterFirst
 	}
 	close(goOn)
 	require.ErrorIs(t, await(t, unlocked, 10*time.Second, "the holder's Unlock"), rlock.ErrUnknownOutcome)
-	require.NoError(t, await(t, got, 10*time.Second, "the waiter's Lock, the hand-off replayed"))
+	require.NoError(t, await(t, s.got, 10*time.Second, "the waiter's Lock, the hand-off replayed"))
 	if mode == "same" {
 		// The second goroutine waited for the claim's h.op, then re-entered.
 		require.NoError(t, await(t, secondGot, 10*time.Second, "the second hold on Client 1"))
@@ -244,32 +228,32 @@ func sharedOwnerHandoffReplay(t *testing.T, b *backend, mode string, waiterFirst
 	if mode == "other-leave" {
 		want = 1
 	}
-	n, err = waiter.HoldCount(uctx)
+	n, err = s.waiter.HoldCount(uctx)
 	require.NoError(t, err)
 	require.Equal(t, want, n, "Redis counts the shared owner's holds the callers were told they took")
-	require.NoError(t, waiter.Err(uctx))
+	require.NoError(t, s.waiter.Err(uctx))
 	if want == 2 {
 		require.NoError(t, second.Err(uctx))
-		wt, err := waiter.Token(uctx)
+		wt, err := s.waiter.Token(uctx)
 		require.NoError(t, err)
 		st, err := second.Token(uctx)
 		require.NoError(t, err)
 		require.Equal(t, wt, st, "one tenure: the second hold re-entered the handed-off one")
-		first, last := waiter, second
+		first, last := s.waiter, second
 		if !waiterFirst {
-			first, last = second, waiter
+			first, last = second, s.waiter
 		}
 		require.NoError(t, first.Unlock(uctx))
-		n, err = waiter.HoldCount(uctx)
+		n, err = s.waiter.HoldCount(uctx)
 		require.NoError(t, err)
 		require.Equal(t, 1, n, "one hold given back of two")
-		require.True(t, b.exists(t, holder.Key()))
+		require.True(t, b.exists(t, s.holder.Key()))
 		require.NoError(t, last.Unlock(uctx))
 	} else {
-		require.NoError(t, waiter.Unlock(uctx))
+		require.NoError(t, s.waiter.Unlock(uctx))
 	}
-	require.False(t, b.exists(t, holder.Key()), "the last Unlock frees the lock")
-	n, err = waiter.HoldCount(uctx)
+	require.False(t, b.exists(t, s.holder.Key()), "the last Unlock frees the lock")
+	n, err = s.waiter.HoldCount(uctx)
 	require.NoError(t, err)
 	require.Zero(t, n)
 }
@@ -299,25 +283,16 @@ func goneDuringHandoffReplay(t *testing.T, b *backend, release string, ctxOwner 
 	const cleanup = 500 * time.Millisecond
 	name := redistest.Name(t)
 	givebacks := make(chan rlock.GiveBackInfo, 16)
-	wbase := bg
-	if ctxOwner {
-		wbase = rlock.WithOwner(bg, "waiter")
-	}
 	obs, replays := acquireReplays(name)
 	obs.GiveBack = func(e rlock.GiveBackInfo) {
 		if e.Name == name {
 			givebacks <- e
 		}
 	}
-	hc, c := hardSetup(t, b, rlock.WithCleanupTimeout(cleanup), rlock.WithObserver(obs))
-	holder, waiter := c.Mutex(name), c.Mutex(name)
-	require.NoError(t, holder.Lock(bg))
-	hardSubscribe(t, c, name)
+	wbase := waiterBase(ctxOwner)
 	ctx, cancel := context.WithCancel(wbase)
 	defer cancel()
-	got := make(chan error, 1)
-	go func() { got <- waiter.Lock(ctx) }()
-	redistest.WaitFor(t, 5*time.Second, "the waiter to park", func() bool { return rlock.ParkedCandidates(c, holder) == 1 })
+	s := parkWaiter(t, b, name, ctx, rlock.WithCleanupTimeout(cleanup), rlock.WithObserver(obs))
 
 	// The release's first send is applied, kept back (delivered at the end) or lost; no reply
 	// of it or of its replays comes back. The waiter's first replay of the hand-off is held
@@ -325,7 +300,7 @@ func goneDuringHandoffReplay(t *testing.T, b *backend, release string, ctxOwner 
 	kept := make(chan func(context.Context) rueidis.RedisResult, 1)
 	replaying, gone := make(chan struct{}), make(chan struct{})
 	var releases, acqReplays atomic.Int32
-	hc.set(func(_ context.Context, cmd hookCall, call func() rueidis.RedisResult) rueidis.RedisResult {
+	s.hc.set(func(_ context.Context, cmd hookCall, call func() rueidis.RedisResult) rueidis.RedisResult {
 		switch {
 		case isHandoffRelease(cmd):
 			if releases.Add(1) == 1 {
@@ -346,13 +321,13 @@ func goneDuringHandoffReplay(t *testing.T, b *backend, release string, ctxOwner 
 		return call()
 	})
 	unlocked := make(chan error, 1)
-	go func() { unlocked <- holder.Unlock(bg) }()
+	go func() { unlocked <- s.holder.Unlock(bg) }()
 	within(t, 10*time.Second, "the waiter's replay of the hand-off", replaying)
 	require.ErrorIs(t, await(t, unlocked, time.Second, "the holder's Unlock"), rlock.ErrUnknownOutcome)
 	cancel()
 	start := time.Now()
 	close(gone)
-	require.ErrorIs(t, await(t, got, 2*time.Second, "the gone caller's Lock to return"), context.Canceled)
+	require.ErrorIs(t, await(t, s.got, 2*time.Second, "the gone caller's Lock to return"), context.Canceled)
 	require.Less(t, time.Since(start), time.Second, "the gone caller returns within its grace")
 
 	// The background work resolves the hand-off: a Replay with an answer.
@@ -366,26 +341,26 @@ func goneDuringHandoffReplay(t *testing.T, b *backend, release string, ctxOwner 
 		}
 	}
 	redistest.WaitFor(t, 3*time.Second, "the waiter's tenure, if any, to end", func() bool {
-		return errors.Is(waiter.Err(wbase), rlock.ErrNotHeld)
+		return errors.Is(s.waiter.Err(wbase), rlock.ErrNotHeld)
 	})
-	n, err := waiter.HoldCount(wbase)
+	n, err := s.waiter.HoldCount(wbase)
 	require.NoError(t, err)
 	require.Zero(t, n, "Redis counts no hold of the gone caller's owner")
 	switch release {
 	case "applied":
-		require.False(t, b.exists(t, holder.Key()), "the hand-off given back frees the lock")
+		require.False(t, b.exists(t, s.holder.Key()), "the hand-off given back frees the lock")
 	case "kept":
 		res := (<-kept)(context.Background())
 		vals, err := res.AsIntSlice()
 		require.NoError(t, err)
 		require.Equal(t, []int64{0, 0}, vals, "the late release frees the lock: the successor's number was spent")
-		require.False(t, b.exists(t, holder.Key()), "the late release frees the lock")
+		require.False(t, b.exists(t, s.holder.Key()), "the late release frees the lock")
 	case "lost":
-		n, err := holder.HoldCount(bg)
+		n, err := s.holder.HoldCount(bg)
 		require.NoError(t, err)
 		require.Equal(t, 1, n, "the holder's hold stays, its release never arrived")
 	}
-	n, err = waiter.HoldCount(wbase)
+	n, err = s.waiter.HoldCount(wbase)
 	require.NoError(t, err)
 	require.Zero(t, n)
 	// One give-back for an applied hand-off, none otherwise.
