@@ -341,3 +341,78 @@ func TestSharedOwner_unlockOfTenureTakenByAnotherClientTakesNothing(t *testing.T
 		}
 	})
 }
+
+// A context owner's holds of every kind that renews through renew.lua (Mutex, SpinMutex,
+// FairMutex, a hand-off to a waiter of the same Client, MultiLock's locks, RedLock's
+// instances) and a re-entry that turns a fixed lease into the watchdog's keep being renewed
+// across several rounds: the tenure's token that a context owner's renewal names is the one
+// Redis has, so no renewal reports a false loss.
+func TestSharedOwner_renewalsOfEveryKindKeepTheHold(t *testing.T) {
+	t.Parallel()
+	const wd = time.Second                  // renewed every 667 ms; a shorter lease could run out for real on a loaded machine
+	rounds := func() { time.Sleep(3 * wd) } // four rounds
+	eachBackend(t, func(t *testing.T, b *backend) {
+		c := b.client(t, rlock.WithWatchdogTimeout(wd))
+		name := redistest.Name(t)
+		ctx := rlock.WithOwner(bg, "owner-"+name)
+		type held struct {
+			what   string
+			err    func() error
+			unlock func() error
+		}
+		var hs []held
+		m := c.Mutex(name + "-m")
+		require.NoError(t, m.Lock(ctx))
+		hs = append(hs, held{"mutex", func() error { return m.Err(ctx) }, func() error { return m.Unlock(ctx) }})
+		s := c.SpinMutex(name + "-s")
+		require.NoError(t, s.Lock(ctx))
+		hs = append(hs, held{"spin", func() error { return s.Err(ctx) }, func() error { return s.Unlock(ctx) }})
+		f := c.FairMutex(name + "-f")
+		require.NoError(t, f.Lock(ctx))
+		hs = append(hs, held{"fair", func() error { return f.Err(ctx) }, func() error { return f.Unlock(ctx) }})
+		r := c.Mutex(name + "-r") // a fixed lease, then a re-entry that turns the watchdog on
+		require.NoError(t, r.LockLease(ctx, time.Minute))
+		require.NoError(t, r.Lock(ctx))
+		hs = append(hs, held{"re-entered", func() error { return r.Err(ctx) }, func() error {
+			if err := r.Unlock(ctx); err != nil {
+				return err
+			}
+			return r.Unlock(ctx)
+		}})
+		ml := c.MultiLock(name+"-a", name+"-b")
+		require.NoError(t, ml.Lock(ctx))
+		hs = append(hs, held{"multilock", func() error { return c.Mutex(name + "-a").Err(ctx) }, func() error { return ml.Unlock(ctx) }})
+
+		// A hand-off to a waiter of the same Client whose owner is a context owner.
+		hctx := rlock.WithOwner(bg, "handed-"+name)
+		holder, waiter := c.Mutex(name+"-h"), c.Mutex(name+"-h")
+		require.NoError(t, holder.Lock(bg))
+		got := make(chan error, 1)
+		go func() { got <- waiter.Lock(hctx) }()
+		redistest.WaitFor(t, 5*time.Second, "the waiter to park", func() bool { return rlock.ParkedCandidates(c, holder) == 1 })
+		require.NoError(t, holder.Unlock(bg))
+		require.NoError(t, await(t, got, 5*time.Second, "the hand-off"))
+		hs = append(hs, held{"handed off", func() error { return waiter.Err(hctx) }, func() error { return waiter.Unlock(hctx) }})
+
+		rounds()
+		for _, h := range hs {
+			require.NoError(t, h.err(), "%s: a renewal reported a live hold lost", h.what)
+		}
+		for _, h := range hs {
+			require.NoError(t, h.unlock(), h.what)
+		}
+	})
+}
+
+// The same for RedLock's instances, held by a context owner.
+func TestSharedOwner_redLockRenewalsKeepTheHold(t *testing.T) {
+	t.Parallel()
+	const wd = time.Second
+	cs := redClients(t, addrsOf(redServers(t, 3)), rlock.WithWatchdogTimeout(wd))
+	r := rlock.NewRedLock(redistest.Name(t), cs)
+	ctx := rlock.WithOwner(bg, "red-"+redistest.Name(t))
+	require.NoError(t, r.Lock(ctx))
+	time.Sleep(3 * wd)
+	require.NoError(t, r.Err(ctx), "a renewal reported a live RedLock hold lost")
+	require.NoError(t, r.Unlock(ctx))
+}
