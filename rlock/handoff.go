@@ -218,9 +218,9 @@ func (w *handoffWait) park() <-chan struct{} {
 	return w.cand.poke
 }
 
-func (w *handoffWait) unpark() (bool, error, bool) {
+func (w *handoffWait) unpark() (bool, bool, bool, error) {
 	if w.cand == nil || w.cand.unclaim() {
-		return false, nil, false
+		return false, false, false, nil
 	}
 	// A release claimed it: wait for its outcome while ctx and the Client live. If either
 	// ends first, the wait ends and acquire settles the claim (claimedAtEnd).
@@ -228,14 +228,15 @@ func (w *handoffWait) unpark() (bool, error, bool) {
 	select {
 	case <-w.cand.ready:
 	case <-a.ctx.Done():
-		return false, errorf("lock %q: %w", a.m.name, a.ctx.Err()), true
+		return false, true, true, errorf("lock %q: %w", a.m.name, a.ctx.Err())
 	case <-a.m.c.life.Done():
-		return false, errorf("lock %q: %w", a.m.name, ErrClosed), true
+		return false, true, true, errorf("lock %q: %w", a.m.name, ErrClosed)
 	}
 	w.cand.state.Store(candIdle)
 	o := &opHold{h: a.h, held: true} // the claim took h.op for this wait
 	defer o.unlock()
-	return a.m.handedOff(a.ctx, a.h, w.cand, o, &a.g, a.tr)
+	ok, err, done := a.m.handedOff(a.ctx, a.h, w.cand, o, &a.g, a.tr)
+	return ok, done, true, err
 }
 
 // handedOff records the outcome of a release that passed the lock to cand: (true, nil, true)

@@ -65,3 +65,41 @@ func TestMutex_lateHandoffAtWaitEndIsLeaseExpired(t *testing.T) {
 		require.NoError(t, waiter.Unlock(bg))
 	})
 }
+
+// A TryLock whose sleep ends at its wait bound makes its last attempt then: a lock freed
+// without a word (its key deleted: no release publishes, as when the holder's lease ran out)
+// is taken at the bound. 96fb301 ended such a wait without that attempt, together with the
+// waits that had awaited a hand-off past their bound.
+func TestMutex_tryLockMakesItsLastAttemptAtTheBound(t *testing.T) {
+	t.Parallel()
+	eachBackend(t, func(t *testing.T, b *backend) {
+		ca, cb := b.client(t), b.client(t)
+		name := redistest.Name(t)
+		holder, waiter := ca.Mutex(name), cb.Mutex(name)
+		require.NoError(t, holder.Lock(bg)) // the watchdog's 30 s lease: the waiter sleeps to its bound
+		type result struct {
+			ok  bool
+			err error
+		}
+		got := make(chan result, 1)
+		start := time.Now()
+		go func() {
+			ok, err := waiter.TryLock(bg, time.Second, 0)
+			got <- result{ok, err}
+		}()
+		redistest.WaitFor(t, 900*time.Millisecond, "the waiter's first attempt to be refused", func() bool {
+			n, err := b.do(t, "HEXISTS", holder.Key(), "w") // the refusal's mark: the waiter waits
+			require.NoError(t, err)
+			v, err := n.AsInt64()
+			require.NoError(t, err)
+			return v == 1
+		})
+		_, err := b.do(t, "DEL", holder.Key()) // freed, and nobody told
+		require.NoError(t, err)
+		r := <-got
+		t.Logf("TryLock: %v, %v after %v", r.ok, r.err, time.Since(start))
+		require.NoError(t, r.err)
+		require.True(t, r.ok, "the wait ended at its bound without its last attempt")
+		require.NoError(t, waiter.Unlock(bg))
+	})
+}

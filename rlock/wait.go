@@ -34,9 +34,11 @@ type waitSpec struct {
 // ends the sleep), unpark after it, before the next attempt; unpark's done reports that the
 // wait ends with (ok, err) without an attempt; an err without done is a passing failure (a
 // hand-off granted too late for its lease): the wait goes on, and returns it if it ends so.
+// claimed reports that unpark awaited the outcome of a release that had claimed the waiter,
+// which may have come after the wait bound.
 type parker interface {
 	park() <-chan struct{}
-	unpark() (ok bool, err error, done bool)
+	unpark() (ok, done, claimed bool, err error)
 }
 
 // attemptFunc makes one attempt. It reports success, or else how long the obstacle lasts
@@ -165,7 +167,7 @@ func (c *Client) waitLoop(ctx context.Context, wait time.Duration, spec waitSpec
 			return false, errors.Join(errorf("%s %q: %w", spec.op, spec.name, ctx.Err()), passing)
 		}
 		if spec.parker != nil {
-			ok, err, done := spec.parker.unpark()
+			ok, done, claimed, err := spec.parker.unpark()
 			if done {
 				if woken {
 					w.Pass()
@@ -175,15 +177,16 @@ func (c *Client) waitLoop(ctx context.Context, wait time.Duration, spec waitSpec
 			if err != nil {
 				passing = err // a hand-off granted too late for its lease, given back
 			}
+			if claimed && !deadline.IsZero() && time.Until(deadline) <= 0 {
+				// The wait bound ran out while a release's hand-off was awaited: no attempt
+				// begins after it (TryLock). (A sleep that ends at the bound by itself is
+				// followed by the last attempt, as before.)
+				w.Pass()
+				return false, passing
+			}
 		}
 		if c.isClosed() {
 			return false, ErrClosed
-		}
-		if !deadline.IsZero() && time.Until(deadline) <= 0 {
-			// The wait bound ran out while a hand-off's outcome was awaited: no attempt
-			// begins after it (TryLock).
-			w.Pass()
-			return false, passing
 		}
 		if ok, err, done := try(true); done {
 			if err != nil {
