@@ -72,3 +72,61 @@ func TestMutex_TryLock_firstReplyAfterWaitMakesNoOtherAttempt(t *testing.T) {
 		}
 	})
 }
+
+// README guarantee 6 when the first send's reply is lost and Redis then stops answering: a
+// Lock (or a TryLock) whose ctx ends while the acquire's replay waits on a paused Redis
+// returns within 100 ms of the ctx's end (more room here for a loaded machine, far below
+// the cleanup timeout), the replaying left to the background.
+func TestMutex_Lock_replayOnPausedRedisHeedsCtx(t *testing.T) {
+	if testing.Short() {
+		t.Skip("pauses Redis (run without -short)")
+	}
+	t.Parallel() // its own server, Clients and names: it runs beside the others
+	const cleanup = 3 * time.Second
+	const bound = 100*time.Millisecond + 400*time.Millisecond
+	for _, method := range []string{"Lock", "TryLock"} {
+		t.Run(method, func(t *testing.T) {
+			b := realBackend(t)
+			hc, c := hardSetup(t, b, rlock.WithCleanupTimeout(cleanup))
+			name := redistest.Name(t)
+			holder := b.client(t).Mutex(name)
+			require.NoError(t, holder.Lock(bg))
+			waiter := c.Mutex(name)
+			_, _ = waiter.TryLock(bg, 0, 0) // the script is loaded: the next send is the attempt
+
+			var armed atomic.Bool
+			armed.Store(true)
+			hc.set(func(_ context.Context, cmd hookCall, call func() rueidis.RedisResult) rueidis.RedisResult {
+				if cmd.script != "acquire" || !armed.CompareAndSwap(true, false) {
+					return call()
+				}
+				// The first attempt runs (refused); its reply is lost, and Redis stops
+				// answering: the replay that follows is never answered.
+				res := call()
+				_ = res
+				b.srv.Pause(t)
+				return hardLost()
+			})
+			t.Cleanup(func() { b.srv.Resume(t) })
+			ctx, cancel := context.WithTimeout(bg, 300*time.Millisecond)
+			defer cancel()
+			var err error
+			switch method {
+			case "Lock":
+				err = waiter.Lock(ctx)
+			default:
+				_, err = waiter.TryLock(ctx, time.Second, 0)
+			}
+			late := time.Since(deadlineOf(ctx))
+			t.Logf("%s: %v, %v after the ctx's deadline", method, err, late.Round(time.Millisecond))
+			require.ErrorIs(t, err, context.DeadlineExceeded)
+			require.Less(t, late, bound, "the call outlived its ctx")
+		})
+	}
+}
+
+// deadlineOf is ctx's deadline.
+func deadlineOf(ctx context.Context) time.Time {
+	dl, _ := ctx.Deadline()
+	return dl
+}
