@@ -21,7 +21,7 @@ import (
 )
 
 // TestExplore_WaitBound explores the wait bound and the return values of the waiting
-// acquires of Mutex, SpinMutex and FairMutex (TryLock's godoc, Lock's and LockLease's with
+// acquires of Mutex, SpinMutex, FairMutex and both sides of RWMutex (TryLock's godoc, Lock's and LockLease's with
 // a ctx deadline, README guarantee 6), seeded and replayable. Six workers on three Clients
 // (four on one, so that its releases hand the lock to its own parked waiters) run short
 // calls, each on a handle of its own (a fresh owner): TryLock with a random wait (0 to
@@ -35,18 +35,20 @@ import (
 // Checked from the outside, for every call:
 //
 //	bound      no acquire is sent for the call, nor a hand-off to it begun, after its start +
-//	           wait (or its ctx deadline, if earlier) + slack, but replays of a request sent
-//	           before; wait 0 sends exactly one attempt
+//	           wait (or its ctx deadline, if earlier) + slack (less the stalls of this process
+//	           meanwhile), but replays of a request sent before; wait 0 sends exactly one
+//	           attempt
 //	held       (true, nil): Redis counts the owner's hold right after (unless a fixed lease
 //	           counted from the call's start is over by then)
 //	refused    (false, nil): another owner may have held the lock in Redis at some moment
 //	           of the call (from the first send to it that granted or whose outcome was
 //	           unknown, to its give-back: Unlock's return, or the moment Redis had nothing
-//	           left of it), or, for a FairMutex, may have had a place in its queue
+//	           left of it), or, for a FairMutex, a place in its queue (for a RWMutex, a
+//	           writer's claim)
 //	error      (false, err): err wraps ErrLeaseExpired, ErrUnknownOutcome, or (a call with a
 //	           ctx deadline) the ctx's error
 //	leftover   a call that returned false leaves nothing in Redis (the owner's field, a fair
-//	           queue place) after 2 cleanup timeouts + slack (+ the lease when a reply of its
+//	           queue place, a writer's claim) after 2 cleanup timeouts + slack (+ the lease when a reply of its
 //	           own was lost: a hold of unknown outcome expires with its lease)
 //	ctx        a call with a ctx deadline returns within 100 ms of it (less the stalls of
 //	           this process meanwhile); the worst is logged
@@ -110,10 +112,12 @@ type wbSend struct {
 type wbCall struct {
 	id       int
 	worker   int
-	kind     string // "Mutex", "SpinMutex", "FairMutex"
-	method   string // "TryLock", "Lock", "LockLease"
+	kind     string // "Mutex", "SpinMutex", "FairMutex", "RWMutex"
+	read     bool   // RWMutex: the read side (TryRLock, RLock, RLockLease)
+	method   string // "TryLock", "Lock", "LockLease" (or their read side's)
 	key      string // the lock's key
 	owner    string
+	field    string        // the owner's hold field in the lock's hash
 	wait     time.Duration // TryLock's (-1: Lock, LockLease)
 	lease    time.Duration // 0: watchdog mode
 	start    time.Time
@@ -190,7 +194,7 @@ func (x *wbRun) draw(i int, script string, handoff bool) fault {
 			f.delay = time.Duration(r.Int64N(int64(wbMaxDelay)))
 		}
 		f.lose = r.Float64() < 0.06*s
-	case script == "acquire" || script == "fair_acquire":
+	case script == "acquire" || script == "fair_acquire" || script == "rw_acquire":
 		switch p := r.Float64(); {
 		case p < 0.04*s:
 			f.delay = 150*time.Millisecond + time.Duration(r.Int64N(int64(wbMaxDelay-150*time.Millisecond)))
@@ -198,7 +202,7 @@ func (x *wbRun) draw(i int, script string, handoff bool) fault {
 			f.delay = time.Duration(r.Int64N(int64(150 * time.Millisecond)))
 		}
 		f.lose = r.Float64() < 0.05*s
-	case script == "release" || script == "fair_release":
+	case script == "release" || script == "fair_release" || script == "rw_release":
 		if r.Float64() < 0.1*s {
 			f.delay = time.Duration(r.Int64N(int64(100 * time.Millisecond)))
 		}
@@ -212,7 +216,7 @@ func (x *wbRun) hook(i int) scriptHook {
 	return func(_ context.Context, cmd hookCall, call func() rueidis.RedisResult) rueidis.RedisResult {
 		var s *wbSend
 		switch cmd.script {
-		case "acquire", "fair_acquire":
+		case "acquire", "fair_acquire", "rw_acquire":
 			if n, err := strconv.Atoi(cmd.args[0]); err == nil && len(cmd.args) > n+3 {
 				s = &wbSend{owner: cmd.args[n+2], req: cmd.args[n+3]}
 			}
@@ -275,7 +279,7 @@ func (x *wbRun) run() {
 	r := rand.New(rand.NewPCG(x.seed, 1))
 	end := time.Now().Add(x.budget)
 	for trial := 0; time.Now().Before(end); trial++ {
-		kind := []string{"Mutex", "Mutex", "Mutex", "SpinMutex", "FairMutex"}[r.IntN(5)]
+		kind := []string{"Mutex", "Mutex", "Mutex", "SpinMutex", "FairMutex", "RWMutex"}[r.IntN(6)]
 		name := fmt.Sprintf("%s-%d-%s", redistest.Name(x.t), trial, kind)
 		x.fmu.Lock()
 		x.scale = []float64{0.5, 1, 2}[r.IntN(3)]
@@ -301,21 +305,46 @@ func (x *wbRun) run() {
 	x.pollers.Wait()
 }
 
-// handle is a fresh handle of kind on name through c.
-func handle(c *rlock.Client, kind, name string) *rlock.Mutex {
+// wbOps are the acquire and release methods of one side of a fresh handle.
+type wbOps struct {
+	key, owner, field string // field: the owner's hold field in the lock's hash
+	try               func(ctx context.Context, wait, lease time.Duration) (bool, error)
+	lock              func(ctx context.Context) error
+	lockLease         func(ctx context.Context, lease time.Duration) error
+	unlock            func(ctx context.Context) error
+}
+
+// handle is a fresh handle of kind on name through c (the read side of a read-write lock
+// when read).
+func handle(c *rlock.Client, kind, name string, read bool) wbOps {
+	if kind == "RWMutex" {
+		rw := c.RWMutex(name)
+		o := wbOps{key: rw.Key(), owner: rlock.ModelRWOwnerID(rw, bg)}
+		if read {
+			o.field, o.try, o.lock, o.lockLease, o.unlock = "r:"+o.owner, rw.TryRLock, rw.RLock, rw.RLockLease, rw.RUnlock
+		} else {
+			o.field, o.try, o.lock, o.lockLease, o.unlock = o.owner, rw.TryLock, rw.Lock, rw.LockLease, rw.Unlock
+		}
+		return o
+	}
+	var m *rlock.Mutex
 	switch kind {
 	case "SpinMutex":
-		return c.SpinMutex(name).Mutex
+		m = c.SpinMutex(name).Mutex
 	case "FairMutex":
-		return c.FairMutex(name).Mutex
+		m = c.FairMutex(name).Mutex
+	default:
+		m = c.Mutex(name)
 	}
-	return c.Mutex(name)
+	owner := rlock.ModelOwnerID(m, bg)
+	return wbOps{key: m.Key(), owner: owner, field: owner, try: m.TryLock, lock: m.Lock, lockLease: m.LockLease, unlock: m.Unlock}
 }
 
 // one runs one call of worker w, and its hold and give-back when it gets the lock.
 func (x *wbRun) one(r *rand.Rand, w int, c *rlock.Client, kind, name string) {
-	m := handle(c, kind, name)
-	call := &wbCall{worker: w, kind: kind, key: m.Key(), owner: rlock.ModelOwnerID(m, bg), wait: -1}
+	read := kind == "RWMutex" && r.IntN(2) == 0
+	m := handle(c, kind, name, read)
+	call := &wbCall{worker: w, kind: kind, read: read, key: m.key, owner: m.owner, field: m.field, wait: -1}
 	if r.IntN(10) < 6 { // else watchdog mode
 		call.lease = 20*time.Millisecond + time.Duration(r.Int64N(int64(380*time.Millisecond)))
 	}
@@ -349,12 +378,12 @@ func (x *wbRun) one(r *rand.Rand, w int, c *rlock.Client, kind, name string) {
 	}
 	switch call.method {
 	case "TryLock":
-		call.ok, call.err = m.TryLock(ctx, call.wait, call.lease)
+		call.ok, call.err = m.try(ctx, call.wait, call.lease)
 	case "Lock":
-		call.err = m.Lock(ctx)
+		call.err = m.lock(ctx)
 		call.ok = call.err == nil
 	case "LockLease":
-		call.err = m.LockLease(ctx, call.lease)
+		call.err = m.lockLease(ctx, call.lease)
 		call.ok = call.err == nil
 	}
 	call.end = time.Now()
@@ -364,10 +393,10 @@ func (x *wbRun) one(r *rand.Rand, w int, c *rlock.Client, kind, name string) {
 	x.calls = append(x.calls, call)
 	x.mu.Unlock()
 	if call.ok && call.err == nil {
-		n, err := x.admin.Do(bg, x.admin.B().Hget().Key(call.key).Field(call.owner).Build()).AsInt64()
+		n, err := x.admin.Do(bg, x.admin.B().Hget().Key(call.key).Field(call.field).Build()).AsInt64()
 		call.heldAt, call.held = time.Now(), err == nil && n > 0
 		time.Sleep(hold)
-		_ = m.Unlock(bg)
+		_ = m.unlock(bg)
 		call.unlocked = time.Now()
 		return
 	}
@@ -383,9 +412,12 @@ func (x *wbRun) one(r *rand.Rand, w int, c *rlock.Client, kind, name string) {
 func (x *wbRun) poll(call *wbCall) {
 	giveUp := call.end.Add(2*wbCleanup + 2*wbMaxDelay + max(call.lease, wbWatchdog) + time.Second)
 	for {
-		cmds := rueidis.Commands{x.admin.B().Hexists().Key(call.key).Field(call.owner).Build()}
-		if call.kind == "FairMutex" {
+		cmds := rueidis.Commands{x.admin.B().Hexists().Key(call.key).Field(call.field).Build()}
+		switch {
+		case call.kind == "FairMutex":
 			cmds = append(cmds, x.admin.B().Zscore().Key(call.key+":queue").Member(call.owner).Build())
+		case call.kind == "RWMutex" && !call.read:
+			cmds = append(cmds, x.admin.B().Zscore().Key(call.key+":writers").Member(call.owner).Build())
 		}
 		left := false
 		for i, res := range x.admin.DoMulti(bg, cmds...) {
@@ -428,7 +460,8 @@ func (x *wbRun) check() {
 		for _, s := range x.sends[c.owner] {
 			// A fair lock also refuses a free lock to a caller with waiters ahead: a refused
 			// attempt may have queued its owner.
-			if !s.noop && (s.grant != 0 || c.kind == "FairMutex") && (from.IsZero() || s.at.Before(from)) {
+			// So does a read-write lock to a reader while a writer's claim is live.
+			if !s.noop && (s.grant != 0 || c.kind == "FairMutex" || c.kind == "RWMutex") && (from.IsZero() || s.at.Before(from)) {
 				from = s.at
 			}
 		}
@@ -470,7 +503,7 @@ func (x *wbRun) check() {
 			if d := at.Sub(bound); d > worstBound {
 				worstBound = d
 			}
-			if at.After(bound.Add(wbSlack)) {
+			if at.Sub(bound)-x.stalls(bound, at) > wbSlack {
 				add(c, "bound", "request %s begun %v after the bound", req, at.Sub(bound).Round(time.Millisecond))
 			}
 		}
@@ -581,8 +614,12 @@ func (x *wbRun) describe(c *wbCall) string {
 		return at.Sub(c.start).Round(time.Millisecond).String()
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "  %s.%s worker %d owner %s wait %v lease %v deadline %s -> (%v, %v) at %s; settled %s, unlocked %s\n",
-		c.kind, c.method, c.worker, c.owner, c.wait, c.lease, ms(c.deadline), c.ok, c.err, ms(c.end), ms(c.settled), ms(c.unlocked))
+	side := ""
+	if c.read {
+		side = " (read)"
+	}
+	fmt.Fprintf(&b, "  %s.%s%s worker %d owner %s wait %v lease %v deadline %s -> (%v, %v) at %s; settled %s, unlocked %s\n",
+		c.kind, c.method, side, c.worker, c.owner, c.wait, c.lease, ms(c.deadline), c.ok, c.err, ms(c.end), ms(c.settled), ms(c.unlocked))
 	for _, s := range x.sends[c.owner] {
 		what := "acquire"
 		if s.handoff {
