@@ -356,9 +356,54 @@ func (m *Mutex) replayFor(ctx context.Context, h *hold, o *opHold, g *grace, sit
 	cctx, cancel := m.c.cleanupCtx(ctx)
 	wctx, wcancel := context.WithCancel(cctx)
 	stop := context.AfterFunc(ctx, wcancel)
-	res, err := m.c.replay(wctx, nil, site, m.v.acquire, keys, args, first)
+	var res rueidis.RedisResult
+	var pending <-chan replayed // the replaying, still under way when the caller left
+	if ctx.Done() == nil {
+		res, err = m.c.replay(wctx, nil, site, m.v.acquire, keys, args, first)
+	} else {
+		// A ctx that can end: the caller must be able to leave (README guarantee 6). A
+		// replay is sent on its goroutine under a deadline (the cleanup timeout), and
+		// rueidis heeds only that deadline for a lone request, not the cancel at ctx's end
+		// (see inflight): on a paused Redis, Lock outlived its ctx by the cleanup timeout
+		// (TestMutex_Lock_replayOnPausedRedisHeedsCtx).
+		ch := make(chan replayed, 1)
+		go func() {
+			r, e := m.c.replay(wctx, nil, site, m.v.acquire, keys, args, first)
+			ch <- replayed{r, e}
+		}()
+		select {
+		case r := <-ch:
+			res, err = r.res, r.err
+		case <-ctx.Done():
+			select { // an answer that is there already is taken
+			case r := <-ch:
+				res, err = r.res, r.err
+			default:
+				pending = ch
+			}
+		}
+	}
 	stop()
 	wcancel()
+	if pending != nil {
+		// The caller has gone while the replaying was under way: the background waits for
+		// it (its answer, or its end at ctx's cancel), then resolves what is left.
+		m.later(ctx, o, g, func() {
+			defer cancel()
+			var r replayed
+			select {
+			case r = <-pending:
+			case <-m.c.life.Done():
+				return // closed: a grant the replay made expires with its lease
+			}
+			if _, isReply := rueidis.IsRedisErr(r.err); r.err != nil && !isReply {
+				m.resolveGone(cctx, h, site, keys, args, first, sent, lease, renew)
+			} else if vals, err := r.res.AsIntSlice(); r.err == nil && err == nil && isGrant(vals) {
+				m.undo(cctx, h, vals, sent, lease, renew)
+			}
+		})
+		return nil, 0, errorf("lock %q: %w", m.name, ctx.Err()), true
+	}
 	if _, isReply := rueidis.IsRedisErr(err); err != nil && !isReply && ctx.Err() != nil && cctx.Err() == nil && !errors.Is(err, ErrClosed) {
 		// The caller has gone first: resolve the request in the background.
 		m.later(ctx, o, g, func() {
@@ -469,4 +514,10 @@ func (m *Mutex) grant(ctx context.Context, h *hold, vals []int64, sent time.Time
 		m.later(ctx, o, g, giveBack)
 	}
 	return err
+}
+
+// replayed is the outcome of a replaying (Client.replay) run on a goroutine of its own.
+type replayed struct {
+	res rueidis.RedisResult
+	err error
 }

@@ -1,0 +1,132 @@
+package rlock_test
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/rueidis"
+	"github.com/stretchr/testify/require"
+
+	"github.com/relock-go/relock/internal/redistest"
+	"github.com/relock-go/relock/rlock"
+)
+
+// A TryLock whose first attempt is answered (refused) only after its wait ran out makes no
+// other attempt: wait bounds when attempts begin (TryLock's godoc; the request in flight as
+// it ends is seen to its outcome, and that is all). Before, the wait's second attempt, the
+// one made after subscribing to the release channel (wait.go: a release may have been
+// published between the refusal and the subscription), began with no look at the bound:
+// with the holder gone meanwhile, TryLock(100ms wait) took the lock 300 ms in and returned
+// (true, nil), for Mutex and FairMutex on both backends (found by TestExplore_WaitBound,
+// seed 1796360510691437660). SpinMutex, whose wait has no such step, is the control.
+func TestMutex_TryLock_firstReplyAfterWaitMakesNoOtherAttempt(t *testing.T) {
+	t.Parallel() // its own Clients and names: it runs beside the others
+	kinds := []struct {
+		name string
+		mk   func(c *rlock.Client, name string) *rlock.Mutex
+	}{
+		{"Mutex", func(c *rlock.Client, n string) *rlock.Mutex { return c.Mutex(n) }},
+		{"FairMutex", func(c *rlock.Client, n string) *rlock.Mutex { return c.FairMutex(n).Mutex }},
+		{"SpinMutex", func(c *rlock.Client, n string) *rlock.Mutex { return c.SpinMutex(n).Mutex }},
+	}
+	eachBackend(t, func(t *testing.T, b *backend) {
+		for _, k := range kinds {
+			t.Run(k.name, func(t *testing.T) {
+				hc, c := hardSetup(t, b)
+				name := redistest.Name(t)
+				holder := k.mk(b.client(t), name)
+				require.NoError(t, holder.Lock(bg))
+				waiter := k.mk(c, name)
+				_, _ = waiter.TryLock(bg, 0, 0) // the script is loaded: the next send is the attempt
+
+				const wait, delay = 100 * time.Millisecond, 300 * time.Millisecond
+				var sends atomic.Int32
+				released := make(chan error, 1)
+				hc.set(func(_ context.Context, cmd hookCall, call func() rueidis.RedisResult) rueidis.RedisResult {
+					if cmd.script != "acquire" && cmd.script != "fair_acquire" {
+						return call()
+					}
+					if sends.Add(1) > 1 {
+						return call()
+					}
+					// The first attempt is refused at once, and its reply comes back after the
+					// wait has run out; the holder has given the lock back meanwhile.
+					res := call()
+					released <- holder.Unlock(bg)
+					time.Sleep(delay)
+					return res
+				})
+				start := time.Now()
+				ok, err := waiter.TryLock(bg, wait, 0)
+				took := time.Since(start)
+				hc.set(nil)
+				require.NoError(t, <-released)
+				t.Logf("TryLock(%v): %v, %v after %v; %d attempts", wait, ok, err, took.Round(time.Millisecond), sends.Load())
+				require.NoError(t, err)
+				require.False(t, ok, "the lock was taken after the wait bound")
+				require.EqualValues(t, 1, sends.Load(), "an attempt began after the wait bound")
+				require.False(t, b.exists(t, waiter.Key()))
+			})
+		}
+	})
+}
+
+// README guarantee 6 when the first send's reply is lost and Redis then stops answering: a
+// Lock (or a TryLock) whose ctx ends while the acquire's replay waits on a paused Redis
+// returns within 100 ms of the ctx's end (more room here for a loaded machine, far below
+// the cleanup timeout), the replaying left to the background.
+func TestMutex_Lock_replayOnPausedRedisHeedsCtx(t *testing.T) {
+	if testing.Short() {
+		t.Skip("pauses Redis (run without -short)")
+	}
+	t.Parallel() // its own server, Clients and names: it runs beside the others
+	const cleanup = 3 * time.Second
+	const bound = 100*time.Millisecond + 400*time.Millisecond
+	for _, method := range []string{"Lock", "TryLock"} {
+		t.Run(method, func(t *testing.T) {
+			b := realBackend(t)
+			hc, c := hardSetup(t, b, rlock.WithCleanupTimeout(cleanup))
+			name := redistest.Name(t)
+			holder := b.client(t).Mutex(name)
+			require.NoError(t, holder.Lock(bg))
+			waiter := c.Mutex(name)
+			_, _ = waiter.TryLock(bg, 0, 0) // the script is loaded: the next send is the attempt
+
+			var armed atomic.Bool
+			armed.Store(true)
+			hc.set(func(_ context.Context, cmd hookCall, call func() rueidis.RedisResult) rueidis.RedisResult {
+				if cmd.script != "acquire" || !armed.CompareAndSwap(true, false) {
+					return call()
+				}
+				// The first attempt runs (refused); its reply is lost, and Redis stops
+				// answering: the replay that follows is never answered.
+				res := call()
+				_ = res
+				b.srv.Pause(t)
+				return hardLost()
+			})
+			t.Cleanup(func() { b.srv.Resume(t) })
+			ctx, cancel := context.WithTimeout(bg, 300*time.Millisecond)
+			defer cancel()
+			var err error
+			switch method {
+			case "Lock":
+				err = waiter.Lock(ctx)
+			default:
+				_, err = waiter.TryLock(ctx, time.Second, 0)
+			}
+			late := time.Since(deadlineOf(ctx))
+			t.Logf("%s: %v, %v after the ctx's deadline", method, err, late.Round(time.Millisecond))
+			require.ErrorIs(t, err, context.DeadlineExceeded)
+			require.Less(t, late, bound, "the call outlived its ctx")
+		})
+	}
+}
+
+// deadlineOf is ctx's deadline.
+func deadlineOf(ctx context.Context) time.Time {
+	dl, _ := ctx.Deadline()
+	return dl
+}
