@@ -339,6 +339,47 @@ func TestSharedOwner_fixedLeaseReentryEndsInRedisToo(t *testing.T) {
 	})
 }
 
+// A context owner's fixed lease through one Client runs its course (in Redis too), and
+// another Client takes the lock afresh for the same owner id. The first Client's Unlock of
+// its ended hold (the common LockLease; work; Unlock, the work overrunning the lease) says
+// ErrLeaseExpired, and must give back nothing: the hold it took is over, and the hold Redis
+// has is the other Client's. It gave that one back instead (its Client counts no hold, so
+// its release was not conditional on its count in Redis: keep = holds - 1 = -1), which
+// freed the lock under the other Client: a third owner takes it while the other Client's
+// Err is nil, until its next renewal round tells it of a loss it did not cause. (The same
+// with an Unlock that raced the lease's end and counted the holds down, the shared-owner
+// explorer: any Unlock of a context owner through a Client that counts none of its holds.)
+func TestSharedOwner_unlockAfterFixedLeaseTakesNoOtherClientsHold(t *testing.T) {
+	t.Parallel()
+	eachBackend(t, func(t *testing.T, b *backend) {
+		ca := b.client(t, rlock.WithWatchdogTimeout(3*time.Second))
+		cb := b.client(t, rlock.WithWatchdogTimeout(3*time.Second))
+		name := redistest.Name(t)
+		ctx := rlock.WithOwner(bg, "shared-"+name)
+		ma, mb := ca.Mutex(name), cb.Mutex(name)
+		require.NoError(t, mb.LockLease(ctx, 100*time.Millisecond)) // B's tenure, fixed
+		within(t, 5*time.Second, "B's fixed lease to end", mb.Done(ctx))
+		redistest.WaitFor(t, 5*time.Second, "the lease to end in Redis too", func() bool { return !b.exists(t, mb.Key()) })
+		require.NoError(t, ma.Lock(ctx)) // afresh: A's tenure
+		err := mb.Unlock(ctx)
+		t.Logf("B's Unlock: %v", err)
+		require.ErrorIs(t, err, rlock.ErrLeaseExpired)
+		n, err := ma.HoldCount(ctx)
+		require.NoError(t, err)
+		if n != 1 {
+			t.Errorf("A holds 1 hold (B's Unlock was of its own ended hold); Redis counts %d", n)
+		}
+		other := ca.Mutex(name) // a third owner
+		ok, err := other.TryLock(bg, 0, 0)
+		require.NoError(t, err)
+		if ok {
+			t.Errorf("another owner took the lock while A holds it (A's Err: %v)", ma.Err(ctx))
+			require.NoError(t, other.Unlock(bg))
+		}
+		require.NoError(t, ma.Unlock(ctx))
+	})
+}
+
 // The Unlock of a fixed lease that ran its course still gives back the hold Redis keeps of
 // its Client's: here one re-entered into another Client's tenure, which that Client's
 // renewals keep in Redis (see TestSharedOwner_fixedLeaseReentryEndsInRedisToo).
