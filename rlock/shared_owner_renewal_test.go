@@ -346,9 +346,7 @@ func TestSharedOwner_fixedLeaseReentryEndsInRedisToo(t *testing.T) {
 // has is the other Client's. It gave that one back instead (its Client counts no hold, so
 // its release was not conditional on its count in Redis: keep = holds - 1 = -1), which
 // freed the lock under the other Client: a third owner takes it while the other Client's
-// Err is nil, until its next renewal round tells it of a loss it did not cause. (The same
-// with an Unlock that raced the lease's end and counted the holds down, the shared-owner
-// explorer: any Unlock of a context owner through a Client that counts none of its holds.)
+// Err is nil, until its next renewal round tells it of a loss it did not cause.
 func TestSharedOwner_unlockAfterFixedLeaseTakesNoOtherClientsHold(t *testing.T) {
 	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
