@@ -158,9 +158,19 @@ func (m *Mutex) release(ctx context.Context, h *hold, rt *relTrace) error {
 	// for the same owner id, Redis counts none of this Client's, and the release takes
 	// nothing of the other Client's tenure (-4, read as holding none). Before, it gave back
 	// the other Client's hold, and with its last one freed the lock or passed it on.
+	// An Unlock of holds whose fixed lease ran its course (the Client counts none of them
+	// now) is conditional too (keep 0): it gives back only a hold Redis still counts of this
+	// Client's (its own in the drift moment, or one kept in another Client's tenure), never
+	// the hold of a tenure another Client took afresh since. Before, it went unconditionally
+	// (keep -1), as an Unlock through a Client that took no hold does (an owner id is a
+	// capability: Mutex.Unlock), and freed the lock under that Client
+	// (TestSharedOwner_unlockAfterFixedLeaseTakesNoOtherClientsHold).
 	keep := -1
 	if isContextOwner(h.owner) {
 		keep = h.holds() - 1
+		if expired {
+			keep = max(keep, 0)
+		}
 	}
 	n, token, err := m.sendRelease(ctx, h.owner, cand, h, t, keep)
 	if n == releaseKept {
