@@ -371,18 +371,6 @@ func (h *hold) abandon() {
 	h.unlockMu()
 }
 
-// settleOrphans gives back, in the background, the orphans of h's current tenure (holds
-// whose give-back failed or got no answer: see abandon) once Redis answers again, as the
-// watchdog learns when it confirms the tenure's renewal. Each give-back is conditional in
-// Redis (the release script's keep, Mutex.giveBackOrphans): it takes a hold only while Redis
-// counts more of this Client's holds of the owner than the owner's own here (h.count), so an
-// orphan whose give-back was applied after all (its replies lost) costs the owner nothing,
-// and a context owner's holds taken through other Clients are never taken. So an orphan is
-// counted in Redis beyond the holds the owner took for at most one renewal period after
-// Redis answers again (unless the owner's operations on the lock keep h.op busy at every
-// renewal: their grants and last release give back what Redis counts beyond them), or until
-// a fixed lease's end. A RedLock's instance holds keep their orphans (variant ownOrphans: the
-// RedLock gives them back with the instance's last hold). It runs on the watchdog's goroutine
 // tenureOf returns the fencing token of the tenure whose lease l is, or 0 when l is no
 // longer the lease of the tenure in force (it ended, or a re-entry replaced the lease: the
 // watchdog drops l soon).
@@ -395,6 +383,18 @@ func (h *hold) tenureOf(l *watchdog.Lease) int64 {
 	return h.cur.token
 }
 
+// settleOrphans gives back, in the background, the orphans of h's current tenure (holds
+// whose give-back failed or got no answer: see abandon) once Redis answers again, as the
+// watchdog learns when it confirms the tenure's renewal. Each give-back is conditional in
+// Redis (the release script's keep, Mutex.giveBackOrphans): it takes a hold only while Redis
+// counts more of this Client's holds of the owner than the owner's own here (h.count), so an
+// orphan whose give-back was applied after all (its replies lost) costs the owner nothing,
+// and a context owner's holds taken through other Clients are never taken. So an orphan is
+// counted in Redis beyond the holds the owner took for at most one renewal period after
+// Redis answers again (unless the owner's operations on the lock keep h.op busy at every
+// renewal: their grants and last release give back what Redis counts beyond them), or until
+// a fixed lease's end. A RedLock's instance holds keep their orphans (variant ownOrphans: the
+// RedLock gives them back with the instance's last hold). It runs on the watchdog's goroutine
 // and never waits: a busy h.op leaves the orphans to the next renewal.
 func (h *hold) settleOrphans() {
 	h.mu.Lock()
