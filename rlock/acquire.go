@@ -255,7 +255,8 @@ func (m *Mutex) attempt(ctx context.Context, h *hold, lease time.Duration, renew
 	}
 	o := &opHold{h: h, held: true}
 	defer o.unlock()
-	if _, lost := h.snapshot(); lost != nil {
+	within, lost := h.snapshot() // the tenure a re-entry joins (nil: a fresh acquire)
+	if lost != nil {
 		return false, 0, errorf("lock %q: %w", m.name, lost)
 	}
 	b.kv = [6]string{m.keys.lock, m.keys.fence, m.c.leaseArg(lease), h.owner, m.c.newRequest()}
@@ -330,7 +331,7 @@ func (m *Mutex) attempt(ctx context.Context, h *hold, lease time.Duration, renew
 			})
 			return false, 0, errorf("lock %q: %w (%d of %d acknowledged)", m.name, ErrNoReplicaAck, acked, m.c.opts.ackReplicas)
 		}
-		switch err := m.grant(ctx, h, vals, sent, lease, renew, o, g, tr); {
+		switch err := m.grant(ctx, h, within, vals, sent, lease, renew, o, g, tr); {
 		case errors.Is(err, watchdog.ErrClosed):
 			return false, 0, ErrClosed
 		case err != nil:
@@ -452,7 +453,7 @@ func isGrant(vals []int64) bool { return (len(vals) == 3 || len(vals) == 4) && v
 // within its lease. h.op must be held; undo runs in the background.
 func (m *Mutex) undo(ctx context.Context, h *hold, vals []int64, sent time.Time, lease time.Duration, renew bool) {
 	var tr acqTrace
-	if err := m.grant(ctx, h, vals, sent, lease, renew, nil, nil, &tr); err == nil {
+	if err := m.grant(ctx, h, nil, vals, sent, lease, renew, nil, nil, &tr); err == nil {
 		if !tr.reentered {
 			h.hideTenure()
 		}
@@ -470,12 +471,12 @@ func (m *Mutex) undo(ctx context.Context, h *hold, vals []int64, sent time.Time,
 // be held; through o (nil when grant already runs in the
 // background), the give-backs take it over and run in the background after the call's
 // grace g (see later). tr, when not nil, records the grant for the observer.
-func (m *Mutex) grant(ctx context.Context, h *hold, vals []int64, sent time.Time, lease time.Duration, renew bool, o *opHold, g *grace, tr *acqTrace) error {
+func (m *Mutex) grant(ctx context.Context, h *hold, within *tenure, vals []int64, sent time.Time, lease time.Duration, renew bool, o *opHold, g *grace, tr *acqTrace) error {
 	mine := vals[2]
 	if len(vals) == 4 {
 		mine = vals[3] // a context owner: the holds this Client's operations took
 	}
-	fresh, extra, err := h.granted(vals[1], vals[2], mine, sent, lease, renew)
+	fresh, extra, err := h.granted(within, vals[1], vals[2], mine, sent, lease, renew)
 	reason := GiveBackOrphan
 	// The grant itself is given back only while Redis counts it for this Client (keep 0): a
 	// late grant's lease may have run out in Redis, and the owner's hold there may now be one
@@ -485,7 +486,7 @@ func (m *Mutex) grant(ctx context.Context, h *hold, vals []int64, sent time.Time
 	switch {
 	case errors.Is(err, ErrLockLost):
 		extra, reason = 1, GiveBackLost // the grant itself
-	case errors.Is(err, errLateGrant):
+	case errors.Is(err, errLateGrant), errors.Is(err, errReentryEnded):
 		extra, reason = 1, GiveBackLate
 	case err != nil:
 		return err

@@ -416,3 +416,45 @@ func TestSharedOwner_redLockRenewalsKeepTheHold(t *testing.T) {
 	require.NoError(t, r.Err(ctx), "a renewal reported a live RedLock hold lost")
 	require.NoError(t, r.Unlock(ctx))
 }
+
+// A re-entry whose grant comes back after the tenure it re-entered ran to the end of its
+// fixed lease is refused (ErrLeaseExpired) and given back: the caller counts the ended
+// tenure's hold, and the Client, had it started a new tenure with the grant, would count
+// one hold fewer than the caller's Unlocks. For a context owner the extra Unlock, through a
+// Client that counts none, gave back another Client's hold: here Client A's, and the lock
+// was free while A held it. Before, B's Lock returned nil, and its caller's second Unlock
+// left Redis counting none of the owner's holds (review5's explorer, seed
+// 1796361340442485057 trial 0).
+func TestSharedOwner_reentryRacingItsFixedLeaseEndIsRefused(t *testing.T) {
+	t.Parallel()
+	eachBackend(t, func(t *testing.T, b *backend) {
+		ca := b.client(t)
+		d := delayReplies(b.rueidis(t), 500*time.Millisecond)
+		cb, err := rlock.New(d)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = cb.Close() })
+		hardWarm(t, cb)
+		name := redistest.Name(t)
+		ctx := rlock.WithOwner(bg, "shared-"+name)
+		ma, mb := ca.Mutex(name), cb.Mutex(name)
+		require.NoError(t, ma.Lock(ctx))                            // A's tenure, renewed by A
+		require.NoError(t, mb.LockLease(ctx, 300*time.Millisecond)) // B re-enters it for 300 ms
+		close(d.on)                                                 // B's next replies come 500 ms late: after its fixed lease's end
+		err = mb.Lock(ctx)
+		t.Logf("B's re-entry: %v", err)
+		require.ErrorIs(t, err, rlock.ErrLeaseExpired, "B's re-entry joined a tenure of its own after the one it re-entered had ended")
+		// The caller unlocks the hold it took (LockLease): its lease ran its course.
+		// (One Unlock: the refused Lock took nothing. A second Unlock through B, which counts
+		// no hold, would give back a hold of the owner's wherever it was taken, as an owner
+		// id is a capability: Mutex.Unlock.)
+		require.ErrorIs(t, mb.Unlock(ctx), rlock.ErrLeaseExpired)
+		require.NoError(t, ma.Err(ctx), "A's hold is untouched")
+		redistest.WaitFor(t, 5*time.Second, "Redis to count A's hold alone", func() bool {
+			n, err := ma.HoldCount(ctx)
+			require.NoError(t, err)
+			return n == 1
+		})
+		require.NoError(t, ma.Unlock(ctx))
+		require.False(t, b.exists(t, ma.Key()), "A's Unlock frees the lock")
+	})
+}

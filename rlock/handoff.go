@@ -287,7 +287,7 @@ func (m *Mutex) handedOff(ctx context.Context, h *hold, cand *candidate, o *opHo
 	} else {
 		vals = []int64{1, cand.token, 1}
 	}
-	switch err := m.grant(ctx, h, vals, cand.sent, cand.lease, cand.renew, o, g, tr); {
+	switch err := m.grant(ctx, h, nil, vals, cand.sent, cand.lease, cand.renew, o, g, tr); {
 	case errors.Is(err, watchdog.ErrClosed):
 		return false, ErrClosed, true
 	case errors.Is(err, errLateGrant):

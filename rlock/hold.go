@@ -228,7 +228,7 @@ func (c *Client) forgetLocked(h *hold) {
 // and returns how many of the Client's holds Redis counts beyond it (extra), to be given
 // back; holds of the same owner id taken through another Client are not among them. fresh
 // reports that the grant began a tenure (else it re-entered one).
-func (h *hold) granted(token, holds, mine int64, sent time.Time, lease time.Duration, renew bool) (fresh bool, extra int64, err error) {
+func (h *hold) granted(within *tenure, token, holds, mine int64, sent time.Time, lease time.Duration, renew bool) (fresh bool, extra int64, err error) {
 	h.mu.Lock()
 	defer h.unlockMu()
 	if h.lost != nil {
@@ -239,6 +239,20 @@ func (h *hold) granted(token, holds, mine int64, sent time.Time, lease time.Dura
 		// lease would then wipe their count and the loss with it. The grant is refused like
 		// any acquire after a loss, and given back (grant).
 		return false, 0, h.lost
+	}
+	if within != nil && h.cur != within && token == within.token {
+		// The acquire re-entered a tenure (within) that ended here before its grant came
+		// back, its fixed lease having run its course (a loss sets h.lost, above; a release
+		// waits for h.op, which the acquire holds), and Redis, where that tenure lives on (the
+		// drift moment, or another Client's renewals of a context owner's tenure), counted it
+		// as a re-entry of it: recorded, it would start a tenure here over the one this
+		// Client let go, and the caller, who counts the ended tenure's holds too, would
+		// unlock one more than the Client counts. Through a Client that counts none, a
+		// context owner's Unlock gives back a hold of the owner's whatever Client took it,
+		// and took another Client's. It is refused, recording nothing, and given back
+		// (grant). (A grant that began a tenure afresh, its token another, is that of a
+		// call of its own: two goroutines sharing a handle, each unlocking its own hold.)
+		return false, 0, errReentryEnded
 	}
 	if h.count > 0 && (holds == 1 || h.cur != nil && token != h.cur.token) {
 		// A fresh grant, or a re-entry of another tenure (a context owner's, which another
@@ -302,6 +316,10 @@ func (h *hold) granted(token, holds, mine int64, sent time.Time, lease time.Dura
 	h.count++
 	return fresh, extra, nil
 }
+
+// errReentryEnded: a re-entry's grant came back after the tenure it re-entered ran to the end
+// of its fixed lease; the caller gives it back. It wraps ErrLeaseExpired.
+var errReentryEnded = errorf("%w: the tenure it re-entered ran to the end of its fixed lease before the grant came back", ErrLeaseExpired)
 
 // errLateGrant: a grant arrived too late to be used; the caller gives it back. It wraps
 // ErrLeaseExpired: the lease asked for had run out (on this Client's conservative clock)

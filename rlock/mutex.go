@@ -156,7 +156,10 @@ func (m *Mutex) ownerOf(ctx context.Context) (string, error) {
 //     have granted is never renewed and expires with its lease; a re-entry's, into a hold the
 //     owner keeps, rides with that hold, renewed with it, until it is given back: see
 //     [Mutex.HoldCount]);
-//  2. [ErrLockLost] when the owner's earlier hold was lost and not yet unlocked;
+//  2. [ErrLockLost] when the owner's earlier hold was lost and not yet unlocked; an error
+//     wrapping [ErrLeaseExpired] for a re-entry whose grant came back after the hold it
+//     re-entered ran to the end of its fixed lease (the grant is given back: the caller holds
+//     nothing more, and unlocks only what it held before);
 //  3. [ErrWrongType] when the key holds another kind of value;
 //  4. [ErrClosed] after [Client.Close]; [ErrInvalid] for an invalid name or owner;
 //  5. a Redis or connection error, wrapped; an acquire whose reply was lost is resolved
