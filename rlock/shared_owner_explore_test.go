@@ -70,6 +70,7 @@ func TestExplore_SharedOwnerLosses(t *testing.T) {
 	if testing.Short() {
 		t.Skip("short")
 	}
+	t.Parallel() // its own Clients and names: it runs beside the others (go test ./... stays within 5 minutes)
 	seed := seedOf(t, "RELOCK_SHARED_SEED")
 	budget := 6 * time.Second
 	if fullRun() {

@@ -63,6 +63,7 @@ import (
 //	RELOCK_WAITBOUND_SECONDS=<s>  calls start while it lasts, per backend (default 5; 30
 //	                              with RELOCK_FULL=1)
 func TestExplore_WaitBound(t *testing.T) {
+	t.Parallel() // its own Clients, names and servers' keys: it runs beside the others (go test ./... stays within 5 minutes)
 	seed := seedOf(t, envWaitBoundSeed)
 	budget := 5 * time.Second
 	if fullRun() {
