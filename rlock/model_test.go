@@ -2005,6 +2005,17 @@ func (ls *lockSubject) excused(s *mseq, ms *mside) bool {
 func (g *mgor) side(side int) *mside { return g.o.sides[side] }
 
 // ownerEntries are the holds of side that g's owner's goroutines took and did not give back.
+// fixedEndedDuring reports whether one of es, taken before start, is a fixed lease that may
+// have ended by ret.
+func fixedEndedDuring(es []*mentry, start, ret time.Time) bool {
+	for _, e := range es {
+		if e.fixed && e.start.Before(start) && e.end.Before(ret.Add(expirySlack)) {
+			return true
+		}
+	}
+	return false
+}
+
 func (o *mowner) entries(side int) []*mentry {
 	o.mu.Lock()
 	defer o.mu.Unlock()
@@ -2205,6 +2216,10 @@ func (ls *lockSubject) acquireOp(s *mseq, g *mgor, side int, d []float64, f *opF
 	case errors.Is(err, rlock.ErrLeaseExpired) && lease > 0:
 		// Documented: every grant came back after its fixed lease ran out (Redis slow).
 		s.fault("late-grant")
+	case errors.Is(err, rlock.ErrLeaseExpired) && fixedEndedDuring(append(g.o.entries(side), g.stack...), start, ret):
+		// Documented (Lock, e9006b2): a re-entry whose grant came back after the fixed lease
+		// of the tenure it re-entered (the owner's holds on this Client) ran out is refused.
+		s.fault("reentry-after-lease")
 	case refusedReplay(f, err):
 		s.violate("refused-replay", "%s %s: an acquire whose reply was lost reports the error reply to its replay as its outcome: %v", g, desc, err)
 		s.ambiguous(ms, g, desc)
