@@ -346,51 +346,15 @@ func (h *hold) onLost(l *watchdog.Lease, cause error) {
 		// A fixed lease ran its course: the holds are over, nothing was lost. Redis may keep
 		// them a little longer (the drift allowance): a grant in that moment finds them among
 		// the Client's own in Redis and gives them back (granted's extra).
-		n := h.count
 		h.count = 0
 		h.expired = true
 		h.endLocked(ErrLeaseExpired)
 		h.unlockMu()
-		if n > 0 && isContextOwner(h.owner) && !h.v.ownOrphans {
-			h.giveBackExpired(n)
-		}
 		h.c.forget(h)
 		return
 	}
 	h.endLocked(errorf("%w: %w", ErrLockLost, cause))
 	h.unlockMu()
-}
-
-// giveBackExpired gives back, in the background, what Redis still counts for this Client of
-// n holds of a context owner whose fixed lease has just run its course here. Where the
-// holds were re-entries of a tenure another Client of the owner renews, Redis keeps them as
-// long as that Client renews: the owner's count there stayed above its holds, and after the
-// other Client's last Unlock the lock stayed held, by nobody, for up to its lease
-// (TestSharedOwner_fixedLeaseReentryEndsInRedisToo). Each give-back is conditional (the
-// release script's keep: the holds this Client counts when it runs, under h.op), so it never
-// takes a hold the owner took since, through this Client or another. h stays in the table
-// until it is done, so that the owner's next call through this Client waits for it (h.op). A
-// busy or closed Client leaves them to the owner's next grant or Unlock here, which give
-// back what Redis counts beyond the Client's own (granted's extra, release keep 0).
-func (h *hold) giveBackExpired(n int) {
-	if h.c.isClosed() {
-		return
-	}
-	h.c.reref(h)
-	h.c.background(func() {
-		defer h.c.unref(h)
-		ctx, cancel := h.c.cleanupCtx(context.Background())
-		defer cancel()
-		if err := h.lockOp(ctx); err != nil {
-			return
-		}
-		defer h.unlockOp()
-		h.mu.Lock()
-		keep := h.count
-		h.mu.Unlock()
-		m := &Mutex{c: h.c, name: h.name, keys: h.keys, v: h.v}
-		_, _ = m.giveBackOrphans(ctx, h.owner, keep, int64(n))
-	})
 }
 
 // abandon ends this Client's part in one hold whose give-back failed or got no answer
