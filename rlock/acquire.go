@@ -486,7 +486,9 @@ func (m *Mutex) grant(ctx context.Context, h *hold, within *tenure, vals []int64
 	switch {
 	case errors.Is(err, ErrLockLost):
 		extra, reason = 1, GiveBackLost // the grant itself
-	case errors.Is(err, errLateGrant), errors.Is(err, errReentryEnded):
+	case errors.Is(err, errReentryEnded):
+		reason = GiveBackLate // extra: the grant and the ended tenure's holds (granted)
+	case errors.Is(err, errLateGrant):
 		extra, reason = 1, GiveBackLate
 	case err != nil:
 		return err

@@ -252,7 +252,11 @@ func (h *hold) granted(within *tenure, token, holds, mine int64, sent time.Time,
 		// and took another Client's. It is refused, recording nothing, and given back
 		// (grant). (A grant that began a tenure afresh, its token another, is that of a
 		// call of its own: two goroutines sharing a handle, each unlocking its own hold.)
-		return false, 0, errReentryEnded
+		// Redis counts the ended tenure's holds of this Client's with the re-entry's, and the
+		// re-entry may have extended their lease (acquire.lua never shortens it): every hold
+		// Redis counts of this Client's beyond those it counts now (none: the tenure
+		// ended here, and h.op kept any other grant out) is given back, not the grant alone.
+		return false, max(1, mine-int64(h.count)), errReentryEnded
 	}
 	if h.count > 0 && (holds == 1 || h.cur != nil && token != h.cur.token) {
 		// A fresh grant, or a re-entry of another tenure (a context owner's, which another

@@ -3484,52 +3484,73 @@ func TestModelRegression_failedGiveBackOfReentryReportsLoss(t *testing.T) {
 // time.Now().Before(r.until)) - but what matters is whether the request was sent before
 // that end, and it was. The extra hold stays: Redis counts 2 where the Client counts 1, and
 // after the owner's Unlock the lock stays held, by nobody, for a whole watchdog lease.
+//
+// Since e9006b2 such a re-entry is refused (ErrLeaseExpired) and given back. The give-back
+// took back only the re-entry's own hold, leaving the hold of the ended tenure, which the
+// re-entry's watchdog lease had extended in Redis: Redis counted 1 where the Client counted
+// none until the owner's next Unlock (a context owner's gives back what Redis counts of this
+// Client's) or, for a handle, until the watchdog lease ran out (found by the model test,
+// Mutex, seed 18129566869102455923, "redis-ghost: ... Client 0 ..., Redis 1"). The refusal
+// gives back every hold Redis counts of this Client's now, and this test looks well before
+// the re-entry's watchdog lease could end it.
 func TestModelRegression_lateReentryReplyLeavesGhost(t *testing.T) {
 	b := realBackend(t)
-	c, err := rlock.New(newModelFaults(b.rueidis(t), nil).hc, rlock.WithWatchdogTimeout(5*time.Second))
+	const watchdogTTL = 5 * time.Second
+	c, err := rlock.New(newModelFaults(b.rueidis(t), nil).hc, rlock.WithWatchdogTimeout(watchdogTTL))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	ctx := rlock.WithOwner(bg, "owner-of-another-process")
-	m := c.Mutex(redistest.Name(t))
-	if err := m.Lock(ctx); err != nil { // loads the scripts
-		t.Fatal(err)
-	}
-	if err := m.Unlock(ctx); err != nil {
-		t.Fatal(err)
-	}
-	tryInTime(t, func() (bool, error) { return m.TryLock(ctx, 0, 50*time.Millisecond) })
-	// A re-entry in watchdog mode, sent at once (Redis joins it to the fixed lease), whose
-	// reply comes 100ms later, after the fixed lease ran out on the Client's clock.
-	// Since e9006b2 the re-entry, answered with the ended tenure's token, is refused
-	// (ErrLeaseExpired) and given back: the caller holds nothing more, and the hold it took
-	// with the fixed lease has ended.
-	late := withFault(ctx, &opFault{stages: []faultStage{{kind: fDelay, n: 1, delay: 100 * time.Millisecond}}})
-	if ok, err := m.TryLock(late, 0, 0); ok || !errors.Is(err, rlock.ErrLeaseExpired) {
-		t.Fatalf("the re-entry: %v %v, want ErrLeaseExpired", ok, err)
-	}
-	var n, local int
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		var err error
-		if n, err = m.HoldCount(ctx); err != nil {
-			t.Fatal(err)
-		}
-		if local = rlock.ModelMutexHold(m, ctx).Count; local == n || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(10 * time.Millisecond) // the refused grant's give-back runs in the background
-	}
-	if local != n {
-		t.Errorf("after a re-entry sent within the fixed lease and answered after it: the Client counts %d holds of the owner, Redis %d", local, n)
-	}
-	if err := m.Unlock(ctx); !errors.Is(err, rlock.ErrLeaseExpired) {
-		t.Fatalf("the Unlock of the hold whose fixed lease ran out: %v, want ErrLeaseExpired", err)
-	}
-	if locked, err := m.IsLocked(bg); err != nil || locked {
-		ttl, _ := m.TTL(bg)
-		t.Fatalf("after the owner's last Unlock the lock is still held (IsLocked %v, %v; TTL %v)", locked, err, ttl)
+	for _, tc := range []struct {
+		name string
+		ctx  context.Context
+	}{
+		{"context owner", rlock.WithOwner(bg, "owner-of-another-process")},
+		{"handle", bg},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, m := tc.ctx, c.Mutex(redistest.Name(t))
+			if err := m.Lock(ctx); err != nil { // loads the scripts
+				t.Fatal(err)
+			}
+			if err := m.Unlock(ctx); err != nil {
+				t.Fatal(err)
+			}
+			tryInTime(t, func() (bool, error) { return m.TryLock(ctx, 0, 50*time.Millisecond) })
+			// A re-entry in watchdog mode, sent at once (Redis joins it to the fixed lease
+			// and extends the key to the watchdog's lease), whose reply comes 100ms later,
+			// after the fixed lease ran out on the Client's clock.
+			start := time.Now()
+			late := withFault(ctx, &opFault{stages: []faultStage{{kind: fDelay, n: 1, delay: 100 * time.Millisecond}}})
+			if ok, err := m.TryLock(late, 0, 0); ok || !errors.Is(err, rlock.ErrLeaseExpired) {
+				t.Fatalf("the re-entry: %v %v, want ErrLeaseExpired", ok, err)
+			}
+			// The caller holds nothing now: Redis must count nothing of the owner's long
+			// before the re-entry's watchdog lease would end it there.
+			var n, local int
+			deadline := start.Add(watchdogTTL / 3)
+			for {
+				var err error
+				if n, err = m.HoldCount(ctx); err != nil {
+					t.Fatal(err)
+				}
+				if local = rlock.ModelMutexHold(m, ctx).Count; local == n && n == 0 || time.Now().After(deadline) {
+					break
+				}
+				time.Sleep(10 * time.Millisecond) // the refused grant's give-back runs in the background
+			}
+			if local != 0 || n != 0 {
+				ttl, _ := m.TTL(bg)
+				t.Fatalf("%v after a re-entry sent within the fixed lease and answered after it: the Client counts %d holds of the owner, Redis %d (TTL %v)", time.Since(start).Round(time.Millisecond), local, n, ttl)
+			}
+			if err := m.Unlock(ctx); !errors.Is(err, rlock.ErrLeaseExpired) {
+				t.Fatalf("the Unlock of the hold whose fixed lease ran out: %v, want ErrLeaseExpired", err)
+			}
+			if locked, err := m.IsLocked(bg); err != nil || locked {
+				ttl, _ := m.TTL(bg)
+				t.Fatalf("after the owner's last Unlock the lock is still held (IsLocked %v, %v; TTL %v)", locked, err, ttl)
+			}
+		})
 	}
 }
 
