@@ -64,7 +64,7 @@ import (
 // RELOCK_DRIFT_SEED replays a run's plan (goroutine timing is not replayed) and
 // RELOCK_DRIFT_TRIAL=<n> runs its trial n alone; the failure message gives the seed, the
 // trial and the trial's operation history (RELOCK_DRIFT_LOG=1 prints it for passing trials
-// too). The run lasts 3 s (RELOCK_FULL: 60 s; RELOCK_DRIFT_BUDGET, a duration, overrides
+// too). The run lasts 3 s (RELOCK_FULL: 60 s; RELOCK_DRIFT_BUDGET, a duration or seconds, overrides
 // both). It fails within seconds when a replay is answered twice (acquire.lua's "applied
 // already" answer removed) or when the grant of a caller that had gone is kept instead of
 // given back (Mutex.undo's give-back removed): tried by hand, both reverted.
@@ -378,25 +378,8 @@ func driftHunt(t *testing.T, cross bool) {
 		t.Skip("short")
 	}
 	seed := seedOf(t, "RELOCK_DRIFT_SEED")
-	budget := 3 * time.Second
-	if fullRun() {
-		budget = time.Minute
-	}
-	if v := os.Getenv("RELOCK_DRIFT_BUDGET"); v != "" {
-		d, err := time.ParseDuration(v)
-		if err != nil {
-			t.Fatalf("RELOCK_DRIFT_BUDGET: %v", err)
-		}
-		budget = d
-	}
-	only := -1
-	if v := os.Getenv("RELOCK_DRIFT_TRIAL"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil {
-			t.Fatalf("RELOCK_DRIFT_TRIAL: %v", err)
-		}
-		only = n
-	}
+	budget := budgetOf(t, "RELOCK_DRIFT_BUDGET", 3*time.Second, time.Minute)
+	only := trialOf(t, "RELOCK_DRIFT_TRIAL")
 	srv := redistest.Start(t)
 	var gmu sync.Mutex
 	gaveFail := map[string]int{} // lock name + "\x00" + owner field -> failed give-backs

@@ -64,7 +64,7 @@ import (
 //
 // RELOCK_SHARED_SEED replays a run's plan (goroutine timing is not replayed),
 // RELOCK_SHARED_TRIAL=<n> runs its trial n alone, RELOCK_SHARED_LOG=1 prints every trial's
-// history. The run lasts 6 s (RELOCK_FULL: 60 s; RELOCK_SHARED_BUDGET, a duration,
+// history. The run lasts 6 s (RELOCK_FULL: 60 s; RELOCK_SHARED_BUDGET, a duration or seconds,
 // overrides both).
 func TestExplore_SharedOwnerLosses(t *testing.T) {
 	if testing.Short() {
@@ -72,25 +72,8 @@ func TestExplore_SharedOwnerLosses(t *testing.T) {
 	}
 	t.Parallel() // its own Clients and names: it runs beside the others (go test ./... stays within 5 minutes)
 	seed := seedOf(t, "RELOCK_SHARED_SEED")
-	budget := 6 * time.Second
-	if fullRun() {
-		budget = time.Minute
-	}
-	if v := os.Getenv("RELOCK_SHARED_BUDGET"); v != "" {
-		d, err := time.ParseDuration(v)
-		if err != nil {
-			t.Fatalf("RELOCK_SHARED_BUDGET: %v", err)
-		}
-		budget = d
-	}
-	only := -1
-	if v := os.Getenv("RELOCK_SHARED_TRIAL"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil {
-			t.Fatalf("RELOCK_SHARED_TRIAL: %v", err)
-		}
-		only = n
-	}
+	budget := budgetOf(t, "RELOCK_SHARED_BUDGET", 6*time.Second, time.Minute)
+	only := trialOf(t, "RELOCK_SHARED_TRIAL")
 	known := os.Getenv("RELOCK_KNOWN_DEFECTS") == "1"
 	srv := redistest.Start(t)
 	admin := srv.Client(t)

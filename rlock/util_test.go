@@ -27,6 +27,42 @@ func seedOf(t *testing.T, env string) uint64 {
 	return seed
 }
 
+// budgetOf is an explorer's run time: def, or full under RELOCK_FULL, or the duration that
+// env gives (a Go duration such as 20s; a bare number is seconds).
+func budgetOf(t *testing.T, env string, def, full time.Duration) time.Duration {
+	t.Helper()
+	budget := def
+	if fullRun() {
+		budget = full
+	}
+	if v := os.Getenv(env); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			s, ferr := strconv.ParseFloat(v, 64)
+			if ferr != nil {
+				t.Fatalf("%s=%q: neither a duration nor seconds: %v", env, v, err)
+			}
+			d = time.Duration(s * float64(time.Second))
+		}
+		budget = d
+	}
+	return budget
+}
+
+// trialOf is the one trial an explorer runs alone when env names it, else -1 (every trial).
+func trialOf(t *testing.T, env string) int {
+	t.Helper()
+	v := os.Getenv(env)
+	if v == "" {
+		return -1
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 0 {
+		t.Fatalf("%s=%q: not a trial number", env, v)
+	}
+	return n
+}
+
 // watchStalls measures, until the first call of the function it returns, the stalls of this
 // process: a goroutine that a 5ms ticker wakes runs more than stallThreshold late (a loaded
 // machine). onStall (or nil) is told each stall as it is seen. The function returned stops

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"sort"
 	"strconv"
 	"strings"
@@ -14,7 +13,6 @@ import (
 	"time"
 
 	"github.com/redis/rueidis"
-	"github.com/stretchr/testify/require"
 
 	"github.com/relock-go/relock/internal/redistest"
 	"github.com/relock-go/relock/rlock"
@@ -65,15 +63,7 @@ import (
 func TestExplore_WaitBound(t *testing.T) {
 	t.Parallel() // its own Clients, names and servers' keys: it runs beside the others (go test ./... stays within 5 minutes)
 	seed := seedOf(t, envWaitBoundSeed)
-	budget := 5 * time.Second
-	if fullRun() {
-		budget = 30 * time.Second
-	}
-	if v := os.Getenv(envWaitBoundSeconds); v != "" {
-		s, err := strconv.ParseFloat(v, 64)
-		require.NoError(t, err, envWaitBoundSeconds)
-		budget = time.Duration(s * float64(time.Second))
-	}
+	budget := budgetOf(t, envWaitBoundSeconds, 5*time.Second, 30*time.Second)
 	eachBackend(t, func(t *testing.T, b *backend) {
 		x := newWBRun(t, b, seed, budget)
 		x.run()
