@@ -346,7 +346,11 @@ func TestFairMutex_deadWaiterDoesNotStallTheQueue(t *testing.T) {
 		const bound = waiterTimeout + waiterTimeout/3 + 2*time.Second
 		stalled := watchStalls(nil)
 		t.Cleanup(func() { stalled(time.Time{}, time.Time{}) }) // stops it, if the wait fails
-		rc.refuse.Store(1 << 30)                                // the dead waiter's Redis is gone from now on
+		// The dead waiter's Redis is gone from now on. An attempt of its heartbeat sent just
+		// before could still reach Redis after the Unlock below and take the lock, for its
+		// Client's 30 s lease (the live waiter got it after 30.0 s once, in a full -race run
+		// beside .ci/run): refuseAll waits it out.
+		rc.refuseAll(t)
 		released := time.Now()
 		require.NoError(t, holder.Unlock(bg)) // wakes the dead head, which cannot take it
 		err = await(t, got, bound+30*time.Second, "the live waiter behind a dead one (a hang)")

@@ -12,6 +12,7 @@ import (
 	"github.com/redis/rueidis"
 	"github.com/stretchr/testify/require"
 
+	"github.com/relock-go/relock/internal/redistest"
 	"github.com/relock-go/relock/lua"
 )
 
@@ -189,19 +190,33 @@ func loseReplies(rc rueidis.Client) *lostReplies {
 // sending nothing (refuseSends).
 type refusedSends struct {
 	*hookClient
-	refuse atomic.Int32 // scripts still to refuse
+	refuse   atomic.Int32 // scripts still to refuse
+	inFlight atomic.Int32 // scripts sent and not answered yet
 }
 
 // refuseSends wraps rc in a hookClient that refuses scripts when told (refuse).
 func refuseSends(rc rueidis.Client) *refusedSends {
 	r := &refusedSends{hookClient: &hookClient{Client: rc}}
 	r.set(func(_ context.Context, cmd hookCall, call func() rueidis.RedisResult) rueidis.RedisResult {
-		if !cmd.multi && r.refuse.Add(-1) >= 0 {
+		if cmd.multi {
+			return call()
+		}
+		r.inFlight.Add(1) // before the check: settle sees every script that passed it
+		defer r.inFlight.Add(-1)
+		if r.refuse.Add(-1) >= 0 {
 			return refusedResult()
 		}
 		return call()
 	})
 	return r
+}
+
+// refuseAll refuses every script from now on and returns once no script sent before is
+// still on its way: from then on, nothing of this Client's reaches Redis (pipelines aside).
+func (r *refusedSends) refuseAll(t *testing.T) {
+	t.Helper()
+	r.refuse.Store(1 << 30)
+	redistest.WaitFor(t, 10*time.Second, "the scripts sent before the refusal to be answered", func() bool { return r.inFlight.Load() == 0 })
 }
 
 // keptSend is a hookClient that keeps back the first script sent through it once armed
