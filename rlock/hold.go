@@ -159,6 +159,20 @@ func (c *Client) reref(h *hold) {
 	h.refs++
 }
 
+// rerefIfListed counts one more operation on h if h is still the table's entry for its
+// owner and lock, and reports whether it did. Work that must be ordered with the owner's
+// other calls through this Client (h.op) uses it when it holds no reference of its own: an
+// h already dropped from the table is not the one the owner's next call takes.
+func (c *Client) rerefIfListed(h *hold) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.holds[h.key()] != h {
+		return false
+	}
+	h.refs++
+	return true
+}
+
 // peek returns the hold of (keys, owner) if there is one, without counting.
 func (c *Client) peek(keys lockKeys, v *variant, owner string) *hold {
 	c.mu.Lock()
@@ -350,15 +364,63 @@ func (h *hold) onLost(l *watchdog.Lease, cause error) {
 		// A fixed lease ran its course: the holds are over, nothing was lost. Redis may keep
 		// them a little longer (the drift allowance): a grant in that moment finds them among
 		// the Client's own in Redis and gives them back (granted's extra).
+		n := h.count
 		h.count = 0
 		h.expired = true
 		h.endLocked(ErrLeaseExpired)
 		h.unlockMu()
+		if n > 0 && isContextOwner(h.owner) && !h.v.ownOrphans {
+			h.giveBackExpired(n)
+		}
 		h.c.forget(h)
 		return
 	}
 	h.endLocked(errorf("%w: %w", ErrLockLost, cause))
 	h.unlockMu()
+}
+
+// giveBackExpired gives back, in the background, what Redis still counts for this Client of
+// n holds of a context owner whose fixed lease has just run its course here. Other Clients
+// of the owner may keep the tenure in Redis (their holds' renewals keep the key), and this
+// Client's holds with it: re-entered into a tenure another Client renews, or joined by a
+// renewed re-entry of another Client after the grant, they stayed counted, and after the
+// other Clients' last Unlock the lock stayed held, by nobody, for up to their lease
+// (TestSharedOwner_fixedLeaseReentryEndsInRedisToo,
+// TestSharedOwner_fixedLeaseTenureJoinedByARenewedReentryEndsInRedisToo). This Client cannot
+// tell (the other Client's re-entry may come after its last word from Redis), so it asks at
+// every such end; where the key ended with the lease, as it does where no other Client
+// shares the tenure, the release finds nothing and writes nothing. Each give-back is
+// conditional (the release script's keep: the holds this Client counts when it runs, under
+// h.op), so it never takes a hold that the owner took since, through this Client or another.
+//
+// h stays in the table until it is done, so that the owner's next call through this Client
+// waits for it (h.op). It sends nothing when the owner's Unlock or grant through this Client
+// came first (h.expired no longer set: the Unlock gave back what Redis counts of this
+// Client's, keep 0; the grant, what Redis counts beyond its own, extra), when the Client is
+// closed (Close would cut the send short: the other Clients' renewals end with them), or
+// when h left the table already (a call of the owner's that ended in this moment let it go:
+// its next grant or Unlock here gives back what Redis counts, as above).
+func (h *hold) giveBackExpired(n int) {
+	if h.c.isClosed() || !h.c.rerefIfListed(h) {
+		return
+	}
+	h.c.background(func() {
+		defer h.c.unref(h)
+		ctx, cancel := h.c.cleanupCtx(context.Background())
+		defer cancel()
+		if err := h.lockOp(ctx); err != nil {
+			return
+		}
+		defer h.unlockOp()
+		h.mu.Lock()
+		keep, settled := h.count, !h.expired
+		h.mu.Unlock()
+		if settled || h.c.isClosed() {
+			return
+		}
+		m := &Mutex{c: h.c, name: h.name, keys: h.keys, v: h.v}
+		_, _ = m.giveBackOrphans(ctx, h.owner, keep, int64(n))
+	})
 }
 
 // abandon ends this Client's part in one hold whose give-back failed or got no answer

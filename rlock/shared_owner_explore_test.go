@@ -58,9 +58,11 @@ import (
 //
 // A hold that a Client counts none of after a fixed-lease tenure of its own, and that Redis
 // still counts for it in a tenure renewed by another Client of the owner (a fixed lease
-// re-entered into that tenure: TestSharedOwner_fixedLeaseReentryEndsInRedisToo) is a known
-// defect: logged as a window, failed only with RELOCK_KNOWN_DEFECTS=1 (20 s runs show it
-// in about one trial in five).
+// re-entered into that tenure, or a fixed tenure that a renewed re-entry joined:
+// TestSharedOwner_fixedLeaseReentryEndsInRedisToo and ...TenureJoinedByARenewedReentry...)
+// was a known defect, logged as a window (20 s runs showed it in about one trial in five,
+// and in 10 s with the fix of the first story alone); since the give-back at every context
+// owner's fixed-lease end (hold.giveBackExpired) it is a violation once the trial settles.
 //
 // RELOCK_SHARED_SEED replays a run's plan (goroutine timing is not replayed),
 // RELOCK_SHARED_TRIAL=<n> runs its trial n alone, RELOCK_SHARED_LOG=1 prints every trial's
@@ -74,7 +76,6 @@ func TestExplore_SharedOwnerLosses(t *testing.T) {
 	seed := seedOf(t, "RELOCK_SHARED_SEED")
 	budget := budgetOf(t, "RELOCK_SHARED_BUDGET", 6*time.Second, time.Minute)
 	only := trialOf(t, "RELOCK_SHARED_TRIAL")
-	known := os.Getenv("RELOCK_KNOWN_DEFECTS") == "1"
 	srv := redistest.Start(t)
 	admin := srv.Client(t)
 	var clients []*rlock.Client
@@ -91,7 +92,6 @@ func TestExplore_SharedOwnerLosses(t *testing.T) {
 	}
 	begin := time.Now()
 	trials, losses, overlaps := 0, 0, 0
-	var windows []string
 	for i := 0; ; i++ {
 		if only >= 0 {
 			if i < only {
@@ -103,12 +103,11 @@ func TestExplore_SharedOwnerLosses(t *testing.T) {
 		} else if time.Since(begin) > budget {
 			break
 		}
-		tr := &soTrial{t: t, idx: i, admin: admin, clients: clients, start: time.Now(), known: known}
+		tr := &soTrial{t: t, idx: i, admin: admin, clients: clients, start: time.Now()}
 		tr.run(rand.New(rand.NewPCG(seed, uint64(i))))
 		trials++
 		losses += tr.losses
 		overlaps += tr.overlaps
-		windows = append(windows, tr.windows...)
 		if os.Getenv("RELOCK_SHARED_LOG") == "1" {
 			t.Logf("trial %d history:\n%s", i, strings.Join(tr.hist, "\n"))
 		}
@@ -120,9 +119,6 @@ func TestExplore_SharedOwnerLosses(t *testing.T) {
 			t.Fatalf("shared-owner explore: seed %d trial %d (RELOCK_SHARED_SEED=%d RELOCK_SHARED_TRIAL=%d replays its plan):\n%s\nhistory:\n%s",
 				seed, i, seed, i, strings.Join(tr.fail, "\n"), strings.Join(hist, "\n"))
 		}
-	}
-	for _, w := range windows {
-		t.Logf("known window: %s", w)
 	}
 	t.Logf("%d trials in %v: %d losses injected, %d grants to another owner over a hold not yet told lost", trials,
 		time.Since(begin).Round(time.Millisecond), losses, overlaps)
@@ -213,7 +209,6 @@ type soTrial struct {
 	admin   rueidis.Client
 	clients []*rlock.Client
 	start   time.Time
-	known   bool
 	names   []string
 	keys    []string
 	base    string
@@ -224,7 +219,6 @@ type soTrial struct {
 	pending  []soPending
 	hist     []string
 	fail     []string
-	windows  []string
 	losses   int
 	overlaps int
 }
@@ -532,19 +526,14 @@ func (tr *soTrial) quiescent(when string) {
 	deadline := time.Now().Add(soSettle)
 	for {
 		ms, windows := tr.mismatches()
-		if len(ms) == 0 || time.Now().After(deadline) {
+		// The give-back at a fixed lease's end runs in the background: a window may close
+		// within the settling time too.
+		if len(ms) == 0 && len(windows) == 0 || time.Now().After(deadline) {
 			for _, m := range ms {
 				tr.violation("%s: %s", when, m)
 			}
 			for _, w := range windows {
-				if tr.known {
-					tr.violation("%s: known defect: %s", when, w)
-					continue
-				}
-				tr.note("known window: %s", w)
-				tr.mu.Lock()
-				tr.windows = append(tr.windows, fmt.Sprintf("trial %d %s: %s", tr.idx, when, w))
-				tr.mu.Unlock()
+				tr.violation("%s: %s", when, w)
 			}
 			return
 		}
@@ -563,7 +552,8 @@ func (tr *soTrial) toldBy(a *soActor, deadline time.Time) error {
 	}
 }
 
-// mismatches returns what (a)-(c) find wrong now, and the known windows (see the test's
+// mismatches returns what (a)-(c) find wrong now, and apart the holds of an ended fixed lease
+// that Redis still counts in a tenure another Client renews (once a known defect: see the test's
 // comment).
 func (tr *soTrial) mismatches() (out, windows []string) {
 	for l := range tr.keys {

@@ -3,7 +3,6 @@ package rlock_test
 import (
 	"context"
 	"fmt"
-	"os"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -296,12 +295,11 @@ func TestSharedOwner_renewalsOfARedLock(t *testing.T) {
 // not free when every hold has been given back or has run its course (Unlock's godoc), and
 // other owners wait for it.
 //
-// It fails today (review5: the fix needs hold.go, reported) and runs only with
-// RELOCK_KNOWN_DEFECTS=1.
+// It failed (review5's D1) on both backends: "the owner holds 1 hold (A's; B's fixed lease
+// ended 3 s ago); Redis counts 2", "every hold of the owner was given back or ran its course,
+// yet the lock is held (for 1.488s more)". B's Client knows its tenure is shared (its grant
+// found A's hold) and gives its holds back at their fixed lease's end (hold.giveBackExpired).
 func TestSharedOwner_fixedLeaseReentryEndsInRedisToo(t *testing.T) {
-	if os.Getenv("RELOCK_KNOWN_DEFECTS") != "1" {
-		t.Skip("a known defect (review5): a shared owner's fixed-lease re-entry outlives its lease in Redis; RELOCK_KNOWN_DEFECTS=1 runs it")
-	}
 	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ca := b.client(t, rlock.WithWatchdogTimeout(3*time.Second))
@@ -314,6 +312,46 @@ func TestSharedOwner_fixedLeaseReentryEndsInRedisToo(t *testing.T) {
 		within(t, 5*time.Second, "B's fixed lease to end", mb.Done(ctx))
 		require.ErrorIs(t, mb.Err(ctx), rlock.ErrLeaseExpired)
 		// A's renewals (every 2 s) meanwhile; then A's count and B's must be Redis's.
+		time.Sleep(300 * time.Millisecond)
+		n := 0
+		for deadline := time.Now().Add(3 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+			var err error
+			n, err = ma.HoldCount(ctx)
+			require.NoError(t, err)
+			if n == 1 || time.Now().After(deadline) {
+				break
+			}
+		}
+		if n != 1 {
+			t.Errorf("the owner holds 1 hold (A's; B's fixed lease ended 3 s ago); Redis counts %d", n)
+		}
+		require.NoError(t, ma.Unlock(ctx))
+		other := cb.Mutex(name) // another owner
+		ok, err := other.TryLock(bg, 0, 0)
+		require.NoError(t, err)
+		if !ok {
+			ttl, _ := other.TTL(bg)
+			t.Fatalf("every hold of the owner was given back or ran its course, yet the lock is held (for %v more)", ttl)
+		}
+		require.NoError(t, other.Unlock(bg))
+	})
+}
+
+// The other order: B's fixed lease begins the tenure, and A (watchdog mode) re-enters it
+// after. A's renewals keep the key and B's hold with it; B's grant found no hold of another
+// Client, so B's Client does not know that its tenure is shared.
+func TestSharedOwner_fixedLeaseTenureJoinedByARenewedReentryEndsInRedisToo(t *testing.T) {
+	t.Parallel()
+	eachBackend(t, func(t *testing.T, b *backend) {
+		ca := b.client(t, rlock.WithWatchdogTimeout(3*time.Second))
+		cb := b.client(t, rlock.WithWatchdogTimeout(3*time.Second))
+		name := redistest.Name(t)
+		ctx := rlock.WithOwner(bg, "shared-"+name)
+		ma, mb := ca.Mutex(name), cb.Mutex(name)
+		require.NoError(t, mb.LockLease(ctx, 200*time.Millisecond)) // B's tenure, fixed
+		require.NoError(t, ma.Lock(ctx))                            // A's re-entry, renewed
+		within(t, 5*time.Second, "B's fixed lease to end", mb.Done(ctx))
+		require.ErrorIs(t, mb.Err(ctx), rlock.ErrLeaseExpired)
 		time.Sleep(300 * time.Millisecond)
 		n := 0
 		for deadline := time.Now().Add(3 * time.Second); ; time.Sleep(20 * time.Millisecond) {
