@@ -1,0 +1,168 @@
+package rlock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/relock-go/relock/internal/redistest"
+	"github.com/relock-go/relock/rlock"
+)
+
+// Grants the Client refuses and gives back (Mutex.grant): a grant after the owner's tenure
+// was reported lost, or a fresh grant while the Client counts holds (ErrLockLost); a re-entry
+// whose tenure ran to the end of its fixed lease here before the grant came back
+// (errReentryEnded); a fresh grant whose lease ran out before its reply (errLateGrant). Each
+// such grant may have extended, in Redis, the lease of holds the owner no longer has (a
+// re-entry never shortens the key's lease: acquire.lua), and the give-back must leave Redis
+// counting none of them: not until the owner's next Unlock, nor until the refused grant's
+// own lease ends. These tests look well before that lease could end them, for every kind of
+// lock that shares the path (Mutex, SpinMutex, FairMutex, both sides of RWMutex) and for a
+// handle's owner and a context owner.
+
+// refusedKind is one kind of lock, or one side of a read-write lock, as the tests below use it.
+type refusedKind struct {
+	api  *lockAPI
+	side int
+	rc   rueidis.Client // a plain client of the server (forRefusedKinds), to read TTLs with
+}
+
+func (k refusedKind) String() string {
+	if k.api.sides == 2 {
+		return k.api.name + "/" + sideName(k.side)
+	}
+	return k.api.name
+}
+
+// spinAPI is the model's mutexAPI on a SpinMutex (the same calls on its embedded *Mutex).
+var spinAPI = func() *lockAPI {
+	a := *mutexAPI
+	a.name = "SpinMutex"
+	a.handle = func(c *rlock.Client, name string) any { return c.SpinMutex(name).Mutex }
+	return &a
+}()
+
+var refusedKinds = []refusedKind{
+	{api: mutexAPI}, {api: spinAPI}, {api: fairAPI}, {api: rwAPI, side: 0}, {api: rwAPI, side: 1},
+}
+
+var refusedOwners = []struct {
+	name string
+	ctx  func(t *testing.T) context.Context
+}{
+	{"context owner", func(t *testing.T) context.Context { return rlock.WithOwner(bg, "u-"+redistest.Name(t)) }},
+	{"handle", func(*testing.T) context.Context { return bg }},
+}
+
+// loadScripts takes and gives back a hold of k's side (the scripts are then loaded: no
+// NOSCRIPT fallback counts among the calls a fault names).
+func loadScripts(t *testing.T, k refusedKind, h any, ctx context.Context) {
+	t.Helper()
+	if ok, err := k.api.acquire(h, ctx, k.side, -1, 0, true); !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	if err := k.api.release(h, ctx, k.side); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// redisHolds is the owner's (ctx's) live hold count of k's side in Redis, and the lock key's
+// TTL there.
+func (k refusedKind) redisHolds(h any, ctx context.Context) (int, time.Duration, error) {
+	var n int
+	var err error
+	switch {
+	case k.api.sides == 1:
+		n, err = mutexHandle(h).HoldCount(ctx)
+	case k.side == 0:
+		n, err = rwHandle(h).WriteHoldCount(ctx)
+	default:
+		n, err = rwHandle(h).ReadHoldCount(ctx)
+	}
+	if err != nil {
+		return 0, 0, err
+	}
+	ms, err := k.rc.Do(bg, k.rc.B().Pttl().Key(k.api.key(h)).Build()).AsInt64()
+	return n, time.Duration(ms) * time.Millisecond, err
+}
+
+// settleRedis waits, until by, for Redis to count no more holds of the owner (ctx) on k's side
+// than the Client does (the give-backs of a refused grant run in the background), and fails
+// t with what, the Client's count, Redis's and the TTL if it does not.
+func settleRedis(t *testing.T, k refusedKind, h any, ctx context.Context, by time.Time, what string, start time.Time) {
+	t.Helper()
+	for {
+		n, ttl, err := k.redisHolds(h, ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mh := k.api.hold(h, ctx, k.side)
+		live := mh.Count
+		if mh.Lost != nil {
+			live = 0 // the holds of a tenure reported lost are nobody's
+		}
+		if n <= live {
+			return
+		}
+		if time.Now().After(by) {
+			t.Fatalf("%v after %s: the Client counts %d live holds of the owner (hold %+v), Redis %d (TTL %v)", time.Since(start).Round(time.Millisecond), what, live, mh, n, ttl)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// forRefusedKinds runs f for every kind and both kinds of owner, each on a lock of its own.
+func forRefusedKinds(t *testing.T, rc rueidis.Client, f func(t *testing.T, k refusedKind, ctx context.Context)) {
+	for _, k := range refusedKinds {
+		k.rc = rc
+		for _, o := range refusedOwners {
+			t.Run(fmt.Sprintf("%v/%s", k, o.name), func(t *testing.T) { f(t, k, o.ctx(t)) })
+		}
+	}
+}
+
+// TestRefusedGrant_reentryAfterLossLeavesNoHold: the owner holds the lock in watchdog mode; its
+// renewals are refused, and a re-entry with a long fixed lease, sent at once, reaches Redis
+// while the hold is still there (Redis counts 2, and the key's lease is now the re-entry's),
+// but its reply comes after the watchdog reported the tenure lost. The Client refuses the
+// grant (ErrLockLost: hold.granted, h.lost). Redis must not count the lost tenure's hold,
+// extended by the refused re-entry, for that re-entry's lease: the owner was told it lost the
+// lock, and without the re-entry Redis would have dropped the hold with the lease last renewed.
+func TestRefusedGrant_reentryAfterLossLeavesNoHold(t *testing.T) {
+	b := realBackend(t)
+	rc := b.rueidis(t)
+	mf := newModelFaults(rc, nil)
+	const watchdogTTL = 300 * time.Millisecond
+	c, err := rlock.New(mf.hc, rlock.WithWatchdogTimeout(watchdogTTL))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	forRefusedKinds(t, rc, func(t *testing.T, k refusedKind, ctx context.Context) {
+		h := k.api.handle(c, redistest.Name(t))
+		loadScripts(t, k, h, ctx)
+		if ok, err := k.api.acquire(h, ctx, k.side, -1, 0, true); !ok || err != nil {
+			t.Fatal(ok, err)
+		}
+		mf.refuseRenewals.Store(true) // the watchdog reports the tenure lost ~300ms from now
+		const lease = 6 * time.Second
+		start := time.Now()
+		late := withFault(ctx, &opFault{stages: []faultStage{{kind: fDelay, n: 1, delay: 3 * watchdogTTL}}})
+		ok, err := k.api.acquire(h, late, k.side, 0, lease, false)
+		mf.refuseRenewals.Store(false)
+		if ok || !errors.Is(err, rlock.ErrLockLost) {
+			t.Fatalf("a re-entry answered after the tenure was reported lost: %v %v, want ErrLockLost", ok, err)
+		}
+		settleRedis(t, k, h, ctx, start.Add(lease/3), "a re-entry refused for the loss of its tenure", start)
+		if err := k.api.release(h, ctx, k.side); !errors.Is(err, rlock.ErrNotHeld) {
+			t.Errorf("the Unlock of the lost hold: %v, want ErrNotHeld", err)
+		}
+		if n, ttl, err := k.redisHolds(h, ctx); err != nil || n != 0 {
+			t.Errorf("after the owner unlocked its lost hold Redis counts %d (TTL %v, %v)", n, ttl, err)
+		}
+	})
+}
