@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -163,6 +164,61 @@ func TestRefusedGrant_reentryAfterLossLeavesNoHold(t *testing.T) {
 		}
 		if n, ttl, err := k.redisHolds(h, ctx); err != nil || n != 0 {
 			t.Errorf("after the owner unlocked its lost hold Redis counts %d (TTL %v, %v)", n, ttl, err)
+		}
+	})
+}
+
+// acquireScripts are the acquire scripts of the kinds above, by name (hookCall.script).
+var acquireScripts = map[string]bool{"acquire": true, "fair_acquire": true, "rw_acquire": true}
+
+// TestRefusedGrant_lateGrantGivesBackTheClientsOtherHolds: Redis counts a hold of the owner's
+// that the Client does not (an acquire whose outcome stayed unknown: the script ran, its reply
+// was lost and every replay refused within the cleanup timeout), and the owner's next acquire
+// reaches Redis after its own fixed lease ran out on the Client's clock (the request held back
+// before it is sent: a stalled network or server). Redis counts it a re-entry of that hold (and
+// raises the key's lease to the grant's, if longer); the Client refuses the grant (errLateGrant)
+// and gives it back. It must give back the other hold too, as a grant it recorded would have
+// (hold.granted's extra): Redis must not count it for the rest of its lease, nor for the
+// refused grant's.
+func TestRefusedGrant_lateGrantGivesBackTheClientsOtherHolds(t *testing.T) {
+	b := realBackend(t)
+	rc := b.rueidis(t)
+	mf := newModelFaults(rc, nil)
+	// Above the faults, a hook that holds back the next acquire's send (not its reply).
+	var holdBack atomic.Int64
+	hc := &hookClient{Client: mf.hc}
+	hc.set(func(ctx context.Context, cmd hookCall, call func() rueidis.RedisResult) rueidis.RedisResult {
+		if d := time.Duration(holdBack.Load()); d > 0 && acquireScripts[cmd.script] && holdBack.CompareAndSwap(int64(d), 0) {
+			time.Sleep(d)
+		}
+		return call()
+	})
+	c, err := rlock.New(hc, rlock.WithCleanupTimeout(300*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	forRefusedKinds(t, rc, func(t *testing.T, k refusedKind, ctx context.Context) {
+		h := k.api.handle(c, redistest.Name(t))
+		loadScripts(t, k, h, ctx)
+		const orphanLease = 6 * time.Second
+		unknown := withFault(ctx, &opFault{stages: []faultStage{{kind: fDrop, n: 1}, {kind: fRefuse, from: 1, n: 1 << 20}}})
+		if ok, err := k.api.acquire(h, unknown, k.side, 0, orphanLease, false); ok || !errors.Is(err, rlock.ErrUnknownOutcome) {
+			t.Fatalf("an acquire whose reply was lost and whose replays were refused: %v %v, want ErrUnknownOutcome", ok, err)
+		}
+		if n, ttl, err := k.redisHolds(h, ctx); err != nil || n != 1 {
+			t.Fatalf("Redis counts %d holds of the owner after the acquire of unknown outcome (TTL %v, %v), want 1", n, ttl, err)
+		}
+		const lease = 200 * time.Millisecond
+		start := time.Now()
+		holdBack.Store(int64(2 * lease))
+		ok, err := k.api.acquire(h, ctx, k.side, 0, lease, false)
+		if ok || !errors.Is(err, rlock.ErrLeaseExpired) {
+			t.Fatalf("an acquire that reached Redis after its lease ran out: %v %v, want ErrLeaseExpired", ok, err)
+		}
+		settleRedis(t, k, h, ctx, start.Add(orphanLease/3), "a grant refused as late", start)
+		if mh := k.api.hold(h, ctx, k.side); mh.Count != 0 || mh.Lost != nil {
+			t.Errorf("the Client's view after the refused grant: %+v, want no hold", mh)
 		}
 	})
 }
