@@ -451,9 +451,17 @@ func isGrant(vals []int64) bool { return (len(vals) == 3 || len(vals) == 4) && v
 // undo gives back what an acquire reply granted a caller that has gone. If the give-back
 // fails, this Client stops counting and renewing the hold (h.abandon): Redis lets it expire
 // within its lease. h.op must be held; undo runs in the background.
+//
+// The grant is recorded with its lease as a fixed one, whatever renew says: a re-entry in
+// watchdog mode has raised the key's lease in Redis to the watchdog timeout (acquire.lua
+// never shortens it), and the tenure it joined keeps its holds that long here too, but a
+// caller that has gone did not turn the watchdog on for the rest of the tenure. Recorded in
+// watchdog mode, it did: a fixed lease's hold (LockLease) was renewed until the owner's
+// Unlock, and never freed by itself
+// (TestRefusedGrant_canceledWatchdogReentryLeavesFixedLease).
 func (m *Mutex) undo(ctx context.Context, h *hold, vals []int64, sent time.Time, lease time.Duration, renew bool) {
 	var tr acqTrace
-	if err := m.grant(ctx, h, nil, vals, sent, lease, renew, nil, nil, &tr); err == nil {
+	if err := m.grant(ctx, h, nil, vals, sent, lease, false, nil, nil, &tr); err == nil {
 		if !tr.reentered {
 			h.hideTenure()
 		}

@@ -222,3 +222,61 @@ func TestRefusedGrant_lateGrantGivesBackTheClientsOtherHolds(t *testing.T) {
 		}
 	})
 }
+
+// TestRefusedGrant_canceledWatchdogReentryLeavesFixedLease: the owner holds the lock for a
+// fixed lease, and a re-entry in watchdog mode, applied in Redis at once, reaches a caller
+// that has gone (its ctx ended before the reply): the Client records the grant and gives it
+// back (Mutex.undo). The owner's fixed-lease hold must still end with its lease, the lock
+// freeing by itself (LockLease: "whether or not Unlock was called"), once the re-entry's own
+// lease in Redis (the watchdog timeout, which a re-entry sets there) has run out too: the
+// canceled re-entry must not leave the tenure renewed by the watchdog until the owner's
+// Unlock.
+func TestRefusedGrant_canceledWatchdogReentryLeavesFixedLease(t *testing.T) {
+	b := realBackend(t)
+	rc := b.rueidis(t)
+	mf := newModelFaults(rc, nil)
+	const watchdogTTL = 600 * time.Millisecond
+	c, err := rlock.New(mf.hc, rlock.WithWatchdogTimeout(watchdogTTL))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	forRefusedKinds(t, rc, func(t *testing.T, k refusedKind, ctx context.Context) {
+		h := k.api.handle(c, redistest.Name(t))
+		loadScripts(t, k, h, ctx)
+		const lease = 400 * time.Millisecond
+		start := time.Now()
+		if ok, err := k.api.acquire(h, ctx, k.side, 0, lease, false); !ok || err != nil {
+			t.Fatal(ok, err)
+		}
+		gone, cancel := context.WithTimeout(withFault(ctx, &opFault{stages: []faultStage{{kind: fDelay, n: 1, delay: 200 * time.Millisecond}}}), 50*time.Millisecond)
+		ok, err := k.api.acquire(h, gone, k.side, 0, 0, false)
+		cancel()
+		if ok || !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("a re-entry whose caller left before its reply: %v %v, want DeadlineExceeded", ok, err)
+		}
+		// Past the fixed lease and the re-entry's watchdog lease in Redis, with a margin of a
+		// watchdog timeout: renewals would have kept the hold by now.
+		by := start.Add(lease + 2*watchdogTTL)
+		for {
+			n, ttl, err := k.redisHolds(h, ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			mh := k.api.hold(h, ctx, k.side)
+			if n == 0 && mh.Count == 0 {
+				break
+			}
+			if time.Now().After(by) {
+				t.Fatalf("%v after a fixed lease of %v, with a canceled re-entry in watchdog mode given back: the Client counts %d holds (renew %v), Redis %d (TTL %v)", time.Since(start).Round(time.Millisecond), lease, mh.Count, mh.Renew, n, ttl)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		if err := k.api.errOf(h, ctx, k.side); !errors.Is(err, rlock.ErrLeaseExpired) {
+			t.Errorf("Err after the fixed lease ran its course: %v, want ErrLeaseExpired", err)
+		}
+		if err := k.api.release(h, ctx, k.side); !errors.Is(err, rlock.ErrLeaseExpired) {
+			t.Errorf("the Unlock of the hold whose fixed lease ran out: %v, want ErrLeaseExpired", err)
+		}
+	})
+}
