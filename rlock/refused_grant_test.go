@@ -280,3 +280,37 @@ func TestRefusedGrant_canceledWatchdogReentryLeavesFixedLease(t *testing.T) {
 		}
 	})
 }
+
+// TestRefusedGrant_reentryAfterFixedLeaseEndLeavesNoHold is
+// TestModelRegression_lateReentryReplyLeavesGhost on every kind: a re-entry in watchdog mode,
+// applied in Redis while the owner's 50ms fixed lease still runs (the key's lease raised to the
+// watchdog's), answered after that lease ended on the Client's clock, is refused
+// (errReentryEnded, wrapping ErrLeaseExpired). Redis must count none of the owner's holds
+// long before the watchdog lease would end them.
+func TestRefusedGrant_reentryAfterFixedLeaseEndLeavesNoHold(t *testing.T) {
+	b := realBackend(t)
+	rc := b.rueidis(t)
+	const watchdogTTL = 5 * time.Second
+	c, err := rlock.New(newModelFaults(rc, nil).hc, rlock.WithWatchdogTimeout(watchdogTTL))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	forRefusedKinds(t, rc, func(t *testing.T, k refusedKind, ctx context.Context) {
+		h := k.api.handle(c, redistest.Name(t))
+		loadScripts(t, k, h, ctx)
+		tryInTime(t, func() (bool, error) { return k.api.acquire(h, ctx, k.side, 0, 50*time.Millisecond, false) })
+		start := time.Now()
+		late := withFault(ctx, &opFault{stages: []faultStage{{kind: fDelay, n: 1, delay: 100 * time.Millisecond}}})
+		if ok, err := k.api.acquire(h, late, k.side, 0, 0, false); ok || !errors.Is(err, rlock.ErrLeaseExpired) {
+			t.Fatalf("the re-entry: %v %v, want ErrLeaseExpired", ok, err)
+		}
+		settleRedis(t, k, h, ctx, start.Add(watchdogTTL/3), "a re-entry refused for the end of its tenure's fixed lease", start)
+		if err := k.api.release(h, ctx, k.side); !errors.Is(err, rlock.ErrLeaseExpired) {
+			t.Errorf("the Unlock of the hold whose fixed lease ran out: %v, want ErrLeaseExpired", err)
+		}
+		if n, ttl, err := k.redisHolds(h, ctx); err != nil || n != 0 {
+			t.Errorf("after the owner's last Unlock Redis counts %d (TTL %v, %v)", n, ttl, err)
+		}
+	})
+}
