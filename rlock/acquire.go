@@ -451,9 +451,17 @@ func isGrant(vals []int64) bool { return (len(vals) == 3 || len(vals) == 4) && v
 // undo gives back what an acquire reply granted a caller that has gone. If the give-back
 // fails, this Client stops counting and renewing the hold (h.abandon): Redis lets it expire
 // within its lease. h.op must be held; undo runs in the background.
+//
+// The grant is recorded with its lease as a fixed one, whatever renew says: a re-entry in
+// watchdog mode has raised the key's lease in Redis to the watchdog timeout (acquire.lua
+// never shortens it), and the tenure it joined keeps its holds that long here too, but a
+// caller that has gone did not turn the watchdog on for the rest of the tenure. Recorded in
+// watchdog mode, it did: a fixed lease's hold (LockLease) was renewed until the owner's
+// Unlock, and never freed by itself
+// (TestRefusedGrant_canceledWatchdogReentryLeavesFixedLease).
 func (m *Mutex) undo(ctx context.Context, h *hold, vals []int64, sent time.Time, lease time.Duration, renew bool) {
 	var tr acqTrace
-	if err := m.grant(ctx, h, nil, vals, sent, lease, renew, nil, nil, &tr); err == nil {
+	if err := m.grant(ctx, h, nil, vals, sent, lease, false, nil, nil, &tr); err == nil {
 		if !tr.reentered {
 			h.hideTenure()
 		}
@@ -478,18 +486,24 @@ func (m *Mutex) grant(ctx context.Context, h *hold, within *tenure, vals []int64
 	}
 	fresh, extra, err := h.granted(within, vals[1], vals[2], mine, sent, lease, renew)
 	reason := GiveBackOrphan
-	// The grant itself is given back only while Redis counts it for this Client (keep 0): a
-	// late grant's lease may have run out in Redis, and the owner's hold there may now be one
-	// that another Client took afresh for a context owner (the same id through several
-	// Clients), which an unconditional give-back would take.
+	// A refused grant (below) is given back with every other hold Redis counts of this
+	// Client's for the owner (extra = mine), and only while Redis counts them for this
+	// Client (keep 0). A refusal leaves the Client counting no hold of a live tenure of the
+	// owner here (the tenure ended at its fixed lease's end, was lost, or never began), so
+	// none of those holds is a caller's: the holds of a tenure reported lost are told lost,
+	// and their Unlock gives nothing back that Redis still has. The grant may have extended
+	// their lease in Redis (a re-entry never shortens it: to the watchdog's, or a long fixed
+	// lease), and given back alone it left them counted for nobody until that lease ended
+	// (TestRefusedGrant_*; TestModelRegression_lateReentryReplyLeavesGhost). keep 0: a late
+	// grant's lease may have run out in Redis, and the owner's holds there may now be those
+	// another Client took for a context owner (the same id through several Clients), which
+	// an unconditional give-back would take.
 	keep := 0
 	switch {
 	case errors.Is(err, ErrLockLost):
-		extra, reason = 1, GiveBackLost // the grant itself
-	case errors.Is(err, errReentryEnded):
-		reason = GiveBackLate // extra: the grant and the ended tenure's holds (granted)
-	case errors.Is(err, errLateGrant):
-		extra, reason = 1, GiveBackLate
+		extra, reason = max(1, mine), GiveBackLost
+	case errors.Is(err, errReentryEnded), errors.Is(err, errLateGrant):
+		extra, reason = max(1, mine), GiveBackLate
 	case err != nil:
 		return err
 	default:

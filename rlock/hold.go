@@ -251,7 +251,10 @@ func (h *hold) granted(within *tenure, token, holds, mine int64, sent time.Time,
 		// onLost). Redis may still count the lost holds and so grant a re-entry (holds > 1);
 		// recording it would start a new tenure over the lost holds, and the end of its
 		// lease would then wipe their count and the loss with it. The grant is refused like
-		// any acquire after a loss, and given back (grant).
+		// any acquire after a loss, and given back (grant) with the lost holds Redis still
+		// counts of this Client's: the re-entry may have extended their lease there (to a
+		// long fixed lease, or the watchdog's), and they are nobody's
+		// (TestRefusedGrant_reentryAfterLossLeavesNoHold).
 		return false, 0, h.lost
 	}
 	if within != nil && h.cur != within && token == within.token {
@@ -267,10 +270,10 @@ func (h *hold) granted(within *tenure, token, holds, mine int64, sent time.Time,
 		// (grant). (A grant that began a tenure afresh, its token another, is that of a
 		// call of its own: two goroutines sharing a handle, each unlocking its own hold.)
 		// Redis counts the ended tenure's holds of this Client's with the re-entry's, and the
-		// re-entry may have extended their lease (acquire.lua never shortens it): every hold
-		// Redis counts of this Client's beyond those it counts now (none: the tenure
-		// ended here, and h.op kept any other grant out) is given back, not the grant alone.
-		return false, max(1, mine-int64(h.count)), errReentryEnded
+		// re-entry may have extended their lease (acquire.lua never shortens it): grant
+		// gives back every hold Redis counts of this Client's (the Client counts none: the
+		// tenure ended here, and h.op kept any other grant out), as for every refusal.
+		return false, 0, errReentryEnded
 	}
 	if h.count > 0 && (holds == 1 || h.cur != nil && token != h.cur.token) {
 		// A fresh grant, or a re-entry of another tenure (a context owner's, which another
