@@ -509,7 +509,7 @@ func (s *Semaphore) Delete(ctx context.Context) (bool, error) {
 // not tell in time (left reports it); not after an error reply, which applied nothing. The
 // caller gets ctx's error, and handed is true: the work it left resolves the request (a
 // resend spends the id at args[mark], goneArgs). A ctx that cannot end runs semRun.
-// replayed reports whether the first send's reply was lost (the send may still reach
+// resent reports whether the first send's reply was lost (the send may still reach
 // Redis): the answer, if any, is a resend's.
 //
 // lasting says the permits never expire (a Semaphore's): the request is then counted for
@@ -518,10 +518,10 @@ func (s *Semaphore) Delete(ctx context.Context) (bool, error) {
 // may be applied after Close; a caller still waiting for its first send's answer, or
 // resending it, when Close comes hands it over too, and gets ErrClosed. Otherwise (a PermitSemaphore's, which expire
 // with their lease) Close ends that work, as it ends a lock's.
-func (c *Client) semAcquire(ctx context.Context, site replaySite, lasting bool, s *lua.Script, keys, args []string, mark int, left leftFunc) (res rueidis.RedisResult, replayed, handed bool, err error) {
+func (c *Client) semAcquire(ctx context.Context, site replaySite, lasting bool, s *lua.Script, keys, args []string, mark int, left leftFunc) (res rueidis.RedisResult, resent, handed bool, err error) {
 	if ctx.Done() == nil {
-		res, replayed, err = c.semRun(ctx, site, false, s, keys, args, mark)
-		return res, replayed, false, err
+		res, resent, err = c.semRun(ctx, site, false, s, keys, args, mark)
+		return res, resent, false, err
 	}
 	counted := lasting && c.lateBegin()
 	if counted {
@@ -562,27 +562,73 @@ func (c *Client) semAcquire(ctx context.Context, site replaySite, lasting bool, 
 	if err == nil || definitive(err) {
 		return res, false, false, err
 	}
-	// Resend while the caller waits; when it leaves first, go on in the background.
+	// Resend while the caller waits; when it leaves first, go on in the background. The
+	// resends go from a goroutine of their own, as the first send does and as a Mutex's
+	// replays do (Mutex.replayFor): rueidis sends a lone request with a deadline (the cleanup
+	// timeout) on the sending goroutine and heeds only that deadline, not the cancel at
+	// ctx's end (see inflight). On a paused Redis, Acquire and TryAcquire outlived a
+	// cancelled ctx by the cleanup timeout (TestSemaphores_Acquire_resendOnPausedRedisHeedsCancel).
 	first := err
 	cctx, cancel := c.cleanupCtx(ctx)
 	wctx, wcancel := context.WithCancel(cctx)
 	stop := context.AfterFunc(ctx, wcancel)
-	res, err = c.replay(wctx, nil, site, s, keys, resendArgsAt(args, mark), first)
+	ch := make(chan replayed, 1)
+	go func() {
+		r, e := c.replay(wctx, nil, site, s, keys, resendArgsAt(args, mark), first)
+		ch <- replayed{r, e}
+	}()
+	var closing <-chan struct{} // a counted request's caller also leaves at Close (awaitOpen)
+	if counted {
+		closing = c.life.Done()
+	}
+	var pending <-chan replayed // the resends, still under way when the caller left
+	select {
+	case r := <-ch:
+		res, err = r.res, r.err
+	case <-ctx.Done():
+		pending = ch
+	case <-closing:
+		pending = ch
+	}
+	if pending != nil {
+		select { // an answer that is there already is taken
+		case r := <-ch:
+			res, err, pending = r.res, r.err, nil
+		default:
+		}
+	}
 	stop()
 	wcancel()
-	_, isReply := rueidis.IsRedisErr(err)
-	// Close cut the resends of a counted request short (the Client's life ended cctx): the
-	// caller gets ErrClosed and the request is handed over, as when Close comes during the
-	// first send, to work Close waits for.
-	closed := counted && err != nil && !isReply && c.isClosed()
-	if !closed && (err == nil || isReply || ctx.Err() == nil || cctx.Err() != nil || errors.Is(err, ErrClosed)) {
-		cancel()
-		return res, true, false, err
+	if pending == nil {
+		_, isReply := rueidis.IsRedisErr(err)
+		// Close cut the resends of a counted request short (the Client's life ended cctx):
+		// the caller gets ErrClosed and the request is handed over, as when Close comes
+		// during the first send, to work Close waits for.
+		closed := counted && err != nil && !isReply && c.isClosed()
+		if !closed && (err == nil || isReply || ctx.Err() == nil || cctx.Err() != nil || errors.Is(err, ErrClosed)) {
+			cancel()
+			return res, true, false, err
+		}
 	}
 	dl, _ := cctx.Deadline()
 	cancel()
 	handed = true
 	c.handOff(ctx, lasting, counted, func(drain context.Context) {
+		if pending != nil {
+			// The caller left while the resends were under way: wait for their end (an
+			// answer, or an outcome still unknown once ctx's end cut them short), or for
+			// Close (rueidis may heed only the send's deadline).
+			var r replayed
+			select {
+			case r = <-pending:
+			case <-c.life.Done():
+				r.err = errorf("%w: the resend was unanswered", ErrClosed)
+			}
+			if _, isReply := rueidis.IsRedisErr(r.err); r.err == nil || isReply {
+				c.resolvedLeft(drain, ctx, lasting, r.res, r.err, left)
+				return
+			}
+		}
 		dctx, cancel := c.leftCtx(drain, ctx, lasting, dl) // the same cleanup timeout
 		defer cancel()
 		res, err := c.replay(dctx, nil, site, s, keys, goneArgs(args, mark), first)

@@ -1,0 +1,148 @@
+package rlock_test
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/rueidis"
+	"github.com/stretchr/testify/require"
+
+	"github.com/relock-go/relock/internal/redistest"
+	"github.com/relock-go/relock/rlock"
+)
+
+// README guarantee 6 for the semaphores' acquires whose first reply is lost (semctx): a
+// caller whose ctx is cancelled (no deadline of its own) returns at once, even while the
+// request's resend waits on a paused Redis; what the request took is given back once Redis
+// answers again (a Semaphore's permits never expire; a PermitSemaphore's would only with
+// their lease).
+//
+// semAcquireCase is one acquire under test: its script (the hook's name for it), the
+// setup of a semaphore of one free permit (its acquire script loaded), the call, and the
+// permits in use as Redis counts them.
+type semAcquireCase struct {
+	name   string
+	script string
+	setup  func(t *testing.T, c *rlock.Client, name string)
+	acq    func(ctx context.Context, c *rlock.Client, name string) error
+	taken  func(t *testing.T, c *rlock.Client, name string) int
+}
+
+var semAcquireCases = []semAcquireCase{
+	{"Semaphore.Acquire", "sem_acquire", semOne,
+		func(ctx context.Context, c *rlock.Client, n string) error { return c.Semaphore(n).Acquire(ctx, 1) }, semTaken},
+	{"Semaphore.TryAcquire", "sem_acquire", semOne,
+		func(ctx context.Context, c *rlock.Client, n string) error {
+			_, err := c.Semaphore(n).TryAcquire(ctx, 1, time.Minute)
+			return err
+		}, semTaken},
+	{"PermitSemaphore.Acquire", "psem_acquire", psemOne,
+		func(ctx context.Context, c *rlock.Client, n string) error {
+			_, err := c.PermitSemaphore(n).Acquire(ctx, time.Minute)
+			return err
+		}, psemTaken},
+	{"PermitSemaphore.TryAcquire", "psem_acquire", psemOne,
+		func(ctx context.Context, c *rlock.Client, n string) error {
+			_, _, err := c.PermitSemaphore(n).TryAcquire(ctx, time.Minute, time.Minute)
+			return err
+		}, psemTaken},
+}
+
+// semOne makes a Semaphore of one permit, its acquire script loaded.
+func semOne(t *testing.T, c *rlock.Client, name string) {
+	s := c.Semaphore(name)
+	ok, err := s.TrySetPermits(bg, 1)
+	require.NoError(t, err)
+	require.True(t, ok)
+	warmSemAcquire(t, s)
+}
+
+// semTaken is the number of a one-permit Semaphore's permits in use.
+func semTaken(t *testing.T, c *rlock.Client, name string) int {
+	n, err := c.Semaphore(name).AvailablePermits(bg)
+	require.NoError(t, err)
+	return 1 - n
+}
+
+// psemOne makes a PermitSemaphore of one permit, its acquire script loaded.
+func psemOne(t *testing.T, c *rlock.Client, name string) {
+	p := c.PermitSemaphore(name)
+	ok, err := p.TrySetPermits(bg, 1)
+	require.NoError(t, err)
+	require.True(t, ok)
+	permit, err := p.Acquire(bg, time.Minute)
+	require.NoError(t, err)
+	require.NoError(t, p.Release(bg, permit.ID))
+}
+
+// psemTaken is the number of a PermitSemaphore's permits held.
+func psemTaken(t *testing.T, c *rlock.Client, name string) int {
+	n, err := c.PermitSemaphore(name).AcquiredPermits(bg)
+	require.NoError(t, err)
+	return n
+}
+
+// The first send grants and its reply is lost; Redis is paused before the resend that
+// follows, which waits unanswered. The caller's ctx is cancelled once the resend is on its
+// way: the call must return within a second of the cancel (guarantee 6's 100 ms, with room
+// for a loaded machine, less the stalls of this process), far below the cleanup timeout,
+// with the cancel's error; once Redis answers again, the permit the first send took is given
+// back.
+func TestSemaphores_Acquire_resendOnPausedRedisHeedsCancel(t *testing.T) {
+	if testing.Short() {
+		t.Skip("pauses Redis (run without -short)")
+	}
+	const cleanup = 4 * time.Second
+	const bound = time.Second
+	for _, tc := range semAcquireCases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel() // a server of its own
+			b := realBackend(t)
+			hc, c := hardSetup(t, b, rlock.WithCleanupTimeout(cleanup))
+			t.Cleanup(func() { b.srv.Resume(t) }) // before Close (cleanups run last first)
+			name := redistest.Name(t)
+			tc.setup(t, c, name)
+
+			var sends atomic.Int32
+			resending := make(chan struct{})
+			hc.set(func(_ context.Context, cmd hookCall, call func() rueidis.RedisResult) rueidis.RedisResult {
+				if cmd.multi || cmd.script != tc.script {
+					return call()
+				}
+				switch sends.Add(1) {
+				case 1: // granted, its reply lost; Redis stops answering
+					res := call()
+					if res.Error() == nil {
+						b.srv.Pause(t)
+					}
+					return hardLost()
+				case 2: // the resend, unanswered while Redis is paused
+					close(resending)
+				}
+				return call()
+			})
+			ctx, cancel := context.WithCancel(bg)
+			defer cancel()
+			got := make(chan error, 1)
+			go func() { got <- tc.acq(ctx, c, name) }()
+			within(t, 10*time.Second, "the resend to be on its way", resending)
+			stalled := watchStalls(nil)
+			cancel()
+			ended := time.Now()
+			err := await(t, got, 3*cleanup, "the acquire to return")
+			took := time.Since(ended)
+			stall := stalled(ended, time.Now())
+			t.Logf("%s: %v, %v after the cancel (the process stalled %v of it)", tc.name, err, took.Round(time.Millisecond), stall.Round(time.Millisecond))
+			require.ErrorIs(t, err, context.Canceled)
+			require.Less(t, took-stall, bound, "the acquire outlived its cancelled ctx (cleanup timeout %v)", cleanup)
+
+			b.srv.Resume(t)
+			hc.set(nil)
+			redistest.WaitFor(t, 2*cleanup, "the permit the first send took to be given back", func() bool {
+				return tc.taken(t, c, name) == 0
+			})
+		})
+	}
+}
