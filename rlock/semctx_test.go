@@ -146,3 +146,80 @@ func TestSemaphores_Acquire_resendOnPausedRedisHeedsCancel(t *testing.T) {
 		})
 	}
 }
+
+// As above, but Redis answers the resend (a grant) just as the caller's ctx is cancelled:
+// the cancel comes in the resend's hook, before its answer reaches the caller, and the
+// give-back of that grant then meets an unanswered Redis (its release waits for its own
+// deadline, the cleanup timeout, or until the call has returned). Whichever the caller sees
+// first, the answer or the cancel, it must return within a second of the cancel, and the
+// permit come back once Redis answers. The caller that saw the answer first gave the grant back on its own goroutine:
+// the Acquire outlived its ctx by twice the cleanup timeout (the release's first send and
+// its resends). Which it sees first is the scheduler's choice: the test repeats the story,
+// and every round must pass (the caller took the answer in the first or second round of
+// every run before the fix).
+func TestSemaphores_Acquire_resendGrantAtCancelGivesBackInBackground(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits out blocked give-backs (run without -short)")
+	}
+	const cleanup = 2 * time.Second
+	const bound = time.Second
+	const rounds = 20
+	for _, tc := range semAcquireCases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			b := realBackend(t)
+			hc, c := hardSetup(t, b, rlock.WithCleanupTimeout(cleanup))
+			name := redistest.Name(t)
+			tc.setup(t, c, name)
+			release := map[string]string{"sem_acquire": "sem_release", "psem_acquire": "psem_release"}[tc.script]
+			for round := 0; round < rounds; round++ {
+				ctx, cancel := context.WithCancel(bg)
+				var sends atomic.Int32
+				var blocking atomic.Bool
+				blocking.Store(true)
+				resumed := make(chan struct{})
+				hc.set(func(sctx context.Context, cmd hookCall, call func() rueidis.RedisResult) rueidis.RedisResult {
+					switch {
+					case cmd.multi:
+					case cmd.script == tc.script:
+						switch sends.Add(1) {
+						case 1: // granted, its reply lost
+							call()
+							return hardLost()
+						case 2: // the resend finds the grant; the caller is cancelled meanwhile
+							res := call()
+							cancel()
+							return res
+						}
+					case cmd.script == release && blocking.Load():
+						// Unanswered, as on a paused Redis, until the call has returned (Redis
+						// resumes and answers) or the send's own deadline.
+						select {
+						case <-sctx.Done():
+							return rueidis.NewErrorResult(sctx.Err())
+						case <-resumed:
+						}
+					}
+					return call()
+				})
+				stalled := watchStalls(nil)
+				got := make(chan error, 1)
+				go func() { got <- tc.acq(ctx, c, name) }()
+				<-ctx.Done()
+				ended := time.Now()
+				err := await(t, got, 3*cleanup, "the acquire to return")
+				took := time.Since(ended)
+				stall := stalled(ended, time.Now())
+				cancel()
+				require.Less(t, took-stall, bound, "round %d: the acquire outlived its cancelled ctx by %v (the process stalled %v; cleanup timeout %v): %v", round, took, stall, cleanup, err)
+				require.ErrorIs(t, err, context.Canceled, "round %d", round)
+				blocking.Store(false) // Redis answers again: the give-back is answered
+				close(resumed)
+				redistest.WaitFor(t, 3*cleanup, "the permit the first send took to be given back", func() bool {
+					return tc.taken(t, c, name) == 0
+				})
+				hc.set(nil)
+			}
+		})
+	}
+}
