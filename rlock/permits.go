@@ -477,7 +477,14 @@ func (p *PermitSemaphore) state(ctx context.Context, op, id string) (psemState, 
 	if err := p.ready(ctx, op, false); err != nil {
 		return psemState{}, err
 	}
-	vals, err := p.c.exec(ctx, lua.PsemState, []string{p.keys.sem, p.keys.leases}, []string{id}).AsIntSlice()
+	// The caller leaves at ctx's end even while rueidis does not (see leave).
+	res, ok := leave(ctx, func() rueidis.RedisResult {
+		return p.c.exec(ctx, lua.PsemState, []string{p.keys.sem, p.keys.leases}, []string{id})
+	})
+	if !ok {
+		return psemState{}, errorf("%s %q: %w", op, p.name, ctx.Err())
+	}
+	vals, err := res.AsIntSlice()
 	if err != nil {
 		return psemState{}, classify(op, p.name, err)
 	}
@@ -490,7 +497,9 @@ func (p *PermitSemaphore) state(ctx context.Context, op, id string) (psemState, 
 
 // AvailablePermits is the number of permits free now: the number of permits less those held
 // under a live lease (expired leases count as free). It is 0 when the semaphore does not
-// exist, and may be below zero after AddPermits with a negative n. It is a snapshot.
+// exist, and may be below zero after AddPermits with a negative n. It is a snapshot. It (as
+// AcquiredPermits, Permits and TTL) returns ctx's error, wrapped, when ctx ends first, even
+// while Redis does not answer.
 func (p *PermitSemaphore) AvailablePermits(ctx context.Context) (int, error) {
 	st, err := p.state(ctx, "available permits of", "")
 	return st.permits - st.acquired, err

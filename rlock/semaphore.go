@@ -464,13 +464,19 @@ func (s *Semaphore) DrainPermits(ctx context.Context) (int, error) {
 
 // AvailablePermits is the number of permits available now: 0 when the semaphore does not
 // exist, and possibly below zero after AddPermits with a negative n. It is a snapshot: by the
-// time it returns, others may have changed the count.
+// time it returns, others may have changed the count. It returns ctx's error, wrapped, when
+// ctx ends first, even while Redis does not answer.
 func (s *Semaphore) AvailablePermits(ctx context.Context) (int, error) {
 	const op = "available permits of"
 	if err := s.ready(ctx, op, false); err != nil {
 		return 0, err
 	}
-	v, err := s.c.rc.Do(ctx, s.c.rc.B().Get().Key(s.keys.sem).Build()).ToString()
+	// The caller leaves at ctx's end even while rueidis does not (see leave).
+	res, ok := leave(ctx, func() rueidis.RedisResult { return s.c.rc.Do(ctx, s.c.rc.B().Get().Key(s.keys.sem).Build()) })
+	if !ok {
+		return 0, errorf("%s %q: %w", op, s.name, ctx.Err())
+	}
+	v, err := res.ToString()
 	if rueidis.IsRedisNil(err) {
 		return 0, nil
 	}

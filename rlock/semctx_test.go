@@ -2,6 +2,7 @@ package rlock_test
 
 import (
 	"context"
+	"errors"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -221,5 +222,86 @@ func TestSemaphores_Acquire_resendGrantAtCancelGivesBackInBackground(t *testing.
 				hc.set(nil)
 			}
 		})
+	}
+}
+
+// The semaphores' and the latch's reads leave at their ctx's end, as Await's does (leave):
+// a read on a paused Redis whose ctx is cancelled (with no deadline, or long before its
+// deadline) returns within a second of the cancel, with the cancel's error. Before, a read
+// under a ctx with a deadline went on rueidis's synchronous path, which heeds only that
+// deadline: it returned when rueidis gave up on the connection (its write timeout, 10 s by
+// default), or at the deadline.
+func TestSemaphores_reads_heedCancelOnPausedRedis(t *testing.T) {
+	if testing.Short() {
+		t.Skip("pauses Redis (run without -short)")
+	}
+	const bound = time.Second
+	reads := []struct {
+		name string
+		read func(ctx context.Context, c *rlock.Client, name string) error
+	}{
+		{"Semaphore.AvailablePermits", func(ctx context.Context, c *rlock.Client, n string) error {
+			_, err := c.Semaphore(n).AvailablePermits(ctx)
+			return err
+		}},
+		{"PermitSemaphore.AvailablePermits", func(ctx context.Context, c *rlock.Client, n string) error {
+			_, err := c.PermitSemaphore(n).AvailablePermits(ctx)
+			return err
+		}},
+		{"PermitSemaphore.TTL", func(ctx context.Context, c *rlock.Client, n string) error {
+			_, err := c.PermitSemaphore(n).TTL(ctx, "id")
+			return err
+		}},
+		{"CountDownLatch.Count", func(ctx context.Context, c *rlock.Client, n string) error {
+			_, err := c.CountDownLatch(n).Count(ctx)
+			return err
+		}},
+	}
+	ends := []struct {
+		name string
+		ctx  func() (context.Context, context.CancelFunc)
+	}{
+		{"cancel", func() (context.Context, context.CancelFunc) { return context.WithCancel(bg) }},
+		{"cancelBeforeDeadline", func() (context.Context, context.CancelFunc) { return context.WithTimeout(bg, time.Minute) }},
+	}
+	for _, rd := range reads {
+		for _, end := range ends {
+			t.Run(rd.name+"/"+end.name, func(t *testing.T) {
+				t.Parallel() // a server of its own
+				b := realBackend(t)
+				var armed atomic.Bool
+				sent := make(chan struct{})
+				hc := &hookClient{Client: b.rueidis(t), every: func([][]string, bool) {
+					if armed.CompareAndSwap(true, false) {
+						close(sent)
+					}
+				}}
+				c, err := rlock.New(hc)
+				require.NoError(t, err)
+				t.Cleanup(func() { _ = c.Close() })
+				t.Cleanup(func() { b.srv.Resume(t) }) // before Close
+				name := redistest.Name(t)
+				// The script loaded, a connection up (TTL of no permit: ErrNotHeld).
+				if err := rd.read(bg, c, name); !errors.Is(err, rlock.ErrNotHeld) {
+					require.NoError(t, err)
+				}
+				b.srv.Pause(t)
+				ctx, cancel := end.ctx()
+				defer cancel()
+				armed.Store(true)
+				got := make(chan error, 1)
+				go func() { got <- rd.read(ctx, c, name) }()
+				within(t, 10*time.Second, "the read to be sent", sent)
+				stalled := watchStalls(nil)
+				cancel()
+				ended := time.Now()
+				err = await(t, got, 30*time.Second, "the read to return")
+				took := time.Since(ended)
+				stall := stalled(ended, time.Now())
+				t.Logf("%s: %v, %v after the cancel (the process stalled %v of it)", rd.name, err, took.Round(time.Millisecond), stall.Round(time.Millisecond))
+				require.ErrorIs(t, err, context.Canceled)
+				require.Less(t, took-stall, bound, "the read outlived its cancelled ctx")
+			})
+		}
 	}
 }
