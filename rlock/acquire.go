@@ -416,12 +416,43 @@ func (m *Mutex) replayFor(ctx context.Context, h *hold, o *opHold, g *grace, sit
 	if err == nil {
 		vals, err = res.AsIntSlice()
 	}
+	var acking <-chan int64 // the wait for acknowledgements, still under way when the caller left
 	if err == nil && isGrant(vals) && vals[2] == 1 && m.c.opts.ackReplicas > 0 {
-		acked = m.c.ackAfterTouch(cctx, m.keys.lock, lease)
+		if ctx.Done() == nil {
+			acked = m.c.ackAfterTouch(cctx, m.keys.lock, lease)
+		} else {
+			// As the replay: its WAIT lasts up to the ack timeout, on cctx, which ctx's end
+			// does not end (and rueidis would heed only its deadline): Lock outlived a
+			// cancelled ctx by the ack timeout (TestMutex_Lock_ackAfterReplayHeedsCancel).
+			ch := make(chan int64, 1)
+			go func() { ch <- m.c.ackAfterTouch(cctx, m.keys.lock, lease) }()
+			select {
+			case acked = <-ch:
+			case <-ctx.Done():
+				select { // an answer that is there already is taken
+				case acked = <-ch:
+				default:
+					acking = ch
+				}
+			}
+		}
 	}
 	if err == nil && isGrant(vals) && ctx.Err() != nil {
-		// Granted, but the caller is gone: give it back.
-		m.later(ctx, o, g, func() { defer cancel(); m.undo(cctx, h, vals, sent, lease, renew) })
+		// Granted, but the caller is gone: give it back, after the touch (a give-back that
+		// overtook it would let it set the lease of a lock another owner took meanwhile).
+		// The work reads a copy of vals: the return below clears the result it names.
+		granted := vals
+		m.later(ctx, o, g, func() {
+			defer cancel()
+			if acking != nil {
+				select {
+				case <-acking:
+				case <-m.c.life.Done():
+					return // closed: the grant expires with its lease
+				}
+			}
+			m.undo(cctx, h, granted, sent, lease, renew)
+		})
 		return nil, 0, errorf("lock %q: %w", m.name, ctx.Err()), true
 	}
 	cancel()

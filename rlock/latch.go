@@ -194,13 +194,22 @@ func (l *CountDownLatch) Delete(ctx context.Context) (bool, error) {
 
 // Count is the latch's current count: 0 when it does not exist (never set, reached zero, or
 // deleted). Errors: [ErrWrongType] when the key holds another kind of value, [ErrClosed],
-// [ErrInvalid], or a Redis or ctx error.
+// [ErrInvalid], or a Redis or ctx error (ctx's as soon as ctx ends, even while Redis does not
+// answer).
 func (l *CountDownLatch) Count(ctx context.Context) (int64, error) {
 	if err := l.check(ctx, "count of latch"); err != nil {
 		return 0, err
 	}
-	n, _, err := l.read(ctx)
-	return n, err
+	// The caller leaves at ctx's end even while rueidis does not (see leave).
+	type readRes struct {
+		n   int64
+		err error
+	}
+	r, ok := leave(ctx, func() readRes { n, _, err := l.read(ctx); return readRes{n, err} })
+	if !ok {
+		return 0, errorf("count of latch %q: %w", l.name, ctx.Err())
+	}
+	return r.n, r.err
 }
 
 // read returns the count (0 when the latch does not exist) and the key's remaining time

@@ -53,7 +53,8 @@ import (
 // TrySetPermits and AddPermits carry request ids that Redis remembers for twice the cleanup
 // timeout, like a [Semaphore]'s; an Extend's request id orders it after the Client's earlier
 // Extends of the permit (see [PermitSemaphore.Extend]). An Acquire granted by a resend after its context ended
-// releases the permit before it returns; a permit whose acquire ends in [ErrUnknownOutcome]
+// releases the permit, in the background (within the cleanup timeout; Close ends it) when
+// Redis does not answer that within a short grace; a permit whose acquire ends in [ErrUnknownOutcome]
 // comes back at the end of its lease.
 //
 // [WithReplicaAck] does not apply to semaphores.
@@ -334,22 +335,22 @@ func (p *PermitSemaphore) attempt(ctx context.Context, id string, lease time.Dur
 	if loose {
 		args[0] = spentMark + id
 	}
-	// giveBack gives back, on gctx, a permit granted after the caller gave up.
-	giveBack := func(gctx context.Context) {
-		err := p.ready(gctx, "release", true)
-		if err == nil {
-			err = p.release(gctx, id)
-		}
-		p.c.gaveBack(KindPermitSemaphore, p.name, "", 1, GiveBackCanceled, err)
-	}
 	// A resend spends the permit id once it grants (psem_acquire.lua), so that a first send
 	// reaching Redis after it grants nothing again.
 	site := replaySite{kind: KindPermitSemaphore, name: p.name, op: "acquire"}
-	res, replayed, handed, err := p.c.semAcquire(ctx, site, false, lua.PsemAcquire, keys, args, 0, func(gctx context.Context, res rueidis.RedisResult, err error) {
+	granted := func(res rueidis.RedisResult) bool {
+		vals, err := res.AsIntSlice()
+		return err == nil && len(vals) >= 1 && len(vals) <= 2 && vals[0] == 1
+	}
+	res, replayed, handed, err := p.c.semAcquire(ctx, site, false, lua.PsemAcquire, keys, args, 0, granted, func(gctx context.Context, res rueidis.RedisResult, err error) {
 		if err != nil { // unknown: a permit it may have granted ends with its lease
 			p.c.gaveBack(KindPermitSemaphore, p.name, "", 1, GiveBackCanceled, classify("acquire", p.name, err))
-		} else if vals, err := res.AsIntSlice(); err == nil && len(vals) >= 1 && len(vals) <= 2 && vals[0] == 1 {
-			giveBack(gctx)
+		} else if granted(res) { // granted after the caller gave up: give it back on gctx
+			err := p.ready(gctx, "release", true)
+			if err == nil {
+				err = p.release(gctx, id)
+			}
+			p.c.gaveBack(KindPermitSemaphore, p.name, "", 1, GiveBackCanceled, err)
 		}
 	})
 	var vals []int64
@@ -361,10 +362,8 @@ func (p *PermitSemaphore) attempt(ctx context.Context, id string, lease time.Dur
 	}
 	switch {
 	case len(vals) == 1 && vals[0] == 1, len(vals) == 2 && vals[0] == 1 && vals[1] > 0:
-		if replayed && ctx.Err() != nil {
-			giveBack(ctx) // granted by a resend while the caller gave up (it spent the id)
-			return false, 0, false, true, errorf("acquire %q: %w", p.name, ctx.Err())
-		}
+		// Granted, and answered while the caller waited (a resend's grant that came as ctx
+		// ended was handed over to be given back: semAcquire).
 		if len(vals) == 2 {
 			return true, time.Duration(vals[1]) * time.Millisecond, replayed, false, nil
 		}
@@ -478,7 +477,14 @@ func (p *PermitSemaphore) state(ctx context.Context, op, id string) (psemState, 
 	if err := p.ready(ctx, op, false); err != nil {
 		return psemState{}, err
 	}
-	vals, err := p.c.exec(ctx, lua.PsemState, []string{p.keys.sem, p.keys.leases}, []string{id}).AsIntSlice()
+	// The caller leaves at ctx's end even while rueidis does not (see leave).
+	res, ok := leave(ctx, func() rueidis.RedisResult {
+		return p.c.exec(ctx, lua.PsemState, []string{p.keys.sem, p.keys.leases}, []string{id})
+	})
+	if !ok {
+		return psemState{}, errorf("%s %q: %w", op, p.name, ctx.Err())
+	}
+	vals, err := res.AsIntSlice()
 	if err != nil {
 		return psemState{}, classify(op, p.name, err)
 	}
@@ -491,7 +497,9 @@ func (p *PermitSemaphore) state(ctx context.Context, op, id string) (psemState, 
 
 // AvailablePermits is the number of permits free now: the number of permits less those held
 // under a live lease (expired leases count as free). It is 0 when the semaphore does not
-// exist, and may be below zero after AddPermits with a negative n. It is a snapshot.
+// exist, and may be below zero after AddPermits with a negative n. It is a snapshot. It (as
+// AcquiredPermits, Permits and TTL) returns ctx's error, wrapped, when ctx ends first, even
+// while Redis does not answer.
 func (p *PermitSemaphore) AvailablePermits(ctx context.Context) (int, error) {
 	st, err := p.state(ctx, "available permits of", "")
 	return st.permits - st.acquired, err

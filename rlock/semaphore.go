@@ -52,7 +52,7 @@ const maxPermits = 1 << 50
 // (a timeout, a broken connection) is sent again under the same id until Redis answers, and a
 // resend is answered without being applied twice: a lost reply never takes or gives back
 // permits twice. An Acquire whose permits were granted by a resend after its context ended
-// gives them back before it returns. A resend that is refused (too few permits) is remembered
+// gives them back, in the background (see below) when Redis does not answer that at once. A resend that is refused (too few permits) is remembered
 // as refused, so that the first send, should it reach Redis after the resend (rueidis spreads
 // a client's commands over several connections, and a reply lost to a timeout says nothing
 // of the request), takes nothing either; an Acquire that still waits tries again under a new
@@ -343,18 +343,15 @@ func (s *Semaphore) acquireAs(ctx context.Context, n int, wait time.Duration, tr
 func (s *Semaphore) attempt(ctx context.Context, n int) (bool, time.Duration, error) {
 	args := []string{strconv.Itoa(n), s.c.newRequest(), s.c.semKeep()}
 	site := replaySite{kind: KindSemaphore, name: s.name, op: "acquire"}
-	// giveBack gives back, on gctx, permits granted after the caller gave up.
-	giveBack := func(gctx context.Context) {
-		_, err := s.add(gctx, "release", n, false, true)
-		s.c.gaveBack(KindSemaphore, s.name, "", n, GiveBackCanceled, err)
-	}
 	// A resend marks the request id ('+', or spentGone once the caller has gone): a refusal is
 	// then remembered too, so that the first send, if it reaches Redis last, takes nothing.
-	res, replayed, _, err := s.c.semAcquire(ctx, site, true, lua.SemAcquire, s.keys.counted(), args, 1, func(gctx context.Context, res rueidis.RedisResult, err error) {
+	granted := func(res rueidis.RedisResult) bool { got, err := res.AsInt64(); return err == nil && got != 0 }
+	res, _, _, err := s.c.semAcquire(ctx, site, true, lua.SemAcquire, s.keys.counted(), args, 1, granted, func(gctx context.Context, res rueidis.RedisResult, err error) {
 		if err != nil { // unknown: permits it may have taken are lost
 			s.c.gaveBack(KindSemaphore, s.name, "", n, GiveBackCanceled, classify("acquire", s.name, err))
-		} else if got, err := res.AsInt64(); err == nil && got != 0 {
-			giveBack(gctx)
+		} else if granted(res) { // granted after the caller gave up: give it back on gctx
+			_, err := s.add(gctx, "release", n, false, true)
+			s.c.gaveBack(KindSemaphore, s.name, "", n, GiveBackCanceled, err)
 		}
 	})
 	var got int64
@@ -366,10 +363,9 @@ func (s *Semaphore) attempt(ctx context.Context, n int) (bool, time.Duration, er
 		return false, 0, classify("acquire", s.name, err)
 	case got == 0:
 		return false, -1, nil
-	case replayed && ctx.Err() != nil:
-		giveBack(ctx) // taken by a resend while the caller gave up
-		return false, 0, errorf("acquire %q: %w", s.name, ctx.Err())
 	}
+	// Granted, and answered while the caller waited (a resend's grant that came as ctx
+	// ended was handed over to be given back: semAcquire).
 	return true, 0, nil
 }
 
@@ -468,13 +464,19 @@ func (s *Semaphore) DrainPermits(ctx context.Context) (int, error) {
 
 // AvailablePermits is the number of permits available now: 0 when the semaphore does not
 // exist, and possibly below zero after AddPermits with a negative n. It is a snapshot: by the
-// time it returns, others may have changed the count.
+// time it returns, others may have changed the count. It returns ctx's error, wrapped, when
+// ctx ends first, even while Redis does not answer.
 func (s *Semaphore) AvailablePermits(ctx context.Context) (int, error) {
 	const op = "available permits of"
 	if err := s.ready(ctx, op, false); err != nil {
 		return 0, err
 	}
-	v, err := s.c.rc.Do(ctx, s.c.rc.B().Get().Key(s.keys.sem).Build()).ToString()
+	// The caller leaves at ctx's end even while rueidis does not (see leave).
+	res, ok := leave(ctx, func() rueidis.RedisResult { return s.c.rc.Do(ctx, s.c.rc.B().Get().Key(s.keys.sem).Build()) })
+	if !ok {
+		return 0, errorf("%s %q: %w", op, s.name, ctx.Err())
+	}
+	v, err := res.ToString()
 	if rueidis.IsRedisNil(err) {
 		return 0, nil
 	}
@@ -509,8 +511,11 @@ func (s *Semaphore) Delete(ctx context.Context) (bool, error) {
 // not tell in time (left reports it); not after an error reply, which applied nothing. The
 // caller gets ctx's error, and handed is true: the work it left resolves the request (a
 // resend spends the id at args[mark], goneArgs). A ctx that cannot end runs semRun.
-// replayed reports whether the first send's reply was lost (the send may still reach
-// Redis): the answer, if any, is a resend's.
+// resent reports whether the first send's reply was lost (the send may still reach
+// Redis): the answer, if any, is a resend's. A resend's answer that granted (granted says
+// which answers do) and came as ctx ended is handed over too, to left, which gives it back:
+// the caller gets ctx's error, handed true. (A first send's grant that came as ctx ended is
+// the caller's, as an answer that came first.)
 //
 // lasting says the permits never expire (a Semaphore's): the request is then counted for
 // Close (lateBegin) until its outcome is known, and Close waits for that work, at most the
@@ -518,10 +523,10 @@ func (s *Semaphore) Delete(ctx context.Context) (bool, error) {
 // may be applied after Close; a caller still waiting for its first send's answer, or
 // resending it, when Close comes hands it over too, and gets ErrClosed. Otherwise (a PermitSemaphore's, which expire
 // with their lease) Close ends that work, as it ends a lock's.
-func (c *Client) semAcquire(ctx context.Context, site replaySite, lasting bool, s *lua.Script, keys, args []string, mark int, left leftFunc) (res rueidis.RedisResult, replayed, handed bool, err error) {
+func (c *Client) semAcquire(ctx context.Context, site replaySite, lasting bool, s *lua.Script, keys, args []string, mark int, granted func(rueidis.RedisResult) bool, left leftFunc) (res rueidis.RedisResult, resent, handed bool, err error) {
 	if ctx.Done() == nil {
-		res, replayed, err = c.semRun(ctx, site, false, s, keys, args, mark)
-		return res, replayed, false, err
+		res, resent, err = c.semRun(ctx, site, false, s, keys, args, mark)
+		return res, resent, false, err
 	}
 	counted := lasting && c.lateBegin()
 	if counted {
@@ -562,27 +567,84 @@ func (c *Client) semAcquire(ctx context.Context, site replaySite, lasting bool, 
 	if err == nil || definitive(err) {
 		return res, false, false, err
 	}
-	// Resend while the caller waits; when it leaves first, go on in the background.
+	// Resend while the caller waits; when it leaves first, go on in the background. The
+	// resends go from a goroutine of their own, as the first send does and as a Mutex's
+	// replays do (Mutex.replayFor): rueidis sends a lone request with a deadline (the cleanup
+	// timeout) on the sending goroutine and heeds only that deadline, not the cancel at
+	// ctx's end (see inflight). On a paused Redis, Acquire and TryAcquire outlived a
+	// cancelled ctx by the cleanup timeout (TestSemaphores_Acquire_resendOnPausedRedisHeedsCancel).
 	first := err
 	cctx, cancel := c.cleanupCtx(ctx)
 	wctx, wcancel := context.WithCancel(cctx)
 	stop := context.AfterFunc(ctx, wcancel)
-	res, err = c.replay(wctx, nil, site, s, keys, resendArgsAt(args, mark), first)
+	ch := make(chan replayed, 1)
+	go func() {
+		r, e := c.replay(wctx, nil, site, s, keys, resendArgsAt(args, mark), first)
+		ch <- replayed{r, e}
+	}()
+	var closing <-chan struct{} // a counted request's caller also leaves at Close (awaitOpen)
+	if counted {
+		closing = c.life.Done()
+	}
+	var pending <-chan replayed // the resends, still under way when the caller left
+	select {
+	case r := <-ch:
+		res, err = r.res, r.err
+	case <-ctx.Done():
+		pending = ch
+	case <-closing:
+		pending = ch
+	}
+	if pending != nil {
+		select { // an answer that is there already is taken
+		case r := <-ch:
+			res, err, pending = r.res, r.err, nil
+		default:
+		}
+	}
 	stop()
 	wcancel()
-	_, isReply := rueidis.IsRedisErr(err)
-	// Close cut the resends of a counted request short (the Client's life ended cctx): the
-	// caller gets ErrClosed and the request is handed over, as when Close comes during the
-	// first send, to work Close waits for.
-	closed := counted && err != nil && !isReply && c.isClosed()
-	if !closed && (err == nil || isReply || ctx.Err() == nil || cctx.Err() != nil || errors.Is(err, ErrClosed)) {
-		cancel()
-		return res, true, false, err
+	var known *replayed // a resend's grant that came as the caller left
+	if pending == nil {
+		_, isReply := rueidis.IsRedisErr(err)
+		// Close cut the resends of a counted request short (the Client's life ended cctx):
+		// the caller gets ErrClosed and the request is handed over, as when Close comes
+		// during the first send, to work Close waits for.
+		closed := counted && err != nil && !isReply && c.isClosed()
+		// A grant that came as ctx ended is given back by the work it is handed over to,
+		// not on the caller's goroutine: a give-back that met an unanswered Redis held the
+		// caller for up to twice the cleanup timeout
+		// (TestSemaphores_Acquire_resendGrantAtCancelGivesBackInBackground).
+		if err == nil && ctx.Err() != nil && granted(res) {
+			known = &replayed{res: res}
+		} else if !closed && (err == nil || isReply || ctx.Err() == nil || cctx.Err() != nil || errors.Is(err, ErrClosed)) {
+			cancel()
+			return res, true, false, err
+		}
 	}
 	dl, _ := cctx.Deadline()
 	cancel()
 	handed = true
 	c.handOff(ctx, lasting, counted, func(drain context.Context) {
+		if known != nil {
+			c.resolvedLeft(drain, ctx, lasting, known.res, nil, left)
+			return
+		}
+		if pending != nil {
+			// The caller left while the resends were under way: wait for their end (an
+			// answer, or an outcome still unknown once ctx's end cut them short), or for
+			// Close (rueidis may heed only the send's deadline).
+			var r replayed
+			select {
+			case r = <-pending:
+			case <-c.life.Done():
+				r.err = errorf("%w: the resend was unanswered", ErrClosed)
+			}
+			if _, isReply := rueidis.IsRedisErr(r.err); r.err == nil || isReply {
+				c.resolvedLeft(drain, ctx, lasting, r.res, r.err, left)
+				return
+			}
+		}
 		dctx, cancel := c.leftCtx(drain, ctx, lasting, dl) // the same cleanup timeout
 		defer cancel()
 		res, err := c.replay(dctx, nil, site, s, keys, goneArgs(args, mark), first)

@@ -130,3 +130,72 @@ func deadlineOf(ctx context.Context) time.Time {
 	dl, _ := ctx.Deadline()
 	return dl
 }
+
+// README guarantee 6 with WithReplicaAck: a Lock whose first reply is lost learns from its
+// replay that it granted afresh, and then waits for the replicas' acknowledgements after
+// touching the lease (ackAfterTouch); the replica has stopped, so that WAIT lasts the ack
+// timeout. A Lock whose ctx is cancelled meanwhile returns within a second of the cancel
+// (the guarantee's 100 ms with room for a loaded machine, less this process's stalls), and
+// the grant is given back once the WAIT is over. Before, the WAIT ran on the caller's
+// goroutine under the cleanup context, which no cancel of ctx ends: Lock outlived its ctx by
+// the ack timeout.
+func TestMutex_Lock_ackAfterReplayHeedsCancel(t *testing.T) {
+	if testing.Short() {
+		t.Skip("long: a master and a replica, the replica paused (run without -short)")
+	}
+	t.Parallel()
+	const ackTimeout = 3 * time.Second
+	const bound = time.Second
+	master := redistest.Start(t)
+	replica := redistest.Start(t, redistest.WithReplicaOf(master))
+	b := &backend{name: "redis", srv: master}
+	master.WaitReplicaOnline(t, 10*time.Second)
+	t.Cleanup(func() { replica.Resume(t) }) // before Close (cleanups run last first)
+
+	var touching atomic.Bool // set once the touch and its WAIT are sent
+	onTouch := make(chan struct{})
+	hc := &hookClient{Client: b.rueidis(t), every: func(cmds [][]string, multi bool) {
+		if multi && len(cmds) == 2 && cmds[0][0] == "PEXPIRE" && cmds[1][0] == "WAIT" && touching.CompareAndSwap(false, true) {
+			close(onTouch)
+		}
+	}}
+	c, err := rlock.New(hc, rlock.WithReplicaAck(1, ackTimeout), rlock.WithCleanupTimeout(2*ackTimeout))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+	hardWarm(t, c)
+	m := c.Mutex(redistest.Name(t))
+
+	var sends atomic.Int32
+	hc.set(func(_ context.Context, cmd hookCall, call func() rueidis.RedisResult) rueidis.RedisResult {
+		if cmd.script != "acquire" {
+			return call()
+		}
+		switch sends.Add(1) {
+		case 1: // granted afresh, its reply lost (its WAIT goes on alone, answered at once)
+			call()
+			return hardLost()
+		case 2: // the replay learns of the grant; the replica stops before the touch
+			res := call()
+			replica.Pause(t)
+			return res
+		}
+		return call()
+	})
+	ctx, cancel := context.WithCancel(bg)
+	defer cancel()
+	got := make(chan error, 1)
+	go func() { got <- m.Lock(ctx) }()
+	within(t, 10*time.Second, "the touch and its WAIT to be sent", onTouch)
+	stalled := watchStalls(nil)
+	cancel()
+	ended := time.Now()
+	err = await(t, got, 3*ackTimeout, "Lock to return")
+	took := time.Since(ended)
+	stall := stalled(ended, time.Now())
+	t.Logf("Lock: %v, %v after the cancel (the process stalled %v of it)", err, took.Round(time.Millisecond), stall.Round(time.Millisecond))
+	require.ErrorIs(t, err, context.Canceled)
+	require.Less(t, took-stall, bound, "Lock outlived its cancelled ctx (ack timeout %v)", ackTimeout)
+
+	replica.Resume(t)
+	redistest.WaitFor(t, 3*ackTimeout, "the grant to be given back", func() bool { return !b.exists(t, m.Key()) })
+}
