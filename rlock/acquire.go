@@ -357,33 +357,16 @@ func (m *Mutex) replayFor(ctx context.Context, h *hold, o *opHold, g *grace, sit
 	cctx, cancel := m.c.cleanupCtx(ctx)
 	wctx, wcancel := context.WithCancel(cctx)
 	stop := context.AfterFunc(ctx, wcancel)
-	var res rueidis.RedisResult
-	var pending <-chan replayed // the replaying, still under way when the caller left
-	if ctx.Done() == nil {
-		res, err = m.c.replay(wctx, nil, site, m.v.acquire, keys, args, first)
-	} else {
-		// A ctx that can end: the caller must be able to leave (README guarantee 6). A
-		// replay is sent on its goroutine under a deadline (the cleanup timeout), and
-		// rueidis heeds only that deadline for a lone request, not the cancel at ctx's end
-		// (see inflight): on a paused Redis, Lock outlived its ctx by the cleanup timeout
-		// (TestMutex_Lock_replayOnPausedRedisHeedsCtx).
-		ch := make(chan replayed, 1)
-		go func() {
-			r, e := m.c.replay(wctx, nil, site, m.v.acquire, keys, args, first)
-			ch <- replayed{r, e}
-		}()
-		select {
-		case r := <-ch:
-			res, err = r.res, r.err
-		case <-ctx.Done():
-			select { // an answer that is there already is taken
-			case r := <-ch:
-				res, err = r.res, r.err
-			default:
-				pending = ch
-			}
-		}
-	}
+	// A ctx that can end: the caller must be able to leave (README guarantee 6). A replay is
+	// sent under a deadline (the cleanup timeout), and rueidis heeds only that deadline for
+	// a lone request, not the cancel at ctx's end (see inflight): on a paused Redis, Lock
+	// outlived its ctx by the cleanup timeout (TestMutex_Lock_replayOnPausedRedisHeedsCtx).
+	// pending: the replaying, still under way when the caller left.
+	r, pending := aside(ctx, nil, func() replayed {
+		res, err := m.c.replay(wctx, nil, site, m.v.acquire, keys, args, first)
+		return replayed{res, err}
+	})
+	res, err := r.res, r.err
 	stop()
 	wcancel()
 	if pending != nil {
@@ -418,24 +401,10 @@ func (m *Mutex) replayFor(ctx context.Context, h *hold, o *opHold, g *grace, sit
 	}
 	var acking <-chan int64 // the wait for acknowledgements, still under way when the caller left
 	if err == nil && isGrant(vals) && vals[2] == 1 && m.c.opts.ackReplicas > 0 {
-		if ctx.Done() == nil {
-			acked = m.c.ackAfterTouch(cctx, m.keys.lock, lease)
-		} else {
-			// As the replay: its WAIT lasts up to the ack timeout, on cctx, which ctx's end
-			// does not end (and rueidis would heed only its deadline): Lock outlived a
-			// cancelled ctx by the ack timeout (TestMutex_Lock_ackAfterReplayHeedsCancel).
-			ch := make(chan int64, 1)
-			go func() { ch <- m.c.ackAfterTouch(cctx, m.keys.lock, lease) }()
-			select {
-			case acked = <-ch:
-			case <-ctx.Done():
-				select { // an answer that is there already is taken
-				case acked = <-ch:
-				default:
-					acking = ch
-				}
-			}
-		}
+		// As the replay: its WAIT lasts up to the ack timeout, on cctx, which ctx's end does
+		// not end (and rueidis would heed only its deadline): Lock outlived a cancelled ctx
+		// by the ack timeout (TestMutex_Lock_ackAfterReplayHeedsCancel).
+		acked, acking = aside(ctx, nil, func() int64 { return m.c.ackAfterTouch(cctx, m.keys.lock, lease) })
 	}
 	if err == nil && isGrant(vals) && ctx.Err() != nil {
 		// Granted, but the caller is gone: give it back, after the touch (a give-back that

@@ -116,22 +116,38 @@ func (f *inflight) wait() bool {
 	}
 }
 
-// leave runs f, a read that changes nothing, on a goroutine of its own and returns its
-// result, or false when ctx ends first: f goes on until its own ctx ends and its result is
-// dropped. rueidis may hold a request past its ctx's end (a cancel before the deadline, a
-// connection it is still dialling); the caller does not wait for it. A ctx that cannot end
-// runs f on the caller's goroutine.
-func leave[T any](ctx context.Context, f func() T) (T, bool) {
-	if ctx.Done() == nil {
-		return f(), true
+// aside runs f on a goroutine of its own while the caller waits for it, for ctx's end, or
+// for leaveAt (nil: never) to close, and returns f's result when the caller got it (also a
+// result that is there already as the caller leaves), else a channel that will deliver it:
+// the caller left, and f goes on until its own ctx ends. rueidis may hold a request past its
+// ctx's end (it heeds only a lone request's deadline, or a connection it is still dialling):
+// the caller need not wait for it (README guarantee 6). A ctx that cannot end, with no
+// leaveAt, runs f on the caller's goroutine. Whoever gets the channel must read it, or drop
+// what f's result holds (a grant) knowingly.
+func aside[T any](ctx context.Context, leaveAt <-chan struct{}, f func() T) (T, <-chan T) {
+	if ctx.Done() == nil && leaveAt == nil {
+		return f(), nil
 	}
 	ch := make(chan T, 1)
 	go func() { ch <- f() }()
 	select {
 	case v := <-ch:
-		return v, true
+		return v, nil
 	case <-ctx.Done():
-		var zero T
-		return zero, false
+	case <-leaveAt:
 	}
+	select { // a result that is there already is taken
+	case v := <-ch:
+		return v, nil
+	default:
+		var zero T
+		return zero, ch
+	}
+}
+
+// leave runs f, a read that changes nothing, aside (above) and returns its result, or false
+// when ctx ends first: f goes on until its own ctx ends and its result is dropped.
+func leave[T any](ctx context.Context, f func() T) (T, bool) {
+	v, pending := aside(ctx, nil, f)
+	return v, pending == nil
 }

@@ -577,31 +577,16 @@ func (c *Client) semAcquire(ctx context.Context, site replaySite, lasting bool, 
 	cctx, cancel := c.cleanupCtx(ctx)
 	wctx, wcancel := context.WithCancel(cctx)
 	stop := context.AfterFunc(ctx, wcancel)
-	ch := make(chan replayed, 1)
-	go func() {
-		r, e := c.replay(wctx, nil, site, s, keys, resendArgsAt(args, mark), first)
-		ch <- replayed{r, e}
-	}()
 	var closing <-chan struct{} // a counted request's caller also leaves at Close (awaitOpen)
 	if counted {
 		closing = c.life.Done()
 	}
-	var pending <-chan replayed // the resends, still under way when the caller left
-	select {
-	case r := <-ch:
-		res, err = r.res, r.err
-	case <-ctx.Done():
-		pending = ch
-	case <-closing:
-		pending = ch
-	}
-	if pending != nil {
-		select { // an answer that is there already is taken
-		case r := <-ch:
-			res, err, pending = r.res, r.err, nil
-		default:
-		}
-	}
+	// pending: the resends, still under way when the caller left.
+	r, pending := aside(ctx, closing, func() replayed {
+		res, err := c.replay(wctx, nil, site, s, keys, resendArgsAt(args, mark), first)
+		return replayed{res, err}
+	})
+	res, err = r.res, r.err
 	stop()
 	wcancel()
 	var known *replayed // a resend's grant that came as the caller left
