@@ -182,7 +182,7 @@ func (c *Client) semKeep() string {
 // until Redis answers, within the cleanup timeout ([Client.replay]). The scripts remember the
 // requests they applied for twice the cleanup timeout, so every resend is answered truly.
 // detached sends even the first request on a context that ignores ctx's end (giving permits
-// back). replayed reports whether the answer came from a resend. mark, when >= 0, is the
+// back), and bounds it with its resends by one cleanup timeout in all. replayed reports whether the answer came from a resend. mark, when >= 0, is the
 // index in args of an id that the resends mark as a replay's (resendArgsAt: a permit acquire
 // spends its permit id; with spentGone once ctx has ended).
 //
@@ -190,8 +190,10 @@ func (c *Client) semKeep() string {
 func (c *Client) semRun(ctx context.Context, site replaySite, detached bool, s *lua.Script, keys, args []string, mark int) (res rueidis.RedisResult, replayed bool, err error) {
 	var sctx context.Context
 	var cancel context.CancelFunc
+	var dl time.Time // a detached request's one cleanup timeout, its resends' too
 	if detached {
-		sctx, cancel = c.cleanupCtx(ctx)
+		dl = time.Now().Add(c.opts.cleanupTimeout)
+		sctx, cancel = c.cleanupCtxUntil(ctx, dl)
 	} else {
 		sctx, cancel = context.WithTimeout(ctx, c.opts.cleanupTimeout)
 	}
@@ -206,7 +208,16 @@ func (c *Client) semRun(ctx context.Context, site replaySite, detached bool, s *
 	if err = res.Error(); err == nil || definitive(err) {
 		return res, false, err
 	}
-	cctx, cancel := c.cleanupCtx(ctx)
+	// A detached request (a give-back, which works on a cancelled ctx) is bounded by one
+	// cleanup timeout in all, its resends within what its first send left: Release took two
+	// on a paused Redis (TestSemaphores_release_boundedByOneCleanupTimeoutOnPausedRedis).
+	// Others resend within a cleanup timeout of their own, as long as ctx lives.
+	var cctx context.Context
+	if detached {
+		cctx, cancel = c.cleanupCtxUntil(ctx, dl)
+	} else {
+		cctx, cancel = c.cleanupCtx(ctx)
+	}
 	defer cancel()
 	if mark >= 0 {
 		if ctx.Err() != nil {

@@ -305,3 +305,63 @@ func TestSemaphores_reads_heedCancelOnPausedRedis(t *testing.T) {
 		}
 	}
 }
+
+// The semaphores' releases work on a cancelled ctx with their own timeout (the cleanup
+// timeout, Release's godoc; README guarantee 6: Unlock is bounded by it): a release whose
+// first send Redis does not answer is resent within that same timeout, not within another
+// one after it. On a paused Redis they returned after twice the cleanup timeout.
+func TestSemaphores_release_boundedByOneCleanupTimeoutOnPausedRedis(t *testing.T) {
+	if testing.Short() {
+		t.Skip("pauses Redis (run without -short)")
+	}
+	const cleanup = 2 * time.Second
+	const slack = 700 * time.Millisecond
+	releases := []struct {
+		name    string
+		setup   func(t *testing.T, c *rlock.Client, name string) string
+		release func(ctx context.Context, c *rlock.Client, name, id string) error
+	}{
+		{"Semaphore.Release", func(t *testing.T, c *rlock.Client, n string) string { semOne(t, c, n); return "" },
+			func(ctx context.Context, c *rlock.Client, n, _ string) error { return c.Semaphore(n).Release(ctx, 1) }},
+		{"Semaphore.ReleaseIfExists", func(t *testing.T, c *rlock.Client, n string) string { semOne(t, c, n); return "" },
+			func(ctx context.Context, c *rlock.Client, n, _ string) error {
+				_, err := c.Semaphore(n).ReleaseIfExists(ctx, 1)
+				return err
+			}},
+		{"PermitSemaphore.Release", func(t *testing.T, c *rlock.Client, n string) string {
+			psemOne(t, c, n)
+			p, err := c.PermitSemaphore(n).Acquire(bg, time.Minute)
+			require.NoError(t, err)
+			return p.ID
+		}, func(ctx context.Context, c *rlock.Client, n, id string) error {
+			return c.PermitSemaphore(n).Release(ctx, id)
+		}},
+	}
+	for _, rel := range releases {
+		t.Run(rel.name, func(t *testing.T) {
+			t.Parallel() // a server of its own
+			b := realBackend(t)
+			c, err := rlock.New(b.rueidis(t), rlock.WithCleanupTimeout(cleanup))
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = c.Close() })
+			t.Cleanup(func() { b.srv.Resume(t) }) // before Close
+			name := redistest.Name(t)
+			id := rel.setup(t, c, name)
+			// Once more, so that the release script is loaded and a connection is up.
+			if rel.name != "PermitSemaphore.Release" {
+				require.NoError(t, rel.release(bg, c, name, id))
+			}
+			b.srv.Pause(t)
+			ctx, cancel := context.WithCancel(bg)
+			cancel() // a release works on a cancelled ctx
+			stalled := watchStalls(nil)
+			start := time.Now()
+			err = rel.release(ctx, c, name, id)
+			took := time.Since(start)
+			stall := stalled(start, time.Now())
+			t.Logf("%s: %v after %v (the process stalled %v of it)", rel.name, err, took.Round(time.Millisecond), stall.Round(time.Millisecond))
+			require.Error(t, err)
+			require.Less(t, took-stall, cleanup+slack, "the release outlived its cleanup timeout")
+		})
+	}
+}
