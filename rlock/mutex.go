@@ -249,7 +249,11 @@ func checkLease(what string, lease time.Duration) error {
 //     one of the owner's own, for an owner of this Client's handles; for a context owner,
 //     whose holds other Clients may count too, it rides with the owner's holds and expires
 //     with its lease once nobody renews them; a last hold Redis still has is no longer
-//     renewed and expires with its lease ([Mutex.HoldCount] counts it meanwhile).
+//     renewed and expires with its lease ([Mutex.HoldCount] counts it meanwhile);
+//  4. an error wrapping [context.DeadlineExceeded] when another call of the same owner on
+//     this lock through this Client (another goroutine sharing the handle or the owner, or
+//     work such a call left to the background) kept the lock's operations busy for the whole
+//     cleanup timeout: nothing was sent, and the hold is still counted (call Unlock again).
 //
 // An Unlock that waits for another call of the same owner on this lock (one handle or owner
 // used by several goroutines) gives back a hold of the owner's tenure in force when Unlock was

@@ -102,7 +102,8 @@ func (m *Mutex) unlock(ctx context.Context, owner string, rt *relTrace, failed f
 		cctx, cancel := m.c.cleanupCtx(ctx)
 		defer cancel()
 		if err := h.lockOp(cctx); err != nil {
-			return errorf("unlock %q: %w", m.name, context.Cause(cctx))
+			// Nothing was sent: the hold is still the caller's (Unlock's godoc, case 4).
+			return errorf("unlock %q: the owner's other call on this lock kept it busy for the whole cleanup timeout, nothing given back: %w", m.name, context.Cause(cctx))
 		}
 		if now, _ := h.snapshot(); t != nil && now != nil && now != t {
 			h.unlockOp()
