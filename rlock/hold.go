@@ -367,13 +367,16 @@ func (h *hold) onLost(l *watchdog.Lease, cause error) {
 		// A fixed lease ran its course: the holds are over, nothing was lost. Redis may keep
 		// them a little longer (the drift allowance): a grant in that moment finds them among
 		// the Client's own in Redis and gives them back (granted's extra).
-		n := h.count
+		// Redis may count the tenure's orphans too (holds whose give-back got no answer:
+		// abandon), which no renewal of a fixed tenure gave back (settleOrphans) and which
+		// endLocked forgets: the give-back at the end asks for them with the holds.
+		n, orphans := h.count, h.orphans
 		h.count = 0
 		h.expired = true
 		h.endLocked(ErrLeaseExpired)
 		h.unlockMu()
-		if n > 0 && isContextOwner(h.owner) && !h.v.ownOrphans {
-			h.giveBackExpired(n)
+		if n+orphans > 0 && isContextOwner(h.owner) && !h.v.ownOrphans {
+			h.giveBackExpired(n + orphans)
 		}
 		h.c.forget(h)
 		return
@@ -383,7 +386,8 @@ func (h *hold) onLost(l *watchdog.Lease, cause error) {
 }
 
 // giveBackExpired gives back, in the background, what Redis still counts for this Client of
-// n holds of a context owner whose fixed lease has just run its course here. Other Clients
+// n holds of a context owner whose fixed lease has just run its course here (the tenure's
+// holds and its orphans). Other Clients
 // of the owner may keep the tenure in Redis (their holds' renewals keep the key), and this
 // Client's holds with it: re-entered into a tenure another Client renews, or joined by a
 // renewed re-entry of another Client after the grant, they stayed counted, and after the
