@@ -88,3 +88,67 @@ func TestSharedOwner_fixedLeaseOrphanEndsInRedisToo(t *testing.T) {
 		require.NoError(t, other.Unlock(bg))
 	})
 }
+
+// The common pattern with re-entry: a context owner takes two fixed-lease holds through B
+// (LockLease; LockLease; work; Unlock; Unlock), the work overrunning the lease, while A holds
+// the owner's lock through another Client. Both of B's Unlocks are of ended holds
+// (ErrLeaseExpired) and must give back nothing of A's (as
+// TestSharedOwner_unlockAfterFixedLeaseTakesNoOtherClientsHold asks of one Unlock): a third
+// owner must not take the lock while A holds it.
+//
+//   - keptByRenewals: A renews the owner's tenure, B's holds re-entered it; B's Client gave
+//     its holds back at the lease's end (giveBackExpired), before B's Unlocks.
+//   - takenAfresh: B's tenure ended in Redis too, and A took the lock afresh for the owner.
+//
+// Both fail at cb439c1 (the first only since it: before, B's holds stayed in Redis and the
+// second Unlock took one of them), on both backends: B's first Unlock cleared hold.expired
+// (released), so its second went unconditionally (keep -1) and took A's hold:
+//
+//	B's second Unlock of an ended hold: <nil>; another owner took the lock while A holds it (A's Err: <nil>)
+func TestSharedOwner_secondUnlockOfEndedHoldsTakesNoOtherClientsHold(t *testing.T) {
+	t.Parallel()
+	for _, story := range []string{"keptByRenewals", "takenAfresh"} {
+		t.Run(story, func(t *testing.T) {
+			eachBackend(t, func(t *testing.T, b *backend) {
+				ca := b.client(t, rlock.WithWatchdogTimeout(3*time.Second))
+				cb := b.client(t, rlock.WithWatchdogTimeout(3*time.Second))
+				name := redistest.Name(t)
+				ctx := rlock.WithOwner(bg, "shared-"+name)
+				ma, mb := ca.Mutex(name), cb.Mutex(name)
+				if story == "keptByRenewals" {
+					require.NoError(t, ma.Lock(ctx))
+				}
+				require.NoError(t, mb.LockLease(ctx, 200*time.Millisecond))
+				require.NoError(t, mb.LockLease(ctx, 200*time.Millisecond))
+				within(t, 5*time.Second, "B's fixed lease to end", mb.Done(ctx))
+				if story == "keptByRenewals" {
+					redistest.WaitFor(t, 5*time.Second, "B's Client to give its ended holds back", func() bool {
+						n, err := ma.HoldCount(ctx)
+						require.NoError(t, err)
+						return n == 1
+					})
+				} else {
+					redistest.WaitFor(t, 5*time.Second, "the lease to end in Redis too", func() bool { return !b.exists(t, mb.Key()) })
+					require.NoError(t, ma.Lock(ctx)) // afresh: A's tenure
+				}
+				require.ErrorIs(t, mb.Unlock(ctx), rlock.ErrLeaseExpired)
+				err := mb.Unlock(ctx)
+				t.Logf("B's second Unlock of an ended hold: %v", err)
+				n, herr := ma.HoldCount(ctx)
+				require.NoError(t, herr)
+				other := ca.Mutex(name) // a third owner
+				ok, terr := other.TryLock(bg, 0, 0)
+				require.NoError(t, terr)
+				if ok {
+					t.Errorf("B's second Unlock of an ended hold: %v; another owner took the lock while A holds it (A's Err: %v)", err, ma.Err(ctx))
+					require.NoError(t, other.Unlock(bg))
+				}
+				require.Equal(t, 1, n, "A's hold stays")
+				if !ok {
+					require.NoError(t, ma.Err(ctx))
+					require.NoError(t, ma.Unlock(ctx))
+				}
+			})
+		})
+	}
+}

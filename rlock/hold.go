@@ -51,9 +51,15 @@ type hold struct {
 	lost  error      // non-nil: the tenure was lost while count > 0; Lock refuses until count is 0
 	cur   *tenure    // the current tenure, nil when not held
 	// expired: the last tenure ran to the end of its fixed lease. Err and Unlock report
-	// ErrLeaseExpired until the owner's next grant or release through this Client. The hold
-	// may leave the table meanwhile: the handle that used it last keeps it (Mutex.spare).
+	// ErrLeaseExpired until the owner's next grant through this Client, or until as many
+	// releases through it as that tenure had holds (endedHolds): each such Unlock is of one of
+	// them, and is conditional on what Redis counts of this Client's (release's keep), so that
+	// none takes a hold of another Client's. The hold may leave the table meanwhile: the
+	// handle that used it last keeps it (Mutex.spare).
 	expired bool
+	// endedHolds: while expired, the holds of the ended tenure that no release through this
+	// Client has been reported for yet (at least 1).
+	endedHolds int
 	// orphans are holds that Redis may count for the owner within the current tenure and
 	// that are nobody's: holds whose give-back failed or got no answer (abandon). They ride
 	// with the tenure and are given back, never beyond this Client's own count in Redis, at
@@ -295,7 +301,7 @@ func (h *hold) granted(within *tenure, token, holds, mine int64, sent time.Time,
 	fresh = t == nil
 	if fresh {
 		t = &tenure{token: token}
-		h.expired = false
+		h.expired, h.endedHolds = false, 0
 	}
 	end := sent.Add(lease - watchdog.Drift(lease))
 	if !fresh && (t.renew || (!renew && !end.After(t.end))) {
@@ -372,7 +378,7 @@ func (h *hold) onLost(l *watchdog.Lease, cause error) {
 		// endLocked forgets: the give-back at the end asks for them with the holds.
 		n, orphans := h.count, h.orphans
 		h.count = 0
-		h.expired = true
+		h.expired, h.endedHolds = true, max(n, 1)
 		h.endLocked(ErrLeaseExpired)
 		h.unlockMu()
 		if n+orphans > 0 && isContextOwner(h.owner) && !h.v.ownOrphans {
@@ -401,9 +407,10 @@ func (h *hold) onLost(l *watchdog.Lease, cause error) {
 // h.op), so it never takes a hold that the owner took since, through this Client or another.
 //
 // h stays in the table until it is done, so that the owner's next call through this Client
-// waits for it (h.op). It sends nothing when the owner's Unlock or grant through this Client
-// came first (h.expired no longer set: the Unlock gave back what Redis counts of this
-// Client's, keep 0; the grant, what Redis counts beyond its own, extra), when the Client is
+// waits for it (h.op). It sends nothing when the owner's grant or last Unlock of the ended
+// holds through this Client came first (h.expired no longer set: the Unlocks gave back what
+// Redis counts of this Client's, keep 0; the grant, what Redis counts beyond its own, extra;
+// after an Unlock of some of them it still sends, conditional as they were), when the Client is
 // closed (Close would cut the send short: the other Clients' renewals end with them), or
 // when h left the table already (a call of the owner's that ended in this moment let it go:
 // its next grant or Unlock here gives back what Redis counts, as above).
@@ -555,7 +562,16 @@ func (h *hold) released(remaining int64) (extra int64) {
 	}
 	if h.count == 0 {
 		h.lost = nil
-		h.expired = false
+		if h.expired && h.endedHolds > 1 {
+			// An Unlock of one of the ended tenure's holds: the next Unlock through this
+			// Client is of another of them, and stays conditional as this one was (keep 0),
+			// or it would go unconditionally and could take a hold of the owner's that
+			// another Client took (the first Unlock, or the give-back at the lease's end,
+			// gave back what Redis counted of this Client's).
+			h.endedHolds--
+		} else {
+			h.expired, h.endedHolds = false, 0
+		}
 		if h.cur != nil {
 			cause := ErrNotHeld
 			if remaining < 0 {
