@@ -2,6 +2,11 @@ package rlock_test
 
 import (
 	"context"
+	"errors"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -18,6 +23,16 @@ import (
 // tenure, orphans too), what it must never take (a hold the owner took since, here or
 // through another Client; a hold of another Client's by a later Unlock of the ended holds),
 // which script it sends (each kind's and side's own), and what it tells when Close cuts it.
+
+// scriptReq is the request id (ARGV[2]) of a release or acquire call a hook sees (cmd.args:
+// the number of keys, the keys, then the arguments).
+func scriptReq(cmd hookCall) string {
+	nk, err := strconv.Atoi(cmd.args[0])
+	if err != nil || len(cmd.args) < nk+3 {
+		return ""
+	}
+	return cmd.args[nk+2]
+}
 
 // A shared owner's fixed-lease tenure through B, re-entered into the tenure A renews, has an
 // orphan when it ends: one of B's two holds whose Unlock got no answer (ErrUnknownOutcome;
@@ -150,5 +165,189 @@ func TestSharedOwner_secondUnlockOfEndedHoldsTakesNoOtherClientsHold(t *testing.
 				}
 			})
 		})
+	}
+}
+
+// Every kind that shares Mutex's machinery (Mutex, SpinMutex, FairMutex, RWMutex's write and
+// read sides) gives back, at a shared owner's fixed lease's end, with its own release script
+// (Mutex{v: h.v}): B's fixed-lease re-entry into A's renewed tenure is gone from Redis soon
+// after B's Client ends it, and after A's Unlock another owner takes the lock (its write side)
+// at once. A give-back sent with another kind's script (a plain release on a read-write lock's
+// hash finds no read hold under the owner's field) would leave B's hold counted, and this
+// fails as TestSharedOwner_fixedLeaseReentryEndsInRedisToo did before cb439c1, on every kind
+// (with giveBackExpired's call taken out): "Redis counts 2 of the owner's holds (TTL 1.8s)
+// 1s after B's fixed lease ended; A holds 1".
+func TestSharedOwner_fixedLeaseReentryEndsInRedisToo_everyKind(t *testing.T) {
+	t.Parallel()
+	b := realBackend(t)
+	rc := b.rueidis(t)
+	for _, k := range refusedKinds {
+		k.rc = rc
+		t.Run(k.String(), func(t *testing.T) {
+			t.Parallel()
+			ca := b.client(t, rlock.WithWatchdogTimeout(3*time.Second))
+			cb := b.client(t, rlock.WithWatchdogTimeout(3*time.Second))
+			name := redistest.Name(t)
+			ctx := rlock.WithOwner(bg, "shared-"+name)
+			ha, hb := k.api.handle(ca, name), k.api.handle(cb, name)
+			ok, err := k.api.acquire(ha, ctx, k.side, -1, 0, true) // A's tenure, renewed
+			require.NoError(t, err)
+			require.True(t, ok)
+			ok, err = k.api.acquire(hb, ctx, k.side, 0, 200*time.Millisecond, false) // B's re-entry, fixed
+			require.NoError(t, err)
+			require.True(t, ok)
+			n, _, err := k.redisHolds(ha, ctx)
+			require.NoError(t, err)
+			require.Equal(t, 2, n)
+			redistest.WaitFor(t, 5*time.Second, "B's fixed lease to end", func() bool {
+				return errors.Is(k.api.errOf(hb, ctx, k.side), rlock.ErrLeaseExpired)
+			})
+			ended := time.Now()
+			for {
+				var ttl time.Duration
+				n, ttl, err = k.redisHolds(ha, ctx)
+				require.NoError(t, err)
+				if n == 1 {
+					break
+				}
+				if time.Since(ended) > time.Second {
+					t.Fatalf("Redis counts %d of the owner's holds (TTL %v) %v after B's fixed lease ended; A holds 1", n, ttl, time.Since(ended))
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			require.NoError(t, k.api.errOf(ha, ctx, k.side))
+			require.NoError(t, k.api.release(ha, ctx, k.side))
+			other := k.api.handle(cb, name) // another owner, on the write side
+			ok, err = k.api.acquire(other, bg, 0, 0, 0, false)
+			require.NoError(t, err)
+			if !ok {
+				_, ttl, _ := k.redisHolds(ha, ctx)
+				t.Fatalf("every hold of the owner was given back or ran its course, yet the lock is held (TTL %v)", ttl)
+			}
+			require.NoError(t, k.api.release(other, bg, 0))
+		})
+	}
+}
+
+// The give-back's first send lingers (kept back, never answered, its replays lost too: the
+// outcome stays unknown), the owner takes the lock again through the same Client (a
+// re-entry into A's tenure: its grant gives back the ended hold as extra), and the lingering
+// send reaches Redis only then. It must write nothing (release.lua: -3, superseded by the
+// Client's later operations on the owner's field, lib_seq.lua); applied, it would take the
+// new grant's hold (keep 0, and Redis counts one of B's), and B's Unlock of that hold would
+// then take A's. Passes at cb439c1; it fails if release.lua's superseded check is dropped
+// (the kept send then answers 1 and the owner's count falls to 1).
+//
+// On the real redis-server only: the kept send goes as EVALSHA, with no NOSCRIPT fallback,
+// and miniredis keeps its scripts per connection.
+func TestGiveBackExpired_lingeringSendAfterNextGrantWritesNothing(t *testing.T) {
+	t.Parallel()
+	b := realBackend(t)
+	ca := b.client(t, rlock.WithWatchdogTimeout(3*time.Second))
+	hc := &hookClient{Client: b.rueidis(t)}
+	gaveUp := make(chan struct{})
+	var once atomic.Bool
+	obs := &rlock.Observer{Replay: func(e rlock.ReplayInfo) {
+		if e.Op == "release" && e.Err != nil && once.CompareAndSwap(false, true) {
+			close(gaveUp)
+		}
+	}}
+	cb, err := rlock.New(hc, rlock.WithWatchdogTimeout(3*time.Second),
+		rlock.WithCleanupTimeout(300*time.Millisecond), rlock.WithObserver(obs))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = cb.Close() })
+	name := redistest.Name(t)
+	ctx := rlock.WithOwner(bg, "shared-"+name)
+	ma, mb := ca.Mutex(name), cb.Mutex(name)
+	require.NoError(t, ma.Lock(ctx))
+	kept := make(chan func(context.Context) rueidis.RedisResult, 1)
+	var req atomic.Pointer[string]
+	hc.set(func(_ context.Context, cmd hookCall, call func() rueidis.RedisResult) rueidis.RedisResult {
+		if cmd.script != "release" || cmd.multi {
+			return call()
+		}
+		r := scriptReq(cmd)
+		if req.CompareAndSwap(nil, &r) {
+			kept <- cmd.sendWith // the give-back's first send: kept back
+			return rueidis.NewErrorResult(context.DeadlineExceeded)
+		}
+		if p := req.Load(); p != nil && *p == r {
+			return rueidis.NewErrorResult(context.DeadlineExceeded) // its replays: lost
+		}
+		return call()
+	})
+	require.NoError(t, mb.LockLease(ctx, 200*time.Millisecond))
+	within(t, 5*time.Second, "B's fixed lease to end", mb.Done(ctx))
+	within(t, 5*time.Second, "the give-back to give up (unknown outcome)", gaveUp)
+	n, err := ma.HoldCount(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 2, n, "the give-back never reached Redis")
+	require.NoError(t, mb.Lock(ctx)) // the owner's next grant through B
+	redistest.WaitFor(t, 5*time.Second, "B's grant to give back its ended hold", func() bool {
+		n, err = ma.HoldCount(ctx)
+		require.NoError(t, err)
+		return n == 2
+	})
+	send := <-kept
+	res, err := send(bg).AsInt64()
+	require.NoError(t, err)
+	require.Equal(t, int64(-3), res, "the lingering give-back is superseded")
+	n, err = ma.HoldCount(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 2, n, "A's hold and B's new one")
+	require.NoError(t, mb.Unlock(ctx))
+	require.NoError(t, ma.Err(ctx))
+	require.NoError(t, ma.Unlock(ctx))
+	require.False(t, b.exists(t, ma.Key()))
+}
+
+// An ordinary program: a context owner's LockLease runs out, the program sees Done and closes
+// the Client without Unlock (shutting down). The give-back at the lease's end may be on its
+// way when Close begins: the hook holds its send until Close has ended the Client's life,
+// as a send that reaches rueidis just after Close began (rueidis answers a ctx already ended
+// without sending) or that waits in rueidis's queue meanwhile. Nothing went wrong, and
+// nothing should be logged at Warn. At cb439c1 one line is:
+//
+//	level=WARN msg="relock: request replayed" kind=mutex name=... op=release sends=1 error="rlock: outcome unknown: rlock: client closed (last error: context canceled)"
+//
+// (run with RELOCK_KNOWN_DEFECTS=1 until decided: see the review's report).
+func TestGiveBackExpired_closeDuringSendLogsNoWarning(t *testing.T) {
+	if os.Getenv("RELOCK_KNOWN_DEFECTS") != "1" {
+		t.Skip("a known defect (reviewexp): a Close during the background give-back logs a Warn; RELOCK_KNOWN_DEFECTS=1 runs it")
+	}
+	t.Parallel()
+	b := realBackend(t)
+	hc := &hookClient{Client: b.rueidis(t)}
+	logger, lb := newTestLogger(slog.LevelDebug)
+	c, err := rlock.New(hc, rlock.WithLogger(logger))
+	require.NoError(t, err)
+	name := redistest.Name(t)
+	ctx := rlock.WithOwner(bg, "job-"+name)
+	m := c.Mutex(name)
+	arrived := make(chan struct{})
+	var armed atomic.Bool
+	armed.Store(true)
+	hc.set(func(sctx context.Context, cmd hookCall, call func() rueidis.RedisResult) rueidis.RedisResult {
+		if cmd.script == "release" && !cmd.multi && armed.CompareAndSwap(true, false) {
+			close(arrived)
+			<-sctx.Done() // Close ends it
+			return call()
+		}
+		return call()
+	})
+	require.NoError(t, m.LockLease(ctx, 200*time.Millisecond))
+	within(t, 5*time.Second, "the lease to end", m.Done(ctx))
+	within(t, 5*time.Second, "the give-back's send", arrived)
+	start := time.Now()
+	require.NoError(t, c.Close())
+	require.Less(t, time.Since(start), 2*time.Second)
+	var warns []string
+	for _, l := range lb.lines() {
+		if strings.Contains(l, "level=WARN") || strings.Contains(l, "level=ERROR") {
+			warns = append(warns, l)
+		}
+	}
+	if len(warns) > 0 {
+		t.Errorf("a lease that ran out and a Close logged:\n%s", strings.Join(warns, "\n"))
 	}
 }
