@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"os"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -247,8 +246,8 @@ func TestGiveBackExpired_lingeringSendAfterNextGrantWritesNothing(t *testing.T) 
 	hc := &hookClient{Client: b.rueidis(t)}
 	gaveUp := make(chan struct{})
 	var once atomic.Bool
-	obs := &rlock.Observer{Replay: func(e rlock.ReplayInfo) {
-		if e.Op == "release" && e.Err != nil && once.CompareAndSwap(false, true) {
+	obs := &rlock.Observer{GiveBack: func(e rlock.GiveBackInfo) {
+		if e.Err != nil && once.CompareAndSwap(false, true) {
 			close(gaveUp)
 		}
 	}}
@@ -310,11 +309,10 @@ func TestGiveBackExpired_lingeringSendAfterNextGrantWritesNothing(t *testing.T) 
 //
 //	level=WARN msg="relock: request replayed" kind=mutex name=... op=release sends=1 error="rlock: outcome unknown: rlock: client closed (last error: context canceled)"
 //
-// (run with RELOCK_KNOWN_DEFECTS=1 until decided: see the review's report).
+// (In a loop of LockLease(30 ms), Done, Close on the real server, with no hook, 106 runs of
+// 300 logged it.) It passes since the give-back's requests go unreported (a variant without
+// obs); a failure other than Close is told as a give-back (the test below).
 func TestGiveBackExpired_closeDuringSendLogsNoWarning(t *testing.T) {
-	if os.Getenv("RELOCK_KNOWN_DEFECTS") != "1" {
-		t.Skip("a known defect (reviewexp): a Close during the background give-back logs a Warn; RELOCK_KNOWN_DEFECTS=1 runs it")
-	}
 	t.Parallel()
 	b := realBackend(t)
 	hc := &hookClient{Client: b.rueidis(t)}
@@ -349,5 +347,39 @@ func TestGiveBackExpired_closeDuringSendLogsNoWarning(t *testing.T) {
 	}
 	if len(warns) > 0 {
 		t.Errorf("a lease that ran out and a Close logged:\n%s", strings.Join(warns, "\n"))
+	}
+}
+
+// A give-back at a fixed lease's end that Redis does not answer (every send of it lost,
+// within the cleanup timeout) is told: a GiveBack event, reason orphan, whose Err wraps
+// ErrUnknownOutcome (and WithLogger logs it at Warn). Its requests are not reported as
+// replays (see the test above); this fails if its failure goes untold too.
+func TestGiveBackExpired_unansweredIsTold(t *testing.T) {
+	t.Parallel()
+	b := realBackend(t)
+	hc := &hookClient{Client: b.rueidis(t)}
+	told := make(chan rlock.GiveBackInfo, 4)
+	obs := &rlock.Observer{GiveBack: func(e rlock.GiveBackInfo) { told <- e }}
+	c, err := rlock.New(hc, rlock.WithCleanupTimeout(300*time.Millisecond), rlock.WithObserver(obs))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+	name := redistest.Name(t)
+	ctx := rlock.WithOwner(bg, "job-"+name)
+	m := c.Mutex(name)
+	hc.set(func(_ context.Context, cmd hookCall, call func() rueidis.RedisResult) rueidis.RedisResult {
+		if cmd.script == "release" && !cmd.multi {
+			return rueidis.NewErrorResult(context.DeadlineExceeded)
+		}
+		return call()
+	})
+	require.NoError(t, m.LockLease(ctx, 200*time.Millisecond))
+	within(t, 5*time.Second, "the lease to end", m.Done(ctx))
+	select {
+	case e := <-told:
+		require.Equal(t, rlock.GiveBackOrphan, e.Reason)
+		require.Equal(t, rlock.KindMutex, e.Kind)
+		require.ErrorIs(t, e.Err, rlock.ErrUnknownOutcome)
+	case <-time.After(5 * time.Second):
+		t.Fatal("the give-back that Redis did not answer was not told")
 	}
 }
