@@ -2136,6 +2136,10 @@ func (ls *lockSubject) acquireOp(s *mseq, g *mgor, side int, d []float64, f *opF
 			}
 		}
 	}
+	// The owner's holds on this Client as the call begins: a re-entry refused because one's
+	// fixed lease ended during the call is documented, and the sibling that held it may
+	// drop it from its stack before the call returns (seed 12704689980785488623, FairMutex).
+	heldAtStart := append(g.o.entries(side), g.stack...)
 	start := time.Now()
 	ok, err := ls.api.acquire(g.h, ctx, side, wait, lease, blocking)
 	ret := time.Now()
@@ -2219,7 +2223,7 @@ func (ls *lockSubject) acquireOp(s *mseq, g *mgor, side int, d []float64, f *opF
 	case errors.Is(err, rlock.ErrLeaseExpired) && lease > 0:
 		// Documented: every grant came back after its fixed lease ran out (Redis slow).
 		s.fault("late-grant")
-	case errors.Is(err, rlock.ErrLeaseExpired) && fixedEndedDuring(append(g.o.entries(side), g.stack...), start, ret):
+	case errors.Is(err, rlock.ErrLeaseExpired) && fixedEndedDuring(append(heldAtStart, g.o.entries(side)...), start, ret):
 		// Documented (Lock, e9006b2): a re-entry whose grant came back after the fixed lease
 		// of the tenure it re-entered (the owner's holds on this Client) ran out is refused.
 		s.fault("reentry-after-lease")
