@@ -301,80 +301,61 @@ func TestSharedOwner_renewalsOfARedLock(t *testing.T) {
 // found A's hold) and gives its holds back at their fixed lease's end (hold.giveBackExpired).
 func TestSharedOwner_fixedLeaseReentryEndsInRedisToo(t *testing.T) {
 	t.Parallel()
-	eachBackend(t, func(t *testing.T, b *backend) {
-		ca := b.client(t, rlock.WithWatchdogTimeout(3*time.Second))
-		cb := b.client(t, rlock.WithWatchdogTimeout(3*time.Second))
-		name := redistest.Name(t)
-		ctx := rlock.WithOwner(bg, "shared-"+name)
-		ma, mb := ca.Mutex(name), cb.Mutex(name)
-		require.NoError(t, ma.Lock(ctx))                            // A's tenure, renewed
-		require.NoError(t, mb.LockLease(ctx, 200*time.Millisecond)) // B's re-entry, fixed
-		within(t, 5*time.Second, "B's fixed lease to end", mb.Done(ctx))
-		require.ErrorIs(t, mb.Err(ctx), rlock.ErrLeaseExpired)
-		// A's renewals (every 2 s) meanwhile; then A's count and B's must be Redis's.
-		time.Sleep(300 * time.Millisecond)
-		n := 0
-		for deadline := time.Now().Add(3 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-			var err error
-			n, err = ma.HoldCount(ctx)
-			require.NoError(t, err)
-			if n == 1 || time.Now().After(deadline) {
-				break
-			}
-		}
-		if n != 1 {
-			t.Errorf("the owner holds 1 hold (A's; B's fixed lease ended 3 s ago); Redis counts %d", n)
-		}
-		require.NoError(t, ma.Unlock(ctx))
-		other := cb.Mutex(name) // another owner
-		ok, err := other.TryLock(bg, 0, 0)
-		require.NoError(t, err)
-		if !ok {
-			ttl, _ := other.TTL(bg)
-			t.Fatalf("every hold of the owner was given back or ran its course, yet the lock is held (for %v more)", ttl)
-		}
-		require.NoError(t, other.Unlock(bg))
-	})
+	eachBackend(t, func(t *testing.T, b *backend) { fixedLeaseEndsInRedisToo(t, b, false) })
 }
 
 // The other order: B's fixed lease begins the tenure, and A (watchdog mode) re-enters it
 // after. A's renewals keep the key and B's hold with it; B's grant found no hold of another
-// Client, so B's Client does not know that its tenure is shared.
+// Client, so B's Client does not know that its tenure is shared ("Redis counts 2", "held for
+// 1.496s more" with the give-back made only where the grant found another Client's hold).
 func TestSharedOwner_fixedLeaseTenureJoinedByARenewedReentryEndsInRedisToo(t *testing.T) {
 	t.Parallel()
-	eachBackend(t, func(t *testing.T, b *backend) {
-		ca := b.client(t, rlock.WithWatchdogTimeout(3*time.Second))
-		cb := b.client(t, rlock.WithWatchdogTimeout(3*time.Second))
-		name := redistest.Name(t)
-		ctx := rlock.WithOwner(bg, "shared-"+name)
-		ma, mb := ca.Mutex(name), cb.Mutex(name)
-		require.NoError(t, mb.LockLease(ctx, 200*time.Millisecond)) // B's tenure, fixed
-		require.NoError(t, ma.Lock(ctx))                            // A's re-entry, renewed
-		within(t, 5*time.Second, "B's fixed lease to end", mb.Done(ctx))
-		require.ErrorIs(t, mb.Err(ctx), rlock.ErrLeaseExpired)
-		time.Sleep(300 * time.Millisecond)
-		n := 0
-		for deadline := time.Now().Add(3 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-			var err error
-			n, err = ma.HoldCount(ctx)
-			require.NoError(t, err)
-			if n == 1 || time.Now().After(deadline) {
-				break
-			}
-		}
-		if n != 1 {
-			t.Errorf("the owner holds 1 hold (A's; B's fixed lease ended 3 s ago); Redis counts %d", n)
-		}
-		require.NoError(t, ma.Unlock(ctx))
-		other := cb.Mutex(name) // another owner
-		ok, err := other.TryLock(bg, 0, 0)
+	eachBackend(t, func(t *testing.T, b *backend) { fixedLeaseEndsInRedisToo(t, b, true) })
+}
+
+// fixedLeaseEndsInRedisToo: A (watchdog mode) and B (a 200 ms fixed lease) hold the lock for
+// one context owner through two Clients, B first when bFirst. Once B's lease has ended, Redis
+// must count A's hold alone, and once A unlocks, the lock must be free.
+func fixedLeaseEndsInRedisToo(t *testing.T, b *backend, bFirst bool) {
+	ca := b.client(t, rlock.WithWatchdogTimeout(3*time.Second))
+	cb := b.client(t, rlock.WithWatchdogTimeout(3*time.Second))
+	name := redistest.Name(t)
+	ctx := rlock.WithOwner(bg, "shared-"+name)
+	ma, mb := ca.Mutex(name), cb.Mutex(name)
+	lockA := func() { require.NoError(t, ma.Lock(ctx)) }                            // renewed
+	lockB := func() { require.NoError(t, mb.LockLease(ctx, 200*time.Millisecond)) } // fixed
+	if bFirst {
+		lockB()
+		lockA()
+	} else {
+		lockA()
+		lockB()
+	}
+	within(t, 5*time.Second, "B's fixed lease to end", mb.Done(ctx))
+	require.ErrorIs(t, mb.Err(ctx), rlock.ErrLeaseExpired)
+	// A's renewals (every 2 s) meanwhile; then A's count and B's must be Redis's.
+	time.Sleep(300 * time.Millisecond)
+	n := 0
+	for deadline := time.Now().Add(3 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		var err error
+		n, err = ma.HoldCount(ctx)
 		require.NoError(t, err)
-		if !ok {
-			ttl, _ := other.TTL(bg)
-			t.Fatalf("every hold of the owner was given back or ran its course, yet the lock is held (for %v more)", ttl)
+		if n == 1 || time.Now().After(deadline) {
+			break
 		}
-		require.NoError(t, other.Unlock(bg))
-	})
+	}
+	if n != 1 {
+		t.Errorf("the owner holds 1 hold (A's; B's fixed lease ended 3 s ago); Redis counts %d", n)
+	}
+	require.NoError(t, ma.Unlock(ctx))
+	other := cb.Mutex(name) // another owner
+	ok, err := other.TryLock(bg, 0, 0)
+	require.NoError(t, err)
+	if !ok {
+		ttl, _ := other.TTL(bg)
+		t.Fatalf("every hold of the owner was given back or ran its course, yet the lock is held (for %v more)", ttl)
+	}
+	require.NoError(t, other.Unlock(bg))
 }
 
 // A context owner's fixed lease through one Client runs its course (in Redis too), and
