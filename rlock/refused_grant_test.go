@@ -134,6 +134,7 @@ func forRefusedKinds(t *testing.T, rc rueidis.Client, f func(t *testing.T, k ref
 // extended by the refused re-entry, for that re-entry's lease: the owner was told it lost the
 // lock, and without the re-entry Redis would have dropped the hold with the lease last renewed.
 func TestRefusedGrant_reentryAfterLossLeavesNoHold(t *testing.T) {
+	t.Parallel() // servers and Clients of its own
 	b := realBackend(t)
 	rc := b.rueidis(t)
 	mf := newModelFaults(rc, nil)
@@ -181,6 +182,7 @@ var acquireScripts = map[string]bool{"acquire": true, "fair_acquire": true, "rw_
 // (hold.granted's extra): Redis must not count it for the rest of its lease, nor for the
 // refused grant's.
 func TestRefusedGrant_lateGrantGivesBackTheClientsOtherHolds(t *testing.T) {
+	t.Parallel() // servers and Clients of its own
 	b := realBackend(t)
 	rc := b.rueidis(t)
 	mf := newModelFaults(rc, nil)
@@ -232,6 +234,7 @@ func TestRefusedGrant_lateGrantGivesBackTheClientsOtherHolds(t *testing.T) {
 // canceled re-entry must not leave the tenure renewed by the watchdog until the owner's
 // Unlock.
 func TestRefusedGrant_canceledWatchdogReentryLeavesFixedLease(t *testing.T) {
+	t.Parallel() // servers and Clients of its own
 	b := realBackend(t)
 	rc := b.rueidis(t)
 	mf := newModelFaults(rc, nil)
@@ -288,6 +291,7 @@ func TestRefusedGrant_canceledWatchdogReentryLeavesFixedLease(t *testing.T) {
 // (errReentryEnded, wrapping ErrLeaseExpired). Redis must count none of the owner's holds
 // long before the watchdog lease would end them.
 func TestRefusedGrant_reentryAfterFixedLeaseEndLeavesNoHold(t *testing.T) {
+	t.Parallel() // servers and Clients of its own
 	b := realBackend(t)
 	rc := b.rueidis(t)
 	const watchdogTTL = 5 * time.Second

@@ -95,6 +95,7 @@ func TestSemaphores_Acquire_resendOnPausedRedisHeedsCancel(t *testing.T) {
 	if testing.Short() {
 		t.Skip("pauses Redis (run without -short)")
 	}
+	t.Parallel() // servers and Clients of its own
 	const cleanup = 4 * time.Second
 	const bound = time.Second
 	for _, tc := range semAcquireCases {
@@ -162,6 +163,7 @@ func TestSemaphores_Acquire_resendGrantAtCancelGivesBackInBackground(t *testing.
 	if testing.Short() {
 		t.Skip("waits out blocked give-backs (run without -short)")
 	}
+	t.Parallel() // servers and Clients of its own
 	const cleanup = 2 * time.Second
 	const bound = time.Second
 	const rounds = 20
@@ -235,6 +237,7 @@ func TestSemaphores_reads_heedCancelOnPausedRedis(t *testing.T) {
 	if testing.Short() {
 		t.Skip("pauses Redis (run without -short)")
 	}
+	t.Parallel() // servers and Clients of its own
 	const bound = time.Second
 	reads := []struct {
 		name string
@@ -314,6 +317,7 @@ func TestSemaphores_release_boundedByOneCleanupTimeoutOnPausedRedis(t *testing.T
 	if testing.Short() {
 		t.Skip("pauses Redis (run without -short)")
 	}
+	t.Parallel() // servers and Clients of its own
 	const cleanup = 2 * time.Second
 	const slack = 700 * time.Millisecond
 	releases := []struct {
