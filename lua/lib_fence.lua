@@ -58,8 +58,13 @@ local function spend(lock, fence, req, nowMs, keep)
       return
     end
   end
-  local live = liveSpent(rest, nowMs, req, 1)
-  redis.pcall('set', fence, tok .. live .. spentRecord(req, nowMs + keep), 'px', fenceTTLArg)
+  local live, spent = liveSpent(rest, nowMs, req, 1)
+  -- Recorded already (a replay refused again): another record of it would push out, of the
+  -- newest spentMax kept, a live record of another request, whose late first send would then
+  -- grant afresh (spent_test: refusedReplaysDoNotEvictOthersRecords).
+  if not spent then
+    redis.pcall('set', fence, tok .. live .. spentRecord(req, nowMs + keep), 'px', fenceTTLArg)
+  end
   if redis.call('exists', lock) == 1 then
     redis.pcall('hset', lock, spentFlag, '1')
   end

@@ -460,3 +460,62 @@ func TestRelease_handoffToSpentSuccessorFrees(t *testing.T) {
 		}
 	})
 }
+
+// TestAcquire_refusedReplaysDoNotEvictOthersRecords: a replay refused while another owner
+// holds the lock spends its id once. Each refusal of an id already spent wrote another record
+// of it, and the fence keeps the newest 32: one owner's replays, refused 32 times while the
+// lock was held, pushed out another's live record, whose late first send then took the freed
+// lock afresh (the model test, RWMutex seed 4783559955130134365 on branch modellost: a read
+// acquire's first send, kept back, answered [1 0 1] after the drain).
+func TestAcquire_refusedReplaysDoNotEvictOthersRecords(t *testing.T) {
+	const lease = "10000"
+	keys := []string{"{s}", "{s}:fence", "{s}:leases", "{s}:writers"}
+	kinds := []struct {
+		name      string
+		hold, acq func(ctx context.Context, tc server, owner, req string) ([]int64, error)
+	}{
+		{"acquire",
+			func(ctx context.Context, tc server, owner, req string) ([]int64, error) {
+				return lua.Acquire.Lua(tc.flags).Exec(ctx, tc.c, keys[:2], []string{lease, owner, req, "1"}).AsIntSlice()
+			},
+			func(ctx context.Context, tc server, owner, req string) ([]int64, error) {
+				return lua.Acquire.Lua(tc.flags).Exec(ctx, tc.c, keys[:2], []string{lease, owner, req, "1"}).AsIntSlice()
+			}},
+		{"rw_acquire/r",
+			func(ctx context.Context, tc server, owner, req string) ([]int64, error) {
+				return lua.RWAcquire.Lua(tc.flags).Exec(ctx, tc.c, keys, []string{lease, owner, req, "w", "10000", "1"}).AsIntSlice()
+			},
+			func(ctx context.Context, tc server, owner, req string) ([]int64, error) {
+				return lua.RWAcquire.Lua(tc.flags).Exec(ctx, tc.c, keys, []string{lease, owner, req, "r", "10000", "0"}).AsIntSlice()
+			}},
+	}
+	for _, k := range kinds {
+		t.Run(k.name, func(t *testing.T) {
+			eachServer(t, func(t *testing.T, tc server) {
+				ctx := context.Background()
+				do := func(args ...string) rueidis.RedisResult {
+					return tc.c.Do(ctx, tc.c.B().Arbitrary(args...).Build())
+				}
+				do("DEL", "{s}", "{s}:fence", "{s}:leases", "{s}:writers")
+				defer do("DEL", "{s}", "{s}:fence", "{s}:leases", "{s}:writers")
+				if v, err := k.hold(ctx, tc, "h:w", "w.1"); err != nil || v[0] != 1 {
+					t.Fatalf("the holder: %v %v", v, err)
+				}
+				if v, err := k.acq(ctx, tc, "h:a", "+a.7"); err != nil || v[0] != 0 {
+					t.Fatalf("a's replay, refused: %v %v", v, err)
+				}
+				for i := 0; i < 40; i++ {
+					if v, err := k.acq(ctx, tc, "h:b", "+b.9"); err != nil || v[0] != 0 {
+						t.Fatalf("b's replay %d, refused: %v %v", i, v, err)
+					}
+				}
+				do("DEL", "{s}", "{s}:leases", "{s}:writers") // the holder's lease ends
+				v, err := k.acq(ctx, tc, "h:a", "a.7")
+				if err != nil || v[0] != 0 {
+					f, _ := do("GET", "{s}:fence").ToString()
+					t.Fatalf("a's first send, after its spent replay and 40 refusals of b's: %v %v, want {0, 0} (fence %q)", v, err, f)
+				}
+			})
+		})
+	}
+}
