@@ -335,8 +335,16 @@ func fixedLeaseEndsInRedisToo(t *testing.T, b *backend, bFirst bool) {
 	require.ErrorIs(t, mb.Err(ctx), rlock.ErrLeaseExpired)
 	// A's renewals (every 2 s) meanwhile; then A's count and B's must be Redis's.
 	time.Sleep(300 * time.Millisecond)
+	aloneThenFree(t, ctx, ma, cb.Mutex(name), 3*time.Second, "B's fixed lease ended 3 s ago")
+}
+
+// aloneThenFree waits up to wait for Redis to count the owner's one hold that ma took (ctx's
+// owner) and no other, why saying what ended the others; then it unlocks that hold, and
+// another owner (other, a handle on the same lock) must take the lock at once.
+func aloneThenFree(t *testing.T, ctx context.Context, ma, other *rlock.Mutex, wait time.Duration, why string) {
+	t.Helper()
 	n := 0
-	for deadline := time.Now().Add(3 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+	for deadline := time.Now().Add(wait); ; time.Sleep(10 * time.Millisecond) {
 		var err error
 		n, err = ma.HoldCount(ctx)
 		require.NoError(t, err)
@@ -345,10 +353,9 @@ func fixedLeaseEndsInRedisToo(t *testing.T, b *backend, bFirst bool) {
 		}
 	}
 	if n != 1 {
-		t.Errorf("the owner holds 1 hold (A's; B's fixed lease ended 3 s ago); Redis counts %d", n)
+		t.Errorf("the owner holds 1 hold (A's; %s); Redis counts %d", why, n)
 	}
 	require.NoError(t, ma.Unlock(ctx))
-	other := cb.Mutex(name) // another owner
 	ok, err := other.TryLock(bg, 0, 0)
 	require.NoError(t, err)
 	if !ok {
