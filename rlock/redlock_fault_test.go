@@ -293,6 +293,9 @@ func TestRedLock_pendingRoundGiveBackThenNextAcquire(t *testing.T) {
 				require.NoError(t, m.Unlock(bg))
 			}
 			// The next acquire while that give-back is pending: a majority of the 4 live ones.
+			// Its request to the paused instance waits for the give-back's turn there and
+			// gives up at its instance timeout, unsent.
+			second := time.Now()
 			ok, err = r.TryLock(bg, 0, lease)
 			require.NoError(t, err)
 			require.True(t, ok)
@@ -303,11 +306,25 @@ func TestRedLock_pendingRoundGiveBackThenNextAcquire(t *testing.T) {
 			settled(t, r)
 			require.NoError(t, r.Err(bg), "the hold survives the give-back's outcome")
 			n, _ := rlock.RedInstanceHolds(r, bg)
-			want := 0
-			if existsOn(t, ss[paused], key) {
-				want = 1
+			switch held := existsOn(t, ss[paused], key); {
+			case resumeFirst:
+				// The give-back was answered; the next acquire's request there went on
+				// after it, within its instance timeout, and joined the hold if granted.
+				require.Equal(t, map[bool]int{true: 1, false: 0}[held], n[cs[paused]], "the paused instance counted iff it holds")
+			default:
+				// The next acquire's request there waited for the give-back's turn for its
+				// whole instance timeout and was never sent.
+				require.Zero(t, n[cs[paused]], "the paused instance granted nothing to the next acquire")
+				if held {
+					// Only the first round's grant, abandoned when its give-back failed:
+					// never renewed, it expires with its lease (the wait for every key
+					// below). Whether the give-back's sends are applied when the server
+					// resumes is the network's affair: at dbd496b CI saw them not applied,
+					// and this test read the abandoned grant as one of the next acquire.
+					ms := time.Since(second).Milliseconds()
+					require.Less(t, pttlOn(t, ss[paused], key), lease.Milliseconds()-ms, "granted before the next acquire, not renewed")
+				}
 			}
-			require.Equal(t, want, n[cs[paused]], "the paused instance counted iff it holds")
 			require.NoError(t, r.Unlock(bg))
 			settled(t, r)
 			redistest.WaitFor(t, 2*lease, "every key gone", func() bool { return holdersOn(t, ss, key) == 0 })
