@@ -1,6 +1,7 @@
 package rlock
 
 import (
+	"container/list"
 	"context"
 	"errors"
 	"strconv"
@@ -58,10 +59,16 @@ type Client struct {
 	// instance timeout; an answer clears it (redlock_round.go, RedLock.round).
 	redSilent atomic.Int64
 
-	mu       sync.Mutex
-	holds    map[holdKey]*hold
-	handoffs map[string]*handoffQueue // parked candidates per lock (handoff.go)
-	closed   bool
+	mu    sync.Mutex
+	holds map[holdKey]*hold
+	// ended keeps, by lock and owner, the holds that left the table while their last tenure
+	// had run to the end of its fixed lease (hold.expired), the oldest dropped beyond
+	// endedCap: an Unlock of such a hold through any handle of this Client, not only the one
+	// that used it last (Mutex.spare), finds that the tenure ended (ref, peekFor).
+	ended      map[holdKey]*list.Element // of endedOrder; Value is the *hold
+	endedOrder list.List                 // oldest first
+	handoffs   map[string]*handoffQueue  // parked candidates per lock (handoff.go)
+	closed     bool
 
 	// life ends with Close (cause ErrClosed): work done on a caller's behalf past its ctx
 	// (cleanupCtx) ends with it. bg counts that work when it goes on after the caller
@@ -103,6 +110,7 @@ func New(client rueidis.Client, opts ...Option) (*Client, error) {
 		opts:     o,
 		id:       strings.ReplaceAll(uuid.NewString(), "-", ""),
 		holds:    make(map[holdKey]*hold),
+		ended:    make(map[holdKey]*list.Element),
 		handoffs: make(map[string]*handoffQueue),
 	}
 	c.obs = newObserver(o.observers)

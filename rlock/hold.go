@@ -55,7 +55,8 @@ type hold struct {
 	// releases through it as that tenure had holds (endedHolds): each such Unlock is of one of
 	// them, and is conditional on what Redis counts of this Client's (release's keep), so that
 	// none takes a hold of another Client's. The hold may leave the table meanwhile: the
-	// handle that used it last keeps it (Mutex.spare).
+	// Client keeps it (Client.ended, whichever handle asks next), and so does the handle
+	// that used it last (Mutex.spare).
 	expired bool
 	// endedHolds: while expired, the holds of the ended tenure that no release through this
 	// Client has been reported for yet (at least 1).
@@ -145,7 +146,9 @@ func (c *Client) ref(m *Mutex, owner string) (*hold, error) {
 	k := holdKey{tableKey(m.keys, m.v), owner}
 	h := c.holds[k]
 	if h == nil {
-		if sp := m.spare; sp != nil && sp.owner == owner && sp.refs == 0 {
+		if e := c.takeEndedLocked(k); e != nil {
+			h = e
+		} else if sp := m.spare; sp != nil && sp.owner == owner && sp.refs == 0 {
 			h = sp
 		} else {
 			h = &hold{c: c, keys: m.keys, v: m.v, name: m.name, owner: owner, op: make(chan struct{}, 1)}
@@ -191,8 +194,12 @@ func (c *Client) peek(keys lockKeys, v *variant, owner string) *hold {
 func (c *Client) peekFor(m *Mutex, owner string) *hold {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if h := c.holds[holdKey{tableKey(m.keys, m.v), owner}]; h != nil {
+	k := holdKey{tableKey(m.keys, m.v), owner}
+	if h := c.holds[k]; h != nil {
 		return h
+	}
+	if e := c.ended[k]; e != nil {
+		return e.Value.(*hold)
 	}
 	if sp := m.spare; sp != nil && sp.owner == owner {
 		return sp
@@ -222,12 +229,47 @@ func (c *Client) forgetLocked(h *hold) {
 		return
 	}
 	h.mu.Lock()
-	idle := h.count == 0 && h.cur == nil
+	idle, expired := h.count == 0 && h.cur == nil, h.expired
 	h.mu.Unlock()
 	k := h.key()
 	if idle && c.holds[k] == h {
 		delete(c.holds, k)
+		if expired {
+			c.keepEndedLocked(k, h)
+		}
 	}
+}
+
+// endedCap bounds Client.ended: a program that lets fixed leases run out on many names and
+// never Unlocks them keeps at most this many ended holds. An Unlock of an older one through
+// a handle other than the one that used it last is then told of no ended lease (it gives
+// back as an Unlock through a Client that took no hold does).
+const endedCap = 4096
+
+// keepEndedLocked records h, which left the table after its tenure ran to the end of its
+// fixed lease, under k (Client.ended). c.mu must be held.
+func (c *Client) keepEndedLocked(k holdKey, h *hold) {
+	if e := c.ended[k]; e != nil {
+		c.endedOrder.Remove(e)
+	}
+	c.ended[k] = c.endedOrder.PushBack(h)
+	if c.endedOrder.Len() > endedCap {
+		old := c.endedOrder.Front()
+		delete(c.ended, old.Value.(*hold).key())
+		c.endedOrder.Remove(old)
+	}
+}
+
+// takeEndedLocked removes and returns the ended hold recorded under k, or nil: it goes back
+// into the table. c.mu must be held.
+func (c *Client) takeEndedLocked(k holdKey) *hold {
+	e := c.ended[k]
+	if e == nil {
+		return nil
+	}
+	delete(c.ended, k)
+	c.endedOrder.Remove(e)
+	return e.Value.(*hold)
 }
 
 // granted records a hold granted by a request sent at sent, with the lease it asked for;

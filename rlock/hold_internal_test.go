@@ -1,7 +1,9 @@
 package rlock
 
 import (
+	"container/list"
 	"context"
+	"fmt"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -61,4 +63,36 @@ func TestRedHold_finishCancelsHoldContextsBeforeDone(t *testing.T) {
 	<-done
 	require.False(t, closedFirst, "Done was closed before the HoldContext was cancelled")
 	require.ErrorIs(t, context.Cause(hctx), ErrLeaseExpired)
+}
+
+// The Client's record of holds whose fixed lease ended (Client.ended) keeps the latest
+// endedCap, by lock and owner: one recorded again moves to the newest, one put back into the
+// table leaves it, and the oldest goes first, so that a program that never Unlocks such
+// holds keeps a bounded number.
+func TestClient_endedHoldsBounded(t *testing.T) {
+	c := &Client{holds: make(map[holdKey]*hold), ended: make(map[holdKey]*list.Element)}
+	v := &variant{}
+	mk := func(i int) *hold {
+		return &hold{c: c, keys: lockKeys{lock: fmt.Sprintf("k%d", i)}, v: v, owner: "u:o"}
+	}
+	hs := make([]*hold, endedCap+10)
+	for i := range hs {
+		hs[i] = mk(i)
+		c.keepEndedLocked(hs[i].key(), hs[i])
+		if i == 0 {
+			c.keepEndedLocked(hs[0].key(), hs[0]) // again: still one entry
+		}
+	}
+	require.Len(t, c.ended, endedCap)
+	require.Equal(t, endedCap, c.endedOrder.Len())
+	require.Nil(t, c.takeEndedLocked(hs[9].key()), "the oldest went first")
+	require.Same(t, hs[10], c.takeEndedLocked(hs[10].key()))
+	require.Nil(t, c.takeEndedLocked(hs[10].key()), "taken once")
+	require.Len(t, c.ended, endedCap-1)
+	c.keepEndedLocked(hs[11].key(), hs[11]) // moves to the newest
+	c.keepEndedLocked(hs[0].key(), hs[0])
+	c.keepEndedLocked(mk(-1).key(), mk(-1))
+	require.NotNil(t, c.ended[hs[11].key()], "recorded again, so not the oldest")
+	require.Nil(t, c.ended[hs[12].key()])
+	require.Len(t, c.ended, endedCap)
 }

@@ -442,9 +442,11 @@ func (m *Mutex) Done(ctx context.Context) <-chan struct{} {
 //   - an error wrapping [ErrLockLost]: lost, until every hold has been unlocked;
 //   - [ErrLeaseExpired], which wraps [ErrNotHeld]: the last hold was taken with a fixed lease
 //     ([Mutex.LockLease], [Mutex.TryLock] with lease > 0) and the lease ran its course, until
-//     the owner locks again or calls Unlock. The handle that took the hold reports it; another
-//     handle of the same name reports plain ErrNotHeld, and so does this handle (for a context
-//     owner, [WithOwner]) once it has been used for another owner since;
+//     the owner locks again or calls Unlock. For a handle's own owner only that handle
+//     reports it (another handle is another owner); for a context owner ([WithOwner]) every
+//     handle of the name on this Client does, for the Client's latest 4096 such leases still
+//     not unlocked (of older ones, only the handle that used the hold last, until it is used
+//     for another owner);
 //   - [ErrNotHeld]: never held, or released;
 //   - [ErrClosed], or [ErrInvalid] for an invalid handle or owner.
 func (m *Mutex) Err(ctx context.Context) error {

@@ -3,6 +3,7 @@ package rlock_test
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -373,35 +374,50 @@ func aloneThenFree(t *testing.T, ctx context.Context, ma, other *rlock.Mutex, wa
 // its release was not conditional on its count in Redis: keep = holds - 1 = -1), which
 // freed the lock under the other Client: a third owner takes it while the other Client's
 // Err is nil, until its next renewal round tells it of a loss it did not cause.
+//
+// The Unlock may come through another handle of the first Client (c.Mutex(name) made anew
+// for each call, a common style), after the handle that locked was dropped: the Client
+// knows the tenure ended whichever handle asks. Before, only the handle that used the hold
+// last knew (Mutex.spare): another handle's Unlock went unconditionally and took the other
+// Client's hold ("Redis counts 0 (A holds 1)", found in review of D1's fix).
 func TestSharedOwner_unlockAfterFixedLeaseTakesNoOtherClientsHold(t *testing.T) {
 	t.Parallel()
-	eachBackend(t, func(t *testing.T, b *backend) {
-		ca := b.client(t, rlock.WithWatchdogTimeout(3*time.Second))
-		cb := b.client(t, rlock.WithWatchdogTimeout(3*time.Second))
-		name := redistest.Name(t)
-		ctx := rlock.WithOwner(bg, "shared-"+name)
-		ma, mb := ca.Mutex(name), cb.Mutex(name)
-		require.NoError(t, mb.LockLease(ctx, 100*time.Millisecond)) // B's tenure, fixed
-		within(t, 5*time.Second, "B's fixed lease to end", mb.Done(ctx))
-		redistest.WaitFor(t, 5*time.Second, "the lease to end in Redis too", func() bool { return !b.exists(t, mb.Key()) })
-		require.NoError(t, ma.Lock(ctx)) // afresh: A's tenure
-		err := mb.Unlock(ctx)
-		t.Logf("B's Unlock: %v", err)
-		require.ErrorIs(t, err, rlock.ErrLeaseExpired)
-		n, err := ma.HoldCount(ctx)
-		require.NoError(t, err)
-		if n != 1 {
-			t.Errorf("A holds 1 hold (B's Unlock was of its own ended hold); Redis counts %d", n)
-		}
-		other := ca.Mutex(name) // a third owner
-		ok, err := other.TryLock(bg, 0, 0)
-		require.NoError(t, err)
-		if ok {
-			t.Errorf("another owner took the lock while A holds it (A's Err: %v)", ma.Err(ctx))
-			require.NoError(t, other.Unlock(bg))
-		}
-		require.NoError(t, ma.Unlock(ctx))
-	})
+	for _, via := range []string{"theHandleThatLocked", "anotherHandle"} {
+		t.Run(via, func(t *testing.T) {
+			t.Parallel()
+			eachBackend(t, func(t *testing.T, b *backend) {
+				ca := b.client(t, rlock.WithWatchdogTimeout(3*time.Second))
+				cb := b.client(t, rlock.WithWatchdogTimeout(3*time.Second))
+				name := redistest.Name(t)
+				ctx := rlock.WithOwner(bg, "shared-"+name)
+				ma, mb := ca.Mutex(name), cb.Mutex(name)
+				require.NoError(t, mb.LockLease(ctx, 100*time.Millisecond)) // B's tenure, fixed
+				within(t, 5*time.Second, "B's fixed lease to end", mb.Done(ctx))
+				redistest.WaitFor(t, 5*time.Second, "the lease to end in Redis too", func() bool { return !b.exists(t, mb.Key()) })
+				require.NoError(t, ma.Lock(ctx)) // afresh: A's tenure
+				if via == "anotherHandle" {
+					mb = cb.Mutex(name)
+					runtime.GC() // the handle that locked is gone
+				}
+				err := mb.Unlock(ctx)
+				t.Logf("B's Unlock: %v", err)
+				require.ErrorIs(t, err, rlock.ErrLeaseExpired)
+				n, err := ma.HoldCount(ctx)
+				require.NoError(t, err)
+				if n != 1 {
+					t.Errorf("A holds 1 hold (B's Unlock was of its own ended hold); Redis counts %d", n)
+				}
+				other := ca.Mutex(name) // a third owner
+				ok, err := other.TryLock(bg, 0, 0)
+				require.NoError(t, err)
+				if ok {
+					t.Errorf("another owner took the lock while A holds it (A's Err: %v)", ma.Err(ctx))
+					require.NoError(t, other.Unlock(bg))
+				}
+				require.NoError(t, ma.Unlock(ctx))
+			})
+		})
+	}
 }
 
 // The Unlock of a fixed lease that ran its course still gives back the hold Redis keeps of
