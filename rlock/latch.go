@@ -112,21 +112,17 @@ func (l *CountDownLatch) check(ctx context.Context, op string) error {
 }
 
 // run sends a mutating latch script under a fresh request id, with the record key of that
-// request as KEYS[2], and resolves a lost reply by resending it under the same id (on a
-// context that outlives ctx, bounded by the cleanup timeout) until Redis answers. args follow
-// the script's own ARGV, the last being how long a record lasts, added here.
+// request as KEYS[2], and resolves a lost reply by resending it under the same id until
+// Redis answers (semRun: within the cleanup timeout, heeding ctx's end). args follow the
+// script's own ARGV, the last being how long a record lasts, added here.
 func (l *CountDownLatch) run(ctx context.Context, op string, s *lua.Script, args ...string) (int64, error) {
 	keys := []string{l.keys.lock, l.keys.lock + ":req:" + l.c.newRequest()}
-	args = append(args, strconv.FormatInt(2*l.c.opts.cleanupTimeout.Milliseconds(), 10))
-	n, err := l.c.exec(ctx, s, keys, args).AsInt64()
-	if err != nil && !definitive(err) {
-		cctx, cancel := l.c.cleanupCtx(ctx)
-		defer cancel()
-		var res rueidis.RedisResult
-		site := replaySite{kind: KindLatch, name: l.name, op: replayOp(op)}
-		if res, err = l.c.replay(cctx, ctx, site, s, keys, args, err); err == nil {
-			n, err = res.AsInt64()
-		}
+	args = append(args, l.c.semKeep())
+	site := replaySite{kind: KindLatch, name: l.name, op: replayOp(op)}
+	res, _, err := l.c.semRun(ctx, site, false, s, keys, args, -1)
+	var n int64
+	if err == nil {
+		n, err = res.AsInt64()
 	}
 	if err != nil {
 		return 0, classify(op, l.name, err)

@@ -332,7 +332,8 @@ type GiveBackInfo struct {
 	Kind  Kind
 	Name  string
 	Owner string // "" for semaphores
-	// Holds is how many holds (or permits) were to be given back.
+	// Holds is how many holds (or permits) were to be given back (0 for a
+	// [Semaphore.DrainPermits] whose answer never came: how many it took is not known).
 	Holds  int
 	Reason GiveBackReason
 	// Err is nil when Redis took them back; otherwise why not: the Client stopped counting

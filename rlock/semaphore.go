@@ -177,17 +177,48 @@ func (c *Client) semKeep() string {
 	return strconv.FormatInt(2*c.opts.cleanupTimeout.Milliseconds(), 10)
 }
 
-// semRun runs a semaphore script that changes state. The first send is bounded by the cleanup
-// timeout as well as ctx; when its reply is lost, the script is sent again with the same ids
-// until Redis answers, within the cleanup timeout ([Client.replay]). The scripts remember the
-// requests they applied for twice the cleanup timeout, so every resend is answered truly.
+// semRun runs a script of the semaphores or the latch that changes state. The first send is
+// bounded by the cleanup timeout as well as ctx; when its reply is lost, the script is sent
+// again with the same ids until Redis answers, within the cleanup timeout ([Client.replay]),
+// and no longer than ctx lives. The scripts remember the requests they applied for twice the
+// cleanup timeout, so every resend is answered truly. A ctx that can end is heeded at once
+// (README guarantee 6): rueidis sends a lone request with a deadline on the sending goroutine
+// and heeds only that deadline, so the sends go from a goroutine of their own (aside), and
+// a caller whose ctx ends first gets an error wrapping ErrUnknownOutcome and ctx's error (the
+// request was sent and may still be applied); its sends end by themselves, within the first
+// send's cleanup timeout. On a paused Redis the writes outlived a cancelled ctx by up to two
+// cleanup timeouts (TestSemaphores_writes_heedCancelOnPausedRedis).
+//
 // detached sends even the first request on a context that ignores ctx's end (giving permits
-// back), and bounds it with its resends by one cleanup timeout in all. replayed reports whether the answer came from a resend. mark, when >= 0, is the
-// index in args of an id that the resends mark as a replay's (resendArgsAt: a permit acquire
-// spends its permit id; with spentGone once ctx has ended).
+// back), and bounds it with its resends by one cleanup timeout in all. replayed reports
+// whether the answer came from a resend. mark, when >= 0, is the index in args of an id that
+// the resends mark as a replay's (resendArgsAt: a permit acquire spends its permit id; with
+// spentGone once ctx has ended).
 //
 // site names the request for the observer's Replay event.
 func (c *Client) semRun(ctx context.Context, site replaySite, detached bool, s *lua.Script, keys, args []string, mark int) (res rueidis.RedisResult, replayed bool, err error) {
+	if detached || ctx.Done() == nil {
+		return c.semSend(ctx, site, detached, s, keys, args, mark)
+	}
+	r, pending := aside(ctx, nil, func() semResult {
+		res, replayed, err := c.semSend(ctx, site, false, s, keys, args, mark)
+		return semResult{res, replayed, err}
+	})
+	if pending != nil {
+		return rueidis.RedisResult{}, false, errorf("%w: %w", ErrUnknownOutcome, ctx.Err())
+	}
+	return r.res, r.replayed, r.err
+}
+
+// semResult is what semSend returns, as one value.
+type semResult struct {
+	res      rueidis.RedisResult
+	replayed bool
+	err      error
+}
+
+// semSend is semRun on the caller's goroutine.
+func (c *Client) semSend(ctx context.Context, site replaySite, detached bool, s *lua.Script, keys, args []string, mark int) (res rueidis.RedisResult, replayed bool, err error) {
 	var sctx context.Context
 	var cancel context.CancelFunc
 	var dl time.Time // a detached request's one cleanup timeout, its resends' too
@@ -211,12 +242,15 @@ func (c *Client) semRun(ctx context.Context, site replaySite, detached bool, s *
 	// A detached request (a give-back, which works on a cancelled ctx) is bounded by one
 	// cleanup timeout in all, its resends within what its first send left: Release took two
 	// on a paused Redis (TestSemaphores_release_boundedByOneCleanupTimeoutOnPausedRedis).
-	// Others resend within a cleanup timeout of their own, as long as ctx lives.
+	// Others resend within a cleanup timeout of their own, and end with ctx: nobody waits
+	// for their answer then.
 	var cctx context.Context
 	if detached {
 		cctx, cancel = c.cleanupCtxUntil(ctx, dl)
 	} else {
 		cctx, cancel = c.cleanupCtx(ctx)
+		stop := context.AfterFunc(ctx, cancel)
+		defer stop()
 	}
 	defer cancel()
 	if mark >= 0 {
@@ -463,14 +497,41 @@ func (s *Semaphore) add(ctx context.Context, op string, n int, ifExists, detache
 // DrainPermits takes every available permit and returns how many it took (0 when none are
 // available). A count below zero is left as it is and 0 returned (Redisson sets it to zero,
 // which adds permits). A lost reply is resolved by resending: the answer is the number the
-// first send took.
+// first send took. When ctx ends before Redis answers, DrainPermits returns ctx's error,
+// wrapped, at once, and the permits it took are given back in the background, as an
+// Acquire's are (see Replays at [Semaphore] for when that cannot be learned).
 func (s *Semaphore) DrainPermits(ctx context.Context) (int, error) {
 	const op = "drain"
 	if err := s.ready(ctx, op, false); err != nil {
 		return 0, err
 	}
-	got, _, err := s.c.semInt(ctx, KindSemaphore, op, s.name, false, lua.SemDrain, s.keys.counted(), []string{s.c.newRequest(), s.c.semKeep()})
-	return int(got), err
+	// Like an acquire's, a drain whose caller left before its answer is resolved in the
+	// background, and the permits it took are given back (semAcquire).
+	site := replaySite{kind: KindSemaphore, name: s.name, op: replayOp(op)}
+	taken := func(res rueidis.RedisResult) int64 {
+		if got, err := res.AsInt64(); err == nil && got > 0 {
+			return got
+		}
+		return 0
+	}
+	res, _, _, err := s.c.semAcquire(ctx, site, true, lua.SemDrain, s.keys.counted(), []string{s.c.newRequest(), s.c.semKeep()}, -1,
+		func(res rueidis.RedisResult) bool { return taken(res) > 0 },
+		func(gctx context.Context, res rueidis.RedisResult, err error) {
+			if err != nil { // unknown: permits it may have taken are lost
+				s.c.gaveBack(KindSemaphore, s.name, "", 0, GiveBackCanceled, classify(op, s.name, err))
+			} else if n := taken(res); n > 0 { // drained after the caller gave up: give them back
+				_, err := s.add(gctx, "release", int(n), false, true)
+				s.c.gaveBack(KindSemaphore, s.name, "", int(n), GiveBackCanceled, err)
+			}
+		})
+	var got int64
+	if err == nil {
+		got, err = res.AsInt64()
+	}
+	if err != nil {
+		return 0, classify(op, s.name, err)
+	}
+	return int(got), nil
 }
 
 // AvailablePermits is the number of permits available now: 0 when the semaphore does not
@@ -691,6 +752,9 @@ func (c *Client) resolvedLeft(drain, ctx context.Context, lasting bool, res ruei
 // spends it even if refused (its first send, abandoned in rueidis's queue, may still reach
 // Redis once a permit is free). args is left as it is.
 func goneArgs(args []string, mark int) []string {
+	if mark < 0 {
+		return args
+	}
 	r := append([]string(nil), args...)
 	r[mark] = spentGone + strings.TrimPrefix(args[mark], spentMark)
 	return r
@@ -700,6 +764,9 @@ func goneArgs(args []string, mark int) []string {
 // permit acquire's later attempt, after a send of the id whose reply was lost, marks its
 // first send as a resend): the id is marked once. args is left as it is.
 func resendArgsAt(args []string, mark int) []string {
+	if mark < 0 {
+		return args
+	}
 	r := append([]string(nil), args...)
 	r[mark] = spentMark + strings.TrimPrefix(args[mark], spentMark)
 	return r

@@ -309,6 +309,166 @@ func TestSemaphores_reads_heedCancelOnPausedRedis(t *testing.T) {
 	}
 }
 
+// The semaphores' and the latch's other writes heed ctx's end too (README guarantee 6): on a
+// paused Redis, a call whose ctx is cancelled returns at once with an error wrapping ctx's
+// and ErrUnknownOutcome (the write was sent and may still be applied; a drain is undone
+// instead, like an acquire), not when its first
+// send's cleanup timeout, and then its resends', ran out (or, for the latch, its ctx's
+// deadline: a minute here).
+func TestSemaphores_writes_heedCancelOnPausedRedis(t *testing.T) {
+	if testing.Short() {
+		t.Skip("pauses Redis (run without -short)")
+	}
+	t.Parallel() // servers and Clients of its own
+	const bound = time.Second
+	writes := []struct {
+		name  string
+		write func(ctx context.Context, c *rlock.Client, name string) error
+	}{
+		{"Semaphore.TrySetPermits", func(ctx context.Context, c *rlock.Client, n string) error {
+			_, err := c.Semaphore(n).TrySetPermits(ctx, 1)
+			return err
+		}},
+		{"Semaphore.AddPermits", func(ctx context.Context, c *rlock.Client, n string) error {
+			return c.Semaphore(n).AddPermits(ctx, 1)
+		}},
+		{"Semaphore.DrainPermits", func(ctx context.Context, c *rlock.Client, n string) error {
+			_, err := c.Semaphore(n).DrainPermits(ctx)
+			return err
+		}},
+		{"Semaphore.Delete", func(ctx context.Context, c *rlock.Client, n string) error {
+			_, err := c.Semaphore(n).Delete(ctx)
+			return err
+		}},
+		{"PermitSemaphore.TrySetPermits", func(ctx context.Context, c *rlock.Client, n string) error {
+			_, err := c.PermitSemaphore(n).TrySetPermits(ctx, 1)
+			return err
+		}},
+		{"PermitSemaphore.AddPermits", func(ctx context.Context, c *rlock.Client, n string) error {
+			return c.PermitSemaphore(n).AddPermits(ctx, 1)
+		}},
+		{"PermitSemaphore.Extend", func(ctx context.Context, c *rlock.Client, n string) error {
+			return c.PermitSemaphore(n).Extend(ctx, "id", time.Minute)
+		}},
+		{"PermitSemaphore.Delete", func(ctx context.Context, c *rlock.Client, n string) error {
+			_, err := c.PermitSemaphore(n).Delete(ctx)
+			return err
+		}},
+		{"CountDownLatch.TrySetCount", func(ctx context.Context, c *rlock.Client, n string) error {
+			_, err := c.CountDownLatch(n).TrySetCount(ctx, 1)
+			return err
+		}},
+		{"CountDownLatch.CountDown", func(ctx context.Context, c *rlock.Client, n string) error {
+			return c.CountDownLatch(n).CountDown(ctx)
+		}},
+		{"CountDownLatch.Delete", func(ctx context.Context, c *rlock.Client, n string) error {
+			_, err := c.CountDownLatch(n).Delete(ctx)
+			return err
+		}},
+	}
+	ends := []struct {
+		name string
+		ctx  func() (context.Context, context.CancelFunc)
+	}{
+		{"cancel", func() (context.Context, context.CancelFunc) { return context.WithCancel(bg) }},
+		{"cancelBeforeDeadline", func() (context.Context, context.CancelFunc) { return context.WithTimeout(bg, time.Minute) }},
+	}
+	for _, wr := range writes {
+		for _, end := range ends {
+			t.Run(wr.name+"/"+end.name, func(t *testing.T) {
+				t.Parallel() // a server of its own
+				b := realBackend(t)
+				var armed atomic.Bool
+				sent := make(chan struct{})
+				hc := &hookClient{Client: b.rueidis(t), every: func([][]string, bool) {
+					if armed.CompareAndSwap(true, false) {
+						close(sent)
+					}
+				}}
+				c, err := rlock.New(hc, rlock.WithCleanupTimeout(10*time.Second))
+				require.NoError(t, err)
+				t.Cleanup(func() { _ = c.Close() })
+				t.Cleanup(func() { b.srv.Resume(t) }) // before Close
+				name := redistest.Name(t)
+				_ = wr.write(bg, c, name) // the script loaded, a connection up
+				b.srv.Pause(t)
+				ctx, cancel := end.ctx()
+				defer cancel()
+				armed.Store(true)
+				got := make(chan error, 1)
+				go func() { got <- wr.write(ctx, c, name) }()
+				within(t, 10*time.Second, "the write to be sent", sent)
+				stalled := watchStalls(nil)
+				cancel()
+				ended := time.Now()
+				err = await(t, got, 90*time.Second, "the write to return")
+				took := time.Since(ended)
+				stall := stalled(ended, time.Now())
+				t.Logf("%s: %v, %v after the cancel (the process stalled %v of it)", wr.name, err, took.Round(time.Millisecond), stall.Round(time.Millisecond))
+				require.ErrorIs(t, err, context.Canceled)
+				if wr.name != "Semaphore.DrainPermits" { // given back (TestSemaphore_DrainPermits_leftCallerGivesBack)
+					require.ErrorIs(t, err, rlock.ErrUnknownOutcome)
+				}
+				require.Less(t, took-stall, bound, "the write outlived its cancelled ctx")
+			})
+		}
+	}
+}
+
+// A DrainPermits whose caller left before Redis answered (a paused Redis, a cancelled ctx)
+// gives back, once Redis answers, the permits it took, as an Acquire's does: nobody learnt
+// how many it took. With the drain on the caller's goroutine the caller waited for the
+// answer (two cleanup timeouts on a paused Redis); left to the background without this,
+// the permits were lost for good (a Semaphore's never expire).
+func TestSemaphore_DrainPermits_leftCallerGivesBack(t *testing.T) {
+	if testing.Short() {
+		t.Skip("pauses Redis (run without -short)")
+	}
+	t.Parallel()
+	b := realBackend(t)
+	var armed atomic.Bool
+	sent := make(chan struct{})
+	hc := &hookClient{Client: b.rueidis(t), every: func([][]string, bool) {
+		if armed.CompareAndSwap(true, false) {
+			close(sent)
+		}
+	}}
+	gave := make(chan rlock.GiveBackInfo, 4)
+	c, err := rlock.New(hc, rlock.WithObserver(&rlock.Observer{GiveBack: func(i rlock.GiveBackInfo) { gave <- i }}))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+	t.Cleanup(func() { b.srv.Resume(t) }) // before Close
+	s := c.Semaphore(redistest.Name(t))
+	ok, err := s.TrySetPermits(bg, 3)
+	require.NoError(t, err)
+	require.True(t, ok)
+	n, err := s.DrainPermits(bg) // the script loaded
+	require.NoError(t, err)
+	require.Equal(t, 3, n)
+	require.NoError(t, s.AddPermits(bg, 3))
+	b.srv.Pause(t)
+	ctx, cancel := context.WithCancel(bg)
+	armed.Store(true)
+	got := make(chan error, 1)
+	go func() { _, err := s.DrainPermits(ctx); got <- err }()
+	within(t, 10*time.Second, "the drain to be sent", sent)
+	cancel()
+	err = await(t, got, 30*time.Second, "the drain to return")
+	require.ErrorIs(t, err, context.Canceled)
+	b.srv.Resume(t)
+	select {
+	case i := <-gave:
+		require.NoError(t, i.Err)
+		require.Equal(t, 3, i.Holds)
+		require.Equal(t, rlock.GiveBackCanceled, i.Reason)
+	case <-time.After(30 * time.Second):
+		t.Fatal("no GiveBack event for the drained permits")
+	}
+	avail, err := s.AvailablePermits(bg)
+	require.NoError(t, err)
+	require.Equal(t, 3, avail, "the drained permits given back")
+}
+
 // The semaphores' releases work on a cancelled ctx with their own timeout (the cleanup
 // timeout, Release's godoc; README guarantee 6: Unlock is bounded by it): a release whose
 // first send Redis does not answer is resent within that same timeout, not within another
