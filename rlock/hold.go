@@ -146,8 +146,18 @@ func (c *Client) ref(m *Mutex, owner string) (*hold, error) {
 	k := holdKey{tableKey(m.keys, m.v), owner}
 	h := c.holds[k]
 	if h == nil {
-		if e := c.takeEndedLocked(k); e != nil {
+		if e := c.takeEndedLocked(k); e != nil && e.v == m.v {
 			h = e
+		} else if e != nil {
+			// Another kind of the same name (Mutex, FairMutex and SpinMutex share k): a hold
+			// of m's own variant (its scripts, its events) that knows how the last tenure
+			// ended.
+			e.mu.Lock()
+			ended := e.endedHolds
+			e.expired, e.endedHolds = false, 0 // moved: a handle that keeps e (spare) forgets it
+			e.mu.Unlock()
+			h = &hold{c: c, keys: m.keys, v: m.v, name: m.name, owner: owner, op: make(chan struct{}, 1),
+				expired: true, endedHolds: ended}
 		} else if sp := m.spare; sp != nil && sp.owner == owner && sp.refs == 0 {
 			h = sp
 		} else {
@@ -234,16 +244,18 @@ func (c *Client) forgetLocked(h *hold) {
 	k := h.key()
 	if idle && c.holds[k] == h {
 		delete(c.holds, k)
-		if expired {
+		// A context owner's only: a handle's own owner has no other handle to ask for it,
+		// and the handle keeps it (Mutex.spare).
+		if expired && isContextOwner(h.owner) {
 			c.keepEndedLocked(k, h)
 		}
 	}
 }
 
-// endedCap bounds Client.ended: a program that lets fixed leases run out on many names and
-// never Unlocks them keeps at most this many ended holds. An Unlock of an older one through
-// a handle other than the one that used it last is then told of no ended lease (it gives
-// back as an Unlock through a Client that took no hold does).
+// endedCap bounds Client.ended: a program that lets context owners' fixed leases run out on
+// many names and never Unlocks them keeps at most this many ended holds. An older one is
+// forgotten, by every handle: its Unlock is told of no ended lease and gives back as an
+// Unlock through a Client that took no hold does.
 const endedCap = 4096
 
 // keepEndedLocked records h, which left the table after its tenure ran to the end of its
@@ -254,9 +266,16 @@ func (c *Client) keepEndedLocked(k holdKey, h *hold) {
 	}
 	c.ended[k] = c.endedOrder.PushBack(h)
 	if c.endedOrder.Len() > endedCap {
-		old := c.endedOrder.Front()
-		delete(c.ended, old.Value.(*hold).key())
-		c.endedOrder.Remove(old)
+		oe := c.endedOrder.Front()
+		old := oe.Value.(*hold)
+		delete(c.ended, old.key())
+		c.endedOrder.Remove(oe)
+		// Forgotten: a handle that still keeps it (Mutex.spare) must not report, or make
+		// conditional, an end that the owner's later tenures through other handles of this
+		// Client have long superseded.
+		old.mu.Lock()
+		old.expired, old.endedHolds = false, 0
+		old.mu.Unlock()
 	}
 }
 

@@ -73,7 +73,7 @@ func TestClient_endedHoldsBounded(t *testing.T) {
 	c := &Client{holds: make(map[holdKey]*hold), ended: make(map[holdKey]*list.Element)}
 	v := &variant{}
 	mk := func(i int) *hold {
-		return &hold{c: c, keys: lockKeys{lock: fmt.Sprintf("k%d", i)}, v: v, owner: "u:o"}
+		return &hold{c: c, keys: lockKeys{lock: fmt.Sprintf("k%d", i)}, v: v, owner: "u:o", expired: true, endedHolds: 1}
 	}
 	hs := make([]*hold, endedCap+10)
 	for i := range hs {
@@ -86,6 +86,8 @@ func TestClient_endedHoldsBounded(t *testing.T) {
 	require.Len(t, c.ended, endedCap)
 	require.Equal(t, endedCap, c.endedOrder.Len())
 	require.Nil(t, c.takeEndedLocked(hs[9].key()), "the oldest went first")
+	require.False(t, hs[9].expired, "forgotten by the handles that keep it too")
+	require.True(t, hs[10].expired)
 	require.Same(t, hs[10], c.takeEndedLocked(hs[10].key()))
 	require.Nil(t, c.takeEndedLocked(hs[10].key()), "taken once")
 	require.Len(t, c.ended, endedCap-1)

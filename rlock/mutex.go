@@ -264,7 +264,13 @@ func checkLease(what string, lease time.Duration) error {
 // Unlock gives back a hold of whatever Redis counts for the owner: an owner that took no hold
 // through this Client but has one in Redis (left by an acquire whose outcome stayed unknown,
 // or, for a context owner ([WithOwner]), taken through another Client) gives it back, and
-// Unlock returns nil.
+// Unlock returns nil. One exception: while a context owner's last tenure through this Client
+// ran to the end of its fixed lease and was not unlocked, an Unlock through this Client (any
+// handle of the name) is taken as that tenure's: it returns [ErrLeaseExpired] and gives back
+// only holds Redis counts of this Client's, never one another Client took since (it cannot
+// tell a late Unlock of the ended lease from one meant for that hold); as many Unlocks as the
+// ended tenure had holds do so, and the next gives back as above. The Client remembers its
+// latest 4096 such tenures.
 func (m *Mutex) Unlock(ctx context.Context) error {
 	owner, err := m.ownerOf(ctx)
 	if err != nil {
@@ -444,9 +450,8 @@ func (m *Mutex) Done(ctx context.Context) <-chan struct{} {
 //     ([Mutex.LockLease], [Mutex.TryLock] with lease > 0) and the lease ran its course, until
 //     the owner locks again or calls Unlock. For a handle's own owner only that handle
 //     reports it (another handle is another owner); for a context owner ([WithOwner]) every
-//     handle of the name on this Client does, for the Client's latest 4096 such leases still
-//     not unlocked (of older ones, only the handle that used the hold last, until it is used
-//     for another owner);
+//     handle of the name on this Client does, for the Client's latest 4096 context owners'
+//     such leases still not unlocked (an older one is forgotten);
 //   - [ErrNotHeld]: never held, or released;
 //   - [ErrClosed], or [ErrInvalid] for an invalid handle or owner.
 func (m *Mutex) Err(ctx context.Context) error {

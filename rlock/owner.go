@@ -26,7 +26,8 @@ type ownerKey struct{}
 // took. A Client whose count Redis forgot, or that took its holds before Redis counted them
 // per Client (an older relock), gives back none of those: they expire with their lease. An
 // Unlock through one Client of a hold taken through another still gives it back, as the
-// same owner's. Any other text is a valid id: in Redis it becomes "u:"+id,
+// same owner's, unless that Client's own last tenure ran out its fixed lease and was not
+// unlocked (see [Mutex.Unlock]). Any other text is a valid id: in Redis it becomes "u:"+id,
 // and no other field of a lock's hash starts with "u:" (or with "h:", a handle's own id), so
 // no id can be taken for another owner's or the lock's own bookkeeping. An empty id is
 // invalid: operations return [ErrInvalid].
