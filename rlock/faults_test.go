@@ -574,7 +574,10 @@ func TestLock_replayedFinalReleaseAfterManyOwners(t *testing.T) {
 		t.Run(kind.name, func(t *testing.T) {
 			eachBackend(t, func(t *testing.T, b *backend) {
 				lc := loseReplies(b.rueidis(t))
-				c, err := rlock.New(lc)
+				// The 300 other owners' cycles run before the replay, within the Unlock's
+				// cleanup timeout: 5 s by default was too short under -race on a loaded
+				// machine (CI proof at e16af31: "outcome unknown" after 6.6 s, 9.7 s).
+				c, err := rlock.New(lc, rlock.WithCleanupTimeout(time.Minute))
 				require.NoError(t, err)
 				defer c.Close()
 				busy := b.client(t)

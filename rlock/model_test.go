@@ -1321,7 +1321,7 @@ func (s *mseq) closePhase() {
 // late), as the rounds do; that function returns how long the process stalled between
 // start and end.
 func (s *mseq) watchStalls() func(start, end time.Time) time.Duration {
-	return watchStalls(func(gap time.Duration) {
+	return watchStallsOver(stallThreshold, func(gap time.Duration) {
 		s.fault("stall")
 		s.logf("STALL: the process did not run for %v", gap.Round(time.Millisecond))
 	})
