@@ -2,15 +2,20 @@
 -- KEYS[1] = semaphore (string: the number of available permits; may be negative; absent = 0)
 -- KEYS[2] = request log (hash: request id -> answer of an applied request)
 -- KEYS[3] = request log times (zset: request id -> when the record may go, server ms)
--- ARGV[1] = request id (unique per call; a replay with the same id is answered, not applied again)
+-- ARGV[1] = request id (unique per call; a replay with the same id is answered, not applied
+--           again); a resend sends it as '+' .. id, or '!' .. id once its caller has gone:
+--           either way an answer of 0 is remembered too, so that the request's first send, if
+--           it reaches Redis last, drains nothing once permits are back
 -- ARGV[2] = how long to remember an applied request, in milliseconds (> 0)
 -- returns n >= 0  the permits taken (by this send, or by an earlier send of this request); a
 --                 count of zero or less is left as it is and 0 returned
 -- A key of another type fails the script before it changes anything.
 --#include lib_refusal
 --#include lib_reqlog
+--#include lib_spent
 local sem, log, logx = KEYS[1], KEYS[2], KEYS[3]
-local req, keep = ARGV[1], tonumber(ARGV[2])
+local keep = tonumber(ARGV[2])
+local req, replay = replayOf(ARGV[1])
 
 local v = redis.call('get', sem)
 local avail = tonumber(v or '0')
@@ -22,11 +27,17 @@ if seen then
   return tonumber(seen)
 end
 if avail <= 0 then
+  if replay then
+    -- Its first send may still be on its way (its reply was lost, not necessarily the
+    -- request): it must drain nothing either, or it takes permits nobody is told of, and a
+    -- semaphore's permits never come back by themselves (a best effort: a refused write, on
+    -- a full server say, keeps no record).
+    pcall(remember, log, logx, req, '0', serverMs(), keep)
+  end
   return 0
 end
 
-local t = redis.call('time')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = serverMs()
 remember(log, logx, req, v, now, keep)
 
 -- DECRBY rather than SET: a time to live set by TrySetPermits stays.

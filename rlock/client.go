@@ -173,15 +173,18 @@ func Dial(opt rueidis.ClientOption, opts ...Option) (*Client, error) {
 // Client (not made by New or Dial) it does nothing.
 //
 // Close returns promptly, with two exceptions. First, permits of a [Semaphore] never
-// expire: an Acquire whose caller left (its ctx ended) before Redis answered is resolved in
-// the background, and Close waits for that work, at most the cleanup timeout
-// ([WithCleanupTimeout]), rather than ending it: it resends the request under its id until
-// Redis tells what it did, and gives back the permits it took. An Acquire still waiting for
-// its first request's answer when Close comes returns ErrClosed at once, its request resolved
-// the same way. When Redis does not answer in time, the outcome stays unknown and is reported
-// to the Observers (a GiveBack event whose Err wraps [ErrUnknownOutcome]; see Replays at
-// [Semaphore]). A [PermitSemaphore]'s permits expire with their lease: Close ends that work
-// for them, as it does for locks.
+// expire: an Acquire (or DrainPermits) whose caller left (its ctx ended) before Redis
+// answered is resolved in the background, and Close waits for that work, at most the cleanup
+// timeout ([WithCleanupTimeout]), rather than ending it: it resends the request under its id
+// until Redis tells what it did, and gives back the permits it took. An Acquire (or drain)
+// still waiting for its first request's answer when Close comes returns ErrClosed at once,
+// its request resolved the same way. When Redis does not answer in time, the outcome stays
+// unknown and is reported to the Observers (a GiveBack event whose Err wraps
+// [ErrUnknownOutcome]; see Replays at [Semaphore]). A [PermitSemaphore]'s permits expire
+// with their lease: Close ends that work for them, as it does for locks. Another write of
+// the semaphores or the latch whose caller left while its request was on the wire ends with
+// Close, but a request rueidis sends on its own goroutine heeds only its deadline: Close
+// waits for it, within the cleanup timeout.
 //
 // Second, Close waits for the Client's subscription goroutines, at most until the cleanup
 // timeout since it began (or 0.1 s, when the first exception took all of it), and one of

@@ -36,9 +36,11 @@ import (
 // # Replays
 //
 // TrySetCount, CountDown and Delete each carry a request id. When a reply is lost (a timeout,
-// a broken connection), the request is resent under the same id until Redis answers, and
-// Redis answers a resent request without applying it again: a CountDown whose reply was lost
-// counts down exactly once.
+// a broken connection), the request is resent under the same id until Redis answers (within
+// the cleanup timeout, [WithCleanupTimeout], and while ctx lives), and Redis answers a resent
+// request without applying it again: a CountDown whose reply was lost counts down exactly
+// once. A call whose ctx ends before Redis answered returns at once with an error wrapping
+// ctx's error and [ErrUnknownOutcome]: it may still be applied, once.
 //
 // # Keys
 //
@@ -155,11 +157,11 @@ func (l *CountDownLatch) TrySetCount(ctx context.Context, n int64) (bool, error)
 // already at zero) it does nothing and returns nil, as Redisson's does.
 //
 // CountDown is applied at most once per call, even when its reply is lost: the request is
-// then resent under the same id until Redis answers, on a context that outlives ctx (bounded
-// by [WithCleanupTimeout]), so a CountDown that ctx's end interrupted on the wire is still
-// resolved, and counts once if Redis got it. Errors: [ErrWrongType], [ErrClosed], [ErrInvalid],
-// ctx's error when ctx had already ended (nothing sent), [ErrUnknownOutcome] when the outcome
-// could not be learned, or a Redis or connection error.
+// then resent under the same id until Redis answers, within [WithCleanupTimeout] and while
+// ctx lives. Errors: [ErrWrongType], [ErrClosed], [ErrInvalid], ctx's error when ctx had
+// already ended (nothing sent), [ErrUnknownOutcome] when the outcome could not be learned
+// (wrapping ctx's error too when ctx ended first: the CountDown may still be applied, once),
+// or a Redis or connection error.
 func (l *CountDownLatch) CountDown(ctx context.Context) error {
 	if err := l.check(ctx, "count down latch"); err != nil {
 		return err

@@ -200,14 +200,25 @@ func (c *Client) semRun(ctx context.Context, site replaySite, detached bool, s *
 	if detached || ctx.Done() == nil {
 		return c.semSend(ctx, site, detached, s, keys, args, mark)
 	}
-	r, pending := aside(ctx, nil, func() semResult {
+	// As aside, but the sends are work of the Client's (background): Close ends them (their
+	// contexts end with its life) and waits for them, so that no Replay event comes after
+	// Close returned (TestSemaphores_writesLeftToTheBackgroundTellNothingAfterClose).
+	ch := make(chan semResult, 1)
+	c.background(func() {
 		res, replayed, err := c.semSend(ctx, site, false, s, keys, args, mark)
-		return semResult{res, replayed, err}
+		ch <- semResult{res, replayed, err}
 	})
-	if pending != nil {
+	select {
+	case r := <-ch:
+		return r.res, r.replayed, r.err
+	case <-ctx.Done():
+	}
+	select { // an answer that is there already is taken
+	case r := <-ch:
+		return r.res, r.replayed, r.err
+	default:
 		return rueidis.RedisResult{}, false, errorf("%w: %w", ErrUnknownOutcome, ctx.Err())
 	}
-	return r.res, r.replayed, r.err
 }
 
 // semResult is what semSend returns, as one value.
@@ -226,7 +237,15 @@ func (c *Client) semSend(ctx context.Context, site replaySite, detached bool, s 
 		dl = time.Now().Add(c.opts.cleanupTimeout)
 		sctx, cancel = c.cleanupCtxUntil(ctx, dl)
 	} else {
-		sctx, cancel = context.WithTimeout(ctx, c.opts.cleanupTimeout)
+		// Bounded by the cleanup timeout, ctx's end and Close (rueidis may heed only the
+		// deadline: the caller need not wait for it, semRun).
+		dl := time.Now().Add(c.opts.cleanupTimeout)
+		if d, ok := ctx.Deadline(); ok && d.Before(dl) {
+			dl = d
+		}
+		sctx, cancel = c.cleanupCtxUntil(ctx, dl)
+		stop := context.AfterFunc(ctx, cancel)
+		defer stop()
 	}
 	if detached {
 		// A give-back that Redis could not serve applied nothing: it goes again, within
@@ -514,7 +533,10 @@ func (s *Semaphore) DrainPermits(ctx context.Context) (int, error) {
 		}
 		return 0
 	}
-	res, _, _, err := s.c.semAcquire(ctx, site, true, lua.SemDrain, s.keys.counted(), []string{s.c.newRequest(), s.c.semKeep()}, -1,
+	// A resend marks the request id ('+', or spentGone once the caller has gone): an answer
+	// of 0 is then remembered too, so that the first send, if it reaches Redis last, drains
+	// nothing once permits are back.
+	res, _, _, err := s.c.semAcquire(ctx, site, true, lua.SemDrain, s.keys.counted(), []string{s.c.newRequest(), s.c.semKeep()}, 0,
 		func(res rueidis.RedisResult) bool { return taken(res) > 0 },
 		func(gctx context.Context, res rueidis.RedisResult, err error) {
 			if err != nil { // unknown: permits it may have taken are lost
