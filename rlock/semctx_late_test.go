@@ -91,6 +91,7 @@ func TestSemaphores_writesLeftToTheBackgroundTellNothingAfterClose(t *testing.T)
 	if testing.Short() {
 		t.Skip("pauses Redis (run without -short)")
 	}
+	t.Parallel() // servers and Clients of its own
 	const cleanup = time.Second
 	writes := []struct {
 		name  string
@@ -106,6 +107,7 @@ func TestSemaphores_writesLeftToTheBackgroundTellNothingAfterClose(t *testing.T)
 	}
 	for _, wr := range writes {
 		t.Run(wr.name, func(t *testing.T) {
+			t.Parallel()
 			b := realBackend(t)
 			var armed atomic.Bool
 			sent := make(chan struct{})
