@@ -238,11 +238,7 @@ func TestSemaphores_reads_heedCancelOnPausedRedis(t *testing.T) {
 		t.Skip("pauses Redis (run without -short)")
 	}
 	t.Parallel() // servers and Clients of its own
-	const bound = time.Second
-	reads := []struct {
-		name string
-		read func(ctx context.Context, c *rlock.Client, name string) error
-	}{
+	reads := []pausedCall{
 		{"Semaphore.AvailablePermits", func(ctx context.Context, c *rlock.Client, n string) error {
 			_, err := c.Semaphore(n).AvailablePermits(ctx)
 			return err
@@ -260,53 +256,13 @@ func TestSemaphores_reads_heedCancelOnPausedRedis(t *testing.T) {
 			return err
 		}},
 	}
-	ends := []struct {
-		name string
-		ctx  func() (context.Context, context.CancelFunc)
-	}{
-		{"cancel", func() (context.Context, context.CancelFunc) { return context.WithCancel(bg) }},
-		{"cancelBeforeDeadline", func() (context.Context, context.CancelFunc) { return context.WithTimeout(bg, time.Minute) }},
-	}
-	for _, rd := range reads {
-		for _, end := range ends {
-			t.Run(rd.name+"/"+end.name, func(t *testing.T) {
-				t.Parallel() // a server of its own
-				b := realBackend(t)
-				var armed atomic.Bool
-				sent := make(chan struct{})
-				hc := &hookClient{Client: b.rueidis(t), every: func([][]string, bool) {
-					if armed.CompareAndSwap(true, false) {
-						close(sent)
-					}
-				}}
-				c, err := rlock.New(hc)
-				require.NoError(t, err)
-				t.Cleanup(func() { _ = c.Close() })
-				t.Cleanup(func() { b.srv.Resume(t) }) // before Close
-				name := redistest.Name(t)
-				// The script loaded, a connection up (TTL of no permit: ErrNotHeld).
-				if err := rd.read(bg, c, name); !errors.Is(err, rlock.ErrNotHeld) {
-					require.NoError(t, err)
-				}
-				b.srv.Pause(t)
-				ctx, cancel := end.ctx()
-				defer cancel()
-				armed.Store(true)
-				got := make(chan error, 1)
-				go func() { got <- rd.read(ctx, c, name) }()
-				within(t, 10*time.Second, "the read to be sent", sent)
-				stalled := watchStalls(nil)
-				cancel()
-				ended := time.Now()
-				err = await(t, got, 30*time.Second, "the read to return")
-				took := time.Since(ended)
-				stall := stalled(ended, time.Now())
-				t.Logf("%s: %v, %v after the cancel (the process stalled %v of it)", rd.name, err, took.Round(time.Millisecond), stall.Round(time.Millisecond))
-				require.ErrorIs(t, err, context.Canceled)
-				require.Less(t, took-stall, bound, "the read outlived its cancelled ctx")
-			})
+	heedsCancelOnPausedRedis(t, reads, nil, func(t *testing.T, err error) {
+		if !errors.Is(err, rlock.ErrNotHeld) { // TTL of no permit
+			require.NoError(t, err)
 		}
-	}
+	}, func(t *testing.T, _ string, err error) {
+		require.ErrorIs(t, err, context.Canceled)
+	})
 }
 
 // The semaphores' and the latch's other writes heed ctx's end too (README guarantee 6): on a
@@ -320,11 +276,7 @@ func TestSemaphores_writes_heedCancelOnPausedRedis(t *testing.T) {
 		t.Skip("pauses Redis (run without -short)")
 	}
 	t.Parallel() // servers and Clients of its own
-	const bound = time.Second
-	writes := []struct {
-		name  string
-		write func(ctx context.Context, c *rlock.Client, name string) error
-	}{
+	writes := []pausedCall{
 		{"Semaphore.TrySetPermits", func(ctx context.Context, c *rlock.Client, n string) error {
 			_, err := c.Semaphore(n).TrySetPermits(ctx, 1)
 			return err
@@ -366,6 +318,27 @@ func TestSemaphores_writes_heedCancelOnPausedRedis(t *testing.T) {
 			return err
 		}},
 	}
+	heedsCancelOnPausedRedis(t, writes, []rlock.Option{rlock.WithCleanupTimeout(10 * time.Second)}, nil, func(t *testing.T, name string, err error) {
+		require.ErrorIs(t, err, context.Canceled)
+		if name != "Semaphore.DrainPermits" { // given back (TestSemaphore_DrainPermits_leftCallerGivesBack)
+			require.ErrorIs(t, err, rlock.ErrUnknownOutcome)
+		}
+	})
+}
+
+// pausedCall is a call of a semaphore or latch, named, made on c for the semaphore name.
+type pausedCall struct {
+	name string
+	call func(ctx context.Context, c *rlock.Client, name string) error
+}
+
+// heedsCancelOnPausedRedis makes each call, on a Client of opts over a server of its own,
+// once on a live server (warm, when not nil, checks its error: the script loaded, a
+// connection up), then on the paused server with a ctx cancelled once the request is sent
+// (a plain cancel, and a cancel before a deadline): the call must return within a second of
+// the cancel, less this process's stalls, and check judges its error.
+func heedsCancelOnPausedRedis(t *testing.T, calls []pausedCall, opts []rlock.Option, warm func(t *testing.T, err error), check func(t *testing.T, name string, err error)) {
+	const bound = time.Second
 	ends := []struct {
 		name string
 		ctx  func() (context.Context, context.CancelFunc)
@@ -373,9 +346,9 @@ func TestSemaphores_writes_heedCancelOnPausedRedis(t *testing.T) {
 		{"cancel", func() (context.Context, context.CancelFunc) { return context.WithCancel(bg) }},
 		{"cancelBeforeDeadline", func() (context.Context, context.CancelFunc) { return context.WithTimeout(bg, time.Minute) }},
 	}
-	for _, wr := range writes {
+	for _, pc := range calls {
 		for _, end := range ends {
-			t.Run(wr.name+"/"+end.name, func(t *testing.T) {
+			t.Run(pc.name+"/"+end.name, func(t *testing.T) {
 				t.Parallel() // a server of its own
 				b := realBackend(t)
 				var armed atomic.Bool
@@ -385,31 +358,30 @@ func TestSemaphores_writes_heedCancelOnPausedRedis(t *testing.T) {
 						close(sent)
 					}
 				}}
-				c, err := rlock.New(hc, rlock.WithCleanupTimeout(10*time.Second))
+				c, err := rlock.New(hc, opts...)
 				require.NoError(t, err)
 				t.Cleanup(func() { _ = c.Close() })
 				t.Cleanup(func() { b.srv.Resume(t) }) // before Close
 				name := redistest.Name(t)
-				_ = wr.write(bg, c, name) // the script loaded, a connection up
+				if err := pc.call(bg, c, name); warm != nil {
+					warm(t, err)
+				}
 				b.srv.Pause(t)
 				ctx, cancel := end.ctx()
 				defer cancel()
 				armed.Store(true)
 				got := make(chan error, 1)
-				go func() { got <- wr.write(ctx, c, name) }()
-				within(t, 10*time.Second, "the write to be sent", sent)
+				go func() { got <- pc.call(ctx, c, name) }()
+				within(t, 10*time.Second, "the call to be sent", sent)
 				stalled := watchStalls(nil)
 				cancel()
 				ended := time.Now()
-				err = await(t, got, 90*time.Second, "the write to return")
+				err = await(t, got, 90*time.Second, "the call to return")
 				took := time.Since(ended)
 				stall := stalled(ended, time.Now())
-				t.Logf("%s: %v, %v after the cancel (the process stalled %v of it)", wr.name, err, took.Round(time.Millisecond), stall.Round(time.Millisecond))
-				require.ErrorIs(t, err, context.Canceled)
-				if wr.name != "Semaphore.DrainPermits" { // given back (TestSemaphore_DrainPermits_leftCallerGivesBack)
-					require.ErrorIs(t, err, rlock.ErrUnknownOutcome)
-				}
-				require.Less(t, took-stall, bound, "the write outlived its cancelled ctx")
+				t.Logf("%s: %v, %v after the cancel (the process stalled %v of it)", pc.name, err, took.Round(time.Millisecond), stall.Round(time.Millisecond))
+				check(t, pc.name, err)
+				require.Less(t, took-stall, bound, "the call outlived its cancelled ctx")
 			})
 		}
 	}
