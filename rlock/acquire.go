@@ -85,7 +85,7 @@ func (m *Mutex) waitForHold(ctx context.Context, owner string, wait, lease time.
 	}
 	defer m.c.unref(h)
 	// One allocation for what the call's attempts, its wait and its hand-off share.
-	a := &acquisition{m: m, ctx: ctx, h: h, lease: lease, renew: renew, queue: wait != 0, tr: tr}
+	a := &acquisition{m: m, ctx: ctx, h: h, lease: lease, renew: renew, queue: wait != 0, tr: tr, g: grace{ctx: ctx}}
 	g := &a.g // shared by every step of this call that waits past ctx's end
 
 	// A re-entry never waits: an owner that holds the lock through this Client goes to Redis
@@ -171,16 +171,38 @@ func (o *opHold) unlock() {
 }
 
 // grace is how long, in all, a call may still wait after its ctx ended for work done on its
-// behalf: returnGrace from the first such wait, however many steps wait.
-type grace struct{ end time.Time }
+// behalf: returnGrace from the ctx's end, however many steps wait. ctx is the call's (nil:
+// none known).
+type grace struct {
+	ctx context.Context
+	end time.Time
+}
 
-// left starts the grace, at its first call (returnGrace from now), and returns what is left
-// of it.
+// left starts the grace, at its first call, and returns what is left of it. The grace runs
+// from the ctx's deadline when the deadline ended it, else from now (a cancel's moment is not
+// known; it is seen at once but for a stall): a call whose goroutine saw its deadline late,
+// or that had a send of its own under way past the deadline, still returns within
+// returnGrace of it (TestExplore_WaitBound, seed 1796396775267609403: a FairMutex LockLease
+// whose attempt went out 19 ms past its deadline waited a whole returnGrace from then and
+// returned 104 ms after the deadline).
 func (g *grace) left() time.Duration {
 	if g.end.IsZero() {
-		g.end = time.Now().Add(returnGrace)
+		g.end = graceStart(g.ctx).Add(returnGrace)
 	}
 	return time.Until(g.end)
+}
+
+// graceStart is when ctx's end is known to have come: its deadline when that ended it and
+// has passed, else now.
+func graceStart(ctx context.Context) time.Time {
+	now := time.Now()
+	if ctx == nil {
+		return now
+	}
+	if dl, ok := ctx.Deadline(); ok && dl.Before(now) && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return dl
+	}
+	return now
 }
 
 // wait waits for done while ctx lives, then for what is left of the grace.
@@ -255,6 +277,11 @@ func (m *Mutex) attempt(ctx context.Context, h *hold, lease time.Duration, renew
 	}
 	o := &opHold{h: h, held: true}
 	defer o.unlock()
+	if err := ctx.Err(); err != nil {
+		// ctx ended while the wait woke for this attempt (or while h.op was free to take):
+		// nothing is sent past ctx's end, which the caller would then wait on.
+		return false, 0, errorf("lock %q: %w", m.name, err)
+	}
 	within, lost := h.snapshot() // the tenure a re-entry joins (nil: a fresh acquire)
 	if lost != nil {
 		return false, 0, errorf("lock %q: %w", m.name, lost)

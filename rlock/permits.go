@@ -311,7 +311,7 @@ func (p *PermitSemaphore) spend(ctx context.Context, id string, lease time.Durat
 			p.c.gaveBack(KindPermitSemaphore, p.name, "", 1, GiveBackCanceled, err)
 		}
 	})
-	t := time.NewTimer(returnGrace)
+	t := time.NewTimer((&grace{ctx: ctx}).left()) // returnGrace, from the ctx's deadline if that ended it
 	defer t.Stop()
 	select {
 	case <-done:

@@ -246,7 +246,7 @@ func (r *RedLock) giveBack(ctx, caller context.Context, idx []int, times []int, 
 		return errs, answered
 	}
 	// g: the caller's grace, one returnGrace from its ctx's end for every wait here.
-	g := &grace{}
+	g := &grace{ctx: caller}
 	var gone <-chan struct{}
 	if caller != nil {
 		gone = caller.Done()

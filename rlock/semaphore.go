@@ -819,6 +819,6 @@ func (c *Client) handOff(ctx context.Context, lasting, counted bool, work func(d
 		c.background(func() { run(nil) })
 	}
 	if ctx.Err() != nil {
-		(&grace{}).wait(ctx, done)
+		(&grace{ctx: ctx}).wait(ctx, done)
 	}
 }
