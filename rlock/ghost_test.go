@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/rueidis"
 	"github.com/stretchr/testify/require"
 
 	"github.com/relock-go/relock/internal/redistest"
@@ -609,4 +610,78 @@ func TestGhost_permitLateFirstSendAfterALaterAttemptsGrant(t *testing.T) {
 
 		require.Equal(t, 1, semAvailable(t, p), "the late first send took a permit its caller had given back")
 	})
+}
+
+// TestGhost_permitLateFirstSendAfterCancelDuringARefusedSend: as the Acquire-cancelled case
+// of TestGhost_permitLateFirstSendAfterRefusedResendOfWaitingCaller, but the ctx ends while
+// a '+' send of the permit id is on its way (gateSend holds it), and that send is then
+// refused: the first send of the Acquire's next attempt (made once the call watches the
+// channel), or the first attempt's resend. The caller leaves that send to the background,
+// and a '+' refusal spends nothing, so the background work must spend the id. Before the
+// fix neither it (only an unknown outcome was resent, as '!') nor the Acquire (its attempt
+// was handed over) spent it: the late first send took the permit the holder gave back, for
+// a minute, for nobody. The Acquire-cancelled case's CI failure was this, its cancel (20 ms
+// after the refused resend) landing in the round trip of the next attempt.
+func TestGhost_permitLateFirstSendAfterCancelDuringARefusedSend(t *testing.T) {
+	for _, held := range []string{"nextAttempt", "resend"} {
+		t.Run(held, func(t *testing.T) {
+			eachBackend(t, func(t *testing.T, b *backend) {
+				// The Client's sends go through a keepSend and a gateSend, over a count of the
+				// answered scripts. nextAttempt: the gate, above the keepSend, is armed when the
+				// resend was refused, and holds the next script (the next attempt's send).
+				// resend: the gate, below the keepSend (which keeps the first send), is armed
+				// from the start and holds the resend.
+				sc := countScripts(b.rueidis(t))
+				var hc *keptSend
+				var gc *gatedSend
+				var rc rueidis.Client
+				if held == "nextAttempt" {
+					hc = keepSend(sc)
+					gc = gateSend(hc)
+					rc = gc
+				} else {
+					gc = gateSend(sc)
+					gc.wire = true // the resend's ctx ends with the caller's: its answer came first
+					hc = keepSend(gc)
+					rc = hc
+				}
+				p := onePermitOn(t, rc, rlock.WithObserver(&rlock.Observer{Replay: func(e rlock.ReplayInfo) {
+					if held == "nextAttempt" && e.Op == "acquire" && e.Err == nil {
+						gc.armed.Store(true) // the resend was refused: hold the next script
+					}
+				}}))
+				q, holder := permitHeldElsewhere(t, b, p)
+
+				gc.armed.Store(held == "resend")
+				hc.armed.Store(true) // no cancel: the first send's reply is lost, the caller stays
+				ctx, cancel := context.WithCancel(bg)
+				defer cancel()
+				go func() {
+					select {
+					case <-gc.held:
+						cancel() // the caller leaves while the send is held
+					case <-time.After(10 * time.Second):
+					}
+				}()
+				_, err := p.Acquire(ctx, time.Minute)
+				select {
+				case <-gc.held:
+				default:
+					t.Fatal("no send of the permit id was held (the test's premise)")
+				}
+				require.ErrorIs(t, err, context.Canceled)
+				ran := sc.ran.Load()
+				close(gc.open) // the held send reaches Redis: refused, no permit is free
+				redistest.WaitFor(t, 10*time.Second, "the held send to be answered", func() bool { return sc.ran.Load() > ran })
+				require.NoError(t, q.Release(bg, holder.ID))
+
+				hc.deliver(t) // the first send arrives last
+
+				require.Eventually(t, func() bool {
+					n, err := p.AvailablePermits(bg)
+					return err == nil && n == 1
+				}, 3*time.Second, 10*time.Millisecond, "the late first send took a permit for a call that ended without one")
+			})
+		})
+	}
 }

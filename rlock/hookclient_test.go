@@ -264,15 +264,21 @@ type gatedSend struct {
 	*hookClient
 	armed      atomic.Bool
 	held, open chan struct{}
+	// wire, set before use: the held script is then sent without the caller's cancel, as one
+	// on the wire already when the caller's ctx ended, whose answer came all the same.
+	wire bool
 }
 
 // gateSend wraps rc in a hookClient that holds a script's send when armed.
 func gateSend(rc rueidis.Client) *gatedSend {
 	g := &gatedSend{hookClient: &hookClient{Client: rc}, held: make(chan struct{}), open: make(chan struct{})}
-	g.set(func(_ context.Context, cmd hookCall, call func() rueidis.RedisResult) rueidis.RedisResult {
+	g.set(func(ctx context.Context, cmd hookCall, call func() rueidis.RedisResult) rueidis.RedisResult {
 		if !cmd.multi && g.armed.CompareAndSwap(true, false) {
 			close(g.held)
 			<-g.open
+			if g.wire {
+				return cmd.sendWith(context.WithoutCancel(ctx))
+			}
 		}
 		return call()
 	})

@@ -287,35 +287,40 @@ func (p *PermitSemaphore) spend(ctx context.Context, id string, lease time.Durat
 		defer close(done)
 		cctx, cancel := p.c.cleanupCtx(ctx)
 		defer cancel()
-		keys := []string{p.keys.sem, p.keys.leases}
-		args := []string{spentGone + id, strconv.FormatInt(lease.Milliseconds(), 10), "1"}
-		res := p.c.exec(cctx, lua.PsemAcquire, keys, args)
-		err := res.Error()
-		if re, isReply := rueidis.IsRedisErr(err); err != nil && !(isReply && answers(re)) {
-			// No answer, or Redis declined to run it (BUSY, LOADING, ...): send it again.
-			res, err = p.c.replay(cctx, nil, replaySite{}, lua.PsemAcquire, keys, args, err)
-		}
-		var vals []int64
-		if err == nil {
-			vals, err = res.AsIntSlice()
-		}
-		switch {
-		case errors.Is(err, ErrUnknownOutcome):
-			p.c.gaveBack(KindPermitSemaphore, p.name, "", 1, GiveBackCanceled, classify("acquire", p.name, err))
-		case err == nil && len(vals) == 2 && vals[0] == 1:
-			// A send of the id came first and granted the permit: give it back.
-			err := p.ready(cctx, "release", true)
-			if err == nil {
-				err = p.release(cctx, id)
-			}
-			p.c.gaveBack(KindPermitSemaphore, p.name, "", 1, GiveBackCanceled, err)
-		}
+		p.spendOn(cctx, id, lease)
 	})
 	t := time.NewTimer((&grace{ctx: ctx}).left()) // returnGrace, from the ctx's deadline if that ended it
 	defer t.Stop()
 	select {
 	case <-done:
 	case <-t.C:
+	}
+}
+
+// spendOn is spend's work, on cctx (a cleanupCtx).
+func (p *PermitSemaphore) spendOn(cctx context.Context, id string, lease time.Duration) {
+	keys := []string{p.keys.sem, p.keys.leases}
+	args := []string{spentGone + id, strconv.FormatInt(lease.Milliseconds(), 10), "1"}
+	res := p.c.exec(cctx, lua.PsemAcquire, keys, args)
+	err := res.Error()
+	if re, isReply := rueidis.IsRedisErr(err); err != nil && !(isReply && answers(re)) {
+		// No answer, or Redis declined to run it (BUSY, LOADING, ...): send it again.
+		res, err = p.c.replay(cctx, nil, replaySite{}, lua.PsemAcquire, keys, args, err)
+	}
+	var vals []int64
+	if err == nil {
+		vals, err = res.AsIntSlice()
+	}
+	switch {
+	case errors.Is(err, ErrUnknownOutcome):
+		p.c.gaveBack(KindPermitSemaphore, p.name, "", 1, GiveBackCanceled, classify("acquire", p.name, err))
+	case err == nil && len(vals) == 2 && vals[0] == 1:
+		// A send of the id came first and granted the permit: give it back.
+		err := p.ready(cctx, "release", true)
+		if err == nil {
+			err = p.release(cctx, id)
+		}
+		p.c.gaveBack(KindPermitSemaphore, p.name, "", 1, GiveBackCanceled, err)
 	}
 }
 
@@ -351,6 +356,13 @@ func (p *PermitSemaphore) attempt(ctx context.Context, id string, lease time.Dur
 				err = p.release(gctx, id)
 			}
 			p.c.gaveBack(KindPermitSemaphore, p.name, "", 1, GiveBackCanceled, err)
+		} else {
+			// Refused after the caller left. A '+' refusal spends nothing, and a send of the
+			// id whose reply was lost (this attempt's or an earlier one's) may still reach
+			// Redis and grant: spend the id here, since acquireAs leaves a request handed
+			// over to this work (a refused send of an id that is not loose, or a '!' one,
+			// spends it for nothing, or again).
+			p.spendOn(gctx, id, lease)
 		}
 	})
 	var vals []int64
