@@ -472,7 +472,7 @@ func TestCluster_slotMigration(t *testing.T) {
 		splitFor, tryAgain, ask, splitGrants, wake0, wake1)
 	setOutcome(t, fmt.Sprintf("keys split %v; %d holds (%d stale writes refused); during the split %d grants of the migrating slot's name, %d of the other masters' names; 0 losses, 0 errors; %d TRYAGAIN and %d ASK replies served; the 3 held locks kept (TTL renewed through the split) and given back on the new node, parked waiters woken %v and %v after the releases; longest acquire %v, longest Unlock %v; 0 violations, %s",
 		splitFor.Round(100*time.Millisecond), rep.Acquired, rep.Rejected, splitGrants, elsewhereGrants, tryAgain, ask, roundMS(wake0), roundMS(wake1),
-		acq.Round(time.Millisecond), rel.Round(time.Millisecond), linearNote(len(ops))))
+		acq.Round(time.Millisecond), rel.Round(time.Millisecond), rep.Linear))
 }
 
 func TestCluster_manualFailover(t *testing.T) {
@@ -529,7 +529,7 @@ func TestCluster_manualFailover(t *testing.T) {
 	acq, rel := stalls(ops)
 	setOutcome(t, fmt.Sprintf("failover done in %v; %d holds (%d stale writes refused), 0 losses, 0 errors; both held locks kept and given back on the new master, parked waiters woken %v and %v after the releases; longest acquire %v, longest Unlock %v; 0 violations, %s",
 		took.Round(100*time.Millisecond), rep.Acquired, rep.Rejected, roundMS(wake0), roundMS(wake1),
-		acq.Round(time.Millisecond), rel.Round(time.Millisecond), linearNote(len(ops))))
+		acq.Round(time.Millisecond), rel.Round(time.Millisecond), rep.Linear))
 }
 
 func TestCluster_masterKilled(t *testing.T) {
@@ -628,7 +628,7 @@ func TestCluster_masterKilled(t *testing.T) {
 	setOutcome(t, fmt.Sprintf("replica promoted %v after the kill; lease %v lost and told %v after the kill (before the promotion), fixed %v: ErrLeaseExpired, both Unlocks ErrNotHeld; lease %v (renewed on the promoted replica) and fixed %v kept and given back there, parked waiters woken %v and %v after the releases; workload: %d holds (%d stale writes refused), %d loss(es) told, %s; longest acquire %v, longest Unlock %v; %d violations, %s",
 		outage.Round(100*time.Millisecond), clusterLease, time.Duration(toldAt-killed).Round(time.Millisecond), shortFixed, longLease, longFixed,
 		roundMS(wake1), roundMS(wake0), rep.Acquired, rep.Rejected, rep.Lost, errs,
-		acq.Round(time.Millisecond), rel.Round(time.Millisecond), rep.violations()-across, linearNote(len(ops))))
+		acq.Round(time.Millisecond), rel.Round(time.Millisecond), rep.violations()-across, rep.Linear))
 	if across > 0 {
 		setRow(t, func(r *row) {
 			r.status = "limitation (documented)"
@@ -730,14 +730,9 @@ func verifyAcross(r *run, ops []worker.Op, lost []worker.Lost, killed, promoted 
 			return n == name && a.start < killed && b.start > promoted
 		})
 	}
-	if len(ops) <= maxLinearizable {
-		m := lockModel(true)
-		res, info := porcupine.CheckOperationsVerbose(m.ToModel(), history(ops), 60*time.Second)
-		if res == porcupine.Illegal {
-			model := m.ToModel()
-			t.Errorf("history of %d operations is not linearizable against the lock model (expiry allowed); history and visualization in %s.{json,html}", len(ops), r.dump(&model, info, ops, lost))
-		}
-	}
+	rep.Linear = checkLinear(t, true, ops, func(m *porcupine.Model, info porcupine.LinearizationInfo) string {
+		return r.dump(m, info, ops, lost)
+	})
 	return rep, across
 }
 

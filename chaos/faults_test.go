@@ -886,14 +886,6 @@ func TestFault7c_pauseLongerThanReadTimeout(t *testing.T) {
 	setOutcome(t, fmt.Sprintf("4 pauses x %d owners: hold counts exactly 1, 2, 1, 0; exactly one token per fresh grant", len(ms)))
 }
 
-// linearNote says whether a history of n operations was checked for linearizability.
-func linearNote(n int) string {
-	if n > maxLinearizable {
-		return "linearizability not checked (history too long)"
-	}
-	return "linearizable"
-}
-
 // envInt reads a positive integer from the environment, or returns def.
 func envInt(name string, def int) int {
 	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
@@ -982,7 +974,7 @@ func TestFault9_mixedSoak(t *testing.T) {
 	}
 	setRow(t, func(r *row) {
 		r.outcome += fmt.Sprintf("faults %v; %d operations, %d sections, %d stale writes refused, %d losses told, %d acquire errors %v, %d unknown; 0 violations, counter exact, %s",
-			counts, len(ops), rep.Sections, rep.Rejected, rep.Lost, noop, samples, unknown, linearNote(len(ops)))
+			counts, len(ops), rep.Sections, rep.Rejected, rep.Lost, noop, samples, unknown, rep.Linear)
 	})
 }
 

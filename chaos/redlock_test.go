@@ -210,14 +210,9 @@ func (rr *redRun) finish(from, to int64) redCheck {
 			return a.start < to && b.start > from
 		})
 	}
-	if len(ops) <= maxLinearizable {
-		m := lockModel(true)
-		res, info := porcupine.CheckOperationsVerbose(m.ToModel(), history(ops), 60*time.Second)
-		if res == porcupine.Illegal {
-			model := m.ToModel()
-			t.Errorf("history of %d operations is not linearizable against the lock model (expiry allowed); history and visualization in %s.{json,html}", len(ops), rr.dump(&model, info, ops, lost))
-		}
-	}
+	out.rep.Linear = checkLinear(t, true, ops, func(m *porcupine.Model, info porcupine.LinearizationInfo) string {
+		return rr.dump(m, info, ops, lost)
+	})
 	if noop, unknown, s := errorsIn(ops); noop+unknown > 0 {
 		t.Errorf("%d errors and %d unknown outcomes reached the callers: %v", noop, unknown, s)
 	}
@@ -264,7 +259,7 @@ func grantsIn(ops []worker.Op, from, to int64) int {
 func (c redCheck) outcome(t *testing.T, head string) {
 	acq, rel := stalls(c.ops)
 	setOutcome(t, head+fmt.Sprintf("; workload: %d holds (%d stale writes refused), %d taken below a majority by the fault (grants on 3 or 4 servers, the victims among them: Unlock said ErrNotHeld), %d loss notices, 0 errors; longest acquire %v, longest Unlock %v; the lock held throughout kept, its waiter woken %v after the release; no key left on the 5 servers; %d violations, %s (lock model with expiry)",
-		c.rep.Acquired, c.rep.Rejected, c.below, c.rep.Lost, acq.Round(time.Millisecond), rel.Round(time.Millisecond), roundMS(c.wake), c.rep.violations()-c.across, linearNote(len(c.ops))))
+		c.rep.Acquired, c.rep.Rejected, c.below, c.rep.Lost, acq.Round(time.Millisecond), rel.Round(time.Millisecond), roundMS(c.wake), c.rep.violations()-c.across, c.rep.Linear))
 	if c.across > 0 {
 		setRow(t, func(r *row) {
 			r.status = "limitation (documented)"

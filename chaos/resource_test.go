@@ -117,6 +117,7 @@ type report struct {
 	Lost         int // loss notices
 	NotHeld      int // unlocks answered ErrNotHeld
 	Problems     []string
+	Linear       string // what the row says of linearizability (checkLinear); empty: not checked
 }
 
 func (r report) violations() int {
