@@ -467,11 +467,7 @@ func TestGhost_permitLateFirstSendAfterRefusedResendOfWaitingCaller(t *testing.T
 
 				hc.deliver(t) // the first send arrives last
 
-				// Any work the call left behind is done within the bound.
-				require.Eventually(t, func() bool {
-					n, err := p.AvailablePermits(bg)
-					return err == nil && n == 1
-				}, 3*time.Second, 10*time.Millisecond, "the late first send took a permit for a call that ended without one")
+				requireLateFirstSendTookNothing(t, p) // any work the call left behind is done within the bound
 				permit, ok, err := q.TryAcquire(bg, 0, time.Minute)
 				require.NoError(t, err)
 				require.True(t, ok, "the permit is free for everyone")
@@ -479,6 +475,17 @@ func TestGhost_permitLateFirstSendAfterRefusedResendOfWaitingCaller(t *testing.T
 			})
 		})
 	}
+}
+
+// requireLateFirstSendTookNothing waits (3 s at most) until p's one permit is free again:
+// the late first send of a call that ended without a permit took none, or the work the call
+// left behind gave it back.
+func requireLateFirstSendTookNothing(t *testing.T, p *rlock.PermitSemaphore) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		n, err := p.AvailablePermits(bg)
+		return err == nil && n == 1
+	}, 3*time.Second, 10*time.Millisecond, "the late first send took a permit for a call that ended without one")
 }
 
 // tryAcquireInVain is a call of TestGhost_permitLateFirstSendAfterRefusedResendOfWaitingCaller:
@@ -677,10 +684,7 @@ func TestGhost_permitLateFirstSendAfterCancelDuringARefusedSend(t *testing.T) {
 
 				hc.deliver(t) // the first send arrives last
 
-				require.Eventually(t, func() bool {
-					n, err := p.AvailablePermits(bg)
-					return err == nil && n == 1
-				}, 3*time.Second, 10*time.Millisecond, "the late first send took a permit for a call that ended without one")
+				requireLateFirstSendTookNothing(t, p)
 			})
 		})
 	}
