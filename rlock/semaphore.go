@@ -63,7 +63,8 @@ const maxPermits = 1 << 50
 //
 // An Acquire whose context ends while Redis has not answered returns at once (within a short
 // grace) and leaves the request to the background, which learns its outcome (resending it
-// under its id) and gives back permits it took. [Client.Close] does not cut that short: it
+// under its id) and gives back permits it took, to the semaphore if it still exists (one
+// deleted, or whose TTL ran out, meanwhile is not made anew). [Client.Close] does not cut that short: it
 // waits for it, at most the cleanup timeout, since a send still on the wire may be applied
 // after Close and permits do not expire; an Acquire still waiting for its first send's
 // answer when Close comes returns ErrClosed, and its request is resolved the same way. When
@@ -414,7 +415,9 @@ func (s *Semaphore) attempt(ctx context.Context, n int) (bool, time.Duration, er
 		if err != nil { // unknown: permits it may have taken are lost
 			s.c.gaveBack(KindSemaphore, s.name, "", n, GiveBackCanceled, classify("acquire", s.name, err))
 		} else if granted(res) { // granted after the caller gave up: give it back on gctx
-			_, err := s.add(gctx, "release", n, false, true)
+			// Only to a semaphore that still exists: one deleted (or whose TTL ran out) since
+			// is not made anew, without a TTL, by permits nobody holds.
+			_, err := s.add(gctx, "release", n, true, true)
 			s.c.gaveBack(KindSemaphore, s.name, "", n, GiveBackCanceled, err)
 		}
 	})
@@ -542,7 +545,7 @@ func (s *Semaphore) DrainPermits(ctx context.Context) (int, error) {
 			if err != nil { // unknown: permits it may have taken are lost
 				s.c.gaveBack(KindSemaphore, s.name, "", 0, GiveBackCanceled, classify(op, s.name, err))
 			} else if n := taken(res); n > 0 { // drained after the caller gave up: give them back
-				_, err := s.add(gctx, "release", int(n), false, true)
+				_, err := s.add(gctx, "release", int(n), true, true) // to a semaphore that exists, as an acquire's
 				s.c.gaveBack(KindSemaphore, s.name, "", int(n), GiveBackCanceled, err)
 			}
 		})
