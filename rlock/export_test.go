@@ -3,6 +3,7 @@ package rlock
 import (
 	"context"
 	"strings"
+	"sync"
 )
 
 // Hooks for the external tests (package rlock_test) to wait for internal events instead of
@@ -76,18 +77,92 @@ func RedInstanceHolds(r *RedLock, ctx context.Context) (map[*Client]int, map[*Cl
 
 // OnGiveBackFailed has f called, with the lock's name, by every RedLock give-back of an
 // instance hold that failed, before the hold is abandoned (as the give-back's kind says),
-// until restore is called. f runs on the give-back's goroutine and may block it.
+// until restore is called. f runs on the give-back's goroutine and may block it. Tests that
+// run in parallel may each set one: every f set is called for every lock, so f must return
+// at once for the names that are not its test's.
 func OnGiveBackFailed(f func(name string)) (restore func()) {
-	giveBackFailedHook.Store(&f)
-	return func() { giveBackFailedHook.Store(nil) }
+	return giveBackFailedHooks.add(f, func(on bool) {
+		if !on {
+			giveBackFailedHook.Store(nil)
+			return
+		}
+		call := func(name string) {
+			for _, f := range giveBackFailedHooks.all() {
+				f(name)
+			}
+		}
+		giveBackFailedHook.Store(&call)
+	})
 }
 
 // OnRoundGiveBack has f called, with the lock's name and the Clients of the instances that
 // granted, by every failed round of a RedLock's fresh acquire that is about to give grants
-// back, until restore is called. f runs on the acquiring goroutine and may block it.
+// back, until restore is called. f runs on the acquiring goroutine and may block it. As with
+// OnGiveBackFailed, tests in parallel may each set one, and f must filter by name.
 func OnRoundGiveBack(f func(name string, granted []*Client)) (restore func()) {
-	roundGiveBackHook.Store(&f)
-	return func() { roundGiveBackHook.Store(nil) }
+	return roundGiveBackHooks.add(f, func(on bool) {
+		if !on {
+			roundGiveBackHook.Store(nil)
+			return
+		}
+		call := func(name string, granted []*Client) {
+			for _, f := range roundGiveBackHooks.all() {
+				f(name, granted)
+			}
+		}
+		roundGiveBackHook.Store(&call)
+	})
+}
+
+var (
+	giveBackFailedHooks testHooks[func(name string)]
+	roundGiveBackHooks  testHooks[func(name string, granted []*Client)]
+)
+
+// testHooks are the hooks of one kind that tests have set and not yet restored; the
+// package's hook of that kind, installed while there is one, calls them all.
+type testHooks[F any] struct {
+	mu   sync.Mutex
+	next int
+	fs   map[int]F
+}
+
+// add sets f; switch installs the package's hook (on) when f is the first, and removes it
+// when the last is restored.
+func (th *testHooks[F]) add(f F, switchHook func(on bool)) (restore func()) {
+	th.mu.Lock()
+	defer th.mu.Unlock()
+	if th.fs == nil {
+		th.fs = map[int]F{}
+	}
+	id := th.next
+	th.next++
+	th.fs[id] = f
+	if len(th.fs) == 1 {
+		switchHook(true)
+	}
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			th.mu.Lock()
+			defer th.mu.Unlock()
+			delete(th.fs, id)
+			if len(th.fs) == 0 {
+				switchHook(false)
+			}
+		})
+	}
+}
+
+// all is a copy of the hooks set, to call without the lock (a hook may block).
+func (th *testHooks[F]) all() []F {
+	th.mu.Lock()
+	defer th.mu.Unlock()
+	fs := make([]F, 0, len(th.fs))
+	for _, f := range th.fs {
+		fs = append(fs, f)
+	}
+	return fs
 }
 
 // HoldRedInstanceOp takes the operation lock of the hold that r's own owner (its handle's)
