@@ -356,6 +356,7 @@ func (tr *driftTrial) violation(format string, args ...any) {
 // now resolves the hand-off as an acquire of unknown outcome
 // (TestMutex_handoffOfUnknownOutcomeToGoneWaiterLeavesNothing).
 func TestDriftHunt(t *testing.T) {
+	t.Parallel()
 	driftHunt(t, false)
 }
 
@@ -370,6 +371,7 @@ func TestDriftHunt(t *testing.T) {
 // orphan" and Redis counted 3 holds of the 4 the owner took). Redis now counts each Client's
 // holds of a context owner apart, and every such give-back is conditional on that count.
 func TestDriftHunt_sharedOwnerAcrossClients(t *testing.T) {
+	t.Parallel()
 	driftHunt(t, true)
 }
 

@@ -185,6 +185,7 @@ func TestSharedOwner_unknownAcquireAppliedIsGivenBack(t *testing.T) {
 // 0 counts it given back, and keeps it as an orphan in case Redis did not apply it. The
 // orphan's give-back must take nothing (Redis applied the Unlock): not Client 1's hold.
 func TestSharedOwner_unknownUnlockAppliedTakesNoOtherHold(t *testing.T) {
+	t.Parallel()
 	hc, c0, c1 := sharedOwnerPair(t)
 	name := redistest.Name(t)
 	ctx := rlock.WithOwner(bg, "shared-"+name)

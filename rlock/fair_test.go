@@ -113,7 +113,8 @@ func TestFairMutex_basics(t *testing.T) {
 // Eight waiters on three Clients, arriving 50ms apart, acquire in arrival order, whether
 // they wait with Lock or with TryLock.
 func TestFairMutex_Lock_arrivalOrder(t *testing.T) {
-	eachBackend(t, func(t *testing.T, b *backend) {
+	t.Parallel()
+	eachBackendParallel(t, func(t *testing.T, b *backend) {
 		clients := []*rlock.Client{b.client(t), b.client(t), b.client(t)}
 		name := redistest.Name(t)
 		holder := clients[0].FairMutex(name)

@@ -242,7 +242,8 @@ func TestCountDownLatch_Delete_wakesWaiters(t *testing.T) {
 
 // A request whose reply is lost is resent under the same id and applied once.
 func TestCountDownLatch_replayedRequestsApplyOnce(t *testing.T) {
-	eachBackend(t, func(t *testing.T, b *backend) {
+	t.Parallel()
+	eachBackendParallel(t, func(t *testing.T, b *backend) {
 		lc := loseReplies(b.rueidis(t))
 		c, err := rlock.New(lc)
 		require.NoError(t, err)

@@ -95,7 +95,8 @@ func TestWithLogger_loss(t *testing.T) {
 
 // A fixed lease that runs out is an Info line; replays and give-backs are Debug.
 func TestWithLogger_leaseReplayGiveBack(t *testing.T) {
-	eachBackend(t, func(t *testing.T, b *backend) {
+	t.Parallel()
+	eachBackendParallel(t, func(t *testing.T, b *backend) {
 		l, lb := newTestLogger(slog.LevelDebug)
 		lc := loseReplies(b.rueidis(t))
 		c, err := rlock.New(lc, rlock.WithLogger(l))

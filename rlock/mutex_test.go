@@ -230,7 +230,8 @@ func TestMutex_Lock_crashedHolderFreesWithinWatchdogTimeout(t *testing.T) {
 }
 
 func TestMutex_TryLock_waitBound(t *testing.T) {
-	eachBackend(t, func(t *testing.T, b *backend) {
+	t.Parallel()
+	eachBackendParallel(t, func(t *testing.T, b *backend) {
 		name := redistest.Name(t)
 		require.NoError(t, b.client(t).Mutex(name).Lock(bg))
 		m := b.client(t).Mutex(name)

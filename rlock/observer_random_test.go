@@ -298,8 +298,10 @@ func TestObserver_randomInvariants(t *testing.T) {
 // Client) checks every event, and the balance of RedLock tenures (AcquireDone acquired, not
 // re-entered, against HoldEnd) with their tokens once all is done.
 func TestObserver_randomRedLock(t *testing.T) {
+	t.Parallel()
 	for _, backend := range []string{"miniredis", "redis"} {
 		t.Run(backend, func(t *testing.T) {
+			t.Parallel()
 			seed := randomSeed(t)
 			t.Logf("seed %d (replay with RELOCK_SEED=%d)", seed, seed)
 			var addrs []string

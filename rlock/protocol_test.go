@@ -33,6 +33,7 @@ const envRaceSeed = "RELOCK_RACE_SEED"
 // (a 30ms lease). Seeded: each cycle holds for a random time around the renewal, and the
 // give-back's reply is held back a random while after Redis applied it.
 func TestMutex_renewalMeetingLastUnlockIsNoLoss(t *testing.T) {
+	t.Parallel()
 	seed := seedOf(t, envRaceSeed)
 	rng := rand.New(rand.NewPCG(seed, seed>>1|1))
 	b := realBackend(t)

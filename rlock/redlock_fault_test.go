@@ -242,8 +242,10 @@ func TestRedLock_pendingRoundGiveBackThenNextAcquire(t *testing.T) {
 	if testing.Short() {
 		t.Skip("pauses a server")
 	}
+	t.Parallel()
 	for _, resumeFirst := range []bool{true, false} {
 		t.Run(map[bool]string{true: "giveBackSucceeds", false: "giveBackFails"}[resumeFirst], func(t *testing.T) {
+			t.Parallel()
 			ss := redServers(t, 5)
 			const lease = 3 * time.Second
 			cs := redClients(t, addrsOf(ss), rlock.WithCleanupTimeout(time.Second))

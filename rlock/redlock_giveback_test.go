@@ -45,6 +45,7 @@ func (f *failingScripts) hook(_ context.Context, cmd hookCall, call func() rueid
 // Mutex kept the hold and the watchdog renewed it for as long as the Client lived, so the
 // instance stayed locked for good (and a few such rounds could lock a majority).
 func TestRedLock_failedGiveBackIsNotRenewed(t *testing.T) {
+	t.Parallel()
 	ss := redServers(t, 3)
 	const lease = time.Second
 	opts := []rlock.Option{rlock.WithWatchdogTimeout(lease), rlock.WithCleanupTimeout(100 * time.Millisecond)}
@@ -140,6 +141,7 @@ func failingFirstClients(t *testing.T, ss []*redistest.Server, opts ...rlock.Opt
 // abandon ended that new tenure: nothing renewed the hold the RedLock counted there, and Redis
 // counted 2 holds of the owner where the Client counted none.
 func TestRedLock_failedGiveBackSparesNextGrant(t *testing.T) {
+	t.Parallel()
 	ss := redServers(t, 3)
 	// 2 s, not 1: the check below that instance 0's hold stays renewed for 2 leases gives
 	// each renewal a third of the lease to land, which one late renewal on a loaded machine

@@ -26,6 +26,7 @@ func TestRedLock_slowMinorityNotWaitedFor(t *testing.T) {
 	if testing.Short() {
 		t.Skip("pauses a server, waits out leases")
 	}
+	t.Parallel()
 	ss := redServers(t, 3)
 	const lease, tmo = time.Second, 5 * time.Second
 	cs := redClients(t, addrsOf(ss), rlock.WithWatchdogTimeout(lease))

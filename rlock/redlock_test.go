@@ -500,6 +500,7 @@ func TestRedLock_partitionedContenders(t *testing.T) {
 	if testing.Short() {
 		t.Skip("partitions")
 	}
+	t.Parallel()
 	ss := redServers(t, 5)
 	name := redistest.Name(t)
 	rng := rand.New(rand.NewPCG(seed(t), 0))

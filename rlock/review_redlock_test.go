@@ -78,6 +78,7 @@ func TestReviewRedLock_closedMinorityClientEndsWait(t *testing.T) {
 // as soon as every server has seen the refusal (the waiter mark, field w); the release is
 // then published at once and reaches the waiter ~400ms before the refusals' replies do.
 func TestReviewRedLock_releaseBetweenRefusalAndWatchLost(t *testing.T) {
+	t.Parallel()
 	ss := redServers(t, 5)
 	name := redistest.Name(t)
 	holder := redClients(t, addrsOf(ss), rlock.WithWatchdogTimeout(30*time.Second))
