@@ -28,8 +28,11 @@ func requireOnePrefix(t *testing.T, err error, sentinel error) {
 }
 
 func TestErrorText_onePrefixPerLayer(t *testing.T) {
-	eachBackend(t, func(t *testing.T, b *backend) {
-		c := b.client(t, rlock.WithWatchdogTimeout(300*time.Millisecond))
+	t.Parallel()
+	eachBackendParallel(t, func(t *testing.T, b *backend) {
+		// A 1 s lease: a third of it (333 ms) for each renewal of the held locks to land
+		// beside the parallel tests.
+		c := b.client(t, rlock.WithWatchdogTimeout(time.Second))
 		name := redistest.Name(t)
 		m := c.Mutex(name)
 

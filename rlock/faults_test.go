@@ -295,13 +295,16 @@ func TestMutex_Lock_survivesPubSubConnectionKill(t *testing.T) {
 }
 
 func TestMutex_scriptFlushBreaksNothing(t *testing.T) {
-	eachBackend(t, func(t *testing.T, b *backend) {
-		c := b.client(t, rlock.WithWatchdogTimeout(300*time.Millisecond))
+	t.Parallel()
+	eachBackendParallel(t, func(t *testing.T, b *backend) {
+		// A 1 s lease: a third of it (333 ms) for each renewal to land beside the parallel tests.
+		const lease = time.Second
+		c := b.client(t, rlock.WithWatchdogTimeout(lease))
 		m := c.Mutex(redistest.Name(t))
 		require.NoError(t, m.Lock(bg))
 		_, err := b.do(t, "SCRIPT", "FLUSH")
 		require.NoError(t, err)
-		time.Sleep(700 * time.Millisecond) // renewals go on through EVAL
+		time.Sleep(lease * 7 / 3) // renewals go on through EVAL
 		require.NoError(t, m.Err(bg))
 		require.NoError(t, m.Lock(bg))
 		_, err = b.do(t, "SCRIPT", "FLUSH")
@@ -313,8 +316,11 @@ func TestMutex_scriptFlushBreaksNothing(t *testing.T) {
 }
 
 func TestMutex_releaseAndRenewalWorkWhenRedisIsFull(t *testing.T) {
+	t.Parallel()
 	b := realBackend(t, redistest.WithArgs("--maxmemory-policy", "noeviction"))
-	c := b.client(t, rlock.WithWatchdogTimeout(300*time.Millisecond))
+	// A 1 s lease: a third of it (333 ms) for each renewal to land beside the parallel tests.
+	const lease = time.Second
+	c := b.client(t, rlock.WithWatchdogTimeout(lease))
 	m := c.Mutex(redistest.Name(t))
 	require.NoError(t, m.Lock(bg))
 	require.NoError(t, m.Lock(bg))
@@ -341,7 +347,7 @@ func TestMutex_releaseAndRenewalWorkWhenRedisIsFull(t *testing.T) {
 	require.ErrorContains(t, err, "OOM")
 	require.False(t, b.exists(t, other.Key()))
 
-	time.Sleep(800 * time.Millisecond) // renewals still go through
+	time.Sleep(lease * 8 / 3) // renewals still go through
 	require.NoError(t, m.Err(bg))
 	require.NoError(t, m.Unlock(bg)) // HINCRBY under allow-oom
 	n, err := m.HoldCount(bg)

@@ -64,8 +64,11 @@ func TestMutex_handoffKeepsWaitersLease(t *testing.T) {
 	if testing.Short() {
 		t.Skip("long: holds across watchdog leases, ~1 s (run without -short)")
 	}
-	eachBackend(t, func(t *testing.T, b *backend) {
-		c := b.client(t, rlock.WithWatchdogTimeout(300*time.Millisecond))
+	t.Parallel()
+	eachBackendParallel(t, func(t *testing.T, b *backend) {
+		// A 1 s lease: a third of it (333 ms) for each renewal to land beside the parallel tests.
+		const lease = time.Second
+		c := b.client(t, rlock.WithWatchdogTimeout(lease))
 		name := redistest.Name(t)
 		holder, fixed, dog := c.Mutex(name), c.Mutex(name), c.Mutex(name)
 		require.NoError(t, holder.Lock(bg))
@@ -90,7 +93,7 @@ func TestMutex_handoffKeepsWaitersLease(t *testing.T) {
 		require.NoError(t, fixed.Unlock(bg))
 		require.NoError(t, await(t, gotDog, 10*time.Second, "the watchdog waiter"))
 		// Held across several watchdog timeouts: the watchdog renews the handed-off lock.
-		timer := time.NewTimer(time.Second)
+		timer := time.NewTimer(lease * 10 / 3)
 		select {
 		case <-dog.Done(bg):
 			t.Fatalf("lost: %v", dog.Err(bg))

@@ -62,12 +62,15 @@ func TestMutex_Err_leaseExpired(t *testing.T) {
 // A re-entry that extends a fixed lease: the expiry is reported once the extended lease ends.
 // A lock lost (not run out) is still reported as ErrLockLost.
 func TestMutex_Err_leaseExpiredVsLost(t *testing.T) {
-	eachBackend(t, func(t *testing.T, b *backend) {
+	t.Parallel()
+	eachBackendParallel(t, func(t *testing.T, b *backend) {
 		c := b.client(t, rlock.WithWatchdogTimeout(300*time.Millisecond))
 		m := c.Mutex(redistest.Name(t))
-		require.NoError(t, m.LockLease(bg, 50*time.Millisecond))
-		require.NoError(t, m.LockLease(bg, 300*time.Millisecond))
-		time.Sleep(100 * time.Millisecond)
+		// Past the first lease's end, 800 ms before the re-entry's: room for a loaded machine
+		// beside the parallel tests.
+		require.NoError(t, m.LockLease(bg, 200*time.Millisecond))
+		require.NoError(t, m.LockLease(bg, 1200*time.Millisecond))
+		time.Sleep(400 * time.Millisecond)
 		require.NoError(t, m.Err(bg), "the re-entry extended the lease")
 		within(t, 2*time.Second, "the end of the extended lease", m.Done(bg))
 		require.ErrorIs(t, m.Err(bg), rlock.ErrLeaseExpired)

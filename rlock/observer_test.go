@@ -464,8 +464,11 @@ func TestObserver_close(t *testing.T) {
 
 // A watchdog round is told once it has its replies: one lease, one script, no failure.
 func TestObserver_renewalRound(t *testing.T) {
-	eachBackend(t, func(t *testing.T, b *backend) {
-		c, r := observed(t, b, rlock.WithWatchdogTimeout(300*time.Millisecond))
+	t.Parallel()
+	eachBackendParallel(t, func(t *testing.T, b *backend) {
+		// A 1 s lease: a round has a third of it (333 ms) to be answered without a failure,
+		// beside the parallel tests.
+		c, r := observed(t, b, rlock.WithWatchdogTimeout(time.Second))
 		m, rw := c.Mutex(redistest.Name(t)), c.RWMutex(redistest.Name(t)+"-rw")
 		require.NoError(t, m.Lock(bg))
 		e := r.waitEvent(t, "a renewal round", func(e any) bool { _, ok := e.(rlock.RenewalRoundInfo); return ok })

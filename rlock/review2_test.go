@@ -22,7 +22,11 @@ import (
 // the owner's own last hold, and the lock is free in Redis while the owner's Err is nil
 // (another Client takes it) until the next renewal tells a loss the Client made itself.
 func TestReview2_orphanWhoseGiveBackWasAppliedIsNotGivenBackTwice(t *testing.T) {
+	t.Parallel()
 	b := realBackend(t)
+	// A 2 s lease: a third of it for each renewal to land beside the parallel tests (the
+	// owner losing its lease to a late renewal would fail the check below).
+	const lease = 2 * time.Second
 	// One armed acquire's reply comes 300ms after Redis applied it; while refusing, every
 	// release IS applied by Redis, and its reply is lost.
 	rc := &hookClient{Client: b.rueidis(t)}
@@ -42,7 +46,7 @@ func TestReview2_orphanWhoseGiveBackWasAppliedIsNotGivenBackTwice(t *testing.T) 
 		return call()
 	})
 	failed := make(chan rlock.GiveBackInfo, 4)
-	c, err := rlock.New(rc, rlock.WithWatchdogTimeout(time.Second), rlock.WithCleanupTimeout(300*time.Millisecond),
+	c, err := rlock.New(rc, rlock.WithWatchdogTimeout(lease), rlock.WithCleanupTimeout(300*time.Millisecond),
 		rlock.WithObserver(&rlock.Observer{GiveBack: func(e rlock.GiveBackInfo) {
 			if e.Err != nil {
 				failed <- e
@@ -67,9 +71,9 @@ func TestReview2_orphanWhoseGiveBackWasAppliedIsNotGivenBackTwice(t *testing.T) 
 	require.NoError(t, m.Err(bg), "the owner's own hold goes on")
 
 	refusing.Store(false) // Redis answers again: renewals are confirmed
-	// For 3 renewal periods, no other Client may take the lock while the owner holds it.
+	// For over 2 renewal periods, no other Client may take the lock while the owner holds it.
 	om := other.Mutex(name)
-	deadline := time.Now().Add(1500 * time.Millisecond)
+	deadline := time.Now().Add(lease * 3 / 2)
 	for time.Now().Before(deadline) {
 		ok, err := om.TryLock(bg, 0, 0)
 		require.NoError(t, err)

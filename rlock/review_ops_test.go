@@ -22,20 +22,23 @@ import (
 // log sink behind WithLogger's "renewal failed" Warn, or a metrics push, does this. Expected:
 // the round's results are applied before the hook runs (call it from the watchdog after
 // the deadlines are set, or off the renewal goroutine), so that a slow hook delays only
-// observation, never the lease.
+// observation, never the lease. A 1.8 s lease and an 800 ms stall (a third of the lease is
+// 600 ms): the fixed watchdog has 600 ms for each renewal to land, beside the parallel tests.
 func TestReviewOps_slowRenewalHookLosesLock(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	ctx := context.Background()
+	const lease = 1800 * time.Millisecond
 	var once sync.Once
-	c, err := rlock.New(srv.Client(t), rlock.WithWatchdogTimeout(900*time.Millisecond),
+	c, err := rlock.New(srv.Client(t), rlock.WithWatchdogTimeout(lease),
 		rlock.WithObserver(&rlock.Observer{RenewalRound: func(rlock.RenewalRoundInfo) {
-			once.Do(func() { time.Sleep(400 * time.Millisecond) }) // one stall, under half the lease
+			once.Do(func() { time.Sleep(800 * time.Millisecond) }) // one stall, under half the lease
 		}}))
 	require.NoError(t, err)
 	defer c.Close()
 	m := c.Mutex("slow-hook")
 	require.NoError(t, m.Lock(ctx))
-	time.Sleep(2 * time.Second)
+	time.Sleep(lease * 20 / 9) // as 2 s of a 900 ms lease
 	require.NoError(t, m.Err(ctx), "a lock renewed by Redis was lost because an observer hook was slow once")
 }
 

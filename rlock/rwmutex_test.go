@@ -507,21 +507,24 @@ func TestRWMutex_reentrancyAndHoldCounts(t *testing.T) {
 	})
 }
 
-// The watchdog renews both kinds well past the watchdog timeout.
+// The watchdog renews both kinds well past the watchdog timeout. A 1 s lease (a third of it,
+// 333 ms, for each renewal to land) lets it run beside the parallel tests.
 func TestRWMutex_watchdogRenewsBothKinds(t *testing.T) {
 	if testing.Short() {
 		t.Skip("long: holds both kinds across several watchdog leases (run without -short)")
 	}
-	eachBackend(t, func(t *testing.T, b *backend) {
+	t.Parallel()
+	eachBackendParallel(t, func(t *testing.T, b *backend) {
 		name, name2 := redistest.Name(t), redistest.Name(t)
-		c := b.client(t, rlock.WithWatchdogTimeout(300*time.Millisecond))
+		const lease = time.Second
+		c := b.client(t, rlock.WithWatchdogTimeout(lease))
 		w := c.RWMutex(name)
 		require.NoError(t, w.Lock(bg))
 		require.NoError(t, w.RLock(bg))
 		r1, r2 := c.RWMutex(name2), c.RWMutex(name2)
 		require.NoError(t, r1.RLock(bg))
 		require.NoError(t, r2.RLock(bg))
-		time.Sleep(1200 * time.Millisecond) // four watchdog timeouts
+		time.Sleep(4 * lease) // four watchdog timeouts
 		for _, rw := range []*rlock.RWMutex{w, r1, r2} {
 			require.NoError(t, rw.RLocker().Err(bg))
 		}
