@@ -21,6 +21,7 @@ func TestHardening_queuedWaiterLeavesWithoutOutlivingCtx(t *testing.T) {
 	}
 	for _, kind := range []string{"fair", "rw"} {
 		t.Run(kind, func(t *testing.T) {
+			t.Parallel() // a server of its own; the test itself stays serial, beside no other test
 			b := realBackend(t)
 			name := redistest.Name(t)
 			holder, c := b.client(t), b.client(t)

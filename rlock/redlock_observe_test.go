@@ -69,6 +69,7 @@ func TestObserver_redLock(t *testing.T) {
 func TestObserver_redLockTenures(t *testing.T) {
 	for _, backend := range []string{"miniredis", "redis"} {
 		t.Run(backend, func(t *testing.T) {
+			t.Parallel() // servers of its own; the test itself stays serial, beside no other test
 			var addrs []string
 			var del func(i int, key string)
 			if backend == "redis" {
