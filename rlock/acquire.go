@@ -341,6 +341,9 @@ func (m *Mutex) attempt(ctx context.Context, h *hold, lease time.Duration, renew
 		if vals, acked, err, gone = m.replayFor(ctx, h, o, g, site, keys, replayArgs(args), err, sent, lease, renew); gone {
 			return false, 0, err
 		}
+		if errors.Is(err, ErrUnknownOutcome) {
+			h.unknownAcquire()
+		}
 	}
 	if err != nil {
 		return false, 0, classify("lock", m.name, err)
@@ -464,6 +467,7 @@ func (m *Mutex) replayFor(ctx context.Context, h *hold, o *opHold, g *grace, sit
 func (m *Mutex) resolveGone(cctx context.Context, h *hold, site replaySite, keys, args []string, first error, sent time.Time, lease time.Duration, renew bool) {
 	res, err := m.c.replay(cctx, nil, site, m.v.acquire, keys, args, first)
 	if err != nil {
+		h.unknownAcquire()
 		return
 	}
 	if vals, err := res.AsIntSlice(); err == nil && isGrant(vals) {

@@ -541,6 +541,25 @@ func (h *hold) abandon() {
 	h.unlockMu()
 }
 
+// unknownAcquire records an acquire of h's owner whose outcome stayed unknown (its replies
+// lost within the cleanup timeout: the caller was told ErrUnknownOutcome, or had gone): Redis
+// may count a hold of the owner that no caller has. While a tenure of the owner lives here,
+// Redis counts that hold in the tenure's field, so it is one of the tenure's orphans, as a
+// hold whose give-back failed is (abandon): given back at the next confirmed renewal
+// (settleOrphans), the next grant or the last hold, never beyond what Redis counts of this
+// Client's beyond the owner's own holds, so that a hold that was never granted costs nothing.
+// Without a live tenure the hold, if granted, is nobody's to renew: it ends with its lease,
+// unless the owner's next grant finds it first (granted's extra). Before, such a re-entry was
+// renewed with the tenure, and HoldCount said one more than the owner held until its last
+// Unlock (TestMutex_unknownReentryIsGivenBackAtTheNextRenewal).
+func (h *hold) unknownAcquire() {
+	h.mu.Lock()
+	if h.cur != nil && h.count > 0 {
+		h.orphans++
+	}
+	h.mu.Unlock()
+}
+
 // tenureOf returns the fencing token of the tenure whose lease l is, or 0 when l is no
 // longer the lease of the tenure in force (it ended, or a re-entry replaced the lease: the
 // watchdog drops l soon).
