@@ -48,6 +48,7 @@ func TestACLRule_refusalLeavesNothing(t *testing.T) {
 	const lease = 300 * time.Millisecond
 	for i, cmd := range cmds {
 		t.Run(cmd, func(t *testing.T) {
+			t.Parallel() // a user, a key prefix and Clients of its own on the shared server
 			prefix := fmt.Sprintf("nl%d:", i)
 			var rule []string
 			for _, r := range aclRule(t, prefix) {

@@ -209,6 +209,7 @@ func TestACLRule_eachCommandRemoved(t *testing.T) {
 	const lease, busyWait = time.Second, 400 * time.Millisecond
 	for i, cmd := range cmds {
 		t.Run(cmd, func(t *testing.T) {
+			t.Parallel() // a user, a key prefix and Clients of its own on the shared server
 			prefix := fmt.Sprintf("minus%d:", i)
 			var rule []string
 			for _, r := range aclRule(t, prefix) {
