@@ -19,7 +19,8 @@
 --         0       the last hold was given back: the lock is free and the head was told
 --         -1      this owner holds no hold (never held, released, expired or taken)
 --         -3      superseded: the owner's later operation was applied (lib_seq.lua)
---         -4      (with keep) the Client counts no more than keep holds: nothing written
+--         -4      (with keep) the Client counts no more than keep holds: nothing given back
+--                 (the number is recorded: the owner's earlier sends are refused after it)
 --         a WRONGTYPE error, with nothing written, when a key holds another type
 -- Runs with allow-oom: giving a lock back must work on a full server.
 --#include lib_publish
@@ -45,7 +46,9 @@ if superseded(req, last) then
   return -3 -- the owner's later operation was applied (lib_seq.lua): nothing written
 end
 if keep and tonumber(mine or holds) <= keep then
-  return -4 -- none of the Client's holds beyond keep: nothing to give back
+  -- Nothing to give back; the number is recorded all the same (see release.lua).
+  redis.call('hset', lock, reqField, (seqPut(owner, got[2], req, 0, holds)))
+  return -4
 end
 if tonumber(holds) > 1 then
   holds = redis.call('hincrby', lock, owner, -1)

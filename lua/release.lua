@@ -22,7 +22,8 @@
 --           unknown, its give-back unanswered, its fixed lease over), applied only while the
 --           Client counts more than keep of the owner's holds in Redis (lib_seq.lua: for a
 --           context owner, this Client's count; for a handle's owner, the owner's); else -4,
---           nothing written. It never takes a hold that another Client's operation took.
+--           nothing given back (the number is recorded). It never takes a hold that another
+--           Client's operation took.
 -- returns, without a successor:
 --         n >= 1  holds this owner still has (the lock stays held)
 --         0       the last hold was given back: the lock is free and the channel was told
@@ -34,7 +35,8 @@
 --                 (the lease cannot have run out before that end; any other removal is a
 --                 force, which leaves the forced record, or is outside relock).
 --         -3      superseded: the owner's later operation was applied (nothing written)
---         -4      (with keep) the Client counts no more than keep holds: nothing written
+--         -4      (with keep) the Client counts no more than keep holds: nothing given back
+--                 (the number is recorded: the owner's earlier sends are refused after it)
 --         with a successor, {n, token}: n as above, and token > 0 when the lock passed to the
 --         successor (0 when it did not: then the channel was told as usual; so too when a
 --         replay of the successor's acquire had spent its number: the lock is freed)
@@ -118,7 +120,12 @@ if tenure ~= '' and tenure ~= '0' and redis.call('hget', lock, 'token') ~= tenur
   return rare().ended()
 end
 if keep and tonumber(mine) <= keep then
-  return rare().reply(-4) -- none of the Client's holds beyond keep: nothing to give back
+  -- None of the Client's holds beyond keep: nothing to give back. The number is recorded all
+  -- the same, so that a send of the owner's still on its way (an acquire whose outcome the
+  -- Client gave up on) is refused when it lands, not granted past this give-back: a
+  -- give-back that found nothing would otherwise be outrun by the hold it was meant for.
+  redis.call('hset', lock, reqField, shared and shared.seqPut(owner, got[2], req, 0, holds) or req)
+  return rare().reply(-4)
 end
 if tonumber(holds) > 1 then
   holds = redis.call('hincrby', lock, owner, '-1')

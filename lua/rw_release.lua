@@ -26,7 +26,8 @@
 --         -1      the owner holds no hold of that kind (never held, released, expired, or
 --                 removed by a force unlock)
 --         -3      superseded: the owner's later operation was applied (lib_seq.lua)
---         -4      (with keep) the Client counts no more than keep holds: nothing written
+--         -4      (with keep) the Client counts no more than keep holds: nothing given back
+--                 (the number is recorded: the owner's earlier sends are refused after it)
 --         a WRONGTYPE error (nothing written, nobody told) when the lock key is not a
 --                 read-write lock, or the writers key (KEYS[4]) is not a zset
 -- Releasing the write hold while holding read holds leaves the lock in read mode (a
@@ -79,7 +80,9 @@ if superseded(req, last) then
 end
 local keep = tonumber(ARGV[8])
 if keep and tonumber(mine or holds) <= keep then
-  return -4 -- none of the Client's holds beyond keep: nothing to give back
+  -- Nothing to give back; the number is recorded all the same (see release.lua).
+  redis.call('hset', lock, 'q:' .. f, (seqPut(owner, lastReq, req, 0, holds)))
+  return -4
 end
 if tonumber(holds) > 1 then
   holds = redis.call('hincrby', lock, f, -1)

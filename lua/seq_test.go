@@ -195,25 +195,34 @@ func TestScripts_giveBackWithKeep(t *testing.T) {
 				if n := give(c+"4", 2); n != 2 {
 					t.Fatalf("keep 2 of 3: %d left, want 2", n)
 				}
-				if n := give(c+"5", 2); n != -4 {
+				// 5: an acquire whose outcome the Client gave up on, still on its way.
+				if n := give(c+"6", 2); n != -4 {
 					t.Fatalf("keep 2 of 2: %d, want -4 (nothing given back)", n)
 				}
-				if n := give(c+"4", 2); n != 2 {
-					t.Fatalf("4 again is answered from the state: %d", n)
+				if n := give(c+"6", 2); n != 2 {
+					t.Fatalf("6 again is answered from the state: %d", n)
 				}
-				if n := give(c+"6", 1); n != 1 {
+				if n := give(c+"4", 2); n != -3 {
+					t.Fatalf("4 arriving after 6 is superseded: %d", n)
+				}
+				// The acquire numbered 5 lands after the give-back that found nothing: it is
+				// refused, not granted past it (before, 6 recorded nothing and 5 re-entered).
+				if v, err := k.acq(ctx, tc, "h:a", c+"5"); err != nil || v[0] != 0 {
+					t.Fatalf("acquire 5 arriving after give-back 6: %v %v, want refused", v, err)
+				}
+				if n := give(c+"7", 1); n != 1 {
 					t.Fatalf("keep 1 of 2: %d", n)
 				}
-				if n := give(c+"5", 0); n != -3 {
-					t.Fatalf("5 arriving after 6 is superseded: %d", n)
+				if n := give(c+"6", 0); n != -3 {
+					t.Fatalf("6 arriving after 7 is superseded: %d", n)
 				}
-				if n := give(c+"7", 0); n != 0 {
+				if n := give(c+"8", 0); n != 0 {
 					t.Fatalf("keep 0 of 1: %d, want 0 (the last hold, freed)", n)
 				}
 				if n, _ := do("EXISTS", "{q}").AsInt64(); n != 0 {
 					t.Fatal("the last hold given back, yet the lock is left")
 				}
-				if n := give(c+"8", 0); n != -1 {
+				if n := give(c+"9", 0); n != -1 {
 					t.Fatalf("no hold: %d", n)
 				}
 			})
@@ -362,7 +371,8 @@ func TestScripts_sharedOwnerCounts(t *testing.T) {
 					return s
 				}
 				// applied updates the model for an operation of Client c applied with delta
-				// (+1, -1), as seqPut does.
+				// (+1, -1; 0: a give-back with keep that found nothing to give back), as
+				// seqPut does.
 				applied := func(c, delta int) {
 					holds += delta
 					if holds == 0 {
@@ -457,7 +467,10 @@ func TestScripts_sharedOwnerCounts(t *testing.T) {
 							if n != -4 {
 								t.Fatalf("step %d: %s: %d, want -4 (the Client counts %d)", step, what, n, mine[c])
 							}
-							next[c]-- // not applied: the number may be used again
+							// Nothing given back, but the number recorded (the Client's earlier
+							// sends are refused after it): a replay is answered from the state.
+							applied(c, 0)
+							last[c] = &op{seq: seq, keep: keep}
 							break
 						}
 						if n != int64(holds-1) {

@@ -348,16 +348,17 @@ func (p *PermitSemaphore) attempt(ctx context.Context, id string, lease time.Dur
 		return err == nil && len(vals) >= 1 && len(vals) <= 2 && vals[0] == 1
 	}
 	res, replayed, handed, err := p.c.semAcquire(ctx, site, false, lua.PsemAcquire, keys, args, 0, granted, func(gctx context.Context, res rueidis.RedisResult, err error) {
-		if err != nil { // unknown: a permit it may have granted ends with its lease
+		if errors.Is(err, ErrUnknownOutcome) { // a permit it may have granted ends with its lease
 			p.c.gaveBack(KindPermitSemaphore, p.name, "", 1, GiveBackCanceled, classify("acquire", p.name, err))
-		} else if granted(res) { // granted after the caller gave up: give it back on gctx
+		} else if err == nil && granted(res) { // granted after the caller gave up: give it back on gctx
 			err := p.ready(gctx, "release", true)
 			if err == nil {
 				err = p.release(gctx, id)
 			}
 			p.c.gaveBack(KindPermitSemaphore, p.name, "", 1, GiveBackCanceled, err)
 		} else {
-			// Refused after the caller left. A '+' refusal spends nothing, and a send of the
+			// Refused after the caller left, or failed applying nothing (a refused dial, BUSY,
+			// LOADING). A '+' refusal spends nothing, and a send of the
 			// id whose reply was lost (this attempt's or an earlier one's) may still reach
 			// Redis and grant: spend the id here, since acquireAs leaves a request handed
 			// over to this work (a refused send of an id that is not loose, or a '!' one,

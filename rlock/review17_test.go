@@ -2,7 +2,6 @@ package rlock_test
 
 import (
 	"context"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -10,79 +9,8 @@ import (
 	"github.com/redis/rueidis"
 	"github.com/stretchr/testify/require"
 
-	"github.com/relock-go/relock/internal/redistest"
 	"github.com/relock-go/relock/rlock"
 )
-
-// Review 17. A re-entry whose outcome stays unknown counts as a possible orphan of the live
-// tenure (hold.unknownAcquire), given back conditionally at the next confirmed renewal
-// (settleOrphans). When its first send is still on its way (a slower connection: keptSend's
-// premise) at that renewal, the conditional give-back finds nothing beyond the owner's own
-// hold (-4, nothing written), settleOrphans sets orphans to 0, and the first send then lands
-// and is applied as a re-entry (no later operation of the owner was applied to supersede
-// it). From then on Redis counts a hold the Client counts nowhere (count 1, orphans 0): the
-// watchdog renews it with the tenure and HoldCount says 2 for the owner's one hold until its
-// last Unlock, against HoldCount's godoc (the first renewal Redis confirms) and DESIGN 4's
-// invariant 1 (Redis's count is count + orphans, an acquire of unknown outcome within a
-// live tenure counted among its orphans).
-func TestReview17_unknownReentryLandingAfterTheSettleStaysCounted(t *testing.T) {
-	t.Parallel()
-	eachBackend(t, func(t *testing.T, b *backend) {
-		hc, c := hardSetup(t, b, rlock.WithWatchdogTimeout(time.Second), rlock.WithCleanupTimeout(300*time.Millisecond))
-		m := c.Mutex(redistest.Name(t))
-		require.NoError(t, m.Lock(bg))
-		var armed atomic.Bool
-		kept := make(chan func(context.Context) rueidis.RedisResult, 1)
-		var kepts atomic.Int32 // conditional give-backs that found nothing to give back (-4)
-		hc.set(func(_ context.Context, cmd hookCall, call func() rueidis.RedisResult) rueidis.RedisResult {
-			switch {
-			case cmd.script == "acquire" && armed.Load():
-				// args: numkeys, lock, fence, lease, owner, request, ...
-				if !strings.HasPrefix(cmd.args[5], "+") {
-					kept <- cmd.sendWith // the first send: on a slow connection, delivered below
-				}
-				// Its reply, and every replay's, lost: the replays never reach Redis.
-				return rueidis.NewErrorResult(context.DeadlineExceeded)
-			case cmd.script == "release":
-				res := call()
-				if n, err := res.AsInt64(); err == nil && n == -4 {
-					kepts.Add(1)
-				}
-				return res
-			}
-			return call()
-		})
-		armed.Store(true)
-		err := m.Lock(bg)
-		armed.Store(false)
-		require.ErrorIs(t, err, rlock.ErrUnknownOutcome)
-
-		// The next confirmed renewal settles the possible orphan: Redis counts nothing beyond
-		// the owner's one hold yet.
-		redistest.WaitFor(t, 3*time.Second, "the settle's conditional give-back (-4)", func() bool { return kepts.Load() > 0 })
-
-		// The first send arrives now, and is applied.
-		require.NoError(t, (<-kept)(context.Background()).Error())
-		n, err := m.HoldCount(bg)
-		require.NoError(t, err)
-		require.Equal(t, 2, n, "premise: the late first send re-entered")
-
-		// Several renewals (one every ~333 ms) within 2 s: the Client gives back what Redis
-		// counts beyond the owner's one hold at one of them, as for an orphan.
-		deadline := time.Now().Add(2 * time.Second)
-		for time.Now().Before(deadline) {
-			if n, err = m.HoldCount(bg); err == nil && n == 1 {
-				break
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-		require.NoError(t, err)
-		require.Equal(t, 1, n, "HoldCount, 2 s (6 renewals) after the late re-entry landed: a hold nobody took, renewed with the tenure")
-
-		require.NoError(t, m.Unlock(bg))
-		require.False(t, b.exists(t, m.Key()), "the last Unlock frees the lock")
-	})
-}
 
 // Review 17. d680f2d made the work a handed-over PermitSemaphore acquire is left to spend the
 // permit id when that send is refused by the script ('+' refusal). It is not called when the

@@ -412,9 +412,9 @@ func (s *Semaphore) attempt(ctx context.Context, n int) (bool, time.Duration, er
 	// then remembered too, so that the first send, if it reaches Redis last, takes nothing.
 	granted := func(res rueidis.RedisResult) bool { got, err := res.AsInt64(); return err == nil && got != 0 }
 	res, _, _, err := s.c.semAcquire(ctx, site, true, lua.SemAcquire, s.keys.counted(), args, 1, granted, func(gctx context.Context, res rueidis.RedisResult, err error) {
-		if err != nil { // unknown: permits it may have taken are lost
+		if errors.Is(err, ErrUnknownOutcome) { // permits it may have taken are lost
 			s.c.gaveBack(KindSemaphore, s.name, "", n, GiveBackCanceled, classify("acquire", s.name, err))
-		} else if granted(res) { // granted after the caller gave up: give it back on gctx
+		} else if err == nil && granted(res) { // granted after the caller gave up: give it back on gctx
 			// Only to a semaphore that still exists: one deleted (or whose TTL ran out) since
 			// is not made anew, without a TTL, by permits nobody holds.
 			_, err := s.add(gctx, "release", n, true, true)
@@ -542,9 +542,9 @@ func (s *Semaphore) DrainPermits(ctx context.Context) (int, error) {
 	res, _, _, err := s.c.semAcquire(ctx, site, true, lua.SemDrain, s.keys.counted(), []string{s.c.newRequest(), s.c.semKeep()}, 0,
 		func(res rueidis.RedisResult) bool { return taken(res) > 0 },
 		func(gctx context.Context, res rueidis.RedisResult, err error) {
-			if err != nil { // unknown: permits it may have taken are lost
+			if errors.Is(err, ErrUnknownOutcome) { // permits it may have taken are lost
 				s.c.gaveBack(KindSemaphore, s.name, "", 0, GiveBackCanceled, classify(op, s.name, err))
-			} else if n := taken(res); n > 0 { // drained after the caller gave up: give them back
+			} else if n := taken(res); err == nil && n > 0 { // drained after the caller gave up: give them back
 				_, err := s.add(gctx, "release", int(n), true, true) // to a semaphore that exists, as an acquire's
 				s.c.gaveBack(KindSemaphore, s.name, "", int(n), GiveBackCanceled, err)
 			}
@@ -603,9 +603,10 @@ func (s *Semaphore) Delete(ctx context.Context) (bool, error) {
 // semAcquire runs a semaphore's acquire script (see semRun) for a caller that leaves at
 // ctx's end (README guarantee 6): the first send and its resends go on without the caller,
 // and when the caller has gone with the outcome unknown, the request is resolved in the
-// background. left is then called with the answer (err nil: if it granted, left gives it
-// back on gctx, with ctx's values), or with an error wrapping ErrUnknownOutcome when Redis did
-// not tell in time (left reports it); not after an error reply, which applied nothing. The
+// background. left is then called with the outcome (leftFunc): the answer (err nil: if it
+// granted, left gives it back on gctx, with ctx's values), an error wrapping
+// ErrUnknownOutcome when Redis did not tell in time (left reports it), or an error that
+// applied nothing (a PermitSemaphore's left spends its id all the same). The
 // caller gets ctx's error, and handed is true: the work it left resolves the request (a
 // resend spends the id at args[mark], goneArgs). A ctx that cannot end runs semRun.
 // resent reports whether the first send's reply was lost (the send may still reach
@@ -754,22 +755,21 @@ func (c *Client) leftCtx(drain, ctx context.Context, lasting bool, dl time.Time)
 	return c.cleanupCtxUntil(ctx, dl)
 }
 
-// leftFunc takes the outcome of an acquire whose caller has gone (see semAcquire).
+// leftFunc takes the outcome of an acquire whose caller has gone (see semAcquire), with a
+// context to act on (gctx: leftCtx's, with ctx's values): the answer (err nil), an error
+// wrapping ErrUnknownOutcome (Redis did not tell in time), or another error: the request's
+// last send failed applying nothing (a refused dial, an error reply such as BUSY or
+// LOADING), though an earlier send of a PermitSemaphore's id may still be on its way.
 type leftFunc func(gctx context.Context, res rueidis.RedisResult, err error)
 
-// resolvedLeft hands the outcome of an acquire whose caller (of ctx) has gone to left: an
-// answer with a context to give a grant back on (leftCtx), or an error wrapping
-// ErrUnknownOutcome. An error reply (nothing applied) is dropped.
+// resolvedLeft hands the outcome of an acquire whose caller (of ctx) has gone to left. Every
+// outcome goes to left, which decides: before, a send that failed applying nothing was
+// dropped here, and a PermitSemaphore's id, loose since an earlier send's reply was lost,
+// was spent by nobody (TestReview17_permitHandedSendRefusedDialLeavesIdUnspent).
 func (c *Client) resolvedLeft(drain, ctx context.Context, lasting bool, res rueidis.RedisResult, err error, left leftFunc) {
-	if err != nil {
-		if errors.Is(err, ErrUnknownOutcome) {
-			left(nil, res, err)
-		}
-		return
-	}
 	gctx, cancel := c.leftCtx(drain, ctx, lasting, time.Now().Add(c.opts.cleanupTimeout))
 	defer cancel()
-	left(gctx, res, nil)
+	left(gctx, res, err)
 }
 
 // goneArgs returns args as a resend sent after its caller has gone carries them: the id at

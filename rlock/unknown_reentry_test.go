@@ -2,6 +2,7 @@ package rlock_test
 
 import (
 	"context"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -65,4 +66,63 @@ func TestMutex_unknownReentryIsGivenBackAtTheNextRenewal(t *testing.T) {
 			})
 		})
 	}
+}
+
+// A re-entry whose outcome stays unknown counts as a possible orphan of the live tenure
+// (hold.unknownAcquire), given back conditionally at the next confirmed renewal
+// (settleOrphans). When its first send is still on its way at that renewal (a slower
+// connection), the conditional give-back finds nothing beyond the owner's own hold (-4).
+// That give-back wrote nothing, so the first send, landing after it, was applied as a
+// re-entry that the Client counted nowhere: the watchdog renewed it with the tenure and
+// HoldCount said 2 for the owner's one hold until its last Unlock (found in review). The
+// give-back now records its sequence number even when it gives nothing back, so the late
+// first send is refused as superseded.
+func TestMutex_unknownReentryLandingAfterTheSettleIsRefused(t *testing.T) {
+	t.Parallel()
+	eachBackend(t, func(t *testing.T, b *backend) {
+		hc, c := hardSetup(t, b, rlock.WithWatchdogTimeout(time.Second), rlock.WithCleanupTimeout(300*time.Millisecond))
+		m := c.Mutex(redistest.Name(t))
+		require.NoError(t, m.Lock(bg))
+		var armed atomic.Bool
+		kept := make(chan func(context.Context) rueidis.RedisResult, 1)
+		var kepts atomic.Int32 // conditional give-backs that found nothing to give back (-4)
+		hc.set(func(_ context.Context, cmd hookCall, call func() rueidis.RedisResult) rueidis.RedisResult {
+			switch {
+			case cmd.script == "acquire" && armed.Load():
+				// args: numkeys, lock, fence, lease, owner, request, ...
+				if !strings.HasPrefix(cmd.args[5], "+") {
+					kept <- cmd.sendWith // the first send: on a slow connection, delivered below
+				}
+				// Its reply, and every replay's, lost: the replays never reach Redis.
+				return rueidis.NewErrorResult(context.DeadlineExceeded)
+			case cmd.script == "release":
+				res := call()
+				if n, err := res.AsInt64(); err == nil && n == -4 {
+					kepts.Add(1)
+				}
+				return res
+			}
+			return call()
+		})
+		armed.Store(true)
+		err := m.Lock(bg)
+		armed.Store(false)
+		require.ErrorIs(t, err, rlock.ErrUnknownOutcome)
+
+		// The next confirmed renewal settles the possible orphan: Redis counts nothing beyond
+		// the owner's one hold yet.
+		redistest.WaitFor(t, 3*time.Second, "the settle's conditional give-back (-4)", func() bool { return kepts.Load() > 0 })
+
+		// The first send arrives now: refused, superseded by the give-back.
+		vals, err := (<-kept)(context.Background()).AsIntSlice()
+		require.NoError(t, err)
+		require.Equal(t, []int64{0, 0}, vals, "the late first send is refused (superseded), not a re-entry")
+		require.Never(t, func() bool {
+			n, err := m.HoldCount(bg)
+			return err != nil || n != 1
+		}, time.Second, 20*time.Millisecond, "HoldCount left the owner's one hold")
+
+		require.NoError(t, m.Unlock(bg))
+		require.False(t, b.exists(t, m.Key()), "the last Unlock frees the lock")
+	})
 }
