@@ -365,17 +365,19 @@ func (m *Mutex) keyType(ctx context.Context) (string, error) {
 
 // HoldCount is the number of holds the caller's owner has on the lock, as Redis sees it (0
 // when it holds none). It is the number of holds the owner took and has not given back, but
-// for two windows: a re-entry granted to a caller that had gone (its ctx ended while the
-// reply was on the way), whose give-back then failed (Redis did not answer within the
-// cleanup timeout), is counted until the watchdog's first renewal that Redis confirms after
-// that (within one renewal period of Redis answering again; under a fixed lease, until the
-// lease ends or the owner's last Unlock; for a context owner, [WithOwner], which other Clients
-// may share, until its last Unlock through this Client); and a hold from an acquire whose
-// outcome stayed unknown (its caller had gone, or was told [ErrUnknownOutcome]; only the
-// Observer's Replay event tells the former), or that an Unlock told [ErrUnknownOutcome] may
-// not have given back, is counted until the owner's next grant or last Unlock finds it, or
-// the first renewal Redis confirms (an owner of this Client's handles), or its lease ends
-// once nobody renews the owner's holds.
+// for holds that Redis may count and no caller has: a re-entry granted to a caller that had
+// gone (its ctx ended while the reply was on the way) whose give-back then failed, a hold
+// from an acquire whose outcome stayed unknown (its caller had gone, or was told
+// [ErrUnknownOutcome]; only the Observer's Replay event tells the former), and a hold that an
+// Unlock told [ErrUnknownOutcome] may not have given back. While the owner holds the lock
+// through this Client, such a hold is given back at the first renewal Redis confirms after
+// it arose (within one renewal period of Redis answering again), or, under a fixed lease, at
+// the owner's next grant or last Unlock through this Client or the lease's end; when the
+// owner holds nothing else through this Client, at its next grant through it, or when its
+// lease ends, nobody renewing it. Each such give-back takes only what Redis counts beyond the
+// holds the owner has through this Client, so a hold that was never granted costs nothing.
+// For a context owner ([WithOwner]) that other Clients share, HoldCount counts their holds
+// too.
 func (m *Mutex) HoldCount(ctx context.Context) (int, error) {
 	owner, err := m.ownerOf(ctx)
 	if err != nil {
