@@ -245,8 +245,13 @@ func (r *RedLock) giveBack(ctx, caller context.Context, idx []int, times []int, 
 	if len(idx) == 0 {
 		return errs, answered
 	}
-	// g: the caller's grace, one returnGrace from its ctx's end for every wait here.
-	g := &grace{ctx: caller}
+	// g: the caller's grace, one returnGrace from when its ctx's end is seen, for every wait
+	// here. Not from the deadline, as a Mutex's grace runs: the wait for the give-backs to
+	// take their instance holds' operation locks (sendGiveBacks' begun) is what orders them
+	// before the owner's next round on those instances, and a grace already spent when a
+	// late-seen deadline is noticed would skip it (review17: a give-back that then fails
+	// abandons the next round's tenure there).
+	g := &grace{}
 	var gone <-chan struct{}
 	if caller != nil {
 		gone = caller.Done()
