@@ -1011,6 +1011,7 @@ func (ms *mside) String() string {
 type mgor struct {
 	idx     int
 	busy    atomic.Int64 // when the operation it runs began (UnixNano), 0 between operations
+	ended   atomic.Int64 // when its last operation returned (UnixNano)
 	o       *mowner
 	rng     *rand.Rand
 	h       any // the handle it uses
@@ -1707,6 +1708,7 @@ func (s *mseq) runRound(r int) {
 				g.busy.Store(time.Now().UnixNano())
 				s.subj.op(s, g)
 				g.busy.Store(0)
+				g.ended.Store(time.Now().UnixNano())
 			}
 		}()
 	}
@@ -2624,9 +2626,23 @@ func (ls *lockSubject) giveBack(s *mseq, g *mgor, i int, cancelled bool, f *opFa
 
 // siblingBusySince reports whether another goroutine of g's owner has been running an
 // operation since t or before.
+//
+// A call that returned may still hold the lock for its owner that long: work it left to the
+// background (the replays of a request whose replies were lost, a give-back) runs under the
+// owner's operation lock for up to the cleanup timeout after the caller left. So a sibling
+// whose call ended within the cleanup timeout before t counts as busy too (seed
+// 10376536682305928891, FairMutex, replies-lost: g3's Lock left at its deadline, its
+// replays went on, and g2's Unlock 130 ms later found the lock busy for its whole cleanup
+// timeout).
 func (g *mgor) siblingBusySince(t time.Time) bool {
 	for _, o := range g.o.gors {
-		if b := o.busy.Load(); o != g && b != 0 && b <= t.UnixNano() {
+		if o == g {
+			continue
+		}
+		if b := o.busy.Load(); b != 0 && b <= t.UnixNano() {
+			return true
+		}
+		if e := o.ended.Load(); e != 0 && e >= t.Add(-g.o.cl.cleanup).UnixNano() {
 			return true
 		}
 	}
