@@ -2817,11 +2817,22 @@ func (ls *lockSubject) checkState(s *mseq, final bool) (vs []violation, states [
 
 func (ls *lockSubject) quiescent(s *mseq, final bool) {
 	start := time.Now()
+	settle := settleMax
+	if final {
+		// Work a call left to the background (the replays of a request whose replies were
+		// all lost) keeps its hold's entry in the table for up to the cleanup timeout after
+		// the call returned (seed 3856332744581732445, Mutex, replies-lost: a TryLock that
+		// left at its ctx's end 3 ms before the drain; its entry went 500 ms later, past
+		// settleMax).
+		for _, cl := range s.clients {
+			settle = max(settle, cl.cleanup+settleMax)
+		}
+	}
 	var vs []violation
 	var states []osState
 	for {
 		vs, states = ls.checkState(s, final)
-		if len(vs) == 0 || time.Since(start) > settleMax {
+		if len(vs) == 0 || time.Since(start) > settle {
 			break
 		}
 		time.Sleep(20 * time.Millisecond)
