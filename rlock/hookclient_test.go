@@ -251,6 +251,26 @@ func keepSend(rc rueidis.Client) *keptSend {
 	return k
 }
 
+// sentNext is a hookClient that tells when, once armed, the next command goes out, script
+// or not (sent is closed): a test pauses Redis, arms it, makes the call under test and waits
+// for its request to be on the wire before it ends the call's ctx.
+type sentNext struct {
+	*hookClient
+	armed atomic.Bool
+	sent  chan struct{}
+}
+
+// watchNextSend wraps rc in a sentNext.
+func watchNextSend(rc rueidis.Client) *sentNext {
+	n := &sentNext{sent: make(chan struct{})}
+	n.hookClient = &hookClient{Client: rc, every: func([][]string, bool) {
+		if n.armed.CompareAndSwap(true, false) {
+			close(n.sent)
+		}
+	}}
+	return n
+}
+
 // deliver sends the kept script now (waiting for it to be kept) and requires no error.
 func (k *keptSend) deliver(t *testing.T) {
 	t.Helper()

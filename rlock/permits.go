@@ -315,13 +315,18 @@ func (p *PermitSemaphore) spendOn(cctx context.Context, id string, lease time.Du
 	case errors.Is(err, ErrUnknownOutcome):
 		p.c.gaveBack(KindPermitSemaphore, p.name, "", 1, GiveBackCanceled, classify("acquire", p.name, err))
 	case err == nil && len(vals) == 2 && vals[0] == 1:
-		// A send of the id came first and granted the permit: give it back.
-		err := p.ready(cctx, "release", true)
-		if err == nil {
-			err = p.release(cctx, id)
-		}
-		p.c.gaveBack(KindPermitSemaphore, p.name, "", 1, GiveBackCanceled, err)
+		p.giveBackCanceled(cctx, id) // a send of the id came first and granted the permit
 	}
+}
+
+// giveBackCanceled gives back, on ctx, the permit id that a send granted after its caller
+// had gone, and tells the Observers (GiveBackCanceled).
+func (p *PermitSemaphore) giveBackCanceled(ctx context.Context, id string) {
+	err := p.ready(ctx, "release", true)
+	if err == nil {
+		err = p.release(ctx, id)
+	}
+	p.c.gaveBack(KindPermitSemaphore, p.name, "", 1, GiveBackCanceled, err)
 }
 
 // attempt makes one acquire request (resent until its outcome is known). It returns whether
@@ -351,11 +356,7 @@ func (p *PermitSemaphore) attempt(ctx context.Context, id string, lease time.Dur
 		if errors.Is(err, ErrUnknownOutcome) { // a permit it may have granted ends with its lease
 			p.c.gaveBack(KindPermitSemaphore, p.name, "", 1, GiveBackCanceled, classify("acquire", p.name, err))
 		} else if err == nil && granted(res) { // granted after the caller gave up: give it back on gctx
-			err := p.ready(gctx, "release", true)
-			if err == nil {
-				err = p.release(gctx, id)
-			}
-			p.c.gaveBack(KindPermitSemaphore, p.name, "", 1, GiveBackCanceled, err)
+			p.giveBackCanceled(gctx, id)
 		} else {
 			// Refused after the caller left, or failed applying nothing (a refused dial, BUSY,
 			// LOADING). A '+' refusal spends nothing, and a send of the

@@ -109,13 +109,7 @@ func TestSemaphores_writesLeftToTheBackgroundTellNothingAfterClose(t *testing.T)
 		t.Run(wr.name, func(t *testing.T) {
 			t.Parallel()
 			b := realBackend(t)
-			var armed atomic.Bool
-			sent := make(chan struct{})
-			hc := &hookClient{Client: b.rueidis(t), every: func([][]string, bool) {
-				if armed.CompareAndSwap(true, false) {
-					close(sent)
-				}
-			}}
+			hc := watchNextSend(b.rueidis(t))
 			var closed atomic.Bool
 			var mu sync.Mutex
 			var late []rlock.ReplayInfo
@@ -132,10 +126,10 @@ func TestSemaphores_writesLeftToTheBackgroundTellNothingAfterClose(t *testing.T)
 			_ = wr.write(bg, c, name) // the script loaded, a connection up
 			b.srv.Pause(t)
 			ctx, cancel := context.WithCancel(bg)
-			armed.Store(true)
+			hc.armed.Store(true)
 			got := make(chan error, 1)
 			go func() { got <- wr.write(ctx, c, name) }()
-			within(t, 10*time.Second, "the write to be sent", sent)
+			within(t, 10*time.Second, "the write to be sent", hc.sent)
 			cancel()
 			err = await(t, got, 30*time.Second, "the write to return")
 			require.ErrorIs(t, err, rlock.ErrUnknownOutcome)

@@ -351,13 +351,7 @@ func heedsCancelOnPausedRedis(t *testing.T, calls []pausedCall, opts []rlock.Opt
 			t.Run(pc.name+"/"+end.name, func(t *testing.T) {
 				t.Parallel() // a server of its own
 				b := realBackend(t)
-				var armed atomic.Bool
-				sent := make(chan struct{})
-				hc := &hookClient{Client: b.rueidis(t), every: func([][]string, bool) {
-					if armed.CompareAndSwap(true, false) {
-						close(sent)
-					}
-				}}
+				hc := watchNextSend(b.rueidis(t))
 				c, err := rlock.New(hc, opts...)
 				require.NoError(t, err)
 				t.Cleanup(func() { _ = c.Close() })
@@ -369,10 +363,10 @@ func heedsCancelOnPausedRedis(t *testing.T, calls []pausedCall, opts []rlock.Opt
 				b.srv.Pause(t)
 				ctx, cancel := end.ctx()
 				defer cancel()
-				armed.Store(true)
+				hc.armed.Store(true)
 				got := make(chan error, 1)
 				go func() { got <- pc.call(ctx, c, name) }()
-				within(t, 10*time.Second, "the call to be sent", sent)
+				within(t, 10*time.Second, "the call to be sent", hc.sent)
 				stalled := watchStalls(nil)
 				cancel()
 				ended := time.Now()
@@ -398,13 +392,7 @@ func TestSemaphore_DrainPermits_leftCallerGivesBack(t *testing.T) {
 	}
 	t.Parallel()
 	b := realBackend(t)
-	var armed atomic.Bool
-	sent := make(chan struct{})
-	hc := &hookClient{Client: b.rueidis(t), every: func([][]string, bool) {
-		if armed.CompareAndSwap(true, false) {
-			close(sent)
-		}
-	}}
+	hc := watchNextSend(b.rueidis(t))
 	gave := make(chan rlock.GiveBackInfo, 4)
 	c, err := rlock.New(hc, rlock.WithObserver(&rlock.Observer{GiveBack: func(i rlock.GiveBackInfo) { gave <- i }}))
 	require.NoError(t, err)
@@ -420,10 +408,10 @@ func TestSemaphore_DrainPermits_leftCallerGivesBack(t *testing.T) {
 	require.NoError(t, s.AddPermits(bg, 3))
 	b.srv.Pause(t)
 	ctx, cancel := context.WithCancel(bg)
-	armed.Store(true)
+	hc.armed.Store(true)
 	got := make(chan error, 1)
 	go func() { _, err := s.DrainPermits(ctx); got <- err }()
-	within(t, 10*time.Second, "the drain to be sent", sent)
+	within(t, 10*time.Second, "the drain to be sent", hc.sent)
 	cancel()
 	err = await(t, got, 30*time.Second, "the drain to return")
 	require.ErrorIs(t, err, context.Canceled)
