@@ -30,6 +30,15 @@
 -- ARGV[5] = (optional) 'c': a fresh grant's token follows the server's clock exactly
 --           (max(last token + 1, TIME in microseconds), as the fair and read-write locks'),
 --           for RedLock's instances, whose tokens are compared across servers
+-- ARGV[6] = (optional) the token of the owner's tenure, when the Client took it by a fast
+--           grant (lib_fast.lua): the lock hash then holds the fast form, which a write of
+--           this script converts to the full form with this token. Without it (the script
+--           answers the fast grant's own number: its replay, or the Client's resend after a
+--           fast grant whose INCR gave no token), the conversion takes a fresh token.
+-- The fast form: a lock whose token field is '~<owner> <seq>' (lib_fast.lua) is held once by
+-- <owner>, its last applied number <seq>, unless the fence records <seq> as spent: then it is
+-- a ghost (a fast grant that lingered past its replay), which this script deletes before it
+-- goes on as on a free lock.
 -- returns {1, token, holds}  acquired (fresh, re-entered, or the answer to an applied
 --                            operation), holds = the owner's hold count in Redis now
 --         {1, token, holds, mine}  the same for a context owner ('u:'): mine = how many of
@@ -60,19 +69,65 @@ local function rare()
 --#include lib_spent
 --#include lib_fence
 --#include lib_seq
+--#include lib_fast
   return {grantToken = grantToken, spend = spend, serverMs = serverMs, superseded = superseded,
-    fenceSpent = fenceSpent,
+    fenceSpent = fenceSpent, fastForm = fastForm, fastSpent = fastSpent,
     seqLast = seqLast, seqPut = seqPut, keep = math.max(tonumber(lease), spentKeep),
-    ungrant = function() redis.call('del', lock) end}
+    ungrant = function() redis.call('del', lock) end,
+    -- convert writes the full form of the owner's fast grant (lib_fast.lua): n holds, q as
+    -- its q: field, and the tenure's token (ARGV[6]) or, unknown (nil), a fresh one. It
+    -- returns the token, or else the script's answer: {0, 0} when the fence records seq as
+    -- spent (the ghost is deleted), an error when the fence is not one.
+    convert = function(n, q, token)
+      if not token then
+        local t = grantToken(fence, redis.pcall('incr', fence), seq, nil)
+        if t == false then
+          redis.call('del', lock)
+          return {0, 0}
+        end
+        if not t then
+          return redis.error_reply('WRONGTYPE ' .. fence .. ' holds a string that is not a fencing token')
+        end
+        token = tonumber(t)
+      end
+      redis.call('hset', lock, owner, n, seqField, q, 'token', string.format('%.0f', token))
+      if redis.call('pttl', lock) == -1 then
+        -- The transaction's commands ran one by one (a server that refused its MULTI), and
+        -- its PEXPIRE was refused: no lock without an expiry.
+        redis.call('pexpire', lock, lease)
+      end
+      return token
+    end}
 end
 
-if redis.call('exists', lock) == 0 then
+-- A lock held by a fast grant (lib_fast.lua) has no field of its owner: its token field says
+-- who holds it. Read only when the owner's field is absent and the token field is one.
+local exists = redis.call('exists', lock) == 1
+local got, fastMine, ghostW
+if exists then
+  got = redis.call('hmget', lock, owner, seqField, 'token', 'w')
+  if got[3] and string.byte(got[3]) == 126 then -- '~'
+    local r = rare()
+    local o, s = r.fastForm(got[3])
+    if o and not got[1] and r.fastSpent(fence, s, r.serverMs()) then
+      -- A ghost: the fast grant of a number its replay spent, landed after it. Free.
+      redis.call('del', lock)
+      exists, ghostW = false, got[4]
+    elseif o == owner then
+      got[1], got[2], fastMine = got[1] or '1', got[2] or s, r
+    end
+  end
+end
+
+if not exists then
   -- Fresh grant. The fence is written first: if it holds a value of another type the
   -- script fails there, before the lock key is touched.
   local token, fast
   if not clock then
+    -- A counter below 2^40 was not seeded from the clock (a fast grant's INCR made it): the
+    -- rare path seeds it.
     token = redis.pcall('incr', fence)
-    fast = type(token) == 'number' and token ~= 1 and not replay
+    fast = type(token) == 'number' and token > 1099511627776 and not replay
   elseif not replay then
     -- A clock token (RedLock's instances), inline while the fence is absent or holds only a
     -- token (as lib_fence's grantToken does it, without defining the rare paths' helpers:
@@ -99,7 +154,7 @@ if redis.call('exists', lock) == 0 then
   -- A context owner's field counts this Client's hold (lib_seq.lua).
   local u = string.byte(owner) == 117
   local q = u and seq .. '/1' or seq
-  if ARGV[4] == '2' then
+  if ARGV[4] == '2' or ghostW then
     redis.call('hset', lock, owner, '1', seqField, q, 'token', token, 'w', '1')
   else
     redis.call('hset', lock, owner, '1', seqField, q, 'token', token)
@@ -113,8 +168,13 @@ if redis.call('exists', lock) == 0 then
   return {1, tonumber(token), 1}
 end
 
-local got = redis.call('hmget', lock, owner, seqField, 'token', 'w')
 local holds, last, token = got[1], got[2], tonumber(got[3] or '0')
+if fastMine then
+  -- The owner's fast grant: its token is the Client's (ARGV[6]), or, unknown, a fresh one
+  -- taken when the form is converted (rare's convert).
+  token = tonumber(ARGV[6] or '')
+end
+
 -- A context owner's field keeps a number and a count per Client (lib_seq.lua): this Client's
 -- are compared and answered.
 local shared = holds and string.byte(owner) == 117 and rare() -- 'u': its helpers, built once
@@ -131,6 +191,12 @@ end
 if holds and last then
   if last == seq then
     -- applied already: answered from the state
+    if fastMine then
+      token = fastMine.convert('1', seq, token)
+      if type(token) == 'table' then
+        return token
+      end
+    end
     if shared then
       return {1, token, tonumber(holds), mine}
     end
@@ -164,7 +230,15 @@ end
 if redis.call('pttl', lock) < tonumber(lease) then
   redis.call('pexpire', lock, lease)
 end
-holds = redis.call('hincrby', lock, owner, '1')
+if fastMine then
+  holds = tonumber(holds) + 1
+  token = fastMine.convert(holds, seq, token)
+  if type(token) == 'table' then
+    return token
+  end
+else
+  holds = redis.call('hincrby', lock, owner, '1')
+end
 local q = seq
 if shared then
   q, mine = shared.seqPut(owner, got[2], seq, 1, holds)

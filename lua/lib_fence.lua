@@ -98,10 +98,10 @@ end
 -- grantToken(fence, n, req, keep, clock) completes the token of a fresh grant on the paths
 -- its caller does not take inline. The caller sent INCR to the fence (redis.pcall) and got n,
 -- unless clock is set (then n is nil and nothing was sent: the token follows the server's
--- clock, for RedLock's instances). While the counter lives (n > 1) its INCR is the token, and
+-- clock, for RedLock's instances). While the counter lives (n > 2^40: seeded from the clock) its INCR is the token, and
 -- grantToken runs only for a replay (keep given: req is spent for keep ms, so that its first
 -- send, reaching Redis later, grants nothing). Otherwise (the fence was missing, INCR made it
--- 1; it holds spent records after its token, so INCR refused it; or clock) the token is
+-- 1, or a fast grant's INCR made it, a small count without an expiry; it holds spent records after its token, so INCR refused it; or clock) the token is
 -- max(last token + 1, the server's clock in microseconds), and the fence is written: for
 -- counterTTL ms when it holds only the token and clock is not set (the counter then counts up
 -- by INCR from a clock reading at most counterTTL old), for fenceTTL ms otherwise. It returns
@@ -115,10 +115,13 @@ end
 -- token is the server's clock at its grant to within counterTTL (rlock.HolderInfo.Since).
 local function grantToken(fence, n, req, keep, clock)
   local token, tail, nowMs, ttl = nil, '', nil, nil
-  -- When the caller's INCR made the counter (n == 1), a refusal (an ACL without TIME or SET)
-  -- takes it back, so that no fence is left without an expiry.
-  local function unseed() if n == 1 then redis.call('del', fence) end end
-  if type(n) == 'number' and n > 1 and not clock then
+  -- A counter at or below 2^40 was not seeded from the clock: the caller's INCR made it (1),
+  -- or a fast grant's (lib_fast.lua), without an expiry; it is seeded here like a missing
+  -- one, and a refusal (an ACL without TIME or SET) deletes it, so that no fence is left
+  -- without an expiry.
+  local unseeded = type(n) == 'number' and n <= 1099511627776
+  local function unseed() if unseeded then redis.call('del', fence) end end
+  if type(n) == 'number' and not unseeded and not clock then
     token = string.format('%.0f', n)
   else
     if type(n) == 'table' and not string.find(n.err, 'not an integer', 1, true) then

@@ -104,6 +104,9 @@ var (
 	Release = load("release")
 	// Renew extends the leases of many held locks in one call (renew.lua).
 	Renew = load("renew")
+	// FastRelease gives back the one hold of a handle owner's fast grant still in the fast
+	// form (fast_release.lua).
+	FastRelease = load("fast_release")
 	// ForceRelease frees a lock whoever holds it (force_release.lua).
 	ForceRelease = load("force_release")
 )

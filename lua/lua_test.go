@@ -23,7 +23,7 @@ var core = []*lua.Script{lua.Acquire, lua.Release, lua.Renew, lua.ForceRelease}
 // mustRunWhenFull are the scripts that give something back or keep a hold alive: they must
 // run on a full (noeviction) server, with allow-oom. Scripts that create data must not.
 var mustRunWhenFull = map[*lua.Script]bool{
-	lua.Release: true, lua.FairRelease: true, lua.FairLeave: true,
+	lua.Release: true, lua.FastRelease: true, lua.FairRelease: true, lua.FairLeave: true,
 	lua.RWRelease: true, lua.RWRenewRead: true, lua.RWRenewWrite: true, lua.RWLeave: true,
 	lua.SemRelease: true, lua.PsemRelease: true,
 	lua.LatchCountDown: true, lua.LatchDelete: true,

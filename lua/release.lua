@@ -42,6 +42,12 @@
 --         replay of the successor's acquire had spent its number: the lock is freed)
 --         a WRONGTYPE error, with nothing written, when a key holds another type (or the
 --         fence a string that is not a token)
+-- The fast form (lib_fast.lua): a lock whose token field is '~<owner> <seq>' is read as held
+-- once by <owner>, its last applied number <seq> (unless its q: field says otherwise), and a
+-- replay's tenure check accepts it (the owner's numbers order it). The script does not read
+-- the fence (a first send names no key that may not exist), so it takes even a ghost of the
+-- owner's (a fast form whose number was spent, lib_fast.lua) for the owner's hold: giving it
+-- back frees what nobody holds. The Client releases its own fast grant by fast_release.lua when it can.
 -- No release record is written: an uncontended release costs three server calls, this
 -- script's included (EVALSHA, HMGET, DEL), and a fourth (PUBLISH) only when a waiter is told.
 -- A hand-off's token is the fence's INCR, as acquire.lua's (lib_fence.lua, defined only then).
@@ -62,6 +68,7 @@ local function rare()
 --#include lib_spent
 --#include lib_fence
 --#include lib_seq
+--#include lib_fast
   -- reply is the script's answer n (with the successor's token, 0 if none, when a successor
   -- was named).
   local function reply(n, token)
@@ -71,6 +78,7 @@ local function rare()
     return n
   end
   return {publish = publish, grantToken = grantToken, superseded = superseded,
+    fastForm = fastForm,
     seqLast = seqLast, seqPut = seqPut, reply = reply,
     -- ended answers a replay whose tenure (ARGV[4]) is gone: -1 if a force took it (its
     -- record names that tenure), else -2.
@@ -92,6 +100,17 @@ local mine = holds
 if shared then
   last, mine = shared.seqLast(owner, last, req)
 end
+local fastMine -- the owner holds the lock by its fast grant (lib_fast.lua)
+if not holds then
+  local tok = redis.call('hget', lock, 'token')
+  if tok and string.byte(tok) == 126 then -- '~'
+    local r = rare()
+    local o, s = r.fastForm(tok)
+    if o == owner then
+      holds, mine, last, fastMine = '1', '1', last or s, true
+    end
+  end
+end
 if not holds then
   if tenure == '' then
     return rare().reply(-1) -- a first send: this request gave nothing back before
@@ -112,7 +131,9 @@ end
 if last and (#last > #req or #last == #req and last > req) and rare().superseded(req, last) then
   return rare().reply(-3) -- superseded: the owner's later operation was applied
 end
-if tenure ~= '' and tenure ~= '0' and redis.call('hget', lock, 'token') ~= tenure then
+local tok = tenure ~= '' and tenure ~= '0' and not fastMine and (redis.call('hget', lock, 'token') or '')
+if tok and tok ~= tenure and not (string.byte(tok) == 126 and rare().fastForm(tok) == owner) then
+  -- (The owner's own fast form, lib_fast.lua, is the tenure the Client names.)
   -- A replay of a give-back in a tenure that has ended (its first send gave back the last
   -- hold, or the lease ran out, or a force), reaching a tenure a grant began since: for a
   -- context owner perhaps another Client's, whose entry is the only one in the field, so no
@@ -145,7 +166,7 @@ if next then
   -- replay) grants nothing: the lock is freed instead, not passed on. Spent numbers are kept
   -- in the fence after its token, so an INCR that succeeds finds none.
   token = redis.pcall('incr', KEYS[3])
-  if type(token) ~= 'number' or token == 1 then
+  if type(token) ~= 'number' or token <= 1099511627776 then -- not seeded from the clock (lib_fence.lua)
     token = rare().grantToken(KEYS[3], token, nextReq)
     if token == nil then
       return redis.error_reply('WRONGTYPE ' .. KEYS[3] .. ' holds a string that is not a fencing token')

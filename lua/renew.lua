@@ -8,6 +8,8 @@
 --           not tell a tenure another Client began afresh, after this Client's was lost, from
 --           its own. Without it (a handle's owner, whose holds one Client alone takes) the
 --           field is enough.
+-- A lock held by a handle's owner's fast grant (lib_fast.lua: token field '~<owner> <seq>',
+-- no field of the owner) counts as held by that owner; the renewal leaves it in that form.
 -- returns an array with one entry per key: 1 renewed, 0 the owner no longer holds it
 -- Uses only TYPE, HEXISTS, HGET, PTTL and PEXPIRE, which a full (noeviction) server still
 -- accepts.
@@ -16,9 +18,15 @@ local out = {}
 for i, lock in ipairs(KEYS) do
   local token = ARGV[1 + n + i]
   -- A key of another type is reported as gone rather than failing the whole batch.
-  if redis.call('type', lock).ok == 'hash'
-    and redis.call('hexists', lock, ARGV[i + 1]) == 1
-    and (not token or token == '' or redis.call('hget', lock, 'token') == token) then
+  local owner = ARGV[i + 1]
+  local held = redis.call('type', lock).ok == 'hash'
+  if held and redis.call('hexists', lock, owner) == 0 then
+    -- The owner's fast grant, if any: its token field starts '~<owner> '.
+    local f = redis.call('hget', lock, 'token')
+    held = f ~= nil and f ~= false and string.sub(f, 1, #owner + 2) == '~' .. owner .. ' '
+    token = nil
+  end
+  if held and (not token or token == '' or redis.call('hget', lock, 'token') == token) then
     -- Never shorten a lease that a re-entry with a longer fixed lease set.
     if redis.call('pttl', lock) < tonumber(lease) then
       redis.call('pexpire', lock, lease)
