@@ -32,8 +32,13 @@
 --         a WRONGTYPE error, with nothing written, when a key holds another type (or the
 --           fence a string that is not a token)
 -- A dead waiter's place (alive score in the past, or no alive score) is purged first.
+-- A plain lock's fast form (lib_fast.lua; docs/DESIGN.md section 5: token '~<owner> <seq>',
+-- <owner> holding one hold) is held by another owner, as a full-form hash is (a fast owner is
+-- a Mutex handle's, never a fair lock's); one whose <seq> the fence records as spent is a
+-- ghost: it is deleted, and the lock taken as free.
 --#include lib_spent
 --#include lib_fence
+--#include lib_fast
 --#include lib_refusal
 --#include lib_publish
 --#include lib_seq
@@ -168,6 +173,13 @@ if holds then
 end
 if spent then
   return {0, 0} -- a spent request id neither takes the lock nor queues
+end
+
+-- A ghost of a plain lock's fast grant is a free lock (its owner's own count field, when
+-- there, rules over the form: then it is held).
+local fo, fseq = fastForm(got[3])
+if fseq and redis.call('hexists', lock, fo) == 0 and fastSpent(fence, fseq, now) then
+  redis.call('del', lock)
 end
 
 if redis.call('exists', lock) == 1 then

@@ -41,8 +41,13 @@
 --                            something else than a token; nothing is written
 -- Every call first drops the holds whose lease has ended (and expired claims), so that a
 -- crashed holder stops blocking others at the end of its own lease.
+-- A plain lock's fast form (lib_fast.lua; docs/DESIGN.md section 5: a hash whose only lock
+-- field may be token = '~<owner> <seq>') is another kind of lock, as its full form is (the
+-- WRONGTYPE error); one whose <seq> the fence records as spent is a ghost: it is deleted, and
+-- the lock taken as free.
 --#include lib_spent
 --#include lib_fence
+--#include lib_fast
 --#include lib_refusal
 --#include lib_seq
 local lock, fence, leases, writers = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
@@ -55,10 +60,17 @@ local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 local function ms(x) return string.format('%.0f', x) end
 
 -- Reads first: a key of another type fails the script before anything is written.
-local got = redis.call('hmget', lock, 'mode', spentFlag)
+local got = redis.call('hmget', lock, 'mode', spentFlag, 'token')
 local mode = got[1]
 if not mode and redis.call('exists', lock) == 1 then
-  return redis.error_reply('WRONGTYPE the key holds another kind of lock, not a read-write lock')
+  -- A ghost of a plain lock's fast grant (its owner's own count field, when there, rules
+  -- over the form) is a free lock.
+  local fo, fseq = fastForm(got[3])
+  if not (fseq and redis.call('hexists', lock, fo) == 0 and fastSpent(fence, fseq, now)) then
+    return redis.error_reply('WRONGTYPE the key holds another kind of lock, not a read-write lock')
+  end
+  redis.call('del', lock)
+  got[2] = false
 end
 -- The token a fresh write grant would get (see acquire.lua), and whether the request id is
 -- spent (lib_fence.lua): a writer reads the fence anyway; a reader reads it when the lock is

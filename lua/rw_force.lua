@@ -2,6 +2,7 @@
 -- and wake every waiter.
 -- KEYS[1] = lock hash (see rw_acquire.lua)
 -- KEYS[2] = leases zset (see rw_acquire.lua)
+-- KEYS[3] = (optional) fence (see rw_acquire.lua): read only to tell a plain lock's ghost
 -- ARGV[1] = the waiting writers' channel ('' publishes nothing); told '*' (wake every writer)
 -- ARGV[2] = the waiting readers' channel ('' publishes nothing); told '*' (wake every reader)
 -- ARGV[3] = (optional) the holds the caller saw: '' or absent frees whoever holds the lock;
@@ -16,14 +17,36 @@
 --         a WRONGTYPE error (and nothing deleted) if the key is not a read-write lock
 -- Waiting writers' claims are kept: they belong to live waiters. DEL and PUBLISH are
 -- accepted by a full (noeviction) server.
+-- A plain lock's fast form (lib_fast.lua; docs/DESIGN.md section 5) is another kind of lock,
+-- as its full form is (WRONGTYPE); one whose <seq> the fence records as spent is a ghost,
+-- a free lock: it is deleted, and the answer is 0, as for no lock.
 --#include lib_publish
+-- ghost reports whether the lock hash is a plain lock's fast form (lib_fast.lua) whose <seq>
+-- the fence records as spent (and whose owner has no count field of its own): a free lock.
+-- Its libraries are defined only here, for the hash of another kind that pays for them.
+local function ghost(lock, fence)
+--#include lib_spent
+--#include lib_fence
+--#include lib_fast
+  local fo, fseq = fastForm(redis.call('hget', lock, 'token'))
+  return fseq ~= nil and fence ~= nil and redis.call('hexists', lock, fo) == 0
+    and fastSpent(fence, fseq, serverMs())
+end
+
 local lock, leases = KEYS[1], KEYS[2]
 local t = redis.call('type', lock).ok
+if t == 'hash' and redis.call('hexists', lock, 'mode') == 0 then
+  if not ghost(lock, KEYS[3]) then
+    return redis.error_reply('WRONGTYPE the key holds a ' .. t .. ', not a read-write lock')
+  end
+  redis.call('del', lock)
+  t = 'none'
+end
 if t == 'none' then
   redis.call('del', leases)
   return 0
 end
-if t ~= 'hash' or redis.call('hexists', lock, 'mode') == 0 then
+if t ~= 'hash' then
   return redis.error_reply('WRONGTYPE the key holds a ' .. t .. ', not a read-write lock')
 end
 if ARGV[3] and ARGV[3] ~= '' then

@@ -6,6 +6,7 @@
 --           answered truly
 -- KEYS[3] = leases zset (see rw_acquire.lua)
 -- KEYS[4] = writers zset: waiting writers' claims (see rw_acquire.lua)
+-- KEYS[5] = (optional) fence (see rw_acquire.lua): read only to tell a plain lock's ghost
 -- ARGV[1] = owner id
 -- ARGV[2] = request id, a sequence number (lib_seq.lua: the same one is answered, not applied
 --           again; one below the owner's last applied is refused with -3)
@@ -34,9 +35,23 @@
 -- downgrade). Giving back a hold also drops the holds whose lease has ended, and sets the
 -- lock's expiry to the longest lease still in force. Runs with allow-oom: giving a lock back
 -- must work on a full server.
+-- A plain lock's fast form (lib_fast.lua; docs/DESIGN.md section 5) is another kind of lock,
+-- as its full form is (WRONGTYPE); one whose <seq> the fence records as spent is a ghost, a
+-- free lock: it is deleted, and the answer is as on no lock (0 with the record, else -1).
 --#include lib_refusal
 --#include lib_publish
 --#include lib_seq
+-- ghost reports whether the lock hash is a plain lock's fast form (lib_fast.lua) whose <seq>
+-- the fence records as spent (and whose owner has no count field of its own): a free lock.
+-- Its libraries are defined only here, for the hash of another kind that pays for them.
+local function ghost(lock, fence)
+--#include lib_spent
+--#include lib_fence
+--#include lib_fast
+  local fo, fseq = fastForm(redis.call('hget', lock, 'token'))
+  return fseq ~= nil and fence ~= nil and redis.call('hexists', lock, fo) == 0
+    and fastSpent(fence, fseq, serverMs())
+end
 local lock, record, leases, writers = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local owner, req, kind, wchan, rchan = ARGV[1], ARGV[2], ARGV[5], ARGV[6], ARGV[7]
 
@@ -45,8 +60,12 @@ local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 local function ms(x) return string.format('%.0f', x) end
 
 local mode = redis.call('hget', lock, 'mode')
+local isGhost = false
 if not mode and redis.call('exists', lock) == 1 then
-  return redis.error_reply('WRONGTYPE the key holds another kind of lock, not a read-write lock')
+  isGhost = ghost(lock, KEYS[5])
+  if not isGhost then
+    return redis.error_reply('WRONGTYPE the key holds another kind of lock, not a read-write lock')
+  end
 end
 -- The writers key is written only on some paths (a write hold's end, with a readers' channel),
 -- but a key of another type there is refused on every one, before anything is written: the
@@ -54,6 +73,9 @@ end
 local wtype = redis.call('type', writers).ok
 if wtype ~= 'zset' and wtype ~= 'none' then
   return redis.error_reply('WRONGTYPE the writers key holds a ' .. wtype .. ', not a read-write lock\'s claims')
+end
+if isGhost then
+  redis.call('del', lock) -- a free lock: the answer follows as on no lock
 end
 local f = owner
 if kind == 'r' then

@@ -1,16 +1,32 @@
 -- rw_state: read the state of a read-write lock, counting only holds whose lease is live.
 -- KEYS[1] = lock hash (see rw_acquire.lua)
 -- KEYS[2] = leases zset (see rw_acquire.lua)
+-- KEYS[3] = (optional) fence (see rw_acquire.lua): read only to tell a plain lock's ghost
 -- ARGV[1] = owner id ('' for none)
 -- returns {write, readers, ownerWrite, ownerRead}: write is 1 while a write hold is live,
 --         readers the number of owners with a live read hold, ownerWrite and ownerRead the
 --         owner's hold counts of each kind
 --         a WRONGTYPE error if the key is not a read-write lock
+-- A plain lock's fast form (lib_fast.lua; docs/DESIGN.md section 5) is another kind of lock,
+-- as its full form is; one whose <seq> the fence records as spent is a ghost, read as a free
+-- lock ({0, 0, 0, 0}; this script leaves it to the next that writes).
 -- Reads only.
+-- ghost reports whether the lock hash is a plain lock's fast form (lib_fast.lua) whose <seq>
+-- the fence records as spent (and whose owner has no count field of its own): a free lock.
+-- Its libraries are defined only here, for the hash of another kind that pays for them.
+local function ghost(lock, fence)
+--#include lib_spent
+--#include lib_fence
+--#include lib_fast
+  local fo, fseq = fastForm(redis.call('hget', lock, 'token'))
+  return fseq ~= nil and fence ~= nil and redis.call('hexists', lock, fo) == 0
+    and fastSpent(fence, fseq, serverMs())
+end
+
 local lock, leases, owner = KEYS[1], KEYS[2], ARGV[1]
 local mode = redis.call('hget', lock, 'mode')
 if not mode then
-  if redis.call('exists', lock) == 1 then
+  if redis.call('exists', lock) == 1 and not ghost(lock, KEYS[3]) then
     return redis.error_reply('WRONGTYPE the key holds another kind of lock, not a read-write lock')
   end
   return {0, 0, 0, 0}

@@ -321,8 +321,9 @@ func (m *Mutex) force(ctx context.Context, seen []string) (bool, error) {
 		// it may: until its lease would have run out, and its cleanup timeout after. (Any
 		// kind that frees with this script may take a plain lock's holds: the fair lock
 		// shares its hash.)
+		// The fence tells a fast form's ghost (a free lock) from a held one.
 		keep := max(forcedKeep, 2*m.c.opts.cleanupTimeout)
-		keys = append(keys, m.keys.forced)
+		keys = append(keys, m.keys.forced, m.keys.fence)
 		args = append(args, strconv.FormatInt(keep.Milliseconds(), 10))
 	}
 	args = append(args, seen...)

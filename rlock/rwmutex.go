@@ -190,12 +190,13 @@ func rwAcquireExtra(kind string) func(m *Mutex, queue bool) (keys, args []string
 	}
 }
 
-// rwReleaseExtra: KEYS leases, writers; ARGV kind, writers' channel, readers' channel.
+// rwReleaseExtra: KEYS leases, writers, fence (read only to tell a plain lock's fast-form
+// ghost, rw_release.lua); ARGV kind, writers' channel, readers' channel.
 func rwReleaseExtra(kind string) func(m *Mutex) (keys, args []string) {
 	return func(m *Mutex) (keys, args []string) {
 		leases, writers := rwKeys(m.keys)
 		wch, rch := rwChannels(m.keys)
-		return []string{leases, writers}, []string{kind, m.c.pubArg(wch), m.c.pubArg(rch)}
+		return []string{leases, writers, m.keys.fence}, []string{kind, m.c.pubArg(wch), m.c.pubArg(rch)}
 	}
 }
 
@@ -442,7 +443,7 @@ func (rw *RWMutex) state(ctx context.Context, owner string) (rwState, error) {
 		return rwState{}, ErrClosed
 	}
 	leases, _ := rwKeys(m.keys)
-	vals, err := m.c.exec(ctx, lua.RWState, []string{m.keys.lock, leases}, []string{owner}).AsIntSlice()
+	vals, err := m.c.exec(ctx, lua.RWState, []string{m.keys.lock, leases, m.keys.fence}, []string{owner}).AsIntSlice()
 	if err != nil {
 		return rwState{}, classify("state of", m.name, err)
 	}
@@ -518,7 +519,7 @@ func (rw *RWMutex) force(ctx context.Context, seen []string) (bool, error) {
 	leases, _ := rwKeys(m.keys)
 	wch, rch := rwChannels(m.keys)
 	args := append([]string{m.c.pubArg(wch), m.c.pubArg(rch)}, seen...)
-	n, err := m.c.exec(ctx, lua.RWForce, []string{m.keys.lock, leases}, args).AsInt64()
+	n, err := m.c.exec(ctx, lua.RWForce, []string{m.keys.lock, leases, m.keys.fence}, args).AsInt64()
 	if err != nil {
 		return false, classify("force unlock", m.name, err)
 	}
