@@ -1,0 +1,114 @@
+// Package fastform reads a plain lock's fast form as the scripts do (lua/lib_fast.lua,
+// docs/DESIGN.md section 5, "The fast form"), for the Go readers of a lock hash: rlock's
+// IsLocked, TTL, HoldCount and Inspect, and the tests that check Redis's state.
+//
+// A lock hash whose token field is "~<owner> <seq>" says that <owner> holds one hold, that
+// its last applied operation is <seq>, and that Redis does not know the tenure's fencing
+// token (a reader says 0). The owner's own count field, when present, rules over it. A fast
+// form whose <seq> the lock's fence records as spent is a ghost: a free lock.
+package fastform
+
+import (
+	"strconv"
+	"strings"
+)
+
+// Mark is the byte that starts a fast form's token field.
+const Mark = '~'
+
+// Parse returns the owner and the sequence number of token field tok when it is a fast form
+// (lib_fast.lua's fastForm: "~" + owner + " " + seq, neither with whitespace).
+func Parse(tok string) (owner, seq string, ok bool) {
+	if len(tok) == 0 || tok[0] != Mark {
+		return "", "", false
+	}
+	rest := tok[1:]
+	i := strings.IndexAny(rest, luaSpace)
+	if i <= 0 || rest[i] != ' ' {
+		return "", "", false
+	}
+	owner, seq = rest[:i], rest[i+1:]
+	if seq == "" || strings.ContainsAny(seq, luaSpace) {
+		return "", "", false
+	}
+	return owner, seq, true
+}
+
+// luaSpace is Lua's %s class (C's isspace).
+const luaSpace = " \t\n\v\f\r"
+
+// Holder returns the owner and sequence number of a lock hash's fast form, given the hash's
+// fields, when its token field is one and the owner has no count field of its own: then the
+// form alone says that the owner holds one hold (with a count field, the owner's holds are
+// that field's, as in the full form).
+func Holder(fields map[string]string) (owner, seq string, ok bool) {
+	owner, seq, ok = Parse(fields["token"])
+	if !ok {
+		return "", "", false
+	}
+	if _, has := fields[owner]; has {
+		return "", "", false
+	}
+	return owner, seq, true
+}
+
+// Spent reports whether fence value v (the lock's fence key: "<token>" then spent records
+// "/<seq>/<until ms>"..., lib_fence.lua) records seq as spent at server time nowMs: a
+// record of it that lives past nowMs (lib_fence.lua's fenceSpent). A value that is not a
+// fence value ("" for an absent fence) records nothing.
+func Spent(v, seq string, nowMs int64) bool {
+	i := 0
+	for i < len(v) && v[i] >= '0' && v[i] <= '9' {
+		i++
+	}
+	if i == 0 {
+		return false
+	}
+	spent := false
+	for rest := v[i:]; rest != ""; {
+		// '/' id '/' digits, as lib_fence.lua's splitFence reads it: every byte in a record.
+		if rest[0] != '/' {
+			return false
+		}
+		j := strings.IndexByte(rest[1:], '/')
+		if j <= 0 {
+			return false
+		}
+		id := rest[1 : 1+j]
+		rest = rest[2+j:]
+		k := 0
+		for k < len(rest) && rest[k] >= '0' && rest[k] <= '9' {
+			k++
+		}
+		if k == 0 {
+			return false
+		}
+		until, err := strconv.ParseFloat(rest[:k], 64)
+		if err == nil && id == seq && until > float64(nowMs) {
+			spent = true
+		}
+		rest = rest[k:]
+	}
+	return spent
+}
+
+// Ghost reports whether a lock hash (its fields) is a fast form whose sequence number fence
+// value v records as spent at server time nowMs: a free lock.
+func Ghost(fields map[string]string, v string, nowMs int64) bool {
+	_, seq, ok := Holder(fields)
+	return ok && Spent(v, seq, nowMs)
+}
+
+// Count returns the holds owner has in a Mutex's (or FairMutex's, SpinMutex's) lock hash,
+// given its fields, its fence's value v and the server time nowMs: its count field, else 1
+// when the hash is its live fast form, else 0.
+func Count(fields map[string]string, owner, v string, nowMs int64) int64 {
+	if s, ok := fields[owner]; ok {
+		n, _ := strconv.ParseInt(s, 10, 64)
+		return n
+	}
+	if o, seq, ok := Holder(fields); ok && o == owner && !Spent(v, seq, nowMs) {
+		return 1
+	}
+	return 0
+}
