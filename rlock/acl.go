@@ -27,7 +27,8 @@ import (
 var ErrNoPermission = errors.New("rlock: no permission")
 
 // clientCommands are the commands relock sends itself, beside its scripts: the scripts
-// (EVALSHA, and EVAL when the server lost them), the reads of IsLocked, HoldCount, TTL and the
+// (EVALSHA, and EVAL when the server lost them), the reads of IsLocked, HoldCount, TTL (HGETALL,
+// HMGET, PTTL; TYPE of a key of another type; GET of the fence and TIME on a fast form) and the
 // latch and semaphore getters, the lease touch and WAIT of WithReplicaAck, the SET and GET of
 // a RedLock's duplicate-server check, and the pub/sub
 // connections' SUBSCRIBE and UNSUBSCRIBE (SSUBSCRIBE and SUNSUBSCRIBE, and CLUSTER SLOTS to
@@ -36,7 +37,7 @@ var ErrNoPermission = errors.New("rlock: no permission")
 // a database other than 0, and, on a Cluster, reads of the slot map; HELLO and AUTH are always
 // allowed.
 var clientCommands = []string{
-	"evalsha", "eval", "type", "get", "set", "hget", "pttl", "pexpire", "wait",
+	"evalsha", "eval", "type", "get", "set", "hgetall", "hmget", "time", "pttl", "pexpire", "wait",
 	"subscribe", "unsubscribe", "ssubscribe", "sunsubscribe", "ping", "cluster|slots", "cluster|shards",
 	"select", // a database other than 0 (rueidis's SelectDB, a URL's /n)
 	"set",    // a Client's record (WithClientInfo), under the prefix

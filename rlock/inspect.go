@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/redis/rueidis"
+
+	"github.com/relock-go/relock/internal/fastform"
 )
 
 // Info is what Redis knows of one name, read by [Client.Inspect] at [Info.ServerTime].
@@ -20,20 +22,26 @@ type Info struct {
 	Key  string // the key that holds the primitive's state (Mutex.Key and its kin)
 	Kind Kind
 	// Type is the Redis type of Key: "none", "hash", "string", or another type (then
-	// Inspect's error wraps [ErrWrongType]).
+	// Inspect's error wraps [ErrWrongType]). A Mutex's hash left by a fast grant's ghost (see
+	// Holders) is a free lock: "none".
 	Type string
 	// TTL is Key's remaining time to live: a lock's lease (the longest lease in force for a
 	// read-write lock), renewed by its holder's watchdog; 0 when Key does not exist, and
 	// negative (-1ns) when Key has no expiry (a semaphore or latch without a TTL).
 	TTL time.Duration
 	// Token is the fencing token of the current holder (the write holder of a read-write
-	// lock), 0 when there is none. LastToken is the name's last token (its fence key), 0
-	// when the fence has expired or was never written.
+	// lock), 0 when there is none, or when Redis does not know it yet: a Mutex taken by a
+	// fast grant (docs/DESIGN.md section 5), until the holder's next call on it (a re-entry,
+	// its first renewal, at a third of the watchdog timeout) writes it. LastToken is the
+	// name's last token (its fence key), 0 when the fence has expired or was never written.
 	Token, LastToken int64
 	// Holders are the holds in force: one per owner of a lock (one per owner and mode for a
 	// read-write lock: the write hold first, then the most holds first), one per permit of
 	// a permit semaphore. Holds whose own lease has ended, which the next call on the lock
-	// drops, are left out.
+	// drops, are left out. A Mutex taken by a fast grant shows its owner with one hold and
+	// no Since (Token 0); a fast grant whose sequence number the fence records as spent is
+	// a ghost (its owner had gone when Redis applied it), shown as no hold: the lock is free,
+	// and the next script that writes it deletes it.
 	Holders []HolderInfo
 	// Waiters are the waiters Redis records, oldest first: a fair lock's queue, a read-write
 	// lock's waiting writers (readers are not recorded). Other kinds' waiters wait on the
@@ -53,6 +61,10 @@ type Info struct {
 	// ServerTime is the Redis server's clock when the reads were made (on a Cluster, the
 	// clock of any of its nodes).
 	ServerTime time.Time
+
+	// fast is the token field of a Mutex held in the fast form ("~<owner> <seq>"), which
+	// ForceUnlockSeen sends as the token seen (force_release.lua); "" otherwise.
+	fast string
 }
 
 // HolderInfo is one hold in [Info.Holders].
@@ -70,7 +82,8 @@ type HolderInfo struct {
 	// Since is when the hold was granted, read from its fencing token (a fresh grant's token
 	// is the server's clock in microseconds, up to a second earlier for a Mutex or SpinMutex,
 	// whose counter counts grants for a second after it read the clock ([lua.CounterTTL]),
-	// unless the clock went back); zero for holds without a token (read holds, permits).
+	// unless the clock went back); zero for holds without a token (read holds, permits) or
+	// whose token Redis does not know yet (a Mutex's fast grant: see [Info.Token]).
 	Since time.Time
 	// ClientID is the id of the [Client] that made the owner id ([Client.ID]), when the id
 	// shows it: every handle's own owner, an owner made by [Client.WithNewOwner], every
@@ -143,7 +156,9 @@ func (c *Client) Inspect(ctx context.Context, name string) (Info, error) {
 // ForceUnlockSeen frees the lock that seen describes, as [Client.Inspect] returned it, only
 // if it is still held as seen: every hold in force is a hold of seen.Holders (its owner, in
 // its mode), and the holder that has a fencing token (a Mutex's or FairMutex's, a read-write
-// lock's write holder) has seen.Token. The check and the force are one script, so a tool
+// lock's write holder) has seen.Token (a Mutex seen in a fast grant's form, Token 0, only in
+// that very form, which the Info keeps unexported: an Info made otherwise, decoded or built by
+// hand, does not free it, ErrConflict). The check and the force are one script, so a tool
 // that shows an operator the holders and asks for a confirmation frees no holder it did not
 // show. A hold of seen that ended meanwhile is no change (freeing fewer holders than shown
 // frees none that was not); read holds carry no token, so an owner's read hold taken again
@@ -176,6 +191,11 @@ func (c *Client) ForceUnlockSeen(ctx context.Context, seen Info) (bool, error) {
 		return false, invalid("force unlock %q: the Info seen is of key %q, not this Client's %q", seen.Name, seen.Key, key)
 	}
 	token := strconv.FormatInt(seen.Token, 10)
+	if seen.fast != "" {
+		// A fast form's token as seen is its token field (force_release.lua): so a fast
+		// tenure begun since, even the same owner's, is not freed as the one seen.
+		token = seen.fast
+	}
 	switch seen.Kind {
 	case KindMutex, KindFairMutex:
 		args := []string{token}
@@ -243,12 +263,14 @@ func (c *Client) inspect(ctx context.Context, name string) (Info, error) {
 		return Info{}, err
 	}
 	in.TTL = pttlDuration(pttl)
-	if fence, err := res[3].ToString(); err == nil {
+	fence, err := res[3].ToString()
+	if err == nil {
 		// The token, then for a while the spent request ids (lib_fence.lua).
-		if i := strings.IndexByte(fence, '/'); i >= 0 {
-			fence = fence[:i]
+		last := fence
+		if i := strings.IndexByte(last, '/'); i >= 0 {
+			last = last[:i]
 		}
-		in.LastToken, _ = strconv.ParseInt(fence, 10, 64)
+		in.LastToken, _ = strconv.ParseInt(last, 10, 64)
 	} else if !rueidis.IsRedisNil(err) && !wrongType(err) {
 		return Info{}, err
 	}
@@ -275,6 +297,9 @@ func (c *Client) inspect(ctx context.Context, name string) (Info, error) {
 	}
 	if in.Type == "hash" && len(fields) == 0 || in.Type == "string" && err != nil {
 		in.Type = "none" // deleted (or replaced) between the reads: as if read after
+	}
+	if in.Type == "hash" && fastform.Ghost(fields, fence, nowMs) {
+		in.Type = "none" // a fast grant's ghost: a free lock (docs/DESIGN.md section 5)
 	}
 
 	switch in.Type {
@@ -361,13 +386,22 @@ func (c *Client) inspect(ctx context.Context, name string) (Info, error) {
 }
 
 // readMutex fills in the holder of a Mutex or FairMutex from its hash; false when the hash
-// has no field a lock writes.
+// has no field a lock writes. A fast form (docs/DESIGN.md section 5, token "~<owner> <seq>")
+// is its owner's one hold, unless the owner's count field says otherwise, with Token 0 (not
+// known to Redis) and no Since; in.fast keeps the token field for ForceUnlockSeen.
 func readMutex(in *Info, fields map[string]string) bool {
 	ok := false
+	if o, _, fast := fastform.Holder(fields); fast {
+		in.Holders = append(in.Holders, HolderInfo{Owner: o, Holds: 1, TTL: in.TTL})
+	}
 	for f, v := range fields {
 		switch {
 		case f == "token":
-			in.Token, _ = strconv.ParseInt(v, 10, 64)
+			if _, _, fast := fastform.Parse(v); fast {
+				in.fast = v
+			} else {
+				in.Token, _ = strconv.ParseInt(v, 10, 64)
+			}
 			ok = true
 		case f == "w":
 			in.Contended, ok = true, true

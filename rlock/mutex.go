@@ -7,6 +7,7 @@ import (
 
 	"github.com/redis/rueidis"
 
+	"github.com/relock-go/relock/internal/fastform"
 	"github.com/relock-go/relock/lua"
 )
 
@@ -347,6 +348,8 @@ func (m *Mutex) IsLocked(ctx context.Context) (bool, error) {
 	return t == "hash", err
 }
 
+// keyType is "hash" while the lock is held, "none" while it is free: no key, or a fast
+// form's ghost (see readLock).
 func (m *Mutex) keyType(ctx context.Context) (string, error) {
 	if err := m.check(ctx); err != nil {
 		return "", err
@@ -354,14 +357,71 @@ func (m *Mutex) keyType(ctx context.Context) (string, error) {
 	if m.c.isClosed() {
 		return "", ErrClosed
 	}
-	t, err := m.c.rc.Do(ctx, m.c.rc.B().Type().Key(m.keys.lock).Build()).ToString()
+	fields, _, err := m.readLock(ctx, false)
+	if err != nil || len(fields) == 0 {
+		return "none", err
+	}
+	return "hash", nil
+}
+
+// readLock reads the lock's hash (HGETALL; with its PTTL in the same round trip when pttl)
+// as the readers take it: no fields when the key is absent or holds a fast form's ghost, a
+// fast form whose sequence number the fence records as spent (docs/DESIGN.md section 5: a
+// free lock). Only a fast form costs more: GET of the fence and TIME, in one round trip. A
+// key of another type is an error wrapping ErrWrongType that names the type (TYPE, read
+// then).
+func (m *Mutex) readLock(ctx context.Context, pttl bool) (map[string]string, int64, error) {
+	rc := m.c.rc
+	var fields map[string]string
+	var err error
+	ms := int64(-2)
+	if pttl {
+		res := rc.DoMulti(ctx, rc.B().Hgetall().Key(m.keys.lock).Build(), rc.B().Pttl().Key(m.keys.lock).Build())
+		if fields, err = res[0].AsStrMap(); err == nil {
+			if ms, err = res[1].AsInt64(); err != nil {
+				return nil, 0, classify("ttl of", m.name, err)
+			}
+		}
+	} else {
+		fields, err = rc.Do(ctx, rc.B().Hgetall().Key(m.keys.lock).Build()).AsStrMap()
+	}
+	if wrongType(err) {
+		t, terr := rc.Do(ctx, rc.B().Type().Key(m.keys.lock).Build()).ToString()
+		if terr != nil {
+			return nil, 0, classify("type of", m.name, terr)
+		}
+		return nil, 0, errorf("lock %q: %w (a %s)", m.name, ErrWrongType, t)
+	}
 	if err != nil {
-		return "", classify("type of", m.name, err)
+		return nil, 0, classify("type of", m.name, err)
 	}
-	if t != "hash" && t != "none" {
-		return "", errorf("lock %q: %w (a %s)", m.name, ErrWrongType, t)
+	if _, seq, ok := fastform.Holder(fields); ok {
+		spent, err := m.fastSpent(ctx, seq)
+		if err != nil {
+			return nil, 0, err
+		}
+		if spent {
+			return nil, -2, nil
+		}
 	}
-	return t, nil
+	return fields, ms, nil
+}
+
+// fastSpent reports whether the lock's fence records seq (a fast form's) as spent now: the
+// fast form is a ghost (GET of the fence and TIME, in one round trip). A fence of another
+// type records nothing, as for the scripts (lib_fence.lua's fenceSpent).
+func (m *Mutex) fastSpent(ctx context.Context, seq string) (bool, error) {
+	rc := m.c.rc
+	res := rc.DoMulti(ctx, rc.B().Get().Key(m.keys.fence).Build(), rc.B().Time().Build())
+	fence, err := res[0].ToString()
+	if err != nil && !rueidis.IsRedisNil(err) && !wrongType(err) {
+		return false, classify("fence of", m.name, err)
+	}
+	now, err := serverTime(res[1])
+	if err != nil {
+		return false, classify("fence of", m.name, err)
+	}
+	return fastform.Spent(fence, seq, now.UnixMilli()), nil
 }
 
 // HoldCount is the number of holds the caller's owner has on the lock, as Redis sees it (0
@@ -387,28 +447,48 @@ func (m *Mutex) HoldCount(ctx context.Context) (int, error) {
 	if m.c.isClosed() {
 		return 0, ErrClosed
 	}
-	n, err := m.c.rc.Do(ctx, m.c.rc.B().Hget().Key(m.keys.lock).Field(owner).Build()).AsInt64()
-	if rueidis.IsRedisNil(err) {
-		return 0, nil
+	// The owner's count, and the token field: a fast form of the owner's (docs/DESIGN.md
+	// section 5) is one hold, unless it is a ghost.
+	vals, err := m.c.rc.Do(ctx, m.c.rc.B().Hmget().Key(m.keys.lock).Field(owner, "token").Build()).ToArray()
+	if err == nil && len(vals) != 2 {
+		err = errorf("malformed reply %v", vals)
 	}
 	if err != nil {
 		return 0, classify("hold count of", m.name, err)
 	}
-	return int(n), nil
+	if s, err := vals[0].ToString(); err == nil {
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			return 0, classify("hold count of", m.name, err)
+		}
+		return int(n), nil
+	}
+	tok, _ := vals[1].ToString()
+	if o, seq, ok := fastform.Parse(tok); ok && o == owner {
+		spent, err := m.fastSpent(ctx, seq)
+		if err != nil || spent {
+			return 0, err
+		}
+		return 1, nil
+	}
+	return 0, nil
 }
 
 // TTL is the lock's remaining lease in Redis, whoever holds it: 0 when it is not locked,
 // -1ms when the key has no expiry (it was not set by relock).
 func (m *Mutex) TTL(ctx context.Context) (time.Duration, error) {
-	if _, err := m.keyType(ctx); err != nil {
+	if err := m.check(ctx); err != nil {
 		return 0, err
 	}
-	ms, err := m.c.rc.Do(ctx, m.c.rc.B().Pttl().Key(m.keys.lock).Build()).AsInt64()
+	if m.c.isClosed() {
+		return 0, ErrClosed
+	}
+	fields, ms, err := m.readLock(ctx, true)
 	if err != nil {
-		return 0, classify("ttl of", m.name, err)
+		return 0, err
 	}
 	switch {
-	case ms == -2:
+	case len(fields) == 0 || ms == -2:
 		return 0, nil
 	case ms == -1:
 		return -time.Millisecond, nil

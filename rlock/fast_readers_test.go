@@ -1,0 +1,203 @@
+package rlock_test
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/relock-go/relock/internal/redistest"
+	"github.com/relock-go/relock/rlock"
+)
+
+// fastLock writes a plain lock's fast form by hand (docs/DESIGN.md section 5; nothing
+// writes it yet): the hash at key holds token = "~<owner> <seq>" (and the fields more), with
+// a 10 s lease.
+func fastLock(t *testing.T, b *backend, key, owner, seq string, more ...string) string {
+	t.Helper()
+	tok := "~" + owner + " " + seq
+	_, err := b.do(t, append([]string{"HSET", key, "token", tok}, more...)...)
+	require.NoError(t, err)
+	_, err = b.do(t, "PEXPIRE", key, "10000")
+	require.NoError(t, err)
+	return tok
+}
+
+// spendFast records seq as spent in the fence at key for a minute, as a replay does
+// (lib_spent.lua): a fast form of seq is then a ghost.
+func spendFast(t *testing.T, b *backend, key, seq string) {
+	t.Helper()
+	msg, err := b.do(t, "TIME")
+	require.NoError(t, err)
+	tm, err := msg.AsStrSlice()
+	require.NoError(t, err)
+	sec, _ := strconv.ParseInt(tm[0], 10, 64)
+	usec, _ := strconv.ParseInt(tm[1], 10, 64)
+	now := sec*1000 + usec/1000
+	_, err = b.do(t, "SET", key+":fence", fmt.Sprintf("1000/%s/%d", seq, now+60000), "PX", "60000")
+	require.NoError(t, err)
+}
+
+// TestReaders_fastForm: the Go readers read a Mutex's fast form as its owner's one hold with
+// no token known (IsLocked, HoldCount, TTL, Inspect's holder with Token 0 and no Since, the
+// FairMutex's and the RWMutex's readers as on a full form), ForceUnlockSeen frees it only in
+// the very form seen, and a ghost (its sequence number spent in the fence) is a free lock
+// everywhere. Before, HoldCount said 0 to the fast owner, Inspect showed no holder (and
+// ForceUnlockSeen freed whatever fast form it found), and a ghost read as held.
+func TestReaders_fastForm(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		c := b.client(t)
+		name := redistest.Name(t)
+		m, other := c.Mutex(name), c.Mutex(name)
+		key := m.Key()
+		owner := rlock.ModelOwnerID(m, bg)
+		clear := func() { _, _ = b.do(t, "DEL", key, key+":fence", key+":forced") }
+
+		// A fast form: held by its owner, one hold, token unknown.
+		tok := fastLock(t, b, key, owner, "7.3")
+		locked, err := m.IsLocked(bg)
+		require.NoError(t, err)
+		require.True(t, locked, "IsLocked of a fast form")
+		n, err := m.HoldCount(bg)
+		require.NoError(t, err)
+		require.Equal(t, 1, n, "HoldCount of the fast form's owner")
+		n, err = other.HoldCount(bg)
+		require.NoError(t, err)
+		require.Equal(t, 0, n, "HoldCount of another owner")
+		ttl, err := m.TTL(bg)
+		require.NoError(t, err)
+		require.True(t, ttl > 0 && ttl <= 10*time.Second, "TTL of a fast form: %v", ttl)
+		locked, err = c.FairMutex(name).IsLocked(bg)
+		require.NoError(t, err)
+		require.True(t, locked, "FairMutex.IsLocked of a fast form")
+		_, err = c.RWMutex(name).IsLocked(bg)
+		require.ErrorIs(t, err, rlock.ErrWrongType, "RWMutex.IsLocked of a fast form: as of a full form")
+
+		in, err := c.Inspect(bg, name)
+		require.NoError(t, err)
+		require.Equal(t, rlock.KindMutex, in.Kind)
+		require.Equal(t, "hash", in.Type)
+		require.Zero(t, in.Token, "Token of a fast form: not known to Redis")
+		require.Len(t, in.Holders, 1)
+		h := in.Holders[0]
+		require.Equal(t, owner, h.Owner)
+		require.EqualValues(t, 1, h.Holds)
+		require.True(t, h.Since.IsZero(), "Since of a fast form: unknown")
+		require.Equal(t, c.ID(), h.ClientID)
+		require.True(t, h.TTL > 0)
+
+		// As seen: freed only in the very form shown.
+		_, err = b.do(t, "HSET", key, "token", "~"+owner+" 7.4") // the owner's next fast tenure
+		require.NoError(t, err)
+		_, err = c.ForceUnlockSeen(bg, in)
+		require.ErrorIs(t, err, rlock.ErrConflict, "a fast tenure begun since is not the one seen")
+		tok = fastLock(t, b, key, owner, "7.4")
+		in, err = c.Inspect(bg, name)
+		require.NoError(t, err)
+		hand := rlock.Info{Name: in.Name, Key: in.Key, Kind: in.Kind, Holders: in.Holders} // Token 0, not the form
+		_, err = c.ForceUnlockSeen(bg, hand)
+		require.ErrorIs(t, err, rlock.ErrConflict, "an Info built by hand does not free a fast form")
+		freed, err := c.ForceUnlockSeen(bg, in)
+		require.NoError(t, err)
+		require.True(t, freed)
+		rec, err := b.do(t, "HGET", key+":forced", owner)
+		require.NoError(t, err)
+		s, _ := rec.ToString()
+		require.Equal(t, tok, s, "the forced record names the fast tenure by its token field")
+		clear()
+
+		// A ghost: free for every reader.
+		fastLock(t, b, key, owner, "7.3", "w", "1")
+		spendFast(t, b, key, "7.3")
+		locked, err = m.IsLocked(bg)
+		require.NoError(t, err)
+		require.False(t, locked, "IsLocked of a ghost")
+		n, err = m.HoldCount(bg)
+		require.NoError(t, err)
+		require.Zero(t, n, "HoldCount of a ghost's owner")
+		ttl, err = m.TTL(bg)
+		require.NoError(t, err)
+		require.Zero(t, ttl, "TTL of a ghost")
+		locked, err = c.RWMutex(name).IsLocked(bg)
+		require.NoError(t, err)
+		require.False(t, locked, "RWMutex.IsLocked of a ghost")
+		in, err = c.Inspect(bg, name)
+		require.NoError(t, err)
+		require.Equal(t, rlock.KindNone, in.Kind)
+		require.Equal(t, "none", in.Type)
+		require.Empty(t, in.Holders)
+		require.False(t, in.Contended)
+		require.Zero(t, in.TTL)
+		freed, err = m.ForceUnlock(bg)
+		require.NoError(t, err)
+		require.False(t, freed, "ForceUnlock of a ghost frees nothing")
+		ex, _ := b.do(t, "EXISTS", key, key+":forced")
+		x, _ := ex.AsInt64()
+		require.Zero(t, x, "the ghost is deleted, no forced record written")
+		clear()
+
+		// The fast form of a FairMutex's name, with waiters: still the Mutex's hold.
+		fastLock(t, b, key, owner, "7.3")
+		locked, err = c.FairMutex(name).IsLocked(bg)
+		require.NoError(t, err)
+		require.True(t, locked)
+		clear()
+	})
+}
+
+// TestReaders_fullFormCalls: on a full-form lock, IsLocked, HoldCount and TTL send as many
+// commands as before the fast form (one, one and two: now HGETALL for TYPE, HMGET for HGET,
+// HGETALL and PTTL in one round trip for TYPE then PTTL); only a fast form reads the fence (GET
+// and TIME). It passes on the code before the fast form too.
+func TestReaders_fullFormCalls(t *testing.T) {
+	b := realBackend(t)
+	c := b.client(t)
+	name := redistest.Name(t)
+	m := c.Mutex(name)
+	require.NoError(t, m.Lock(bg))
+	defer func() { require.NoError(t, m.Unlock(bg)) }()
+	counted := []string{"hgetall", "hmget", "hget", "type", "pttl", "get", "time"}
+	calls := func(f func()) map[string]int {
+		t.Helper()
+		_, err := b.do(t, "CONFIG", "RESETSTAT")
+		require.NoError(t, err)
+		f()
+		msg, err := b.do(t, "INFO", "commandstats")
+		require.NoError(t, err)
+		text, _ := msg.ToString()
+		out := map[string]int{}
+		for _, line := range strings.Split(text, "\n") {
+			for _, cmd := range counted {
+				if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_"+cmd+":calls="); ok {
+					out[cmd], _ = strconv.Atoi(rest[:strings.IndexByte(rest, ',')])
+				}
+			}
+		}
+		return out
+	}
+	total := func(m map[string]int) int {
+		n := 0
+		for _, v := range m {
+			n += v
+		}
+		return n
+	}
+	got := calls(func() {
+		_, err := m.IsLocked(bg)
+		require.NoError(t, err)
+	})
+	require.Equal(t, 1, total(got), "IsLocked: %v", got)
+	got = calls(func() {
+		_, err := m.HoldCount(bg)
+		require.NoError(t, err)
+	})
+	require.Equal(t, 1, total(got), "HoldCount: %v", got)
+	got = calls(func() {
+		_, err := m.TTL(bg)
+		require.NoError(t, err)
+	})
+	require.Equal(t, 2, total(got), "TTL: %v", got)
+}
