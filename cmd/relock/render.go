@@ -23,7 +23,7 @@ func writeText(w io.Writer, in rlock.Info) error {
 	field("ttl", formatTTL(in))
 	switch in.Kind {
 	case rlock.KindMutex, rlock.KindFairMutex, rlock.KindRWMutex, rlock.KindNone:
-		field("token", tokenText(in.Token))
+		field("token", holderTokenText(in))
 		field("last token", tokenText(in.LastToken))
 	case rlock.KindPermitSemaphore:
 		field("permits", in.Count)
@@ -88,6 +88,16 @@ func orDash(s string) string {
 		return "-"
 	}
 	return s
+}
+
+// holderTokenText is in.Token as tokenText shows it, or, for a Mutex held with no token
+// known (taken by a fast grant, docs/DESIGN.md section 5: Redis learns the token at the
+// holder's next call, its first renewal at the latest), a word that says so.
+func holderTokenText(in rlock.Info) string {
+	if in.Token == 0 && len(in.Holders) > 0 && (in.Kind == rlock.KindMutex || in.Kind == rlock.KindFairMutex) {
+		return "unknown (a fast grant: Redis learns it at the holder's next renewal)"
+	}
+	return tokenText(in.Token)
 }
 
 func tokenText(t int64) string {
