@@ -236,7 +236,7 @@ func TestRegression_releaseReplayAfterHandOff(t *testing.T) {
 	must(t, m.Lock(bg))
 	d.armed.Store(true)
 	err = m.Unlock(bg)
-	if e := srv.Do(t, "EXISTS", m.Key()); mustInt(t, &e) != 0 {
+	if lockHeld(t, srv, m.Key()) {
 		t.Fatal("the lock is still held")
 	}
 	if err != nil {

@@ -201,3 +201,44 @@ func TestReaders_fullFormCalls(t *testing.T) {
 	})
 	require.Equal(t, 2, total(got), "TTL: %v", got)
 }
+
+// TestModelHelpers_fastForm: the model test's reads of Redis (redisHashCount for its counts,
+// and so redis-ghost, redis-missing, redis-lost; redisGhost for its end-keys check) read a
+// fast form as its owner's one hold and a ghost as free, as the Client's readers do. Before,
+// the model read HGET owner: 0 for the fast form's owner.
+func TestModelHelpers_fastForm(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		admin := b.rueidis(t)
+		key := "{" + redistest.Name(t) + "}"
+		count := func(owner string) int {
+			t.Helper()
+			n, err := redisHashCount(bg, admin, key, owner)
+			require.NoError(t, err)
+			return n
+		}
+		ghost := func() bool {
+			t.Helper()
+			g, err := redisGhost(bg, admin, key)
+			require.NoError(t, err)
+			return g
+		}
+		require.Zero(t, count("h:a"), "no lock")
+		require.False(t, ghost())
+		fastLock(t, b, key, "h:a", "7.3", "w", "1", "q:u:x", "c.1/0")
+		require.Equal(t, 1, count("h:a"), "the fast form's owner")
+		require.Zero(t, count("h:b"), "another owner")
+		require.False(t, ghost())
+		_, err := b.do(t, "HSET", key, "h:a", "3")
+		require.NoError(t, err)
+		require.Equal(t, 3, count("h:a"), "the owner's count field rules")
+		_, err = b.do(t, "HDEL", key, "h:a")
+		require.NoError(t, err)
+		spendFast(t, b, key, "7.3")
+		require.Zero(t, count("h:a"), "a ghost's owner")
+		require.True(t, ghost())
+		_, err = b.do(t, "HSET", key, "token", "~h:a 7.4")
+		require.NoError(t, err)
+		require.Equal(t, 1, count("h:a"), "another number than the spent one")
+		require.False(t, ghost())
+	})
+}

@@ -21,6 +21,7 @@ import (
 
 	"github.com/redis/rueidis"
 
+	"github.com/relock-go/relock/internal/fastform"
 	"github.com/relock-go/relock/internal/redistest"
 	"github.com/relock-go/relock/rlock"
 )
@@ -1992,11 +1993,48 @@ var rwAPI = &lockAPI{
 func hashCounts(s *mseq, key, owner string) ([]int, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	n, err := s.admin.Do(ctx, s.admin.B().Hget().Key(key).Field(owner).Build()).AsInt64()
-	if rueidis.IsRedisNil(err) {
-		return []int{0}, nil
+	n, err := redisHashCount(ctx, s.admin, key, owner)
+	return []int{n}, err
+}
+
+// redisHashCount is owner's hold count in the lock hash at key of a Mutex (FairMutex,
+// SpinMutex) as relock's readers take it (internal/fastform): its count field, else 1 for its
+// live fast form (docs/DESIGN.md section 5), else 0 (a fast form whose sequence number the
+// fence records as spent is a ghost: a free lock).
+func redisHashCount(ctx context.Context, admin rueidis.Client, key, owner string) (int, error) {
+	fields, fence, nowMs, err := readLockHash(ctx, admin, key)
+	if err != nil {
+		return 0, err
 	}
-	return []int{int(n)}, err
+	return int(fastform.Count(fields, owner, fence, nowMs)), nil
+}
+
+// redisGhost reports whether the lock hash at key is a fast form's ghost: a free lock, which
+// stays until its lease ends or the next script that writes the lock deletes it.
+func redisGhost(ctx context.Context, admin rueidis.Client, key string) (bool, error) {
+	fields, fence, nowMs, err := readLockHash(ctx, admin, key)
+	if err != nil {
+		return false, err
+	}
+	return fastform.Ghost(fields, fence, nowMs), nil
+}
+
+// readLockHash reads the hash at key, its fence's value ("" when absent or of another type)
+// and the server's clock in ms, in one round trip.
+func readLockHash(ctx context.Context, admin rueidis.Client, key string) (map[string]string, string, int64, error) {
+	res := admin.DoMulti(ctx, admin.B().Hgetall().Key(key).Build(), admin.B().Get().Key(key+":fence").Build(), admin.B().Time().Build())
+	fields, err := res[0].AsStrMap()
+	if err != nil {
+		return nil, "", 0, err
+	}
+	fence, _ := res[1].ToString()
+	tm, err := res[2].AsStrSlice()
+	if err != nil || len(tm) != 2 {
+		return nil, "", 0, fmt.Errorf("TIME: %v %v", tm, err)
+	}
+	sec, _ := strconv.ParseInt(tm[0], 10, 64)
+	usec, _ := strconv.ParseInt(tm[1], 10, 64)
+	return fields, fence, sec*1000 + usec/1000, nil
 }
 
 // rwCountScript: an owner's write and read hold counts whose lease is live (as rw_state.lua
@@ -3053,6 +3091,9 @@ func (ls *lockSubject) endKeys(s *mseq) {
 			case ttl > lim:
 				s.violate("end-keys", "key %s left for %v, more than %v", k, ttl, lim)
 			case strings.HasPrefix(k, ls.key+":rel"), k == ls.key+":forced":
+			case k == ls.key && s.ghost(k):
+				// A fast grant's ghost is a free lock (docs/DESIGN.md section 5): only its
+				// expiry (the limit above) is checked.
 			case k == ls.key || k == ls.key+":leases":
 				held = append(held, fmt.Sprintf("%s(%v)", k, ttl))
 				wait = max(wait, ttl)
@@ -3080,6 +3121,17 @@ func (ls *lockSubject) endKeys(s *mseq) {
 		}
 		time.Sleep(min(wait+10*time.Millisecond, 50*time.Millisecond))
 	}
+}
+
+// ghost reports whether the lock hash at key is a fast form's ghost (redisGhost).
+func (s *mseq) ghost(key string) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	g, err := redisGhost(ctx, s.admin, key)
+	if err != nil {
+		s.violate("admin", "ghost %s: %v", key, err)
+	}
+	return g
 }
 
 // pttl is key's remaining time to live (-1: no expiry, -2: no key), for the logs.
