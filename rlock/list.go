@@ -18,7 +18,9 @@ const listCount = 1000
 // the next character; "" matches every name): those of every kind with a state key (held
 // locks, semaphores, latches), and free fair and read-write locks that still have waiters
 // recorded. A name that only left a fence, a record of a release or a Client record behind
-// is not listed.
+// is not listed. List reads no values: a name whose state key is a free lock still (a Mutex's
+// fast grant's ghost, docs/DESIGN.md section 5, until its lease ends or the next script on it
+// deletes it) is listed, and [Client.Inspect] shows it free.
 //
 // It walks the keyspace once with SCAN (never KEYS), on every master of a Cluster in turn,
 // and yields names as it finds them, in no particular order. It has SCAN's guarantees: a name
