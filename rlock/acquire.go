@@ -3,6 +3,7 @@ package rlock
 import (
 	"context"
 	"errors"
+	"strconv"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -286,7 +287,15 @@ func (m *Mutex) attempt(ctx context.Context, h *hold, lease time.Duration, renew
 	if lost != nil {
 		return false, 0, errorf("lock %q: %w", m.name, lost)
 	}
-	b.kv = [6]string{m.keys.lock, m.keys.fence, m.c.leaseArg(lease), h.owner, m.c.newRequest()}
+	// A fresh acquire of the handle's that it took uncontended lately goes as a fast grant
+	// (fast.go): fastVal is its token field, which holds its sequence number.
+	var fastVal, seq string
+	if m.fastEligible(h, within, waiting) {
+		fastVal, seq = m.c.newFastRequest(h.owner)
+	} else {
+		seq = m.c.newRequest()
+	}
+	b.kv = [6]string{m.keys.lock, m.keys.fence, m.c.leaseArg(lease), h.owner, seq}
 	keys, args := b.kv[0:2:2], b.kv[2:5:6]
 	switch {
 	case m.v.marks && queue && waiting:
@@ -304,6 +313,13 @@ func (m *Mutex) attempt(ctx context.Context, h *hold, lease time.Duration, renew
 		k, a := m.v.acquireExtra(m, queue)
 		keys, args = append(keys, k...), append(args, a...)
 	}
+	if within != nil && within.fast != "" {
+		// A re-entry of a tenure in the fast form: the script converts it with its token.
+		for len(args) < 5 {
+			args = append(args, "")
+		}
+		args = append(args, strconv.FormatInt(within.token, 10))
+	}
 	sent := time.Now() // the lease is counted from the first send
 	if tr != nil {
 		tr.attempts++
@@ -311,12 +327,17 @@ func (m *Mutex) attempt(ctx context.Context, h *hold, lease time.Duration, renew
 	var vals []int64
 	var acked int64
 	var err error
+	isFast := false // the lock is held in the fast form
 	site := replaySite{kind: m.v.obs, name: m.name, owner: h.owner, op: "acquire"}
 	if ctx.Done() == nil || b.direct {
-		vals, acked, err = m.c.execAcquire(ctx, m.v.acquire, keys, args, b.vals[:0])
-	} else if f := m.c.send(ctx, sent, true, m.v.acquire, keys, args); f.await(ctx) {
+		if fastVal != "" {
+			vals, isFast, err = m.c.execFast(ctx, m.v.acquire, keys, args, fastVal, lease, b.vals[:0])
+		} else {
+			vals, acked, err = m.c.execAcquire(ctx, m.v.acquire, keys, args, b.vals[:0])
+		}
+	} else if f := m.c.send(ctx, sent, true, m.v.acquire, keys, args, fastVal, lease); f.await(ctx) {
 		// A ctx that can end: the caller must be able to leave (see inflight).
-		vals, acked, err = append(b.vals[:0], f.vals...), f.acked, f.err
+		vals, acked, err, isFast = append(b.vals[:0], f.vals...), f.acked, f.err, f.isFast
 	} else {
 		// The caller has gone before the first send was answered: resolve it in the
 		// background, from its own answer when it comes, else by replays.
@@ -367,8 +388,10 @@ func (m *Mutex) attempt(ctx context.Context, h *hold, lease time.Duration, renew
 		case err != nil:
 			return false, 0, errorf("lock %q: %w", m.name, err)
 		}
+		m.fastRecord(h, within, waiting, vals, sent, isFast, args)
 		return true, 0, nil
 	case len(vals) == 2 && vals[0] == 0:
+		m.fastGranted(sent, false)
 		if vals[1] < 0 {
 			return false, -1, nil
 		}

@@ -15,7 +15,12 @@ import (
 // to 11, and guarantee 6's inflight first send to 10 (its sendCtx, shared deadlines, replaces
 // the deadline context the send had). rueidis's pools are part of the count; the race
 // detector drops sync.Pool items at random, so under -race the bound is a little looser.
-const maxCycleAllocs = 10
+// The cycle measured is a fast grant's (the handle's Lock on a name it locked a moment
+// before, fast.go): 18, 10 as two scripts. The transaction costs 8 more: rueidis's DoMulti
+// (its result slice and two pooled objects it does not get back), the commands' slice, the
+// MULTI and QUEUED replies read as strings, EXEC's array (issue 23's "at most 11" is missed
+// for it; see DESIGN 16).
+const maxCycleAllocs = 18
 
 // TestMutex_uncontendedCycleAllocations keeps the client path's allocations from creeping
 // back (a change once added two per cycle by asking errors.As about a nil error).
@@ -23,7 +28,7 @@ func TestMutex_uncontendedCycleAllocations(t *testing.T) {
 	got := cycleAllocs(t)
 	limit := float64(maxCycleAllocs)
 	if raceEnabled {
-		limit += 3 // 13.0 measured: the race detector's sync.Pool drops
+		limit += 4 // 22.0 measured (13.0 as two scripts): the race detector's sync.Pool drops
 	}
 	require.LessOrEqual(t, got, limit, "allocations per uncontended cycle")
 	t.Logf("%.1f allocations per cycle (limit %.1f)", got, limit)

@@ -49,6 +49,9 @@ type Client struct {
 	owners atomic.Uint64 // handle owner ids
 	reqs   atomic.Uint64 // request ids
 	flags  atomic.Bool   // the server takes "#!lua flags=" shebangs (until it refuses one)
+	// fastOff: the server refused a fast grant's MULTI (an ACL without it): every acquire
+	// goes as a script (fast.go).
+	fastOff atomic.Bool
 
 	// redChecked holds the outcome of the duplicate-server check of each set of RedLock
 	// Clients (their ids joined) that this Client is the first of, once complete: a nil
@@ -346,6 +349,20 @@ func (c *Client) newRequest() string {
 	b = append(b, '.')
 	b = strconv.AppendUint(b, c.reqs.Add(1), 10)
 	return string(b)
+}
+
+// newFastRequest returns a fast grant's token field for owner, '~<owner> <seq>', and seq, a
+// request id as newRequest's, in one allocation (fast.go).
+func (c *Client) newFastRequest(owner string) (value, seq string) {
+	var buf [128]byte
+	b := append(buf[:0], '~')
+	b = append(b, owner...)
+	b = append(b, ' ')
+	b = append(b, c.id...)
+	b = append(b, '.')
+	b = strconv.AppendUint(b, c.reqs.Add(1), 10)
+	value = string(b)
+	return value, value[len(owner)+2:]
 }
 
 // leaseArg is lease in milliseconds, as the scripts take it; the watchdog timeout's is made

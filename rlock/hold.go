@@ -87,6 +87,10 @@ type tenure struct {
 	ended error                     // why it ended; nil while it lasts
 	told  bool                      // the cancels of subs have run: Done may show the end
 	token int64
+	// fast: the sequence number of the fast grant that began the tenure, while Redis holds
+	// the lock in the fast form (fast.go): a re-entry sends the token to convert it, and the
+	// last release goes by fast_release.lua. "" otherwise. Read and written under h.op.
+	fast  string
 	lease *watchdog.Lease
 	first watchdog.Lease // the fresh grant's lease: lease points here until a re-entry extends it
 	renew bool

@@ -32,8 +32,12 @@ type inflight struct {
 	kv   [8]string
 	keys []string
 	args []string
-	// acquire selects execAcquire (vals, acked) rather than exec (res).
+	// acquire selects execAcquire (vals, acked) rather than exec (res); fastVal, when set,
+	// execFast (vals, isFast) with the lease its transaction sets.
 	acquire bool
+	fastVal string
+	lease   time.Duration
+	isFast  bool
 
 	res   rueidis.RedisResult
 	buf   [4]int64
@@ -46,8 +50,11 @@ type inflight struct {
 // send starts s with keys and args on a goroutine of its own; it returns the send, whose
 // outcome await and wait give. The send's context keeps ctx's values and ends at sent plus
 // the cleanup timeout, or with the Client (Close; rueidis may heed only the deadline).
-func (c *Client) send(ctx context.Context, sent time.Time, acquire bool, s *lua.Script, keys, args []string) *inflight {
-	f := &inflight{c: c, s: s, acquire: acquire, done: make(chan struct{}, 1)}
+//
+// fastVal, when set, sends an acquire as a fast grant (execFast) with lease as its
+// transaction's.
+func (c *Client) send(ctx context.Context, sent time.Time, acquire bool, s *lua.Script, keys, args []string, fastVal string, lease time.Duration) *inflight {
+	f := &inflight{c: c, s: s, acquire: acquire, fastVal: fastVal, lease: lease, done: make(chan struct{}, 1)}
 	if len(keys)+len(args) <= len(f.kv) {
 		n := copy(f.kv[:], keys)
 		copy(f.kv[n:], args)
@@ -61,7 +68,9 @@ func (c *Client) send(ctx context.Context, sent time.Time, acquire bool, s *lua.
 }
 
 func (f *inflight) run() {
-	if f.acquire {
+	if f.fastVal != "" {
+		f.vals, f.isFast, f.err = f.c.execFast(f.ctx, f.s, f.keys, f.args, f.fastVal, f.lease, f.buf[:0])
+	} else if f.acquire {
 		f.vals, f.acked, f.err = f.c.execAcquire(f.ctx, f.s, f.keys, f.args, f.buf[:0])
 	} else {
 		f.res = f.c.exec(f.ctx, f.s, f.keys, f.args)

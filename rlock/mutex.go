@@ -3,6 +3,7 @@ package rlock
 import (
 	"context"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -68,6 +69,9 @@ type Mutex struct {
 	v     *variant
 	err   error // an invalid name: every method returns it
 	spare *hold // the hold this handle used last (Client.ref); guarded by c.mu
+	// fastUntil is until when (unix nanoseconds) this handle's fresh acquires go as fast
+	// grants: the fence counter's life after its last uncontended grant (fast.go).
+	fastUntil atomic.Int64
 }
 
 // Mutex returns a handle on the lock called name. It sends nothing to Redis. An empty name,

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/redis/rueidis"
+
+	"github.com/relock-go/relock/lua"
 )
 
 // The release flow of Mutex and its variants: Unlock (mutex.go) -> unlock -> release (one
@@ -301,7 +303,18 @@ func (m *Mutex) sendRelease(ctx context.Context, owner string, next *candidate, 
 			first = []string{keys[0], keys[0], keys[2]}
 		}
 	}
-	res := m.c.execServed(fctx, m.v.release, first, args)
+	var res rueidis.RedisResult
+	if t != nil && t.fast != "" && next == nil && keep < 0 {
+		// The tenure is in the fast form (fast.go): fast_release frees it in three calls; a
+		// lock held otherwise (-5) goes to the release script. Its replays are the release
+		// script's (args), which reads the fast form.
+		res = m.c.execServed(fctx, lua.FastRelease, keys[:1], []string{owner, t.fast, channel})
+		if n, err := res.AsInt64(); err == nil && n == -5 {
+			res = m.c.execServed(fctx, m.v.release, first, args)
+		}
+	} else {
+		res = m.c.execServed(fctx, m.v.release, first, args)
+	}
 	err := res.Error()
 	var sent time.Time
 	if err != nil && !definitive(err) {

@@ -55,6 +55,9 @@ type variant struct {
 	// forced: the release script keeps no record per request; a replay asks the lock's
 	// forced record instead, which the force script writes (release.lua).
 	forced bool
+	// fast: a handle owner's fresh acquire may go as a fast grant, a transaction that writes
+	// the lock's fast form, and its release by fast_release.lua (fast.go).
+	fast bool
 	// acquireErr, when set, turns an acquire's error into the one the call returns (the
 	// write side's UPGRADE refusal into ErrUpgrade).
 	acquireErr func(name string, err error) error
@@ -67,5 +70,5 @@ type variant struct {
 var mutexVariant = &variant{
 	kind: "lock", obs: KindMutex, acquire: lua.Acquire, release: lua.Release, renew: lua.Renew,
 	force: lua.ForceRelease, forceMessage: "0", queue: true, handoff: true, forced: true,
-	marks: true,
+	marks: true, fast: true,
 }

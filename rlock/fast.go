@@ -1,0 +1,115 @@
+package rlock
+
+import (
+	"context"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/relock-go/relock/lua"
+)
+
+// The fast grant (docs/DESIGN.md section 5, "The fast form"): a handle owner's fresh acquire
+// of a plain lock that its handle took uncontended within the fence counter's life
+// (lua.CounterTTL) is sent as a transaction, not a script:
+//
+//	MULTI; HSETNX lock token "~<owner> <seq>"; PEXPIRE lock <lease> NX; INCR fence; EXEC
+//
+// which costs Redis about half the acquire script. The lock is then held in the fast form
+// until the owner's next script on it: a re-entry converts it (acquire.lua's ARGV[6], the
+// tenure's token), and its last Unlock gives it back by fast_release.lua. Every other case
+// goes to acquire.lua under the same sequence number, which reads the fast form: a grant
+// whose INCR gave no token (a fence missing, or holding spent records), a refusal (the lock
+// is held: the script answers with the holder's lease and marks the lock for a waiter), a
+// server that refuses the transaction. A send whose outcome is unknown is replayed as
+// acquire.lua's replay, as any acquire's.
+
+// seedFloor is the largest fence counter that the scripts read as not seeded from the
+// server's clock (lib_fence.lua): a fast grant's INCR of a missing fence counts from 1.
+const seedFloor = 1 << 40
+
+// fastEligible reports whether an attempt of m for owner h (within: the tenure it re-enters,
+// nil for a fresh acquire; waiting: the caller waited already) goes as a fast grant.
+func (m *Mutex) fastEligible(h *hold, within *tenure, waiting bool) bool {
+	return within == nil && !waiting && m.v.fast && m.c.opts.ackReplicas == 0 &&
+		!isContextOwner(h.owner) && !m.c.fastOff.Load() &&
+		time.Now().UnixNano() < m.fastUntil.Load()
+}
+
+// fastGranted records that m's handle took the lock uncontended at sent (its next fresh
+// acquire within the fence counter's life may go as a fast grant), or, with ok false, that
+// an attempt was refused (the next ones go as scripts until one is uncontended again).
+func (m *Mutex) fastGranted(sent time.Time, ok bool) {
+	if !m.v.fast {
+		return
+	}
+	if ok {
+		m.fastUntil.Store(sent.Add(lua.CounterTTL).UnixNano())
+	} else if m.fastUntil.Load() != 0 {
+		m.fastUntil.Store(0)
+	}
+}
+
+// fastRecord notes what a grant recorded for an attempt (within, waiting: as attempt's; vals:
+// the grant; isFast: it was a fast grant; args: the attempt's) means for fast grants: the
+// tenure a fast grant began is in the fast form (its sequence number), a re-entry's script
+// converted the tenure it joined, and an uncontended fresh grant lets the handle's next fresh
+// acquires go fast. h.op must be held.
+func (m *Mutex) fastRecord(h *hold, within *tenure, waiting bool, vals []int64, sent time.Time, isFast bool, args []string) {
+	if !m.v.fast {
+		return
+	}
+	if within != nil {
+		within.fast = ""
+		return
+	}
+	if isFast {
+		h.mu.Lock()
+		if t := h.cur; t != nil && t.token == vals[1] {
+			t.fast = args[2]
+		}
+		h.mu.Unlock()
+	}
+	if !waiting {
+		m.fastGranted(sent, true)
+	}
+}
+
+// execFast sends an acquire (keys {lock, fence}, args {lease, owner, seq[, mark]} as
+// acquire.lua's first send takes them) as the fast grant's transaction, and answers as
+// acquire.lua does. fast reports that the lock is held in the fast form (the grant's token is
+// INCR's answer). When the transaction's answer is not a grant with a token, acquire.lua goes
+// at once under the same sequence number (its answer is returned). An error is the
+// transaction's (then nothing was applied, or its outcome is unknown: a replay of acquire.lua
+// resolves it) or the script's.
+//
+// value is the token field the transaction writes, '~<owner> <seq>' (newFastRequest).
+func (c *Client) execFast(ctx context.Context, s *lua.Script, keys, args []string, value string, lease time.Duration, buf []int64) (vals []int64, fast bool, err error) {
+	rc := c.rc
+	res := rc.DoMulti(ctx,
+		rc.B().Multi().Build(),
+		rc.B().Hsetnx().Key(keys[0]).Field("token").Value(value).Build(),
+		rc.B().Pexpire().Key(keys[0]).Milliseconds(lease.Milliseconds()).Nx().Build(),
+		rc.B().Incr().Key(keys[1]).Build(),
+		rc.B().Exec().Build())
+	exec := res[len(res)-1]
+	if err := exec.Error(); err != nil {
+		if _, isReply := rueidis.IsRedisErr(err); !isReply {
+			return nil, false, err // no answer: its outcome is unknown
+		}
+	}
+	if len(res) > 0 && res[0].Error() != nil {
+		// MULTI refused (an ACL without it): the commands after it ran one by one, or were
+		// refused. acquire.lua below reads what they left; no fast grant again.
+		c.fastOff.Store(true)
+	}
+	if arr, err := exec.ToArray(); err == nil && len(arr) == 3 {
+		set, _ := arr[0].AsInt64()
+		tok, terr := arr[2].AsInt64()
+		if set == 1 && terr == nil && tok > seedFloor {
+			return append(buf[:0], 1, tok, 1), true, nil
+		}
+	}
+	vals, _, err = c.execAcquire(ctx, s, keys, args, buf)
+	return vals, false, err
+}
