@@ -91,6 +91,11 @@ func (c *Client) waitLoop(ctx context.Context, wait time.Duration, spec waitSpec
 			// Redis answered: an earlier passing failure is over.
 			passing, backoff = nil, outageRetry
 		case wait == 0:
+		case passing != nil && ctx.Err() != nil && errors.Is(err, ctx.Err()):
+			// The attempt saw ctx's end (it sends nothing then, or left its send to the
+			// background): the wait ends as when its sleep sees ctx's end, with the last
+			// passing failure joined (before, that one was dropped on this path).
+			err = errors.Join(err, passing)
 		case errors.Is(err, ErrNoReplicaAck):
 			passing, ttl, err = err, ackRetry, nil
 		case transient(err), errors.Is(err, errLateGrant):
