@@ -52,6 +52,9 @@ type Client struct {
 	// fastOff: the server refused a fast grant's MULTI (an ACL without it): every acquire
 	// goes as a script (fast.go).
 	fastOff atomic.Bool
+	// fastAlways (tests only: SetFastAlways) sends every eligible fresh acquire as a fast
+	// grant, whether or not its handle took the lock uncontended lately.
+	fastAlways atomic.Bool
 
 	// redChecked holds the outcome of the duplicate-server check of each set of RedLock
 	// Clients (their ids joined) that this Client is the first of, once complete: a nil

@@ -8,6 +8,11 @@ import (
 // Hooks for the model-based test (model_test.go): the Client's own view of an owner's holds
 // and the size of its tables, read under the Client's locks. They change nothing.
 
+// SetFastAlways makes c send every fresh acquire of a handle's that may go as a fast grant
+// (fast.go) as one, not only those that follow an uncontended grant of the same handle within
+// the fence counter's life: the model exercises the transaction under contention.
+func SetFastAlways(c *Client, on bool) { c.fastAlways.Store(on) }
+
 // ModelHold is a Client's view of one owner's holds on one lock (one side of a read-write
 // lock), as the hold table has it.
 type ModelHold struct {

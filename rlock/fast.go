@@ -2,6 +2,7 @@ package rlock
 
 import (
 	"context"
+	"strings"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -33,7 +34,7 @@ const seedFloor = 1 << 40
 func (m *Mutex) fastEligible(h *hold, within *tenure, waiting bool) bool {
 	return within == nil && !waiting && m.v.fast && m.c.opts.ackReplicas == 0 &&
 		!isContextOwner(h.owner) && !m.c.fastOff.Load() &&
-		time.Now().UnixNano() < m.fastUntil.Load()
+		(time.Now().UnixNano() < m.fastUntil.Load() || m.c.fastAlways.Load())
 }
 
 // fastGranted records that m's handle took the lock uncontended at sent (its next fresh
@@ -98,10 +99,13 @@ func (c *Client) execFast(ctx context.Context, s *lua.Script, keys, args []strin
 			return nil, false, err // no answer: its outcome is unknown
 		}
 	}
-	if len(res) > 0 && res[0].Error() != nil {
-		// MULTI refused (an ACL without it): the commands after it ran one by one, or were
-		// refused. acquire.lua below reads what they left; no fast grant again.
-		c.fastOff.Store(true)
+	for i := range res[:len(res)-1] {
+		// MULTI refused (an ACL without it: the commands after it ran one by one, or were
+		// refused), or a command refused as it was queued (EXEC then aborts): acquire.lua
+		// below reads what they left, and this Client sends no fast grant again.
+		if e, ok := rueidis.IsRedisErr(res[i].Error()); ok && strings.HasPrefix(e.Error(), "NOPERM") {
+			c.fastOff.Store(true)
+		}
 	}
 	if arr, err := exec.ToArray(); err == nil && len(arr) == 3 {
 		set, _ := arr[0].AsInt64()

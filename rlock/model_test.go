@@ -377,6 +377,12 @@ func runModel(t *testing.T, cfg modelConfig, workers int, budget time.Duration, 
 	}
 	t.Logf("%s: %d sequences, %d rounds, %d operations in %v (budget %v, %d workers, master seed %d); faults: %v",
 		mk().kind(), st.sequences, st.rounds, st.ops, time.Since(began).Round(time.Millisecond), budget, workers, cfg.seed, st.faults)
+	if mk().kind() == "Mutex" && st.ops >= 500 && st.faults["fast-grant"] == 0 {
+		// A handle owner's fresh Lock after an uncontended one within a second is a fast
+		// grant (fast.go): in 500 operations some are. None means the model no longer
+		// exercises the transaction, or the Client no longer sends it.
+		t.Errorf("Mutex: no fast grant in %d operations", st.ops)
+	}
 	if len(st.known) > 0 {
 		t.Logf("checks tripped but not failed (%s=off, %s): %v", envModelKnown, envModelSkip, st.known)
 	}
@@ -622,6 +628,9 @@ func refusedResult() rueidis.RedisResult {
 // hook is mf's scriptHook.
 func (mf *modelFaults) hook(ctx context.Context, cmd hookCall, call func() rueidis.RedisResult) rueidis.RedisResult {
 	f, _ := ctx.Value(faultCtxKey{}).(*opFault)
+	if s := mf.seq; cmd.fast && s != nil {
+		s.fault("fast-grant") // not a fault: counted to show the transaction is exercised
+	}
 	if f == nil && mf.loseRenewals.Load() && !mf.refuseRenewals.Load() {
 		// The watchdog's renewals (and the Client's other scripts outside any operation)
 		// are applied, their replies lost.
@@ -1451,6 +1460,13 @@ func (s *mseq) build() {
 			s.violate("setup", "rlock.New: %v", err)
 			rc.Close()
 			continue
+		}
+		if s.rng.IntN(2) == 0 {
+			// Half the Clients send every eligible fresh acquire as a fast grant (fast.go), not
+			// only those that follow an uncontended grant: the transaction then meets the
+			// contention, and the faults, of every round.
+			rlock.SetFastAlways(cl.c, true)
+			s.logf("c%d sends every eligible fresh acquire as a fast grant", idx)
 		}
 		s.clients = append(s.clients, cl)
 		s.maxLease = max(s.maxLease, cl.wd)
