@@ -92,6 +92,13 @@ func (m *Mutex) waitForHold(ctx context.Context, owner string, wait, lease time.
 	// A re-entry never waits: an owner that holds the lock through this Client goes to Redis
 	// at once, ahead of every waiter, and never parks as a hand-off candidate.
 	reentry := h.holds() > 0
+	if wait > 0 && !reentry {
+		// No attempt begins after the wait bound, nor waits past it for its turn (h.op)
+		// behind another call of the owner (a sibling goroutine's, or work one left to the
+		// background). waitLoop's own deadline, taken just after, is no earlier. A
+		// re-entry, sure to be granted, waits for its turn within ctx only, as Lock's.
+		a.until = time.Now().Add(wait)
+	}
 	spec := waitSpec{op: "lock", name: m.name, channel: m.keys.channel, queue: m.v.queue && !reentry, spin: m.v.spin}
 	if m.v.tagged {
 		spec.tag = owner
@@ -125,6 +132,7 @@ type acquisition struct {
 	h            *hold
 	lease        time.Duration
 	renew, queue bool
+	until        time.Time // the wait bound (zero: none), for the attempts' turns (h.op)
 	g            grace
 	hw           handoffWait
 	buf          attemptBuf
@@ -132,7 +140,7 @@ type acquisition struct {
 }
 
 func (a *acquisition) attempt(waiting bool) (bool, time.Duration, error) {
-	return a.m.attempt(a.ctx, a.h, a.lease, a.renew, a.queue, waiting, &a.g, &a.buf, a.tr)
+	return a.m.attempt(a.ctx, a.h, a.lease, a.renew, a.queue, waiting, a.until, &a.g, &a.buf, a.tr)
 }
 
 // attemptBuf is the memory one attempt needs for its request and reply, reused by the
@@ -271,9 +279,17 @@ const (
 // acquire (its reply lost) is resolved, the resolution goes on in the background, and a hold
 // it turns out to have granted is given back there.
 //
+// The attempt waits for its turn (h.op) behind the owner's other calls on the lock until ctx
+// ends, and, when until is not zero (the wait bound), until then: it sends nothing and
+// returns errWaitOver if the turn has not come by then (the model test's RWMutex seed
+// 10071870183985473747: a TryLock with a 53 ms wait sent its attempt 500 ms past the bound,
+// behind its sibling's attempt that replayed for the cleanup timeout).
+//
 // tr, when not nil, counts the attempt and records a grant for the observer.
-func (m *Mutex) attempt(ctx context.Context, h *hold, lease time.Duration, renew, queue, waiting bool, g *grace, b *attemptBuf, tr *acqTrace) (bool, time.Duration, error) {
-	if err := h.lockOp(ctx); err != nil {
+func (m *Mutex) attempt(ctx context.Context, h *hold, lease time.Duration, renew, queue, waiting bool, until time.Time, g *grace, b *attemptBuf, tr *acqTrace) (bool, time.Duration, error) {
+	if err := h.lockOpUntil(ctx, until); err == errWaitOver {
+		return false, 0, err
+	} else if err != nil {
 		return false, 0, errorf("lock %q: %w", m.name, err)
 	}
 	o := &opHold{h: h, held: true}

@@ -121,6 +121,37 @@ func (h *hold) lockOp(ctx context.Context) error {
 	}
 }
 
+// errWaitOver: an acquire's attempt did not begin, the wait bound having run out while it
+// waited for h.op (lockOpUntil). Nothing was sent; the wait ends as at its bound.
+var errWaitOver = errors.New("rlock: the wait bound ran out before the attempt's turn")
+
+// lockOpUntil is lockOp that also gives up at until (zero: no bound), with errWaitOver. A
+// free h.op is taken even past until: the last attempt at the bound still goes out.
+func (h *hold) lockOpUntil(ctx context.Context, until time.Time) error {
+	select {
+	case h.op <- struct{}{}:
+		return nil
+	default:
+	}
+	if until.IsZero() {
+		return h.lockOp(ctx)
+	}
+	d := time.Until(until)
+	if d <= 0 {
+		return errWaitOver
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case h.op <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return errWaitOver
+	}
+}
+
 // tryLockOp takes h.op if it is free.
 func (h *hold) tryLockOp() bool {
 	select {

@@ -212,7 +212,12 @@ func (m *Mutex) LockLease(ctx context.Context, lease time.Duration) error {
 // wait bounds when attempts begin, not when the call returns: a request in flight as it ends
 // is seen to its outcome while ctx lives (its replays, when replies are lost, for up to the
 // cleanup timeout; a hand-off to the caller that a release of this Client began, for up to
-// two: the release's, then the hand-off's replay). Only ctx bounds the call as Lock's.
+// two: the release's, then the hand-off's replay). Only ctx bounds the call as Lock's. An
+// attempt that must wait for its turn behind another call of the owner on the lock (the
+// goroutines sharing a handle or a context owner take turns, with the work their calls left
+// to the background) waits within wait too: when wait runs out first, nothing is sent and
+// TryLock returns (false, nil); a re-entry waits for its turn within ctx only, and is
+// granted.
 func (m *Mutex) TryLock(ctx context.Context, wait, lease time.Duration) (bool, error) {
 	if wait < 0 {
 		return false, invalid("negative wait %v", wait)

@@ -261,8 +261,9 @@ func (rw *RWMutex) LockLease(ctx context.Context, lease time.Duration) error {
 //
 // TryLock returns (true, nil) when the write hold is held, (false, nil) when wait ran out
 // with the lock held by others (or by a read grant of the owner's still being given back in
-// the background, see [RWMutex.Lock]: wait bounds the wait for it too), and (false, err) for
-// the failures listed at [RWMutex.Lock].
+// the background, see [RWMutex.Lock]: wait bounds the wait for it too; and by the turn of
+// another call of the owner's, as at [Mutex.TryLock]), and (false, err) for the failures
+// listed at [RWMutex.Lock].
 // A negative wait is an error wrapping [ErrInvalid].
 func (rw *RWMutex) TryLock(ctx context.Context, wait, lease time.Duration) (bool, error) {
 	if wait < 0 {

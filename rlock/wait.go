@@ -84,8 +84,14 @@ func (c *Client) waitLoop(ctx context.Context, wait time.Duration, spec waitSpec
 	backoff := outageRetry
 	// try makes one attempt; done says whether the wait ends with its result.
 	try := func(waiting bool) (ok bool, err error, done bool) {
-		attempted = true
 		ok, ttl, err := att.attempt(waiting)
+		if err == errWaitOver {
+			// Nothing was sent: the bound ran out while the attempt awaited its turn behind
+			// another call of the owner's. The wait goes on as after a refusal, and ends at
+			// its bound (no leave for it: it registered nothing).
+			return false, nil, false
+		}
+		attempted = true
 		switch {
 		case err == nil:
 			// Redis answered: an earlier passing failure is over.

@@ -2,6 +2,7 @@ package rlock_test
 
 import (
 	"context"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -198,4 +199,108 @@ func TestMutex_Lock_ackAfterReplayHeedsCancel(t *testing.T) {
 
 	replica.Resume(t)
 	redistest.WaitFor(t, 3*ackTimeout, "the grant to be given back", func() bool { return !b.exists(t, m.Key()) })
+}
+
+// A TryLock whose attempt waits for its turn behind another call of its owner on the lock
+// (goroutines that share a handle, or a context owner, take turns: the owner's operation
+// lock) waits for it only within wait, and sends nothing once wait has run out: wait bounds
+// when attempts begin (TryLock's godoc, DESIGN 7). Before, the turn was awaited with no look
+// at the bound: behind a sibling's attempt whose send took 400 ms, TryLock(100ms wait) sent
+// its attempt 400 ms in and returned then, for every kind on both backends. The model test
+// met it, RWMutex seed 10071870183985473747 (replies-lost: g5's TryLock[w] with a 53 ms wait
+// waited 500 ms behind its sibling g4's attempt, which replayed for the cleanup timeout, then
+// replayed its own for another, then waited for its claim's withdrawal behind g4's next
+// call: it returned 1.45 s past its bound). A re-entry still waits for its turn (within ctx)
+// and is granted: the owner holds the lock, and (false, nil) would tell otherwise.
+func TestMutex_TryLock_ownersOtherCallBoundedByWait(t *testing.T) {
+	t.Parallel() // its own Clients and names: it runs beside the others
+	type locker interface {
+		Lock(ctx context.Context) error
+		TryLock(ctx context.Context, wait, lease time.Duration) (bool, error)
+		Unlock(ctx context.Context) error
+	}
+	kinds := []struct {
+		name     string
+		mk       func(c *rlock.Client, name string) locker
+		writeOut bool // the holder takes the write hold of the RWMutex (a reader would share)
+	}{
+		{"Mutex", func(c *rlock.Client, n string) locker { return c.Mutex(n) }, false},
+		{"FairMutex", func(c *rlock.Client, n string) locker { return c.FairMutex(n).Mutex }, false},
+		{"SpinMutex", func(c *rlock.Client, n string) locker { return c.SpinMutex(n).Mutex }, false},
+		{"RWMutex", func(c *rlock.Client, n string) locker { return c.RWMutex(n) }, false},
+		{"RWMutex.RLocker", func(c *rlock.Client, n string) locker { return c.RWMutex(n).RLocker() }, true},
+	}
+	acquires := map[string]bool{"acquire": true, "fair_acquire": true, "rw_acquire": true}
+	eachBackend(t, func(t *testing.T, b *backend) {
+		for _, k := range kinds {
+			for _, reentry := range []bool{false, true} {
+				t.Run(fmt.Sprintf("%s/reentry=%v", k.name, reentry), func(t *testing.T) {
+					hc, c := hardSetup(t, b)
+					name := redistest.Name(t)
+					shared := k.mk(c, name) // one handle, two goroutines
+					var holder locker       // another owner, holding the lock throughout
+					if reentry {
+						require.NoError(t, shared.Lock(bg))
+					} else {
+						holder = k.mk(b.client(t), name)
+						if k.writeOut {
+							holder = b.client(t).RWMutex(name)
+						}
+						require.NoError(t, holder.Lock(bg))
+						_, _ = shared.TryLock(bg, 0, 0) // the script is loaded: the next send is the attempt
+					}
+
+					const wait, gate = 100 * time.Millisecond, 400 * time.Millisecond
+					var sends atomic.Int32
+					held, done := make(chan struct{}), make(chan struct{})
+					hc.set(func(_ context.Context, cmd hookCall, call func() rueidis.RedisResult) rueidis.RedisResult {
+						if cmd.multi || !acquires[cmd.script] {
+							return call()
+						}
+						if sends.Add(1) == 1 {
+							// The sibling's attempt: its send takes gate (or until the TryLock
+							// under test returned), its call holding the owner's turn meanwhile.
+							close(held)
+							select {
+							case <-time.After(gate):
+							case <-done:
+							}
+						}
+						return call()
+					})
+					first := make(chan error, 1)
+					go func() {
+						_, err := shared.TryLock(bg, 0, 0)
+						first <- err
+					}()
+					<-held
+					start := time.Now()
+					ok, err := shared.TryLock(bg, wait, 0)
+					took := time.Since(start)
+					close(done)
+					require.NoError(t, await(t, first, 10*time.Second, "the sibling's TryLock"))
+					hc.set(nil)
+					t.Logf("TryLock(%v) behind the sibling's %v send: %v, %v after %v; %d attempts sent", wait, gate, ok, err, took.Round(time.Millisecond), sends.Load())
+					require.NoError(t, err)
+					if reentry {
+						require.True(t, ok, "a re-entry waits for its turn and is granted")
+						require.EqualValues(t, 2, sends.Load())
+						for range 3 {
+							require.NoError(t, shared.Unlock(bg))
+						}
+						require.ErrorIs(t, shared.Unlock(bg), rlock.ErrNotHeld, "three holds, given back")
+						return
+					}
+					require.False(t, ok)
+					require.EqualValues(t, 1, sends.Load(), "an attempt began after the wait bound")
+					require.Less(t, took, wait+200*time.Millisecond, "TryLock outlived its wait bound waiting for its sibling's call")
+					require.NoError(t, holder.Unlock(bg))
+					ok, err = shared.TryLock(bg, 0, 0)
+					require.NoError(t, err)
+					require.True(t, ok, "nothing of the owner's is left in the way")
+					require.NoError(t, shared.Unlock(bg))
+				})
+			}
+		}
+	})
 }
