@@ -246,6 +246,28 @@ func (m *Mutex) sendRelease(ctx context.Context, owner string, next *candidate, 
 	if m.v.spin {
 		channel = ""
 	}
+	var before time.Time // t's deadline before the first send
+	if t != nil {
+		before = h.deadline(t)
+	}
+	var fastErr rueidis.RedisResult // fast_release's send, when it got no answer
+	if t != nil && t.fast != "" && next == nil && keep < 0 {
+		// The tenure is in the fast form (fast.go): fast_release frees it in three calls,
+		// and needs no sequence number (it writes none). A lock held otherwise (-5) goes to
+		// the release script as a first send; a send of unknown outcome is replayed as the
+		// release script's (below), which reads the fast form.
+		fk, fa := [1]string{m.keys.lock}, [3]string{owner, t.fast, channel}
+		res := m.c.execServed(fctx, lua.FastRelease, fk[:], fa[:])
+		n, err := res.AsInt64()
+		switch {
+		case err == nil && n != -5:
+			return n, 0, nil
+		case err != nil && !definitive(err):
+			fastErr = res
+		case err != nil:
+			return 0, 0, classify("unlock", m.name, err)
+		}
+	}
 	req := m.c.newRequest()
 	var keys, args []string
 	if m.v.forced {
@@ -284,10 +306,6 @@ func (m *Mutex) sendRelease(ctx context.Context, owner string, next *candidate, 
 		}
 		return vals[0], vals[1], nil
 	}
-	var before time.Time // t's deadline before the first send
-	if t != nil {
-		before = h.deadline(t)
-	}
 	// A first send that Redis could not serve (a refused dial, a failover or a migration
 	// in progress) applied nothing: it goes again, within the cleanup timeout.
 	first := keys
@@ -303,16 +321,8 @@ func (m *Mutex) sendRelease(ctx context.Context, owner string, next *candidate, 
 			first = []string{keys[0], keys[0], keys[2]}
 		}
 	}
-	var res rueidis.RedisResult
-	if t != nil && t.fast != "" && next == nil && keep < 0 {
-		// The tenure is in the fast form (fast.go): fast_release frees it in three calls; a
-		// lock held otherwise (-5) goes to the release script. Its replays are the release
-		// script's (args), which reads the fast form.
-		res = m.c.execServed(fctx, lua.FastRelease, keys[:1], []string{owner, t.fast, channel})
-		if n, err := res.AsInt64(); err == nil && n == -5 {
-			res = m.c.execServed(fctx, m.v.release, first, args)
-		}
-	} else {
+	res := fastErr
+	if res.Error() == nil {
 		res = m.c.execServed(fctx, m.v.release, first, args)
 	}
 	err := res.Error()
