@@ -35,7 +35,8 @@
 -- A plain lock's fast form (lib_fast.lua; docs/DESIGN.md section 5: token '~<owner> <seq>',
 -- <owner> holding one hold) is held by another owner, as a full-form hash is (a fast owner is
 -- a Mutex handle's, never a fair lock's); one whose <seq> the fence records as spent is a
--- ghost: it is deleted, and the lock taken as free.
+-- ghost: it is deleted, and the lock taken as free. A string '~<owner> <seq>' (the fast
+-- grant's SET) is the same form: it is made a hash with that token field first (fastHash).
 --#include lib_spent
 --#include lib_fence
 --#include lib_fast
@@ -53,6 +54,11 @@ local reqField = 'q:' .. owner
 local want = {'hash', nil, 'zset', 'zset'}
 for _, i in ipairs({1, 3, 4}) do
   local t = redis.call('type', KEYS[i]).ok
+  -- A plain lock's fast form written as a string (the fast grant's SET) becomes its hash
+  -- form (lib_fast.lua's fastHash), which a waiter marks: another string stays refused.
+  if i == 1 and t == 'string' and fastHash(lock) then
+    t = 'hash'
+  end
   if t ~= 'none' and t ~= want[i] then
     return redis.error_reply('WRONGTYPE ' .. KEYS[i] .. ' holds a ' .. t)
   end

@@ -22,6 +22,8 @@
 --         -4      (with keep) the Client counts no more than keep holds: nothing given back
 --                 (the number is recorded: the owner's earlier sends are refused after it)
 --         a WRONGTYPE error, with nothing written, when a key holds another type
+-- A plain lock's fast form written as a string ('~<owner> <seq>', the fast grant's SET; see
+-- lib_fast.lua) is read as its hash form: a lock this owner does not hold.
 -- Runs with allow-oom: giving a lock back must work on a full server.
 --#include lib_publish
 --#include lib_seq
@@ -30,7 +32,17 @@ local owner, req, channel = ARGV[1], ARGV[2], ARGV[3]
 local reqField = 'q:' .. owner
 
 local keep = tonumber(ARGV[8])
-local got = redis.call('hmget', lock, owner, reqField)
+local got = redis.pcall('hmget', lock, owner, reqField) if type(got) == 'table' and got.err and string.sub(got.err, 1, 10) ~= 'WRONGTYPE ' then error(got) end
+if got.err then
+  -- Not a hash: a plain lock's fast form written as a string (the fast grant's SET:
+  -- '~<owner> <seq>', a Mutex handle's hold, never a fair owner's) holds nothing of this
+  -- owner; another string keeps HMGET's error.
+  local v = redis.call('get', lock)
+  if string.byte(v) ~= 126 then
+    return got
+  end
+  got = {false, false}
+end
 local holds = got[1]
 local last, mine = seqLast(owner, got[2], req)
 if not holds then

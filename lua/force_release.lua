@@ -17,12 +17,14 @@
 -- returns 1 if a lock was removed, 0 if there was none;
 --         -1 (and nothing changed) if ARGV[4] is given and the lock is held by an owner not
 --         seen, or under another token;
---         a WRONGTYPE error (and nothing deleted) if the key is not a hash, or is another
+--         a WRONGTYPE error (and nothing deleted) if the key is not a hash (nor a string
+--         fast form, below), or is another
 --         kind's hash (a read-write lock's, with a 'mode' field; a permit semaphore's, with
 --         'permits')
 -- The fast form (lib_fast.lua; docs/DESIGN.md section 5): a token field '~<owner> <seq>'
--- says that <owner> holds one hold, unless its own count field says otherwise. It is freed
--- like any held lock; its token, as seen (ARGV[4]) and as recorded for <owner> in the forced
+-- says that <owner> holds one hold, unless its own count field says otherwise; a string
+-- '~<owner> <seq>' (the fast grant's SET) is the same form, as a hash with that token field
+-- alone. It is freed like any held lock; its token, as seen (ARGV[4]) and as recorded for <owner> in the forced
 -- record, is the token field's content, '~<owner> <seq>' (rlock's Inspect reports Token 0
 -- for it and keeps that text for ForceUnlockSeen; a seen '0' does not match it, so a fast
 -- tenure begun since, the same owner's included, is never freed as seen). A fast form whose
@@ -50,10 +52,22 @@ local t = redis.call('type', KEYS[1]).ok
 if t == 'none' then
   return 0
 end
-if t ~= 'hash' then
-  return redis.error_reply('WRONGTYPE the key holds a ' .. t .. ', not a lock')
+local fields
+if t == 'string' then
+  -- A fast form written as a string by the fast grant's SET (lib_fast.lua's fastHash): read
+  -- as its hash form, whose only field is the token. It is not converted: the force only
+  -- deletes it, which a full server accepts (a conversion's HSET it refuses).
+  local v = redis.call('get', KEYS[1])
+  if string.byte(v) == fastMark then
+    fields = {'token', v}
+  end
 end
-local fields = redis.call('hgetall', KEYS[1])
+if not fields then
+  if t ~= 'hash' then
+    return redis.error_reply('WRONGTYPE the key holds a ' .. t .. ', not a lock')
+  end
+  fields = redis.call('hgetall', KEYS[1])
+end
 local token, owners, has, w = '0', {}, {}, false
 for i = 1, #fields, 2 do
   local f = fields[i]

@@ -44,7 +44,8 @@
 -- A plain lock's fast form (lib_fast.lua; docs/DESIGN.md section 5: a hash whose only lock
 -- field may be token = '~<owner> <seq>') is another kind of lock, as its full form is (the
 -- WRONGTYPE error); one whose <seq> the fence records as spent is a ghost: it is deleted, and
--- the lock taken as free.
+-- the lock taken as free. A string '~<owner> <seq>' (the fast grant's SET) is the same form,
+-- as a hash with that token field alone.
 --#include lib_spent
 --#include lib_fence
 --#include lib_fast
@@ -60,7 +61,21 @@ local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 local function ms(x) return string.format('%.0f', x) end
 
 -- Reads first: a key of another type fails the script before anything is written.
-local got = redis.call('hmget', lock, 'mode', spentFlag, 'token')
+local got = redis.pcall('hmget', lock, 'mode', spentFlag, 'token') if type(got) == 'table' and got.err and string.sub(got.err, 1, 10) ~= 'WRONGTYPE ' then error(got) end
+if got.err then
+  -- Not a hash: a plain lock's fast form written as a string (the fast grant's SET) is read
+  -- as its hash form, the token field alone; another string keeps GET's or HMGET's error.
+  local v = redis.call('get', lock)
+  if string.byte(v) ~= fastMark then
+    return got
+  end
+  local _, fseq = fastForm(v)
+  if not (fseq and fastSpent(fence, fseq, now)) then
+    return redis.error_reply('WRONGTYPE the key holds another kind of lock, not a read-write lock')
+  end
+  redis.call('del', lock)
+  got = {false, false, false}
+end
 local mode = got[1]
 if not mode and redis.call('exists', lock) == 1 then
   -- A ghost of a plain lock's fast grant (its owner's own count field, when there, rules

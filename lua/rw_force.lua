@@ -19,22 +19,36 @@
 -- accepted by a full (noeviction) server.
 -- A plain lock's fast form (lib_fast.lua; docs/DESIGN.md section 5) is another kind of lock,
 -- as its full form is (WRONGTYPE); one whose <seq> the fence records as spent is a ghost,
--- a free lock: it is deleted, and the answer is 0, as for no lock.
+-- a free lock: it is deleted, and the answer is 0, as for no lock. A string '~<owner> <seq>' (the fast grant's SET) is the
+-- same form, as a hash with that token field alone.
 --#include lib_publish
 -- ghost reports whether the lock hash is a plain lock's fast form (lib_fast.lua) whose <seq>
 -- the fence records as spent (and whose owner has no count field of its own): a free lock.
 -- Its libraries are defined only here, for the hash of another kind that pays for them.
-local function ghost(lock, fence)
+-- str is the lock's value when it is a string fast form (the fast grant's SET: the hash form
+-- with that token field alone), else nil.
+local function ghost(lock, fence, str)
 --#include lib_spent
 --#include lib_fence
 --#include lib_fast
-  local fo, fseq = fastForm(redis.call('hget', lock, 'token'))
-  return fseq ~= nil and fence ~= nil and redis.call('hexists', lock, fo) == 0
+  local fo, fseq = fastForm(str or redis.call('hget', lock, 'token'))
+  return fseq ~= nil and fence ~= nil and (str or redis.call('hexists', lock, fo) == 0)
     and fastSpent(fence, fseq, serverMs())
 end
 
 local lock, leases = KEYS[1], KEYS[2]
 local t = redis.call('type', lock).ok
+if t == 'string' then
+  -- A plain lock's fast form written as a string is read as its hash form.
+  local v = redis.call('get', lock)
+  if string.byte(v) == 126 then
+    if not ghost(lock, KEYS[3], v) then
+      return redis.error_reply('WRONGTYPE the key holds another kind of lock, not a read-write lock')
+    end
+    redis.call('del', lock)
+    t = 'none'
+  end
+end
 if t == 'hash' and redis.call('hexists', lock, 'mode') == 0 then
   if not ghost(lock, KEYS[3]) then
     return redis.error_reply('WRONGTYPE the key holds a ' .. t .. ', not a read-write lock')
