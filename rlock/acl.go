@@ -29,7 +29,8 @@ var ErrNoPermission = errors.New("rlock: no permission")
 // clientCommands are the commands relock sends itself, beside its scripts: the scripts
 // (EVALSHA, and EVAL when the server lost them), a fast grant's transaction (MULTI, HSETNX,
 // PEXPIRE, INCR, EXEC: fast.go), the reads of IsLocked, HoldCount, TTL (HGETALL,
-// HMGET, PTTL; TYPE of a key of another type; GET of the fence and TIME on a fast form) and the
+// HMGET, PTTL; TYPE, GET, PTTL of a key of another type, a fast form written as a string; GET
+// of the fence and TIME on a fast form) and the
 // latch and semaphore getters, the lease touch and WAIT of WithReplicaAck, the SET and GET of
 // a RedLock's duplicate-server check, and the pub/sub
 // connections' SUBSCRIBE and UNSUBSCRIBE (SSUBSCRIBE and SUNSUBSCRIBE, and CLUSTER SLOTS to

@@ -23,7 +23,9 @@ type Info struct {
 	Kind Kind
 	// Type is the Redis type of Key: "none", "hash", "string", or another type (then
 	// Inspect's error wraps [ErrWrongType]). A Mutex's hash left by a fast grant's ghost (see
-	// Holders) is a free lock: "none".
+	// Holders) is a free lock: "none". A Mutex taken by a fast grant may be a "string" (the
+	// grant's form, "~<owner> <seq>", until a script makes it a hash), read as the hash
+	// form: Kind Mutex, its owner's one hold.
 	Type string
 	// TTL is Key's remaining time to live: a lock's lease (the longest lease in force for a
 	// read-write lock), renewed by its holder's watchdog; 0 when Key does not exist, and
@@ -295,10 +297,23 @@ func (c *Client) inspect(ctx context.Context, name string) (Info, error) {
 	if err != nil && !wrongType(err) && !rueidis.IsRedisNil(err) {
 		return Info{}, err
 	}
+	if in.Type == "string" && wrongType(err) && len(fields) > 0 {
+		// A fast form written as a string that a script made its hash form between the
+		// reads: as if read after.
+		in.Type = "hash"
+	}
 	if in.Type == "hash" && len(fields) == 0 || in.Type == "string" && err != nil {
 		in.Type = "none" // deleted (or replaced) between the reads: as if read after
 	}
-	if in.Type == "hash" && fastform.Ghost(fields, fence, nowMs) {
+	// A fast form written as a string (the fast grant's SET: "~<owner> <seq>") is read as its
+	// hash form, {token: value}; Type stays "string".
+	fastStr := false
+	if in.Type == "string" {
+		if f, ok := fastform.FromString(str); ok {
+			fields, fastStr = f, true
+		}
+	}
+	if (in.Type == "hash" || fastStr) && fastform.Ghost(fields, fence, nowMs) {
 		in.Type = "none" // a fast grant's ghost: a free lock (docs/DESIGN.md section 5)
 	}
 
@@ -313,8 +328,18 @@ func (c *Client) inspect(ctx context.Context, name string) (Info, error) {
 		default:
 			in.Kind = KindNone
 		}
-	case "hash":
+	case "hash", "string":
 		switch {
+		case in.Type == "string" && !fastStr:
+			n, perr := strconv.ParseInt(str, 10, 64)
+			if perr != nil {
+				return in, errorf("a string that is not a count: %w", ErrWrongType)
+			}
+			in.Count = n
+			in.Kind = KindCount
+			if hasLog == 1 || n < 1 {
+				in.Kind = KindSemaphore
+			}
 		case fields["mode"] != "":
 			in.Kind = KindRWMutex
 			readRW(&in, fields, lz, nowMs)
@@ -334,16 +359,6 @@ func (c *Client) inspect(ctx context.Context, name string) (Info, error) {
 			if !readMutex(&in, fields) {
 				return in, errorf("hash without a lock's fields: %w", ErrWrongType)
 			}
-		}
-	case "string":
-		n, perr := strconv.ParseInt(str, 10, 64)
-		if perr != nil {
-			return in, errorf("a string that is not a count: %w", ErrWrongType)
-		}
-		in.Count = n
-		in.Kind = KindCount
-		if hasLog == 1 || n < 1 {
-			in.Kind = KindSemaphore
 		}
 	default:
 		return in, errorf("a %s: %w", in.Type, ErrWrongType)

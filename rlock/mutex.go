@@ -2,6 +2,7 @@ package rlock
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -377,29 +378,36 @@ func (m *Mutex) keyType(ctx context.Context) (string, error) {
 // as the readers take it: no fields when the key is absent or holds a fast form's ghost, a
 // fast form whose sequence number the fence records as spent (docs/DESIGN.md section 5: a
 // free lock). Only a fast form costs more: GET of the fence and TIME, in one round trip. A
-// key of another type is an error wrapping ErrWrongType that names the type (TYPE, read
-// then).
+// key of another type (TYPE, GET and PTTL read then, in one round trip) is an error wrapping
+// ErrWrongType that names the type, but for a fast form written as a string (the fast
+// grant's SET: "~<owner> <seq>"), read as its hash form, the hash {token: value}.
 func (m *Mutex) readLock(ctx context.Context, pttl bool) (map[string]string, int64, error) {
 	rc := m.c.rc
 	var fields map[string]string
 	var err error
 	ms := int64(-2)
-	if pttl {
-		res := rc.DoMulti(ctx, rc.B().Hgetall().Key(m.keys.lock).Build(), rc.B().Pttl().Key(m.keys.lock).Build())
-		if fields, err = res[0].AsStrMap(); err == nil {
-			if ms, err = res[1].AsInt64(); err != nil {
-				return nil, 0, classify("ttl of", m.name, err)
+	for try := 0; ; try++ {
+		if pttl {
+			res := rc.DoMulti(ctx, rc.B().Hgetall().Key(m.keys.lock).Build(), rc.B().Pttl().Key(m.keys.lock).Build())
+			if fields, err = res[0].AsStrMap(); err == nil {
+				if ms, err = res[1].AsInt64(); err != nil {
+					return nil, 0, classify("ttl of", m.name, err)
+				}
 			}
+		} else {
+			fields, err = rc.Do(ctx, rc.B().Hgetall().Key(m.keys.lock).Build()).AsStrMap()
 		}
-	} else {
-		fields, err = rc.Do(ctx, rc.B().Hgetall().Key(m.keys.lock).Build()).AsStrMap()
-	}
-	if wrongType(err) {
-		t, terr := rc.Do(ctx, rc.B().Type().Key(m.keys.lock).Build()).ToString()
-		if terr != nil {
-			return nil, 0, classify("type of", m.name, terr)
+		if !wrongType(err) {
+			break
 		}
-		return nil, 0, errorf("lock %q: %w (a %s)", m.name, ErrWrongType, t)
+		var again bool
+		fields, ms, again, err = m.readString(ctx, pttl, try)
+		if err != nil {
+			return nil, 0, err
+		}
+		if !again {
+			break
+		}
 	}
 	if err != nil {
 		return nil, 0, classify("type of", m.name, err)
@@ -414,6 +422,51 @@ func (m *Mutex) readLock(ctx context.Context, pttl bool) (map[string]string, int
 		}
 	}
 	return fields, ms, nil
+}
+
+// readString reads the lock key after a hash read of it answered WRONGTYPE: TYPE, GET and
+// (when pttl) PTTL, in one round trip. A fast form written as a string (the fast grant's SET
+// lock "~<owner> <seq>" NX PX <lease>; fastform.FromString) is returned as the fields of its
+// hash form, with its PTTL; no fields when the key has gone meanwhile. again is true when
+// the key is a hash by now (a script made the string its hash form, or the lock was freed and
+// taken again, between the reads), for the caller to read it again: at most twice (try is
+// the number of reads again so far), then the hash is taken as another type. Another type,
+// a string that is not a fast form among them, is an error wrapping ErrWrongType that names
+// it.
+func (m *Mutex) readString(ctx context.Context, pttl bool, try int) (fields map[string]string, ms int64, again bool, err error) {
+	rc := m.c.rc
+	cmds := rueidis.Commands{rc.B().Type().Key(m.keys.lock).Build(), rc.B().Get().Key(m.keys.lock).Build()}
+	if pttl {
+		cmds = append(cmds, rc.B().Pttl().Key(m.keys.lock).Build())
+	}
+	res := rc.DoMulti(ctx, cmds...)
+	t, err := res[0].ToString()
+	if err != nil {
+		return nil, 0, false, classify("type of", m.name, err)
+	}
+	switch t {
+	case "none":
+		return nil, -2, false, nil
+	case "hash":
+		if try < 2 {
+			return nil, 0, true, nil
+		}
+	case "string":
+		v, err := res[1].ToString()
+		if err != nil && !rueidis.IsRedisNil(err) && !wrongType(err) {
+			return nil, 0, false, classify("type of", m.name, err)
+		}
+		if fields, ok := fastform.FromString(v); ok {
+			ms = -2
+			if pttl {
+				if ms, err = res[2].AsInt64(); err != nil {
+					return nil, 0, false, classify("ttl of", m.name, err)
+				}
+			}
+			return fields, ms, false, nil
+		}
+	}
+	return nil, 0, false, errorf("lock %q: %w (a %s)", m.name, ErrWrongType, t)
 }
 
 // fastSpent reports whether the lock's fence records seq (a fast form's) as spent now: the
@@ -458,21 +511,40 @@ func (m *Mutex) HoldCount(ctx context.Context) (int, error) {
 	}
 	// The owner's count, and the token field: a fast form of the owner's (docs/DESIGN.md
 	// section 5) is one hold, unless it is a ghost.
-	vals, err := m.c.rc.Do(ctx, m.c.rc.B().Hmget().Key(m.keys.lock).Field(owner, "token").Build()).ToArray()
-	if err == nil && len(vals) != 2 {
-		err = errorf("malformed reply %v", vals)
-	}
-	if err != nil {
-		return 0, classify("hold count of", m.name, err)
-	}
-	if s, err := vals[0].ToString(); err == nil {
-		n, err := strconv.ParseInt(s, 10, 64)
+	var tok string
+read:
+	for try := 0; ; try++ {
+		vals, err := m.c.rc.Do(ctx, m.c.rc.B().Hmget().Key(m.keys.lock).Field(owner, "token").Build()).ToArray()
+		if wrongType(err) {
+			// A fast form written as a string (the fast grant's SET) is read as its hash
+			// form, the token field alone; another type answers as before it.
+			fields, _, again, serr := m.readString(ctx, false, try)
+			switch {
+			case serr == nil && again:
+				continue
+			case serr == nil:
+				tok = fields["token"]
+				break read
+			case !errors.Is(serr, ErrWrongType):
+				return 0, serr
+			}
+		}
+		if err == nil && len(vals) != 2 {
+			err = errorf("malformed reply %v", vals)
+		}
 		if err != nil {
 			return 0, classify("hold count of", m.name, err)
 		}
-		return int(n), nil
+		if s, err := vals[0].ToString(); err == nil {
+			n, err := strconv.ParseInt(s, 10, 64)
+			if err != nil {
+				return 0, classify("hold count of", m.name, err)
+			}
+			return int(n), nil
+		}
+		tok, _ = vals[1].ToString()
+		break
 	}
-	tok, _ := vals[1].ToString()
 	if o, seq, ok := fastform.Parse(tok); ok && o == owner {
 		spent, err := m.fastSpent(ctx, seq)
 		if err != nil || spent {

@@ -112,3 +112,14 @@ func Count(fields map[string]string, owner, v string, nowMs int64) int64 {
 	}
 	return 0
 }
+
+// FromString returns the fields of the hash form of a lock key's string value v when it is a
+// fast form written as a string (the fast grant's SET lock "~<owner> <seq>" NX PX <lease>):
+// a string that starts with Mark is the hash whose only field is token = v, as
+// lib_fast.lua's fastHash converts it. Another string (a user's value) is none: nil, false.
+func FromString(v string) (map[string]string, bool) {
+	if len(v) == 0 || v[0] != Mark {
+		return nil, false
+	}
+	return map[string]string{"token": v}, true
+}

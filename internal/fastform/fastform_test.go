@@ -147,3 +147,31 @@ return fenceSpent(KEYS[1], ARGV[3], tonumber(ARGV[4])) and 1 or 0
 		}
 	}
 }
+
+// TestFromString: a string that starts with '~' is the hash form {token: v} (lib_fast.lua's
+// fastHash, which checks that byte only); another string is not a fast form.
+func TestFromString(t *testing.T) {
+	for _, c := range []struct {
+		v  string
+		ok bool
+	}{
+		{"~h:abc:1 c1.7", true},
+		{"~bad", true},
+		{"", false},
+		{"hello", false},
+		{"12", false},
+		{" ~h:a 1", false},
+	} {
+		f, ok := FromString(c.v)
+		if ok != c.ok || ok && (len(f) != 1 || f["token"] != c.v) || !ok && f != nil {
+			t.Errorf("FromString(%q) = %v, %v; want ok %v", c.v, f, ok, c.ok)
+		}
+	}
+	f, _ := FromString("~h:a 7.3")
+	if n := Count(f, "h:a", "17/7.3/2000", 1000); n != 0 {
+		t.Errorf("a string ghost's owner: %d holds, want 0", n)
+	}
+	if n := Count(f, "h:a", "", 1000); n != 1 {
+		t.Errorf("a string fast form's owner: %d holds, want 1", n)
+	}
+}
