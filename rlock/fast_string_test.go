@@ -124,3 +124,35 @@ func TestReaders_fastString(t *testing.T) {
 		clear()
 	})
 }
+
+// TestModelHelpers_fastString: the model test's reads of Redis (redisHashCount, redisGhost)
+// read a fast form written as a string as its hash form, as the Client's readers do: its
+// owner's one hold, a string ghost free; a user's string is an error. Before, every string
+// was an error (WRONGTYPE).
+func TestModelHelpers_fastString(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		admin := b.rueidis(t)
+		key := "{" + redistest.Name(t) + "}"
+		fastString(t, b, key, "h:a", "c1.7")
+		n, err := redisHashCount(bg, admin, key, "h:a")
+		require.NoError(t, err)
+		require.Equal(t, 1, n, "the string fast form's owner")
+		n, err = redisHashCount(bg, admin, key, "h:b")
+		require.NoError(t, err)
+		require.Zero(t, n, "another owner")
+		g, err := redisGhost(bg, admin, key)
+		require.NoError(t, err)
+		require.False(t, g)
+		spendFast(t, b, key, "c1.7")
+		n, err = redisHashCount(bg, admin, key, "h:a")
+		require.NoError(t, err)
+		require.Zero(t, n, "a string ghost's owner")
+		g, err = redisGhost(bg, admin, key)
+		require.NoError(t, err)
+		require.True(t, g, "a string ghost")
+		_, err = b.do(t, "SET", key, "hello")
+		require.NoError(t, err)
+		_, err = redisGhost(bg, admin, key)
+		require.Error(t, err, "a user's string")
+	})
+}

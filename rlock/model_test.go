@@ -2040,12 +2040,28 @@ func redisGhost(ctx context.Context, admin rueidis.Client, key string) (bool, er
 }
 
 // readLockHash reads the hash at key, its fence's value ("" when absent or of another type)
-// and the server's clock in ms, in one round trip.
+// and the server's clock in ms, in one round trip. A fast form written as a string (the fast
+// grant's SET: "~<owner> <seq>") is read as its hash form, {token: value}
+// (fastform.FromString), as relock's readers read it; another string is an error.
+// The string's conversion to its hash form between the two reads is read again.
 func readLockHash(ctx context.Context, admin rueidis.Client, key string) (map[string]string, string, int64, error) {
-	res := admin.DoMulti(ctx, admin.B().Hgetall().Key(key).Build(), admin.B().Get().Key(key+":fence").Build(), admin.B().Time().Build())
-	fields, err := res[0].AsStrMap()
-	if err != nil {
-		return nil, "", 0, err
+	var res []rueidis.RedisResult
+	var fields map[string]string
+	for try := 0; ; try++ {
+		res = admin.DoMulti(ctx, admin.B().Hgetall().Key(key).Build(), admin.B().Get().Key(key+":fence").Build(),
+			admin.B().Time().Build(), admin.B().Get().Key(key).Build())
+		var err error
+		if fields, err = res[0].AsStrMap(); err == nil {
+			break
+		}
+		v, serr := res[3].ToString()
+		if f, ok := fastform.FromString(v); serr == nil && ok {
+			fields = f
+			break
+		}
+		if re, ok := rueidis.IsRedisErr(serr); !ok || !strings.HasPrefix(re.Error(), "WRONGTYPE") || try == 2 {
+			return nil, "", 0, err
+		}
 	}
 	fence, _ := res[1].ToString()
 	tm, err := res[2].AsStrSlice()
