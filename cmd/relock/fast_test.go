@@ -64,3 +64,40 @@ func TestRelock_fastForm(t *testing.T) {
 	require.Equal(t, exitNothing, code)
 	require.Contains(t, out, "not held")
 }
+
+// TestRelock_fastString: a Mutex held in the fast form written as a string (the fast grant's
+// SET: "~<owner> <seq>") is shown as the hash form is (its owner, one hold, token unknown)
+// and force-unlock frees it as shown; a string ghost is not held. Before, the name was "not
+// relock's: a string".
+func TestRelock_fastString(t *testing.T) {
+	srv := redistest.Start(t)
+	url := "redis://" + srv.Addr()
+	c, err := rlock.New(srv.Client(t))
+	require.NoError(t, err)
+	defer c.Close()
+	name := "faststr"
+	key := c.Mutex(name).Key()
+	owner := "h:" + c.ID() + ":1"
+	write := func(seq string) { srv.Do(t, "SET", key, "~"+owner+" "+seq, "PX", "30000") }
+
+	write("c1.7")
+	out, errOut, code := relock(t, "", "inspect", "--url", url, name)
+	require.Equal(t, exitOK, code, out+errOut)
+	got := normalise(out)
+	require.Contains(t, got, "token  unknown (a fast grant")
+	require.Contains(t, got, "holders  1\n")
+	require.Contains(t, got, "  h:<id>:<n>  -  1  <dur>  -  client <id> (no record: WithClientInfo)\n")
+	out, errOut, code = relock(t, "", "force-unlock", "--yes", "--url", url, name)
+	require.Equal(t, exitOK, code, out+errOut)
+	require.Contains(t, normalise(out), "freed faststr (mutex), held by:\n  h:<id>:<n>, 1 hold(s), lease <dur>: client <id> (no record: WithClientInfo)\n")
+
+	write("c1.7")
+	msg := srv.Do(t, "TIME")
+	tm, err := msg.AsStrSlice()
+	require.NoError(t, err)
+	sec, _ := strconv.ParseInt(tm[0], 10, 64)
+	srv.Do(t, "SET", key+":fence", fmt.Sprintf("1000/c1.7/%d", sec*1000+60000), "PX", "60000")
+	out, errOut, code = relock(t, "", "inspect", "--url", url, name)
+	require.Equal(t, exitNothing, code, out+errOut)
+	require.Contains(t, out, "holders           0")
+}
