@@ -35,6 +35,8 @@
 --           this script converts to the full form with this token. Without it (the script
 --           answers the fast grant's own number: its replay, or the Client's resend after a
 --           fast grant whose INCR gave no token), the conversion takes a fresh token.
+-- ARGV[7] = (optional) 's': the fast grant's transaction that this send follows made the fence
+--           (its INCR answered 1): a refusal gives it an expiry.
 -- The fast form: a lock whose token field is '~<owner> <seq>' (lib_fast.lua) is held once by
 -- <owner>, its last applied number <seq>, unless the fence records <seq> as spent: then it is
 -- a ghost (a fast grant that lingered past its replay), which this script deletes before it
@@ -66,23 +68,32 @@ local markRetry = 50 -- ms: how soon a waiter whose mark could not be written tr
 
 -- rare returns the helpers of the rare paths.
 local function rare()
+  local function ungrant() redis.call('del', lock) end
 --#include lib_spent
 --#include lib_fence
 --#include lib_seq
 --#include lib_fast
   return {grantToken = grantToken, spend = spend, serverMs = serverMs, superseded = superseded,
-    fenceSpent = fenceSpent, fastForm = fastForm, fastSpent = fastSpent,
+    fenceSpent = fenceSpent, fastForm = fastForm, fastSpent = fastSpent, fastHash = fastHash,
     seqLast = seqLast, seqPut = seqPut, keep = math.max(tonumber(lease), spentKeep),
-    ungrant = function() redis.call('del', lock) end,
+    ungrant = ungrant,
     -- convert writes the full form of the owner's fast grant (lib_fast.lua): n holds, q as
     -- its q: field, and the tenure's token (ARGV[6]) or, unknown (nil), a fresh one. It
     -- returns the token, or else the script's answer: {0, 0} when the fence records seq as
     -- spent (the ghost is deleted), an error when the fence is not one.
+    -- Without a token (the fast grant's own number answered: nobody was told of the
+    -- grant), a fence that fails the script (another type, a refused write) undoes the grant
+    -- first, as a fresh grant's refusal does: no hold is left that nobody was told of.
     convert = function(n, q, token)
       if not token then
-        local t = grantToken(fence, redis.pcall('incr', fence), seq, nil)
-        if t == false then
+        local ok, t = pcall(grantToken, fence, redis.pcall('incr', fence), seq, nil)
+        if not ok or not t then
           redis.call('del', lock)
+        end
+        if not ok then
+          return redis.error_reply(type(t) == 'table' and t.err or tostring(t))
+        end
+        if t == false then
           return {0, 0}
         end
         if not t then
@@ -93,8 +104,8 @@ local function rare()
       redis.call('hset', lock, owner, n, seqField, q, 'token', string.format('%.0f', token))
       if redis.call('pttl', lock) == -1 then
         -- The transaction's commands ran one by one (a server that refused its MULTI), and
-        -- its PEXPIRE was refused: no lock without an expiry.
-        redis.call('pexpire', lock, lease)
+        -- its expiry was refused: no lock without one.
+        local r = redis.pcall('pexpire', lock, lease) if type(r) == 'table' and r.err then ungrant() error(r) end
       end
       return token
     end}
@@ -105,7 +116,15 @@ end
 local exists = redis.call('exists', lock) == 1
 local got, fastMine, ghostW
 if exists then
-  got = redis.call('hmget', lock, owner, seqField, 'token', 'w')
+  got = redis.pcall('hmget', lock, owner, seqField, 'token', 'w')
+  if got.err then
+    -- A string: the fast grant's (lib_fast.lua), made a hash here; else (a user's value)
+    -- the read's error, nothing written.
+    if not rare().fastHash(lock) then
+      return got
+    end
+    got = redis.call('hmget', lock, owner, seqField, 'token', 'w')
+  end
   if got[3] and string.byte(got[3]) == 126 then -- '~'
     local r = rare()
     local o, s = r.fastForm(got[3])
@@ -211,6 +230,12 @@ if not holds then
   if replay then
     local r = rare()
     r.spend(lock, fence, seq, r.serverMs(), r.keep)
+  end
+  if ARGV[7] == 's' then
+    -- The fast grant's transaction was refused here, and its INCR made the fence (it was
+    -- missing): the counter gets the life of one set from the clock (lib_fence's
+    -- counterTTL), so that no fence is left without an expiry; the next grant seeds it.
+    redis.pcall('pexpire', fence, 1000, 'NX')
   end
   local pttl = redis.call('pttl', lock)
   if (ARGV[4] == '1' or ARGV[4] == '2') and not got[4] then

@@ -1,6 +1,8 @@
 #!lua flags=allow-oom
 -- fast_release: give back the one hold of a lock that a handle owner's fast grant took and
--- that is still in the fast form (lib_fast.lua), in three server calls (EVALSHA, HMGET, DEL).
+-- that is still in the fast form (lib_fast.lua), in three server calls (EVALSHA, GET, DEL; a
+-- string, as the transaction wrote it: nobody waits on it, a waiter's refusal makes it a
+-- hash to mark it), or HMGET and DEL (and PUBLISH when marked) on its hash form.
 -- KEYS[1] = lock hash (see acquire.lua)
 -- ARGV[1] = owner id
 -- ARGV[2] = the fast grant's sequence number (the lock's token field is '~' .. ARGV[1] ..
@@ -17,6 +19,18 @@
 -- release.lua's replay, which finds the hold gone (-2) or answers from the state.
 -- Runs with allow-oom: giving a lock back must work on a full server.
 local lock = KEYS[1]
+-- The transaction writes a string (lib_fast.lua); another script may have made it a hash.
+local v = redis.pcall('get', lock)
+if v == false then
+  return -1
+end
+if type(v) == 'string' then
+  if v ~= '~' .. ARGV[1] .. ' ' .. ARGV[2] then
+    return -5
+  end
+  redis.call('del', lock)
+  return 0
+end
 local got = redis.call('hmget', lock, 'token', 'w', ARGV[1])
 if not got[1] then
   return -1

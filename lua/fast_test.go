@@ -15,28 +15,37 @@ import (
 const seedFloor = 1 << 40
 
 // fastGrant sends the fast grant's transaction (docs/DESIGN.md section 5, "The fast form") for
-// owner under seq on lock {f}, and returns HSETNX's answer and INCR's (0 and its error when
-// INCR failed).
+// owner under seq on lock {f}, and returns 1 when its SET NX wrote the lock (0 when not) and
+// INCR's answer (0 and its error when INCR failed).
 func fastGrant(t *testing.T, tc server, owner, seq, lease string) (int64, int64, error) {
 	t.Helper()
 	ctx := context.Background()
 	c := tc.c
 	res := c.DoMulti(ctx,
 		c.B().Multi().Build(),
-		c.B().Hsetnx().Key("{f}").Field("token").Value("~"+owner+" "+seq).Build(),
-		c.B().Arbitrary("PEXPIRE").Keys("{f}").Args(lease, "NX").Build(),
+		c.B().Set().Key("{f}").Value("~"+owner+" "+seq).Nx().PxMilliseconds(mustInt(t, lease)).Build(),
 		c.B().Incr().Key("{f}:fence").Build(),
 		c.B().Exec().Build())
-	exec, err := res[4].ToArray()
+	exec, err := res[len(res)-1].ToArray()
 	if err != nil {
 		t.Fatalf("EXEC: %v", err)
 	}
-	set, err := exec[0].AsInt64()
-	if err != nil {
-		t.Fatalf("HSETNX: %v", err)
+	set := int64(0)
+	if exec[0].Error() == nil {
+		set = 1
+	} else if !rueidis.IsRedisNil(exec[0].Error()) {
+		t.Fatalf("SET: %v", exec[0].Error())
 	}
-	tok, ierr := exec[2].AsInt64()
+	tok, ierr := exec[1].AsInt64()
 	return set, tok, ierr
+}
+
+func mustInt(t *testing.T, s string) int64 {
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
 }
 
 // TestScripts_fastForm: every script of the plain lock reads a lock that a fast grant wrote
@@ -178,13 +187,22 @@ func TestScripts_fastForm(t *testing.T) {
 			if p := pttl("{f}"); p > 5000 {
 				t.Fatalf("a refused fast grant changed the lease: %d", p)
 			}
-			out, err := lua.Renew.Lua(tc.flags).Exec(ctx, c, []string{"{f}"}, []string{"20000", o}).AsIntSlice()
-			if err != nil || out[0] != 1 || pttl("{f}") <= 5000 {
-				t.Fatalf("renewal: %v %v pttl %d", out, err, pttl("{f}"))
+			renew := func(owner, form string) int64 {
+				t.Helper()
+				out, err := lua.Renew.Lua(tc.flags).Exec(ctx, c, []string{"{f}"}, []string{"20000", owner, form}).AsIntSlice()
+				if err != nil {
+					t.Fatal(err)
+				}
+				return out[0]
 			}
-			out, err = lua.Renew.Lua(tc.flags).Exec(ctx, c, []string{"{f}"}, []string{"20000", other}).AsIntSlice()
-			if err != nil || out[0] != 0 {
-				t.Fatalf("another owner's renewal: %v %v", out, err)
+			if n := renew(o, "~"+o+" c.0"); n != 0 {
+				t.Fatal("the renewal of another fast grant of the owner's (a ghost's) renewed this one")
+			}
+			if n := renew(o, "~"+o+" c.1"); n != 1 || pttl("{f}") <= 5000 {
+				t.Fatalf("renewal: %d pttl %d", n, pttl("{f}"))
+			}
+			if n := renew(other, "~"+other+" c.1"); n != 0 {
+				t.Fatal("another owner's renewal renewed it")
 			}
 			if n := fastRel(other, "c.1"); n != -5 {
 				t.Fatalf("fast_release by another owner: %d, want -5", n)
@@ -241,6 +259,88 @@ func TestScripts_fastForm(t *testing.T) {
 			fastGrant(t, tc, o, "c.9", "10000")
 			if v := acq(o, "c.9"); v[0] != 0 || v[1] != 0 || exists() {
 				t.Fatalf("the spent number answered %v, exists %v", v, exists())
+			}
+		})
+
+		t.Run("the string form: renewed when named, freed by fast_release, converted by a script", func(t *testing.T) {
+			reset()
+			acq(other, "z.1")
+			rel(other, "z.2") // a seeded fence
+			if set, _, _ := fastGrant(t, tc, o, "c.1", "5000"); set != 1 {
+				t.Fatal("not granted")
+			}
+			typ, _ := c.Do(ctx, c.B().Type().Key("{f}").Build()).ToString()
+			if typ != "string" {
+				t.Fatalf("the transaction wrote a %s", typ)
+			}
+			out, err := lua.Renew.Lua(tc.flags).Exec(ctx, c, []string{"{f}"}, []string{"20000", o, "~" + o + " c.0"}).AsIntSlice()
+			if err != nil || out[0] != 0 {
+				t.Fatalf("a renewal naming another form of the owner's: %v %v", out, err)
+			}
+			out, err = lua.Renew.Lua(tc.flags).Exec(ctx, c, []string{"{f}"}, []string{"20000", o, "~" + o + " c.1"}).AsIntSlice()
+			if err != nil || out[0] != 1 || pttl("{f}") <= 5000 {
+				t.Fatalf("renewal: %v %v pttl %d", out, err, pttl("{f}"))
+			}
+			if n := fastRel(other, "c.1"); n != -5 {
+				t.Fatalf("fast_release by another owner: %d", n)
+			}
+			if n := fastRel(o, "c.1"); n != 0 || exists() {
+				t.Fatalf("fast_release of the string: %d", n)
+			}
+			// A script that meets it makes it a hash, keeping its expiry.
+			fastGrant(t, tc, o, "c.2", "5000")
+			if v := acq(other, "z.3", "1"); v[0] != 0 {
+				t.Fatalf("another owner on the string answered %v", v)
+			}
+			typ, _ = c.Do(ctx, c.B().Type().Key("{f}").Build()).ToString()
+			if typ != "hash" || field("token") != "~"+o+" c.2" || field("w") != "1" || pttl("{f}") <= 0 || pttl("{f}") > 5000 {
+				t.Fatalf("converted to %s token %q w %q pttl %d", typ, field("token"), field("w"), pttl("{f}"))
+			}
+			if v := acq(o, "c.3", "", "", "77"); v[1] != 77 || v[2] != 2 {
+				t.Fatalf("re-entry answered %v", v)
+			}
+			// A user's string at the key is left alone: the acquire's error, nothing written.
+			reset()
+			if err := c.Do(ctx, c.B().Set().Key("{f}").Value("users").Build()).Error(); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := lua.Acquire.Lua(tc.flags).Exec(ctx, c, []string{"{f}", "{f}:fence"}, []string{"10000", o, "c.9"}).AsIntSlice(); err == nil {
+				t.Fatal("an acquire on a user's string succeeded")
+			}
+			if v, _ := c.Do(ctx, c.B().Get().Key("{f}").Build()).ToString(); v != "users" || pttl("{f}") != -1 {
+				t.Fatalf("the user's string changed: %q pttl %d", v, pttl("{f}"))
+			}
+		})
+
+		t.Run("a fence that fails the conversion undoes the grant; a refused grant's new fence expires", func(t *testing.T) {
+			reset()
+			if err := c.Do(ctx, c.B().Hset().Key("{f}:fence").FieldValue().FieldValue("x", "1").Build()).Error(); err != nil {
+				t.Fatal(err)
+			}
+			set, _, err := fastGrant(t, tc, o, "c.1", "10000")
+			if set != 1 || err == nil {
+				t.Fatalf("transaction on a fence of another type: SET %d, INCR %v", set, err)
+			}
+			if _, err := lua.Acquire.Lua(tc.flags).Exec(ctx, c, []string{"{f}", "{f}:fence"}, []string{"10000", o, "c.1"}).AsIntSlice(); err == nil {
+				t.Fatal("the conversion on a fence of another type succeeded")
+			}
+			if exists() {
+				t.Fatal("the failed conversion left the fast grant in place")
+			}
+			reset()
+			acq(other, "z.1")
+			if err := c.Do(ctx, c.B().Del().Key("{f}:fence").Build()).Error(); err != nil {
+				t.Fatal(err)
+			}
+			set, tok, _ := fastGrant(t, tc, o, "c.2", "10000")
+			if set != 0 || tok != 1 {
+				t.Fatalf("transaction on a held lock, no fence: SET %d INCR %d", set, tok)
+			}
+			if v := acq(o, "c.2", "1", "", "", "s"); v[0] != 0 {
+				t.Fatalf("the resend answered %v", v)
+			}
+			if p := pttl("{f}:fence"); p <= 0 || p > 1000 {
+				t.Fatalf("the fence the refused transaction made: pttl %d", p)
 			}
 		})
 

@@ -78,7 +78,7 @@ local function rare()
     return n
   end
   return {publish = publish, grantToken = grantToken, superseded = superseded,
-    fastForm = fastForm,
+    fastForm = fastForm, fastHash = fastHash,
     seqLast = seqLast, seqPut = seqPut, reply = reply,
     -- ended answers a replay whose tenure (ARGV[4]) is gone: -1 if a force took it (its
     -- record names that tenure), else -2.
@@ -91,7 +91,14 @@ local function rare()
     end}
 end
 
-local got = redis.call('hmget', lock, owner, reqField, 'w')
+local got = redis.pcall('hmget', lock, owner, reqField, 'w')
+if got.err then
+  -- A string: the fast grant's (lib_fast.lua), made a hash here; else the read's error.
+  if not rare().fastHash(lock) then
+    return got
+  end
+  got = redis.call('hmget', lock, owner, reqField, 'w')
+end
 local holds, last, waiters = got[1], got[2], got[3]
 -- A context owner's field keeps a number and a count per Client (lib_seq.lua): this Client's
 -- number is compared, and its count kept.

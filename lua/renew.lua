@@ -3,13 +3,17 @@
 -- ARGV[1] = lease in milliseconds (> 0)
 -- ARGV[1+i] = owner id for KEYS[i]
 -- ARGV[1+n+i] (optional; n = #KEYS) = the fencing token of the tenure renewed in KEYS[i], or
---           '': a context owner's hold, which several Clients may share, counts as held only
+--           '~<owner> <seq>' for a handle owner's tenure in the fast form (lib_fast.lua: only
+--           that very grant's form counts as held, not another of the owner's, such as a ghost
+--           a late transaction of the owner's left), or '': a context owner's hold, which several Clients may share, counts as held only
 --           while the lock's tenure is that one (field token): the owner's field alone does
 --           not tell a tenure another Client began afresh, after this Client's was lost, from
 --           its own. Without it (a handle's owner, whose holds one Client alone takes) the
 --           field is enough.
--- A lock held by a handle's owner's fast grant (lib_fast.lua: token field '~<owner> <seq>',
--- no field of the owner) counts as held by that owner; the renewal leaves it in that form.
+-- A lock held by a handle's owner's fast grant (lib_fast.lua: a string '~<owner> <seq>', or a
+-- hash with that token field and no field of the owner) counts as held when it is the form
+-- ARGV[1+n+i] names; the renewal leaves it in that form. A tenure in the fast form that the
+-- owner's re-entry converted meanwhile (the owner's field present) is held as any.
 -- returns an array with one entry per key: 1 renewed, 0 the owner no longer holds it
 -- Uses only TYPE, HEXISTS, HGET, PTTL and PEXPIRE, which a full (noeviction) server still
 -- accepts.
@@ -19,12 +23,17 @@ for i, lock in ipairs(KEYS) do
   local token = ARGV[1 + n + i]
   -- A key of another type is reported as gone rather than failing the whole batch.
   local owner = ARGV[i + 1]
-  local held = redis.call('type', lock).ok == 'hash'
-  if held and redis.call('hexists', lock, owner) == 0 then
-    -- The owner's fast grant, if any: its token field starts '~<owner> '.
-    local f = redis.call('hget', lock, 'token')
-    held = f ~= nil and f ~= false and string.sub(f, 1, #owner + 2) == '~' .. owner .. ' '
+  local fast = token and string.byte(token) == 126 -- '~': the tenure's fast form
+  local t = redis.call('type', lock).ok
+  local held = t == 'hash'
+  if t == 'string' then
+    held = fast and redis.call('get', lock) == token
     token = nil
+  elseif held and redis.call('hexists', lock, owner) == 0 then
+    held = fast and redis.call('hget', lock, 'token') == token
+    token = nil
+  elseif fast then
+    token = nil -- converted by the owner's re-entry: its field says it holds
   end
   if held and (not token or token == '' or redis.call('hget', lock, 'token') == token) then
     -- Never shorten a lease that a re-entry with a longer fixed lease set.

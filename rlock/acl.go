@@ -27,8 +27,8 @@ import (
 var ErrNoPermission = errors.New("rlock: no permission")
 
 // clientCommands are the commands relock sends itself, beside its scripts: the scripts
-// (EVALSHA, and EVAL when the server lost them), a fast grant's transaction (MULTI, HSETNX,
-// PEXPIRE, INCR, EXEC: fast.go), the reads of IsLocked, HoldCount, TTL (HGETALL,
+// (EVALSHA, and EVAL when the server lost them), a fast grant's transaction (MULTI, SET, INCR,
+// EXEC: fast.go), the reads of IsLocked, HoldCount, TTL (HGETALL,
 // HMGET, PTTL; TYPE, GET, PTTL of a key of another type, a fast form written as a string; GET
 // of the fence and TIME on a fast form) and the
 // latch and semaphore getters, the lease touch and WAIT of WithReplicaAck, the SET and GET of
@@ -40,7 +40,7 @@ var ErrNoPermission = errors.New("rlock: no permission")
 // allowed.
 var clientCommands = []string{
 	"evalsha", "eval", "type", "get", "set", "hgetall", "hmget", "time", "pttl", "pexpire", "wait",
-	"multi", "hsetnx", "incr", "exec",
+	"multi", "incr", "exec",
 	"subscribe", "unsubscribe", "ssubscribe", "sunsubscribe", "ping", "cluster|slots", "cluster|shards",
 	"select", // a database other than 0 (rueidis's SelectDB, a URL's /n)
 	"set",    // a Client's record (WithClientInfo), under the prefix

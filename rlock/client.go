@@ -701,24 +701,42 @@ func (r renewer) keysArgs(v *variant, leases []*watchdog.Lease) ([]string, []str
 			keys = append(keys, v.renewKeys(h.keys)...)
 		} else {
 			keys = append(keys, h.keys.lock)
-			shared = shared || isContextOwner(h.owner)
+			shared = shared || isContextOwner(h.owner) || v.fast
 		}
 		args = append(args, h.owner)
 	}
 	if shared {
 		// A context owner's renewal names its tenure (renew.lua): another Client may have
-		// taken the lock afresh for the same owner id after this one's tenure was lost.
+		// taken the lock afresh for the same owner id after this one's tenure was lost. A
+		// tenure in the fast form is named by its form (fast.go): a ghost of another of the
+		// owner's transactions is not it.
+		n := len(args)
 		for _, l := range leases {
 			tok := ""
 			if h := l.Data.(*hold); isContextOwner(h.owner) {
 				if t := h.tenureOf(l); t != 0 {
 					tok = strconv.FormatInt(t, 10)
 				}
+			} else if v.fast {
+				tok = h.fastFormOf(l)
 			}
 			args = append(args, tok)
 		}
+		if !isSharedArgs(args[n:]) {
+			args = args[:n] // nothing to name: the arguments as before
+		}
 	}
 	return keys, args
+}
+
+// isSharedArgs reports whether any of the renew script's tenure arguments names something.
+func isSharedArgs(toks []string) bool {
+	for _, t := range toks {
+		if t != "" {
+			return true
+		}
+	}
+	return false
 }
 
 // parse turns the renew script's reply for n leases into one error per lease: nil when

@@ -14,9 +14,11 @@ import (
 // of a plain lock that its handle took uncontended within the fence counter's life
 // (lua.CounterTTL) is sent as a transaction, not a script:
 //
-//	MULTI; HSETNX lock token "~<owner> <seq>"; PEXPIRE lock <lease> NX; INCR fence; EXEC
+//	MULTI; SET lock "~<owner> <seq>" NX PX <lease>; INCR fence; EXEC
 //
-// which costs Redis about half the acquire script. The lock is then held in the fast form
+// which costs Redis about half the acquire script. SET NX writes nothing on a key that exists,
+// of any type (another owner's lock, another primitive of the same name, a user's value), and
+// sets the expiry only on the key it makes. The lock is then held in the fast form
 // until the owner's next script on it: a re-entry converts it (acquire.lua's ARGV[6], the
 // tenure's token), and its last Unlock gives it back by fast_release.lua. Every other case
 // goes to acquire.lua under the same sequence number, which reads the fast form: a grant
@@ -61,7 +63,9 @@ func (m *Mutex) fastRecord(h *hold, within *tenure, waiting bool, vals []int64, 
 		return
 	}
 	if within != nil {
+		h.mu.Lock()
 		within.fast = ""
+		h.mu.Unlock()
 		return
 	}
 	if isFast {
@@ -89,8 +93,7 @@ func (c *Client) execFast(ctx context.Context, s *lua.Script, keys, args []strin
 	rc := c.rc
 	res := rc.DoMulti(ctx,
 		rc.B().Multi().Build(),
-		rc.B().Hsetnx().Key(keys[0]).Field("token").Value(value).Build(),
-		rc.B().Pexpire().Key(keys[0]).Milliseconds(lease.Milliseconds()).Nx().Build(),
+		rc.B().Set().Key(keys[0]).Value(value).Nx().PxMilliseconds(lease.Milliseconds()).Build(),
 		rc.B().Incr().Key(keys[1]).Build(),
 		rc.B().Exec().Build())
 	exec := res[len(res)-1]
@@ -107,11 +110,18 @@ func (c *Client) execFast(ctx context.Context, s *lua.Script, keys, args []strin
 			c.fastOff.Store(true)
 		}
 	}
-	if arr, err := exec.ToArray(); err == nil && len(arr) == 3 {
-		set, _ := arr[0].AsInt64()
-		tok, terr := arr[2].AsInt64()
-		if set == 1 && terr == nil && tok > seedFloor {
+	if arr, err := exec.ToArray(); err == nil && len(arr) == 2 {
+		set := arr[0].Error() == nil // OK; nil when the key exists
+		tok, terr := arr[1].AsInt64()
+		if set && terr == nil && tok > seedFloor {
 			return append(buf[:0], 1, tok, 1), true, nil
+		}
+		if !set && terr == nil && tok <= seedFloor {
+			// Refused, and the INCR made the fence (it was missing): the script's refusal
+			// gives it an expiry (acquire.lua's ARGV[7]).
+			a := make([]string, 6, 7)
+			copy(a, args)
+			args = append(a, "s")
 		}
 	}
 	vals, _, err = c.execAcquire(ctx, s, keys, args, buf)

@@ -356,17 +356,16 @@ func TestMutex_releaseAndRenewalWorkWhenRedisIsFull(t *testing.T) {
 	require.False(t, b.exists(t, m.Key()))
 }
 
-// TestMutex_uncontendedCycleIsTwoScripts: an uncontended Lock+Unlock cycle costs Redis eight
-// calls in all (INFO commandstats counts each script and every command it runs). A handle's
+// TestMutex_uncontendedCycleIsTwoScripts: an uncontended Lock+Unlock cycle costs Redis seven
+// calls (INFO commandstats counts each script and every command it runs). A handle's
 // cycle on a name it locked uncontended within the fence counter's life (lua.CounterTTL) is a
-// fast grant's transaction and one script (fast.go): MULTI, HSETNX, PEXPIRE, INCR, EXEC;
-// fast_release EVALSHA, HMGET, DEL. On a name never locked before (no fence yet) it is two
+// fast grant's transaction and one script (fast.go): MULTI, SET, INCR, EXEC; fast_release
+// EVALSHA, GET, DEL. On a name never locked before (no fence yet) it is two
 // scripts, acquire EVALSHA, EXISTS, INCR (the fence), HSET, PEXPIRE, and the grant seeds the
 // fence from the server's clock (TIME and SET); release EVALSHA, HMGET, DEL: ten calls. When
 // the fence's counter ran out (at most once a CounterTTL on a name cycled without pause), the
 // transaction's INCR gives no token, and acquire.lua converts the fast form, seeding the fence
-// (eleven calls more: EVALSHA, EXISTS, HMGET, GET, TIME, INCR, TIME, GET, SET, HSET, PTTL),
-// and the release is release.lua's (as many calls as fast_release). Nobody waits, so the
+// (seventeen calls more: see conversion), and the release is release.lua's (as many calls as fast_release). Nobody waits, so the
 // release publishes nothing.
 func TestMutex_uncontendedCycleIsTwoScripts(t *testing.T) {
 	b := realBackend(t)
@@ -376,24 +375,35 @@ func TestMutex_uncontendedCycleIsTwoScripts(t *testing.T) {
 		require.NoError(t, m.Lock(bg))
 		require.NoError(t, m.Unlock(bg))
 	}
-	fast := map[string]int64{"multi": 1, "hsetnx": 1, "pexpire": 1, "incr": 1, "exec": 1, "evalsha": 1, "hmget": 1, "del": 1}
-	// What a conversion adds (once per reseed).
-	conversion := map[string]int64{"evalsha": 1, "exists": 1, "hmget": 1, "get": 2, "time": 2, "incr": 1, "set": 1, "hset": 1, "pttl": 1}
+	fast := map[string]int64{"multi": 1, "set": 1, "incr": 1, "exec": 1, "evalsha": 1, "get": 1, "del": 1}
+	// What a conversion adds (once per reseed): acquire.lua's EVALSHA, EXISTS, HMGET (WRONGTYPE),
+	// the string made a hash (GET, PTTL, HSET, PEXPIRE, RENAME), HMGET, the ghost check (GET,
+	// TIME), the token (INCR, TIME, GET, SET), the full form (HSET, PTTL); the release is
+	// release.lua's (HMGET instead of GET).
+	conversion := map[string]int64{"evalsha": 1, "exists": 1, "hmget": 3, "get": 2, "pttl": 2, "hset": 2, "pexpire": 1, "rename": 1, "time": 2, "incr": 1, "set": 1}
 	seeded := map[string]int64{"evalsha": 2, "exists": 1, "incr": 1, "hset": 1, "pexpire": 1, "hmget": 1, "del": 1, "time": 1, "set": 1}
 	for _, tc := range []struct {
-		name  string
-		fresh bool // a name never locked before each cycle
-		want  map[string]int64
-		calls int64
-	}{{"locked before", false, fast, 8}, {"never locked", true, seeded, 10}} {
+		name   string
+		fresh  bool // a name never locked before each cycle
+		runOut bool // the fence's counter gone before each cycle (every cycle converts)
+		want   map[string]int64
+		calls  int64
+	}{{"locked before", false, false, fast, 7}, {"never locked", true, false, seeded, 10}, {"counter ran out", false, true, fast, 7}} {
 		t.Run(tc.name, func(t *testing.T) {
-			b.srv.ResetStats(t)
 			const cycles = 50
+			if tc.runOut {
+				_, err := b.do(t, "DEL", m.Key()+":fence")
+				require.NoError(t, err)
+			}
+			b.srv.ResetStats(t)
 			start := time.Now()
 			for i := 0; i < cycles; i++ {
 				mi := m
 				if tc.fresh {
 					mi = c.Mutex(fmt.Sprintf("%s-%d", redistest.Name(t), i))
+				}
+				if tc.runOut && i > 0 {
+					b.srv.Do(t, "DEL", m.Key()+":fence") // counted: one call a cycle, below
 				}
 				require.NoError(t, mi.Lock(bg))
 				require.NoError(t, mi.Unlock(bg))
@@ -401,7 +411,12 @@ func TestMutex_uncontendedCycleIsTwoScripts(t *testing.T) {
 			stats := b.srv.CommandStats(t)
 			// Conversions after the counter ran out while the name cycled (a loaded machine).
 			conversions := int64(0)
-			if !tc.fresh {
+			switch {
+			case tc.runOut:
+				conversions = stats["evalsha"] - cycles
+				require.EqualValues(t, cycles, conversions, "every cycle converts")
+				stats["del"] -= cycles - 1 // the test's own
+			case !tc.fresh:
 				conversions = stats["evalsha"] - cycles
 				require.LessOrEqual(t, conversions, int64(time.Since(start)/lua.CounterTTL)+1, "conversions in %v", time.Since(start))
 			}
@@ -419,7 +434,7 @@ func TestMutex_uncontendedCycleIsTwoScripts(t *testing.T) {
 					t.Errorf("%s x%d in %d cycles (%d conversions), want %d", cmd, n, cycles, conversions, want)
 				}
 			}
-			require.EqualValues(t, tc.calls*cycles+11*conversions, calls, "server calls in %d cycles (%d conversions)", cycles, conversions)
+			require.EqualValues(t, tc.calls*cycles+17*conversions, calls, "server calls in %d cycles (%d conversions)", cycles, conversions)
 		})
 	}
 }

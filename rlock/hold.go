@@ -88,8 +88,9 @@ type tenure struct {
 	told  bool                      // the cancels of subs have run: Done may show the end
 	token int64
 	// fast: the sequence number of the fast grant that began the tenure, while Redis holds
-	// the lock in the fast form (fast.go): a re-entry sends the token to convert it, and the
-	// last release goes by fast_release.lua. "" otherwise. Read and written under h.op.
+	// the lock in the fast form (fast.go): a re-entry sends the token to convert it, the
+	// last release goes by fast_release.lua, and the renewals name the form. "" otherwise.
+	// Written under h.op and h.mu; read under either.
 	fast  string
 	lease *watchdog.Lease
 	first watchdog.Lease // the fresh grant's lease: lease points here until a re-entry extends it
@@ -605,6 +606,18 @@ func (h *hold) tenureOf(l *watchdog.Lease) int64 {
 		return 0
 	}
 	return h.cur.token
+}
+
+// fastFormOf is the fast form ('~<owner> <seq>', section 5) of the tenure that lease l renews
+// while Redis holds it in that form, else "": the renewal names it, so that only that grant's
+// form counts as held (renew.lua), not a ghost of another of the owner's transactions.
+func (h *hold) fastFormOf(l *watchdog.Lease) string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.cur == nil || h.cur.lease != l || h.cur.fast == "" {
+		return ""
+	}
+	return "~" + h.owner + " " + h.cur.fast
 }
 
 // settleOrphans gives back, in the background, the orphans of h's current tenure (holds

@@ -143,27 +143,26 @@ func (h *hookClient) DoMulti(ctx context.Context, cmds ...rueidis.Completed) []r
 	return out
 }
 
-// fastGrantOf returns, when cmds are a fast grant's transaction (MULTI; HSETNX lock token
-// "~<owner> <seq>"; PEXPIRE lock <lease> NX; INCR fence; EXEC), the words acquire.lua's first
-// send of the same acquire would carry after its SHA1 (2, lock, fence, lease, owner, seq);
-// else nil.
+// fastGrantOf returns, when cmds are a fast grant's transaction (MULTI; SET lock
+// "~<owner> <seq>" NX PX <lease>; INCR fence; EXEC), the words acquire.lua's first send of the
+// same acquire would carry after its SHA1 (2, lock, fence, lease, owner, seq); else nil.
 func fastGrantOf(cmds []rueidis.Completed) []string {
-	if len(cmds) != 5 {
+	if len(cmds) != 4 {
 		return nil
 	}
 	w := make([][]string, len(cmds))
 	for i, c := range cmds {
 		w[i] = c.Commands()
 	}
-	if !strings.EqualFold(w[0][0], "MULTI") || !strings.EqualFold(w[1][0], "HSETNX") || len(w[1]) != 4 ||
-		w[1][2] != "token" || !strings.HasPrefix(w[1][3], "~") || len(w[2]) < 3 || len(w[3]) != 2 {
+	if !strings.EqualFold(w[0][0], "MULTI") || !strings.EqualFold(w[1][0], "SET") || len(w[1]) != 6 ||
+		!strings.HasPrefix(w[1][2], "~") || len(w[2]) != 2 {
 		return nil
 	}
-	owner, seq, ok := strings.Cut(w[1][3][1:], " ")
+	owner, seq, ok := strings.Cut(w[1][2][1:], " ")
 	if !ok {
 		return nil
 	}
-	return []string{"2", w[1][1], w[3][1], w[2][2], owner, seq}
+	return []string{"2", w[1][1], w[2][1], w[1][5], owner, seq}
 }
 
 // scriptNames maps the SHA1 of both forms of every script (plain, and with its "#!lua flags"

@@ -339,7 +339,12 @@ func (m *Mutex) sendRelease(ctx context.Context, owner string, next *candidate, 
 			// the lease ran out, and a grant took it afresh: for a context owner perhaps
 			// through another Client) gives nothing back there (release.lua).
 			args[3] = "0"
-			if t != nil {
+			if t != nil && t.fast != "" {
+				// A tenure in the fast form is named by its form (fast.go), as a force
+				// records it (force_release.lua): so a replay that finds it forced away
+				// tells the loss.
+				args[3] = "~" + owner + " " + t.fast
+			} else if t != nil {
 				args[3] = strconv.FormatInt(t.token, 10)
 			} else if h != nil {
 				if cur, _ := h.snapshot(); cur != nil {
