@@ -57,7 +57,7 @@ func TestReaders_fastForm(t *testing.T) {
 		clear := func() { _, _ = b.do(t, "DEL", key, key+":fence", key+":forced") }
 
 		// A fast form: held by its owner, one hold, token unknown.
-		tok := fastLock(t, b, key, owner, "7.3")
+		fastLock(t, b, key, owner, "7.3")
 		locked, err := m.IsLocked(bg)
 		require.NoError(t, err)
 		require.True(t, locked, "IsLocked of a fast form")
@@ -94,7 +94,7 @@ func TestReaders_fastForm(t *testing.T) {
 		require.NoError(t, err)
 		_, err = c.ForceUnlockSeen(bg, in)
 		require.ErrorIs(t, err, rlock.ErrConflict, "a fast tenure begun since is not the one seen")
-		tok = fastLock(t, b, key, owner, "7.4")
+		tok := fastLock(t, b, key, owner, "7.4")
 		in, err = c.Inspect(bg, name)
 		require.NoError(t, err)
 		hand := rlock.Info{Name: in.Name, Key: in.Key, Kind: in.Kind, Holders: in.Holders} // Token 0, not the form

@@ -35,7 +35,7 @@ func TestReaders_fastString(t *testing.T) {
 		owner := rlock.ModelOwnerID(m, bg)
 		clear := func() { _, _ = b.do(t, "DEL", key, key+":fence", key+":forced") }
 
-		tok := fastString(t, b, key, owner, "c1.7")
+		fastString(t, b, key, owner, "c1.7")
 		locked, err := m.IsLocked(bg)
 		require.NoError(t, err)
 		require.True(t, locked, "IsLocked of a string fast form")
@@ -69,7 +69,7 @@ func TestReaders_fastString(t *testing.T) {
 		fastString(t, b, key, owner, "c1.8")
 		_, err = c.ForceUnlockSeen(bg, in)
 		require.ErrorIs(t, err, rlock.ErrConflict)
-		tok = fastString(t, b, key, owner, "c1.9")
+		tok := fastString(t, b, key, owner, "c1.9")
 		in, err = c.Inspect(bg, name)
 		require.NoError(t, err)
 		freed, err := c.ForceUnlockSeen(bg, in)
