@@ -116,7 +116,8 @@ end
 local exists = redis.call('exists', lock) == 1
 local got, fastMine, ghostW
 if exists then
-  got = redis.pcall('hmget', lock, owner, seqField, 'token', 'w')
+  local g = redis.pcall('hmget', lock, owner, seqField, 'token', 'w') if type(g) == 'table' and g.err and string.sub(g.err, 1, 10) ~= 'WRONGTYPE ' then error(g) end
+  got = g
   if got.err then
     -- A string: the fast grant's (lib_fast.lua), made a hash here; else (a user's value)
     -- the read's error, nothing written.

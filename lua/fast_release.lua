@@ -20,7 +20,7 @@
 -- Runs with allow-oom: giving a lock back must work on a full server.
 local lock = KEYS[1]
 -- The transaction writes a string (lib_fast.lua); another script may have made it a hash.
-local v = redis.pcall('get', lock)
+local v = redis.pcall('get', lock) if type(v) == 'table' and v.err and string.sub(v.err, 1, 10) ~= 'WRONGTYPE ' then error(v) end
 if v == false then
   return -1
 end

@@ -91,7 +91,7 @@ local function rare()
     end}
 end
 
-local got = redis.pcall('hmget', lock, owner, reqField, 'w')
+local got = redis.pcall('hmget', lock, owner, reqField, 'w') if type(got) == 'table' and got.err and string.sub(got.err, 1, 10) ~= 'WRONGTYPE ' then error(got) end
 if got.err then
   -- A string: the fast grant's (lib_fast.lua), made a hash here; else the read's error.
   if not rare().fastHash(lock) then

@@ -66,9 +66,19 @@ func TestObserver_giveBackOrphan(t *testing.T) {
 		require.False(t, b.exists(t, m.Key()), "the orphan went with the last hold")
 
 		require.NoError(t, m.Lock(bg))
-		// The handle's second Lock is a fast grant: its one hold has no field of the owner
-		// (the fast form), which a field of the owner's would rule over. The hold is made a
-		// field first, so that the holds added are added to it.
+		// The handle's second Lock is a fast grant: the lock is a string (the fast form), its
+		// one hold no field of the owner, which a field of the owner's would rule over. The
+		// lock is made the hash form and the hold a field first, so that the holds added are
+		// added to it.
+		if v, err := b.do(t, "GET", m.Key()); err == nil {
+			s, _ := v.ToString()
+			_, err = b.do(t, "DEL", m.Key())
+			require.NoError(t, err)
+			_, err = b.do(t, "HSET", m.Key(), "token", s)
+			require.NoError(t, err)
+			_, err = b.do(t, "PEXPIRE", m.Key(), "30000")
+			require.NoError(t, err)
+		}
 		_, err = b.do(t, "HSETNX", m.Key(), owner, "1")
 		require.NoError(t, err)
 		_, err = b.do(t, "HINCRBY", m.Key(), owner, "2")
