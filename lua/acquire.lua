@@ -122,6 +122,7 @@ if exists then
     -- A string: the fast grant's (lib_fast.lua), made a hash here; else (a user's value)
     -- the read's error, nothing written.
     if not rare().fastHash(lock) then
+      if ARGV[7] == 's' then redis.pcall('pexpire', fence, 1000, 'NX') end -- see ARGV[7] below
       return got
     end
     got = redis.call('hmget', lock, owner, seqField, 'token', 'w')
