@@ -77,6 +77,14 @@ local function rare()
     fenceSpent = fenceSpent, fastForm = fastForm, fastSpent = fastSpent, fastHash = fastHash,
     seqLast = seqLast, seqPut = seqPut, keep = math.max(tonumber(lease), spentKeep),
     ungrant = ungrant,
+    -- fenceLife gives a fence without an expiry (one a fast grant's INCR made) the life of a
+    -- counter set from the clock (counterTTL). PTTL then PEXPIRE, not PEXPIRE NX (Redis 7):
+    -- README promises 6.2. A refusal (an ACL without PEXPIRE) leaves it as it was.
+    fenceLife = function()
+      if redis.call('pttl', fence) == -1 then
+        redis.pcall('pexpire', fence, counterTTL)
+      end
+    end,
     -- convert writes the full form of the owner's fast grant (lib_fast.lua): n holds, q as
     -- its q: field, and the tenure's token (ARGV[6]) or, unknown (nil), a fresh one. It
     -- returns the token, or else the script's answer: {0, 0} when the fence records seq as
@@ -122,7 +130,7 @@ if exists then
     -- A string: the fast grant's (lib_fast.lua), made a hash here; else (a user's value)
     -- the read's error, nothing written.
     if not rare().fastHash(lock) then
-      if ARGV[7] == 's' then redis.pcall('pexpire', fence, 1000, 'NX') end -- see ARGV[7] below
+      if ARGV[7] == 's' then rare().fenceLife() end -- see ARGV[7] below
       return got
     end
     got = redis.call('hmget', lock, owner, seqField, 'token', 'w')
@@ -237,7 +245,7 @@ if not holds then
     -- The fast grant's transaction was refused here, and its INCR made the fence (it was
     -- missing): the counter gets the life of one set from the clock (lib_fence's
     -- counterTTL), so that no fence is left without an expiry; the next grant seeds it.
-    redis.pcall('pexpire', fence, 1000, 'NX')
+    rare().fenceLife()
   end
   local pttl = redis.call('pttl', lock)
   if (ARGV[4] == '1' or ARGV[4] == '2') and not got[4] then

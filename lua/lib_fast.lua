@@ -39,11 +39,14 @@ local function fastHash(lock)
     return false
   end
   local tmp = lock .. ':f'
+  local function undo() redis.call('del', tmp) end
   local ttl = redis.call('pttl', lock)
   redis.call('hset', tmp, 'token', v)
+  -- A refused PEXPIRE or RENAME (an ACL without it) takes the temporary key back: no key is
+  -- left without an expiry (review19).
   if ttl > 0 then
-    redis.call('pexpire', tmp, ttl)
+    local r = redis.pcall('pexpire', tmp, ttl) if type(r) == 'table' and r.err then undo() error(r) end
   end
-  redis.call('rename', tmp, lock)
+  local r = redis.pcall('rename', tmp, lock) if type(r) == 'table' and r.err then undo() error(r) end
   return true
 end
