@@ -18,6 +18,7 @@ import (
 
 	"github.com/redis/rueidis"
 
+	"github.com/relock-go/relock/internal/fastform"
 	"github.com/relock-go/relock/internal/redistest"
 	"github.com/relock-go/relock/rlock"
 )
@@ -309,6 +310,7 @@ type driftTrial struct {
 	clients []*rlock.Client
 	dcs     []*driftFaults
 	srv     *redistest.Server
+	admin   rueidis.Client // reads Redis's state (mismatches); made on first need
 	names   []string
 	keys    []string
 	owners  []*driftOwner
@@ -856,8 +858,10 @@ func (tr *driftTrial) mismatches() []driftMismatch {
 	var out []driftMismatch
 	for l, key := range tr.keys {
 		hash := map[string]int{} // owner fields only (h:..., u:...; docs/DESIGN.md, the key table)
-		msg := tr.srv.Do(tr.t, "HGETALL", key)
-		m, err := msg.AsStrMap()
+		if tr.admin == nil {
+			tr.admin = tr.srv.Client(tr.t)
+		}
+		m, fence, nowMs, err := readLockHash(bg, tr.admin, key)
 		if err != nil && !rueidis.IsRedisNil(err) {
 			out = append(out, driftMismatch{what: fmt.Sprintf("lock %d: HGETALL: %v", l, err), lock: l})
 			continue
@@ -866,6 +870,15 @@ func (tr *driftTrial) mismatches() []driftMismatch {
 			if strings.HasPrefix(f, "h:") || strings.HasPrefix(f, "u:") {
 				n, _ := strconv.Atoi(v)
 				hash[f] = n
+			}
+		}
+		// A fast form (docs/DESIGN.md section 5): its owner's one hold, unless a field of the
+		// owner's rules or it is a ghost (free).
+		if o, _, ok := fastform.Holder(m); ok {
+			if _, has := hash[o]; !has {
+				if n := fastform.Count(m, o, fence, nowMs); n > 0 {
+					hash[o] = int(n)
+				}
 			}
 		}
 		holders := 0
