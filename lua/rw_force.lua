@@ -22,19 +22,7 @@
 -- a free lock: it is deleted, and the answer is 0, as for no lock. A string '~<owner> <seq>' (the fast grant's SET) is the
 -- same form, as a hash with that token field alone.
 --#include lib_publish
--- ghost reports whether the lock hash is a plain lock's fast form (lib_fast.lua) whose <seq>
--- the fence records as spent (and whose owner has no count field of its own): a free lock.
--- Its libraries are defined only here, for the hash of another kind that pays for them.
--- str is the lock's value when it is a string fast form (the fast grant's SET: the hash form
--- with that token field alone), else nil.
-local function ghost(lock, fence, str)
---#include lib_spent
---#include lib_fence
---#include lib_fast
-  local fo, fseq = fastForm(str or redis.call('hget', lock, 'token'))
-  return fseq ~= nil and fence ~= nil and (str or redis.call('hexists', lock, fo) == 0)
-    and fastSpent(fence, fseq, serverMs())
-end
+--#include lib_ghost
 
 local lock, leases = KEYS[1], KEYS[2]
 local t = redis.call('type', lock).ok

@@ -12,30 +12,8 @@
 -- lock ({0, 0, 0, 0}; this script leaves it to the next that writes). A string '~<owner>
 -- <seq>' (the fast grant's SET) is the same form, as a hash with that token field alone.
 -- Reads only.
--- ghost reports whether the lock hash is a plain lock's fast form (lib_fast.lua) whose <seq>
--- the fence records as spent (and whose owner has no count field of its own): a free lock.
--- Its libraries are defined only here, for the hash of another kind that pays for them.
--- str is the lock's value when it is a string fast form (the fast grant's SET: the hash form
--- with that token field alone), else nil.
-local function ghost(lock, fence, str)
---#include lib_spent
---#include lib_fence
---#include lib_fast
-  local fo, fseq = fastForm(str or redis.call('hget', lock, 'token'))
-  return fseq ~= nil and fence ~= nil and (str or redis.call('hexists', lock, fo) == 0)
-    and fastSpent(fence, fseq, serverMs())
-end
+--#include lib_ghost
 
--- fastString(lock) is the lock's value, after a hash read of it failed, when it is a string
--- that is a fast form (it starts with '~', lib_fast.lua); nil for another string, and GET's
--- error for a key of another type.
-local function fastString(lock)
-  local v = redis.call('get', lock)
-  if string.byte(v) == 126 then
-    return v
-  end
-  return nil
-end
 
 local lock, leases, owner = KEYS[1], KEYS[2], ARGV[1]
 local mode = redis.pcall('hget', lock, 'mode') if type(mode) == 'table' and mode.err and string.sub(mode.err, 1, 10) ~= 'WRONGTYPE ' then error(mode) end
