@@ -260,6 +260,11 @@ if not holds then
   end
   return {0, pttl}
 end
+if ARGV[7] == 's' then
+  -- The owner's fast grant was refused by its own hold (one the Client did not know of), and
+  -- its INCR made the fence: it gets the counter's life, as on a refusal.
+  rare().fenceLife()
+end
 -- Re-entry never shortens the lease it finds. The lease comes before the count, so that a
 -- refused PTTL or PEXPIRE fails the re-entry before it counts a hold.
 if redis.call('pttl', lock) < tonumber(lease) then

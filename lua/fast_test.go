@@ -342,6 +342,21 @@ func TestScripts_fastForm(t *testing.T) {
 			if p := pttl("{f}:fence"); p <= 0 || p > 1000 {
 				t.Fatalf("the fence the refused transaction made: pttl %d", p)
 			}
+			// Refused by the owner's own hold, which the resend re-enters (review19).
+			reset()
+			acq(o, "c.3")
+			if err := c.Do(ctx, c.B().Del().Key("{f}:fence").Build()).Error(); err != nil {
+				t.Fatal(err)
+			}
+			if set, tok, _ := fastGrant(t, tc, o, "c.4", "10000"); set != 0 || tok != 1 {
+				t.Fatalf("transaction on the owner's own hold: SET %d INCR %d", set, tok)
+			}
+			if v := acq(o, "c.4", "", "", "", "s"); v[0] != 1 || v[2] != 2 {
+				t.Fatalf("the resend answered %v, want a re-entry", v)
+			}
+			if p := pttl("{f}:fence"); p <= 0 || p > 1000 {
+				t.Fatalf("the fence the transaction made beside a re-entry: pttl %d", p)
+			}
 		})
 
 		t.Run("an unseeded counter is seeded by the next script grant", func(t *testing.T) {
