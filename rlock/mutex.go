@@ -2,7 +2,6 @@ package rlock
 
 import (
 	"context"
-	"errors"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -367,7 +366,7 @@ func (m *Mutex) keyType(ctx context.Context) (string, error) {
 	if m.c.isClosed() {
 		return "", ErrClosed
 	}
-	fields, _, err := m.readLock(ctx, false)
+	fields, _, err := m.readLock(ctx, false, "type of")
 	if err != nil || len(fields) == 0 {
 		return "none", err
 	}
@@ -375,13 +374,13 @@ func (m *Mutex) keyType(ctx context.Context) (string, error) {
 }
 
 // readLock reads the lock's hash (HGETALL; with its PTTL in the same round trip when pttl)
-// as the readers take it: no fields when the key is absent or holds a fast form's ghost, a
+// for IsLocked, TTL and HoldCount (op names the read in its errors) as the readers take it: no fields when the key is absent or holds a fast form's ghost, a
 // fast form whose sequence number the fence records as spent (docs/DESIGN.md section 5: a
 // free lock). Only a fast form costs more: GET of the fence and TIME, in one round trip. A
 // key of another type (TYPE, GET and PTTL read then, in one round trip) is an error wrapping
 // ErrWrongType that names the type, but for a fast form written as a string (the fast
 // grant's SET: "~<owner> <seq>"), read as its hash form, the hash {token: value}.
-func (m *Mutex) readLock(ctx context.Context, pttl bool) (map[string]string, int64, error) {
+func (m *Mutex) readLock(ctx context.Context, pttl bool, op string) (map[string]string, int64, error) {
 	rc := m.c.rc
 	var fields map[string]string
 	var err error
@@ -410,7 +409,7 @@ func (m *Mutex) readLock(ctx context.Context, pttl bool) (map[string]string, int
 		}
 	}
 	if err != nil {
-		return nil, 0, classify("type of", m.name, err)
+		return nil, 0, classify(op, m.name, err)
 	}
 	if _, seq, ok := fastform.Holder(fields); ok {
 		spent, err := m.fastSpent(ctx, seq)
@@ -509,47 +508,20 @@ func (m *Mutex) HoldCount(ctx context.Context) (int, error) {
 	if m.c.isClosed() {
 		return 0, ErrClosed
 	}
-	// The owner's count, and the token field: a fast form of the owner's (docs/DESIGN.md
-	// section 5) is one hold, unless it is a ghost.
-	var tok string
-read:
-	for try := 0; ; try++ {
-		vals, err := m.c.rc.Do(ctx, m.c.rc.B().Hmget().Key(m.keys.lock).Field(owner, "token").Build()).ToArray()
-		if wrongType(err) {
-			// A fast form written as a string (the fast grant's SET) is read as its hash
-			// form, the token field alone; another type answers as before it.
-			fields, _, again, serr := m.readString(ctx, false, try)
-			switch {
-			case serr == nil && again:
-				continue
-			case serr == nil:
-				tok = fields["token"]
-				break read
-			case !errors.Is(serr, ErrWrongType):
-				return 0, serr
-			}
-		}
-		if err == nil && len(vals) != 2 {
-			err = errorf("malformed reply %v", vals)
-		}
+	// The owner's count field; else a fast form of the owner's (docs/DESIGN.md section 5)
+	// is one hold (readLock reads a ghost as a free lock).
+	fields, _, err := m.readLock(ctx, false, "hold count of")
+	if err != nil {
+		return 0, err
+	}
+	if s, ok := fields[owner]; ok {
+		n, err := strconv.ParseInt(s, 10, 64)
 		if err != nil {
 			return 0, classify("hold count of", m.name, err)
 		}
-		if s, err := vals[0].ToString(); err == nil {
-			n, err := strconv.ParseInt(s, 10, 64)
-			if err != nil {
-				return 0, classify("hold count of", m.name, err)
-			}
-			return int(n), nil
-		}
-		tok, _ = vals[1].ToString()
-		break
+		return int(n), nil
 	}
-	if o, seq, ok := fastform.Parse(tok); ok && o == owner {
-		spent, err := m.fastSpent(ctx, seq)
-		if err != nil || spent {
-			return 0, err
-		}
+	if o, _, ok := fastform.Holder(fields); ok && o == owner {
 		return 1, nil
 	}
 	return 0, nil
@@ -564,7 +536,7 @@ func (m *Mutex) TTL(ctx context.Context) (time.Duration, error) {
 	if m.c.isClosed() {
 		return 0, ErrClosed
 	}
-	fields, ms, err := m.readLock(ctx, true)
+	fields, ms, err := m.readLock(ctx, true, "type of")
 	if err != nil {
 		return 0, err
 	}
