@@ -129,8 +129,9 @@ if exists then
   if got.err then
     -- A string: the fast grant's (lib_fast.lua), made a hash here; else (a user's value)
     -- the read's error, nothing written.
-    if not rare().fastHash(lock) then
-      if ARGV[7] == 's' then rare().fenceLife() end -- see ARGV[7] below
+    local r = rare()
+    if not r.fastHash(lock) then
+      if ARGV[7] == 's' then r.fenceLife() end -- see ARGV[7] below
       return got
     end
     got = redis.call('hmget', lock, owner, seqField, 'token', 'w')

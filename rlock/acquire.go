@@ -404,7 +404,7 @@ func (m *Mutex) attempt(ctx context.Context, h *hold, lease time.Duration, renew
 		case err != nil:
 			return false, 0, errorf("lock %q: %w", m.name, err)
 		}
-		m.fastRecord(h, within, waiting, vals, sent, isFast, args)
+		m.fastRecord(h, within, waiting, vals, sent, isFast, fastVal)
 		return true, 0, nil
 	case len(vals) == 2 && vals[0] == 0:
 		m.fastGranted(sent, false)

@@ -54,11 +54,12 @@ func (m *Mutex) fastGranted(sent time.Time, ok bool) {
 }
 
 // fastRecord notes what a grant recorded for an attempt (within, waiting: as attempt's; vals:
-// the grant; isFast: it was a fast grant; args: the attempt's) means for fast grants: the
-// tenure a fast grant began is in the fast form (its sequence number), a re-entry's script
+// the grant; form: the fast form the attempt sent, "" when a script; isFast: the grant was
+// the transaction's) means for fast grants: the tenure a fast grant began is in that form, a
+// re-entry's script
 // converted the tenure it joined, and an uncontended fresh grant lets the handle's next fresh
 // acquires go fast. h.op must be held.
-func (m *Mutex) fastRecord(h *hold, within *tenure, waiting bool, vals []int64, sent time.Time, isFast bool, args []string) {
+func (m *Mutex) fastRecord(h *hold, within *tenure, waiting bool, vals []int64, sent time.Time, isFast bool, form string) {
 	if !m.v.fast {
 		return
 	}
@@ -71,7 +72,7 @@ func (m *Mutex) fastRecord(h *hold, within *tenure, waiting bool, vals []int64, 
 	if isFast {
 		h.mu.Lock()
 		if t := h.cur; t != nil && t.token == vals[1] {
-			t.fast = args[2]
+			t.fast = form
 		}
 		h.mu.Unlock()
 	}

@@ -87,9 +87,10 @@ type tenure struct {
 	ended error                     // why it ended; nil while it lasts
 	told  bool                      // the cancels of subs have run: Done may show the end
 	token int64
-	// fast: the sequence number of the fast grant that began the tenure, while Redis holds
-	// the lock in the fast form (fast.go): a re-entry sends the token to convert it, the
-	// last release goes by fast_release.lua, and the renewals name the form. "" otherwise.
+	// fast: the fast form of the grant that began the tenure ('~<owner> <seq>', fast.go),
+	// while Redis holds the lock in it: a re-entry sends the token to convert it, the last
+	// release goes by fast_release.lua, and the renewals and release replays name it. ""
+	// otherwise.
 	// Written under h.op and h.mu; read under either.
 	fast  string
 	lease *watchdog.Lease
@@ -614,10 +615,10 @@ func (h *hold) tenureOf(l *watchdog.Lease) int64 {
 func (h *hold) fastFormOf(l *watchdog.Lease) string {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.cur == nil || h.cur.lease != l || h.cur.fast == "" {
+	if h.cur == nil || h.cur.lease != l {
 		return ""
 	}
-	return "~" + h.owner + " " + h.cur.fast
+	return h.cur.fast
 }
 
 // settleOrphans gives back, in the background, the orphans of h's current tenure (holds

@@ -256,7 +256,7 @@ func (m *Mutex) sendRelease(ctx context.Context, owner string, next *candidate, 
 		// and needs no sequence number (it writes none). A lock held otherwise (-5) goes to
 		// the release script as a first send; a send of unknown outcome is replayed as the
 		// release script's (below), which reads the fast form.
-		fk, fa := [1]string{m.keys.lock}, [3]string{owner, t.fast, channel}
+		fk, fa := [1]string{m.keys.lock}, [3]string{owner, t.fast[len(owner)+2:], channel}
 		res := m.c.execServed(fctx, lua.FastRelease, fk[:], fa[:])
 		n, err := res.AsInt64()
 		switch {
@@ -343,7 +343,7 @@ func (m *Mutex) sendRelease(ctx context.Context, owner string, next *candidate, 
 				// A tenure in the fast form is named by its form (fast.go), as a force
 				// records it (force_release.lua): so a replay that finds it forced away
 				// tells the loss.
-				args[3] = "~" + owner + " " + t.fast
+				args[3] = t.fast
 			} else if t != nil {
 				args[3] = strconv.FormatInt(t.token, 10)
 			} else if h != nil {
