@@ -150,6 +150,7 @@ func (a *acquisition) attempt(waiting bool) (bool, time.Duration, error) {
 type attemptBuf struct {
 	kv   [6]string // KEYS then ARGV
 	vals [4]int64
+	cmds [4]rueidis.Completed // a fast grant's transaction (execFast)
 	// direct: the caller does not wait on the attempt itself (a RedLock round's instance,
 	// whose round leaves it at ctx's end), so the first send needs no goroutine of its own.
 	direct bool
@@ -347,11 +348,11 @@ func (m *Mutex) attempt(ctx context.Context, h *hold, lease time.Duration, renew
 	site := replaySite{kind: m.v.obs, name: m.name, owner: h.owner, op: "acquire"}
 	if ctx.Done() == nil || b.direct {
 		if fastVal != "" {
-			vals, isFast, err = m.c.execFast(ctx, m.v.acquire, keys, args, fastVal, lease, b.vals[:0])
+			vals, isFast, err = m.c.execFast(ctx, m.v.acquire, keys, args, fastVal, &b.cmds, b.vals[:0])
 		} else {
 			vals, acked, err = m.c.execAcquire(ctx, m.v.acquire, keys, args, b.vals[:0])
 		}
-	} else if f := m.c.send(ctx, sent, true, m.v.acquire, keys, args, fastVal, lease); f.await(ctx) {
+	} else if f := m.c.send(ctx, sent, true, m.v.acquire, keys, args, fastVal); f.await(ctx) {
 		// A ctx that can end: the caller must be able to leave (see inflight).
 		vals, acked, err, isFast = append(b.vals[:0], f.vals...), f.acked, f.err, f.isFast
 	} else {

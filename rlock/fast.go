@@ -89,14 +89,18 @@ func (m *Mutex) fastRecord(h *hold, within *tenure, waiting bool, vals []int64, 
 // transaction's (then nothing was applied, or its outcome is unknown: a replay of acquire.lua
 // resolves it) or the script's.
 //
-// value is the token field the transaction writes, '~<owner> <seq>' (newFastRequest).
-func (c *Client) execFast(ctx context.Context, s *lua.Script, keys, args []string, value string, lease time.Duration, buf []int64) (vals []int64, fast bool, err error) {
+// value is the token field the transaction writes, '~<owner> <seq>' (newFastRequest); its
+// SET's PX is args[0], the lease in milliseconds as the script takes it. cmds is memory of
+// the caller's for the four commands (it allocates none).
+func (c *Client) execFast(ctx context.Context, s *lua.Script, keys, args []string, value string, cmds *[4]rueidis.Completed, buf []int64) (vals []int64, fast bool, err error) {
 	rc := c.rc
-	res := rc.DoMulti(ctx,
+	*cmds = [4]rueidis.Completed{
 		rc.B().Multi().Build(),
-		rc.B().Set().Key(keys[0]).Value(value).Nx().PxMilliseconds(lease.Milliseconds()).Build(),
+		rc.B().Arbitrary("SET").Keys(keys[0]).Args(value, "NX", "PX", args[0]).Build(),
 		rc.B().Incr().Key(keys[1]).Build(),
-		rc.B().Exec().Build())
+		rc.B().Exec().Build(),
+	}
+	res := rc.DoMulti(ctx, cmds[:]...)
 	exec := res[len(res)-1]
 	if err := exec.Error(); err != nil {
 		if _, isReply := rueidis.IsRedisErr(err); !isReply {

@@ -414,7 +414,7 @@ func (h *hold) granted(within *tenure, token, holds, mine int64, sent time.Time,
 	} else {
 		l = &watchdog.Lease{TTL: lease, Renew: renew, Data: h}
 	}
-	l.OnLost = func(cause error) { h.onLost(l, cause) }
+	l.OnLost = leaseLost // no closure per lease: the lease's Data is h
 	if err := h.c.wd.Add(l, sent); err != nil {
 		if !fresh {
 			// The re-entry's own lease ran out before its reply came back: the lease in
@@ -450,6 +450,9 @@ var errReentryEnded = errorf("%w: the tenure it re-entered ran to the end of its
 // ErrLeaseExpired: the lease asked for had run out (on this Client's conservative clock)
 // by the time the grant was known.
 var errLateGrant = errorf("%w: the grant arrived after its lease had run out", ErrLeaseExpired)
+
+// leaseLost is the OnLost of every hold's lease (its Data is the hold).
+func leaseLost(l *watchdog.Lease, cause error) { l.Data.(*hold).onLost(l, cause) }
 
 // onLost runs on a watchdog goroutine when lease l was lost.
 func (h *hold) onLost(l *watchdog.Lease, cause error) {

@@ -33,11 +33,11 @@ type inflight struct {
 	keys []string
 	args []string
 	// acquire selects execAcquire (vals, acked) rather than exec (res); fastVal, when set,
-	// execFast (vals, isFast) with the lease its transaction sets.
+	// execFast (vals, isFast).
 	acquire bool
 	fastVal string
-	lease   time.Duration
 	isFast  bool
+	cmds    [4]rueidis.Completed // execFast's
 
 	res   rueidis.RedisResult
 	buf   [4]int64
@@ -51,10 +51,9 @@ type inflight struct {
 // outcome await and wait give. The send's context keeps ctx's values and ends at sent plus
 // the cleanup timeout, or with the Client (Close; rueidis may heed only the deadline).
 //
-// fastVal, when set, sends an acquire as a fast grant (execFast) with lease as its
-// transaction's.
-func (c *Client) send(ctx context.Context, sent time.Time, acquire bool, s *lua.Script, keys, args []string, fastVal string, lease time.Duration) *inflight {
-	f := &inflight{c: c, s: s, acquire: acquire, fastVal: fastVal, lease: lease, done: make(chan struct{}, 1)}
+// fastVal, when set, sends an acquire as a fast grant (execFast).
+func (c *Client) send(ctx context.Context, sent time.Time, acquire bool, s *lua.Script, keys, args []string, fastVal string) *inflight {
+	f := &inflight{c: c, s: s, acquire: acquire, fastVal: fastVal, done: make(chan struct{}, 1)}
 	if len(keys)+len(args) <= len(f.kv) {
 		n := copy(f.kv[:], keys)
 		copy(f.kv[n:], args)
@@ -69,7 +68,7 @@ func (c *Client) send(ctx context.Context, sent time.Time, acquire bool, s *lua.
 
 func (f *inflight) run() {
 	if f.fastVal != "" {
-		f.vals, f.isFast, f.err = f.c.execFast(f.ctx, f.s, f.keys, f.args, f.fastVal, f.lease, f.buf[:0])
+		f.vals, f.isFast, f.err = f.c.execFast(f.ctx, f.s, f.keys, f.args, f.fastVal, &f.cmds, f.buf[:0])
 	} else if f.acquire {
 		f.vals, f.acked, f.err = f.c.execAcquire(f.ctx, f.s, f.keys, f.args, f.buf[:0])
 	} else {

@@ -73,11 +73,12 @@ type Lease struct {
 	TTL time.Duration
 	// Renew says whether the watchdog renews the lease (true) or only watches its deadline.
 	Renew bool
-	// OnLost runs once, on a watchdog goroutine, when the lease is lost, with ErrGone (wrapped
-	// as the Renewer returned it) or ErrExpired. Must not be nil. It must not block. It never
-	// runs once Remove returned true; when Remove returns false it may be running or about to
-	// run.
-	OnLost func(cause error)
+	// OnLost runs once, on a watchdog goroutine, when the lease is lost, with the lease and
+	// ErrGone (wrapped as the Renewer returned it) or ErrExpired. Must not be nil. It must not
+	// block. It never runs once Remove returned true; when Remove returns false it may be
+	// running or about to run. It is given the lease so that one function serves every lease
+	// of a holder (with Data telling them apart), rather than a closure made per lease.
+	OnLost func(l *Lease, cause error)
 	// Data is the caller's, for its Renewer.
 	Data any
 
@@ -300,7 +301,7 @@ func (w *Watchdog) loop() {
 		lost, due := w.collect()
 		// OnLost may Remove a lease of due: renew checks each lease again before sending.
 		for _, l := range lost {
-			l.OnLost(ErrExpired)
+			l.OnLost(l, ErrExpired)
 		}
 		if len(due) > 0 {
 			w.mu.Lock()
@@ -444,7 +445,7 @@ func (w *Watchdog) renew(batch []taken) {
 		report()
 	}
 	for i, l := range lost {
-		l.OnLost(causes[i])
+		l.OnLost(l, causes[i])
 	}
 }
 

@@ -103,13 +103,14 @@ type lostLog struct {
 	events []lostEvent
 }
 
-// lease returns a lease whose OnLost is recorded in g.
+// lease returns a lease whose OnLost is recorded in g, under the lease OnLost is given (of
+// finds the lease's events by it: OnLost must be given the lease it was set on).
 func (g *lostLog) lease(ttl time.Duration, renew bool) *Lease {
 	l := &Lease{TTL: ttl, Renew: renew}
-	l.OnLost = func(cause error) {
+	l.OnLost = func(got *Lease, cause error) {
 		g.mu.Lock()
 		defer g.mu.Unlock()
-		g.events = append(g.events, lostEvent{at: time.Now(), l: l, cause: cause})
+		g.events = append(g.events, lostEvent{at: time.Now(), l: got, cause: cause})
 	}
 	return l
 }
@@ -829,7 +830,7 @@ func TestRemoveBetweenCollectAndSend(t *testing.T) {
 		f := lost.lease(ttl1s, false) // deadline at 988 ms
 		rl := lost.lease(ttl1s, true) // added at 321.33 ms: renewal due at 988 ms
 		var removeResult atomic.Int32
-		f.OnLost = func(error) {
+		f.OnLost = func(*Lease, error) {
 			if w.Remove(rl) {
 				removeResult.Store(1)
 			} else {
@@ -864,17 +865,17 @@ func TestRemoveOfLeaseLostInSameRound(t *testing.T) {
 		var results []bool
 		var mu sync.Mutex
 		onA, onB := a.OnLost, b.OnLost
-		a.OnLost = func(c error) {
+		a.OnLost = func(l *Lease, c error) {
 			mu.Lock()
 			results = append(results, w.Remove(b))
 			mu.Unlock()
-			onA(c)
+			onA(l, c)
 		}
-		b.OnLost = func(c error) {
+		b.OnLost = func(l *Lease, c error) {
 			mu.Lock()
 			results = append(results, w.Remove(a))
 			mu.Unlock()
-			onB(c)
+			onB(l, c)
 		}
 		mustAdd(t, w, a, start)
 		mustAdd(t, w, b, start)
@@ -1522,7 +1523,7 @@ func TestHammer(t *testing.T) {
 	newLease := func(ttl time.Duration, renew, stable bool) (*Lease, *state) {
 		s := &state{stable: stable}
 		l := &Lease{TTL: ttl, Renew: renew, Data: s}
-		l.OnLost = func(cause error) {
+		l.OnLost = func(_ *Lease, cause error) {
 			if !errors.Is(cause, ErrGone) && !errors.Is(cause, ErrExpired) {
 				t.Errorf("OnLost cause %v", cause)
 			}
@@ -1653,8 +1654,8 @@ func TestReportingRenewer_reportAfterResultsApplied(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer w.Close()
-	kept := &Lease{TTL: ttl, Renew: true, OnLost: func(error) { r.order <- "kept lost" }}
-	gone := &Lease{TTL: ttl, Renew: true, OnLost: func(error) { r.order <- "gone lost" }}
+	kept := &Lease{TTL: ttl, Renew: true, OnLost: func(*Lease, error) { r.order <- "kept lost" }}
+	gone := &Lease{TTL: ttl, Renew: true, OnLost: func(*Lease, error) { r.order <- "gone lost" }}
 	r.gone = gone
 	now := time.Now()
 	if err := w.Add(kept, now); err != nil {
