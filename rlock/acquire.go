@@ -151,9 +151,22 @@ type attemptBuf struct {
 	kv   [6]string // KEYS then ARGV
 	vals [4]int64
 	cmds [4]rueidis.Completed // a fast grant's transaction (execFast)
+	// first is the first send's memory (inflight), taken by the first attempt whose send
+	// needs one (firstTaken) and never reused: a send the caller left lives on after it.
+	first      inflight
+	firstTaken bool
 	// direct: the caller does not wait on the attempt itself (a RedLock round's instance,
 	// whose round leaves it at ctx's end), so the first send needs no goroutine of its own.
 	direct bool
+}
+
+// firstSend returns b.first the first time it is asked, nil after (send allocates).
+func (b *attemptBuf) firstSend() *inflight {
+	if b.firstTaken {
+		return nil
+	}
+	b.firstTaken = true
+	return &b.first
 }
 
 // leave runs the variant's leave (withdrawing what a wait that gave up registered in
@@ -352,7 +365,7 @@ func (m *Mutex) attempt(ctx context.Context, h *hold, lease time.Duration, renew
 		} else {
 			vals, acked, err = m.c.execAcquire(ctx, m.v.acquire, keys, args, b.vals[:0])
 		}
-	} else if f := m.c.send(ctx, sent, true, m.v.acquire, keys, args, fastVal); f.await(ctx) {
+	} else if f := m.c.send(ctx, sent, true, m.v.acquire, keys, args, fastVal, b.firstSend()); f.await(ctx) {
 		// A ctx that can end: the caller must be able to leave (see inflight).
 		vals, acked, err, isFast = append(b.vals[:0], f.vals...), f.acked, f.err, f.isFast
 	} else {

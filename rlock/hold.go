@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/relock-go/relock/watchdog"
@@ -95,7 +96,12 @@ type tenure struct {
 	fast  string
 	lease *watchdog.Lease
 	first watchdog.Lease // the fresh grant's lease: lease points here until a re-entry extends it
-	renew bool
+	// relSC is memory for the send context of one give-back of the tenure (sendRelease), taken
+	// at most once (relSCTaken): a context rueidis derived from it may still read it after
+	// the answer, so it is never written again.
+	relSC      sendCtx
+	relSCTaken atomic.Bool
+	renew      bool
 	// releasing: the give-back of the tenure's last hold is in flight (Mutex.release). A
 	// renewal that finds the hold gone meanwhile may have met that very give-back: the loss
 	// waits (deferred) for the give-back's answer, which ends the tenure either way.

@@ -21,8 +21,9 @@ import (
 
 // inflight is one such send. Its fields are the send's inputs (copied: the caller's buffers
 // are reused by its next attempt) and its outcome, written before done is signalled. It is
-// not pooled: its context (sc) may still be read by contexts rueidis derived from it after
-// the answer.
+// never reused: its context (sc) may still be read by contexts rueidis derived from it after
+// the answer. An acquisition's first attempt uses one in the acquisition's own memory
+// (attemptBuf.first: one allocation fewer), the later ones allocate theirs.
 type inflight struct {
 	c    *Client
 	ctx  context.Context
@@ -51,9 +52,14 @@ type inflight struct {
 // outcome await and wait give. The send's context keeps ctx's values and ends at sent plus
 // the cleanup timeout, or with the Client (Close; rueidis may heed only the deadline).
 //
-// fastVal, when set, sends an acquire as a fast grant (execFast).
-func (c *Client) send(ctx context.Context, sent time.Time, acquire bool, s *lua.Script, keys, args []string, fastVal string) *inflight {
-	f := &inflight{c: c, s: s, acquire: acquire, fastVal: fastVal, done: make(chan struct{}, 1)}
+// fastVal, when set, sends an acquire as a fast grant (execFast). into, when not nil, is
+// zeroed memory of the caller's for the send, never used before.
+func (c *Client) send(ctx context.Context, sent time.Time, acquire bool, s *lua.Script, keys, args []string, fastVal string, into *inflight) *inflight {
+	f := into
+	if f == nil {
+		f = new(inflight)
+	}
+	f.c, f.s, f.acquire, f.fastVal, f.done = c, s, acquire, fastVal, make(chan struct{}, 1)
 	if len(keys)+len(args) <= len(f.kv) {
 		n := copy(f.kv[:], keys)
 		copy(f.kv[n:], args)

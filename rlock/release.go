@@ -240,7 +240,13 @@ func (m *Mutex) release(ctx context.Context, h *hold, rt *relTrace) error {
 // renewal that finds the lock already freed by the first send ends the lease (it was not
 // lost: it was given back).
 func (m *Mutex) sendRelease(ctx context.Context, owner string, next *candidate, h *hold, t *tenure, keep int) (int64, int64, error) {
-	fctx, fcancel := m.c.firstSendCtx(ctx)
+	var fctx context.Context
+	var fcancel context.CancelFunc
+	if t != nil && t.relSCTaken.CompareAndSwap(false, true) {
+		fctx, fcancel = m.c.firstSendCtxIn(ctx, time.Now(), &t.relSC) // no allocation
+	} else {
+		fctx, fcancel = m.c.firstSendCtx(ctx)
+	}
 	defer fcancel()
 	channel := m.keys.pub
 	if m.v.spin {
