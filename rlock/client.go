@@ -4,6 +4,7 @@ import (
 	"container/list"
 	"context"
 	"errors"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -705,38 +706,32 @@ func (r renewer) keysArgs(v *variant, leases []*watchdog.Lease) ([]string, []str
 		}
 		args = append(args, h.owner)
 	}
-	if shared {
-		// A context owner's renewal names its tenure (renew.lua): another Client may have
-		// taken the lock afresh for the same owner id after this one's tenure was lost. A
-		// tenure in the fast form is named by its form (fast.go): a ghost of another of the
-		// owner's transactions is not it.
-		n := len(args)
+	// A context owner's renewal names its tenure (renew.lua): another Client may have taken
+	// the lock afresh for the same owner id after this one's tenure was lost. A tenure in the
+	// fast form is named by its form (fast.go): a ghost of another of the owner's
+	// transactions is not it. The names go only when one of the leases has one; otherwise the
+	// arguments are as before (an empty name names nothing).
+	if shared && slices.ContainsFunc(leases, func(l *watchdog.Lease) bool { return tenureName(v, l) != "" }) {
 		for _, l := range leases {
-			tok := ""
-			if h := l.Data.(*hold); isContextOwner(h.owner) {
-				if t := h.tenureOf(l); t != 0 {
-					tok = strconv.FormatInt(t, 10)
-				}
-			} else if v.fast {
-				tok = h.fastFormOf(l)
-			}
-			args = append(args, tok)
-		}
-		if !isSharedArgs(args[n:]) {
-			args = args[:n] // nothing to name: the arguments as before
+			args = append(args, tenureName(v, l))
 		}
 	}
 	return keys, args
 }
 
-// isSharedArgs reports whether any of the renew script's tenure arguments names something.
-func isSharedArgs(toks []string) bool {
-	for _, t := range toks {
-		if t != "" {
-			return true
+// tenureName is how the renew script names the tenure of lease l (keysArgs): its token for a
+// context owner's, its fast form for a plain lock's held in that form, else "".
+func tenureName(v *variant, l *watchdog.Lease) string {
+	h := l.Data.(*hold)
+	switch {
+	case isContextOwner(h.owner):
+		if t := h.tenureOf(l); t != 0 {
+			return strconv.FormatInt(t, 10)
 		}
+	case v.fast:
+		return h.fastFormOf(l)
 	}
-	return false
+	return ""
 }
 
 // parse turns the renew script's reply for n leases into one error per lease: nil when
