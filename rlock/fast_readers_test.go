@@ -13,15 +13,63 @@ import (
 	"github.com/relock-go/relock/rlock"
 )
 
-// fastLock writes a plain lock's fast form by hand (docs/DESIGN.md section 5; nothing
-// writes it yet): the hash at key holds token = "~<owner> <seq>" (and the fields more), with
-// a 10 s lease.
+// fastShape is one of the two ways a plain lock's fast form is written (docs/DESIGN.md
+// section 5, "Two forms of it"), which every reader must read alike.
+type fastShape struct {
+	name string // the subtest's name; Inspect's Info.Type of the form
+	// write writes owner's fast form of seq at key, with a 30 s lease, and returns its text
+	// ("~<owner> <seq>"); more are fields besides token, which only the hash carries.
+	write func(t *testing.T, b *backend, key, owner, seq string, more ...string) string
+	// fields: the form carries fields besides token (a waiter's mark w, the owner's own
+	// count, q: fields). Only the hash does; the cases about them run on it only.
+	fields bool
+}
+
+var fastShapes = []fastShape{
+	{name: "hash", write: fastLock, fields: true},
+	{name: "string", write: fastString, fields: false},
+}
+
+// extra returns fields kv for a shape that carries fields besides token (the hash), none
+// for the string.
+func (s fastShape) extra(kv ...string) []string {
+	if !s.fields {
+		return nil
+	}
+	return kv
+}
+
+// eachFastShape runs fn on each backend, once per shape of the fast form (subtests "hash"
+// and "string").
+func eachFastShape(t *testing.T, fn func(t *testing.T, b *backend, s fastShape)) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		for _, s := range fastShapes {
+			t.Run(s.name, func(t *testing.T) { fn(t, b, s) })
+		}
+	})
+}
+
+// fastLock writes a plain lock's fast form as a hash, as a script makes it of the string
+// (lib_fast.lua's fastHash): the hash at key holds token = "~<owner> <seq>" (and the fields
+// more), with a 30 s lease.
 func fastLock(t *testing.T, b *backend, key, owner, seq string, more ...string) string {
 	t.Helper()
 	tok := "~" + owner + " " + seq
 	_, err := b.do(t, append([]string{"HSET", key, "token", tok}, more...)...)
 	require.NoError(t, err)
-	_, err = b.do(t, "PEXPIRE", key, "10000")
+	_, err = b.do(t, "PEXPIRE", key, "30000")
+	require.NoError(t, err)
+	return tok
+}
+
+// fastString writes a plain lock's fast form as the fast grant's transaction writes it (SET
+// key "~<owner> <seq>" NX PX <lease>): a string, with a 30 s lease. A string has no fields:
+// more is a test's mistake.
+func fastString(t *testing.T, b *backend, key, owner, seq string, more ...string) string {
+	t.Helper()
+	require.Empty(t, more, "the string form carries no fields besides its text")
+	tok := "~" + owner + " " + seq
+	_, err := b.do(t, "SET", key, tok, "PX", "30000")
 	require.NoError(t, err)
 	return tok
 }
@@ -41,14 +89,19 @@ func spendFast(t *testing.T, b *backend, key, seq string) {
 	require.NoError(t, err)
 }
 
-// TestReaders_fastForm: the Go readers read a Mutex's fast form as its owner's one hold with
-// no token known (IsLocked, HoldCount, TTL, Inspect's holder with Token 0 and no Since, the
-// FairMutex's and the RWMutex's readers as on a full form), ForceUnlockSeen frees it only in
-// the very form seen, and a ghost (its sequence number spent in the fence) is a free lock
-// everywhere. Before, HoldCount said 0 to the fast owner, Inspect showed no holder (and
-// ForceUnlockSeen freed whatever fast form it found), and a ghost read as held.
+// TestReaders_fastForm: the Go readers read a Mutex's fast form, in either shape, as its
+// owner's one hold with no token known (IsLocked, HoldCount, TTL, Inspect's Kind Mutex,
+// Type the shape's ("hash", "string"), holder with Token 0, no Since and the owner's
+// ClientID; the FairMutex's readers as on a full form; the RWMutex answers ErrWrongType as
+// on a full form), ForceUnlockSeen frees it only in the very form seen (not the owner's next
+// fast tenure, not an Info built by hand) and records its text as the forced tenure, and a
+// ghost (its sequence number spent in the fence; the hash one with a waiter's mark) is a
+// free lock everywhere. The hash form with a waiter's mark is still the Mutex's hold for
+// the FairMutex; a user's string stays ErrWrongType. Before, HoldCount said 0 to the fast
+// owner, Inspect showed no holder (and ForceUnlockSeen freed whatever fast form it found), a
+// ghost read as held, and every string was ErrWrongType.
 func TestReaders_fastForm(t *testing.T) {
-	eachBackend(t, func(t *testing.T, b *backend) {
+	eachFastShape(t, func(t *testing.T, b *backend, s fastShape) {
 		c := b.client(t)
 		name := redistest.Name(t)
 		m, other := c.Mutex(name), c.Mutex(name)
@@ -57,7 +110,7 @@ func TestReaders_fastForm(t *testing.T) {
 		clear := func() { _, _ = b.do(t, "DEL", key, key+":fence", key+":forced") }
 
 		// A fast form: held by its owner, one hold, token unknown.
-		fastLock(t, b, key, owner, "7.3")
+		s.write(t, b, key, owner, "7.3")
 		locked, err := m.IsLocked(bg)
 		require.NoError(t, err)
 		require.True(t, locked, "IsLocked of a fast form")
@@ -69,7 +122,7 @@ func TestReaders_fastForm(t *testing.T) {
 		require.Equal(t, 0, n, "HoldCount of another owner")
 		ttl, err := m.TTL(bg)
 		require.NoError(t, err)
-		require.True(t, ttl > 0 && ttl <= 10*time.Second, "TTL of a fast form: %v", ttl)
+		require.True(t, ttl > 20*time.Second && ttl <= 30*time.Second, "TTL of a fast form: %v", ttl)
 		locked, err = c.FairMutex(name).IsLocked(bg)
 		require.NoError(t, err)
 		require.True(t, locked, "FairMutex.IsLocked of a fast form")
@@ -79,8 +132,9 @@ func TestReaders_fastForm(t *testing.T) {
 		in, err := c.Inspect(bg, name)
 		require.NoError(t, err)
 		require.Equal(t, rlock.KindMutex, in.Kind)
-		require.Equal(t, "hash", in.Type)
+		require.Equal(t, s.name, in.Type, "Type: the key's, the shape's")
 		require.Zero(t, in.Token, "Token of a fast form: not known to Redis")
+		require.True(t, in.TTL > 20*time.Second, "Inspect's TTL of a fast form: %v", in.TTL)
 		require.Len(t, in.Holders, 1)
 		h := in.Holders[0]
 		require.Equal(t, owner, h.Owner)
@@ -90,11 +144,10 @@ func TestReaders_fastForm(t *testing.T) {
 		require.True(t, h.TTL > 0)
 
 		// As seen: freed only in the very form shown.
-		_, err = b.do(t, "HSET", key, "token", "~"+owner+" 7.4") // the owner's next fast tenure
-		require.NoError(t, err)
+		s.write(t, b, key, owner, "7.4") // the owner's next fast tenure
 		_, err = c.ForceUnlockSeen(bg, in)
 		require.ErrorIs(t, err, rlock.ErrConflict, "a fast tenure begun since is not the one seen")
-		tok := fastLock(t, b, key, owner, "7.4")
+		tok := s.write(t, b, key, owner, "7.5")
 		in, err = c.Inspect(bg, name)
 		require.NoError(t, err)
 		hand := rlock.Info{Name: in.Name, Key: in.Key, Kind: in.Kind, Holders: in.Holders} // Token 0, not the form
@@ -105,12 +158,12 @@ func TestReaders_fastForm(t *testing.T) {
 		require.True(t, freed)
 		rec, err := b.do(t, "HGET", key+":forced", owner)
 		require.NoError(t, err)
-		s, _ := rec.ToString()
-		require.Equal(t, tok, s, "the forced record names the fast tenure by its token field")
+		str, _ := rec.ToString()
+		require.Equal(t, tok, str, "the forced record names the fast tenure by its text")
 		clear()
 
-		// A ghost: free for every reader.
-		fastLock(t, b, key, owner, "7.3", "w", "1")
+		// A ghost (the hash one marked by a waiter): free for every reader.
+		s.write(t, b, key, owner, "7.3", s.extra("w", "1")...)
 		spendFast(t, b, key, "7.3")
 		locked, err = m.IsLocked(bg)
 		require.NoError(t, err)
@@ -139,12 +192,30 @@ func TestReaders_fastForm(t *testing.T) {
 		require.Zero(t, x, "the ghost is deleted, no forced record written")
 		clear()
 
-		// The fast form of a FairMutex's name, with waiters: still the Mutex's hold.
-		fastLock(t, b, key, owner, "7.3")
-		locked, err = c.FairMutex(name).IsLocked(bg)
-		require.NoError(t, err)
-		require.True(t, locked)
-		clear()
+		if s.fields {
+			// The hash form of a FairMutex's name, with a waiter's mark: still the Mutex's hold.
+			fastLock(t, b, key, owner, "7.3", "w", "1")
+			locked, err = c.FairMutex(name).IsLocked(bg)
+			require.NoError(t, err)
+			require.True(t, locked, "FairMutex.IsLocked of a marked fast form")
+			clear()
+		}
+
+		if s.name == "string" {
+			// A user's string (not a fast form): another type, as before.
+			_, err = b.do(t, "SET", key, "hello")
+			require.NoError(t, err)
+			_, err = m.IsLocked(bg)
+			require.ErrorIs(t, err, rlock.ErrWrongType)
+			require.ErrorContains(t, err, "a string")
+			_, err = m.TTL(bg)
+			require.ErrorIs(t, err, rlock.ErrWrongType)
+			_, err = m.HoldCount(bg)
+			require.ErrorIs(t, err, rlock.ErrWrongType)
+			_, err = c.Inspect(bg, name)
+			require.ErrorIs(t, err, rlock.ErrWrongType)
+			clear()
+		}
 	})
 }
 
@@ -204,10 +275,12 @@ func TestReaders_fullFormCalls(t *testing.T) {
 
 // TestModelHelpers_fastForm: the model test's reads of Redis (redisHashCount for its counts,
 // and so redis-ghost, redis-missing, redis-lost; redisGhost for its end-keys check) read a
-// fast form as its owner's one hold and a ghost as free, as the Client's readers do. Before,
-// the model read HGET owner: 0 for the fast form's owner.
+// fast form, in either shape, as its owner's one hold and a ghost as free, as the Client's
+// readers do; the hash form's own count field of the owner rules; a user's string is an
+// error. Before, the model read HGET owner: 0 for the fast form's owner, and every string
+// was an error (WRONGTYPE).
 func TestModelHelpers_fastForm(t *testing.T) {
-	eachBackend(t, func(t *testing.T, b *backend) {
+	eachFastShape(t, func(t *testing.T, b *backend, s fastShape) {
 		admin := b.rueidis(t)
 		key := "{" + redistest.Name(t) + "}"
 		count := func(owner string) int {
@@ -224,21 +297,28 @@ func TestModelHelpers_fastForm(t *testing.T) {
 		}
 		require.Zero(t, count("h:a"), "no lock")
 		require.False(t, ghost())
-		fastLock(t, b, key, "h:a", "7.3", "w", "1", "q:u:x", "c.1/0")
+		s.write(t, b, key, "h:a", "7.3", s.extra("w", "1", "q:u:x", "c.1/0")...)
 		require.Equal(t, 1, count("h:a"), "the fast form's owner")
 		require.Zero(t, count("h:b"), "another owner")
 		require.False(t, ghost())
-		_, err := b.do(t, "HSET", key, "h:a", "3")
-		require.NoError(t, err)
-		require.Equal(t, 3, count("h:a"), "the owner's count field rules")
-		_, err = b.do(t, "HDEL", key, "h:a")
-		require.NoError(t, err)
+		if s.fields {
+			_, err := b.do(t, "HSET", key, "h:a", "3")
+			require.NoError(t, err)
+			require.Equal(t, 3, count("h:a"), "the owner's count field rules")
+			_, err = b.do(t, "HDEL", key, "h:a")
+			require.NoError(t, err)
+		}
 		spendFast(t, b, key, "7.3")
 		require.Zero(t, count("h:a"), "a ghost's owner")
-		require.True(t, ghost())
-		_, err = b.do(t, "HSET", key, "token", "~h:a 7.4")
-		require.NoError(t, err)
+		require.True(t, ghost(), "a ghost")
+		s.write(t, b, key, "h:a", "7.4")
 		require.Equal(t, 1, count("h:a"), "another number than the spent one")
 		require.False(t, ghost())
+		if s.name == "string" {
+			_, err := b.do(t, "SET", key, "hello")
+			require.NoError(t, err)
+			_, err = redisGhost(bg, admin, key)
+			require.Error(t, err, "a user's string")
+		}
 	})
 }
