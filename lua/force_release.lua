@@ -37,6 +37,7 @@
 --#include lib_refusal
 --#include lib_publish
 local fastMark = 126 -- '~': a fast form's token field (lib_fast.lua)
+local fastPattern = '^~(h:%S+) (%x+%.%d+)$' -- lib_fast.lua's: anything else is a user's value
 
 -- ghost(tok) reports whether token field tok is a fast form that the fence records as spent.
 -- The libraries are defined only here: only a fast form pays for them.
@@ -58,7 +59,7 @@ if t == 'string' then
   -- as its hash form, whose only field is the token. It is not converted: the force only
   -- deletes it, which a full server accepts (a conversion's HSET it refuses).
   local v = redis.call('get', KEYS[1])
-  if string.byte(v) == fastMark then
+  if string.match(v, fastPattern) then
     fields = {'token', v}
   end
 end
@@ -87,7 +88,7 @@ for i = 1, #fields, 2 do
 end
 if string.byte(token) == fastMark then
   -- The fast form: its owner holds one hold, unless its own count field is there to say so.
-  local fo = string.match(token, '^~(%S+) %S+$')
+  local fo = string.match(token, fastPattern)
   if fo and not has[fo] then
     if ghost(token) then
       if w then

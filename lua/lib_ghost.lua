@@ -15,12 +15,15 @@ local function ghost(lock, fence, str)
     and fastSpent(fence, fseq, serverMs())
 end
 
+-- fastPattern is lib_fast.lua's (which is included inside ghost only): a fast form exactly.
+local fastPattern = '^~(h:%S+) (%x+%.%d+)$'
+
 -- fastString(lock) is the lock's value, after a hash read of it failed, when it is a string
--- that is a fast form (it starts with '~', lib_fast.lua); nil for another string, and GET's
--- error for a key of another type.
+-- that is a fast form (fastPattern); nil for another string (a user's, even one
+-- that starts with '~'), and GET's error for a key of another type.
 local function fastString(lock)
   local v = redis.call('get', lock)
-  if string.byte(v) == 126 then
+  if string.match(v, fastPattern) then
     return v
   end
   return nil

@@ -29,7 +29,7 @@ local t = redis.call('type', lock).ok
 if t == 'string' then
   -- A plain lock's fast form written as a string is read as its hash form.
   local v = redis.call('get', lock)
-  if string.byte(v) == 126 then
+  if string.match(v, fastPattern) then
     if not ghost(lock, KEYS[3], v) then
       return redis.error_reply('WRONGTYPE the key holds another kind of lock, not a read-write lock')
     end

@@ -17,7 +17,9 @@ import (
 const Mark = '~'
 
 // Parse returns the owner and the sequence number of token field tok when it is a fast form
-// (lib_fast.lua's fastForm: "~" + owner + " " + seq, neither with whitespace).
+// exactly as rlock writes it (lib_fast.lua's fastPattern, '^~(h:%S+) (%x+%.%d+)$'): "~", a
+// handle owner's id ("h:" and no whitespace), one space, a sequence number (hex digits, ".",
+// decimal digits). Anything else that starts with "~" is a user's value, not a lock.
 func Parse(tok string) (owner, seq string, ok bool) {
 	if len(tok) == 0 || tok[0] != Mark {
 		return "", "", false
@@ -28,10 +30,29 @@ func Parse(tok string) (owner, seq string, ok bool) {
 		return "", "", false
 	}
 	owner, seq = rest[:i], rest[i+1:]
-	if seq == "" || strings.ContainsAny(seq, luaSpace) {
+	if len(owner) <= 2 || owner[:2] != "h:" || !isSeq(seq) {
 		return "", "", false
 	}
 	return owner, seq, true
+}
+
+// isSeq reports whether s is Lua's '^%x+%.%d+$': hex digits, a dot, decimal digits.
+func isSeq(s string) bool {
+	dot := strings.IndexByte(s, '.')
+	if dot <= 0 || dot == len(s)-1 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case i == dot:
+		case i < dot && (c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F'):
+		case i > dot && c >= '0' && c <= '9':
+		default:
+			return false
+		}
+	}
+	return true
 }
 
 // luaSpace is Lua's %s class (C's isspace).
@@ -115,10 +136,11 @@ func Count(fields map[string]string, owner, v string, nowMs int64) int64 {
 
 // FromString returns the fields of the hash form of a lock key's string value v when it is a
 // fast form written as a string (the fast grant's SET lock "~<owner> <seq>" NX PX <lease>):
-// a string that starts with Mark is the hash whose only field is token = v, as
-// lib_fast.lua's fastHash converts it. Another string (a user's value) is none: nil, false.
+// a fast form (Parse) is the hash whose only field is token = v, as lib_fast.lua's fastHash
+// converts it. Another string (a user's value, even one that starts with Mark) is none: nil,
+// false.
 func FromString(v string) (map[string]string, bool) {
-	if len(v) == 0 || v[0] != Mark {
+	if _, _, ok := Parse(v); !ok {
 		return nil, false
 	}
 	return map[string]string{"token": v}, true

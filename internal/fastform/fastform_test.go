@@ -15,7 +15,7 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// TestParse: the fast form as lib_fast.lua's fastForm matches it ('^~(%S+) (%S+)$').
+// TestParse: the fast form as lib_fast.lua's fastForm matches it ('^~(h:%S+) (%x+%.%d+)$').
 func TestParse(t *testing.T) {
 	for _, c := range []struct {
 		tok, owner, seq string
@@ -34,6 +34,19 @@ func TestParse(t *testing.T) {
 		{"~h:abc\t7.3", "", "", false},
 		{"~h:abc 7.3\n", "", "", false},
 		{"x~h:abc 7.3", "", "", false},
+		// Only what rlock writes: a handle owner's id, a '<hex>.<n>' sequence number (a
+		// user's string that starts with '~' is not a lock).
+		{"~hello world", "", "", false},
+		{"~u:ctx 1.1", "", "", false},
+		{"~h: 1.1", "", "", false},
+		{"~h:abc 7", "", "", false},
+		{"~h:abc .3", "", "", false},
+		{"~h:abc 7.", "", "", false},
+		{"~h:abc 7.3.1", "", "", false},
+		{"~h:abc g1.3", "", "", false},
+		{"~h:abc 7.3x", "", "", false},
+		{"~h:abc 7.x", "", "", false},
+		{"~h:a:1 AbC9.10", "h:a:1", "AbC9.10", true},
 	} {
 		o, s, ok := Parse(c.tok)
 		if o != c.owner || s != c.seq || ok != c.ok {
@@ -124,7 +137,9 @@ return fenceSpent(KEYS[1], ARGV[3], tonumber(ARGV[4])) and 1 or 0
 		return c.Do(ctx, c.B().Eval().Script(src.String()).Numkeys(1).Key("{ff}:fence").Arg(args...).Build())
 	}
 	toks := []string{"~h:abc 7.3", "~h:abc:2 c1.99", "1733300000000000", "", "~", "~h:abc", "~h:abc ", "~ 7.3",
-		"~h:abc  7.3", "~h:abc 7.3 x", "~h:abc\t7.3", "~h:abc 7.3\n", "x~h:abc 7.3", "~\v 1", "~a\f1", "~a 1\r", "~~ ~"}
+		"~h:abc  7.3", "~h:abc 7.3 x", "~h:abc\t7.3", "~h:abc 7.3\n", "x~h:abc 7.3", "~\v 1", "~a\f1", "~a 1\r", "~~ ~",
+		"~hello world", "~u:ctx 1.1", "~h: 1.1", "~h:abc 7", "~h:abc .3", "~h:abc 7.", "~h:abc 7.3.1", "~h:abc g1.3",
+		"~h:abc 7.3x", "~h:abc 7.x", "~h:a:1 AbC9.10", "~h:a 1.1\n", "~h:a\v 1.1", "~h:\x01 1.1"}
 	for _, tok := range toks {
 		v, err := eval("parse", tok).AsStrSlice()
 		if err != nil {
@@ -148,15 +163,16 @@ return fenceSpent(KEYS[1], ARGV[3], tonumber(ARGV[4])) and 1 or 0
 	}
 }
 
-// TestFromString: a string that starts with '~' is the hash form {token: v} (lib_fast.lua's
-// fastHash, which checks that byte only); another string is not a fast form.
+// TestFromString: a string that is a fast form (Parse) is the hash form {token: v}
+// (lib_fast.lua's fastHash); another string, even one that starts with '~', is not.
 func TestFromString(t *testing.T) {
 	for _, c := range []struct {
 		v  string
 		ok bool
 	}{
 		{"~h:abc:1 c1.7", true},
-		{"~bad", true},
+		{"~bad", false},
+		{"~hello world", false},
 		{"", false},
 		{"hello", false},
 		{"12", false},
