@@ -2,6 +2,7 @@ package rlock_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -81,8 +82,19 @@ func TestLockLease_family(t *testing.T) {
 		fixed := func(name string, lock func(context.Context, time.Duration) error, done func(context.Context) <-chan struct{}) {
 			t.Helper()
 			require.ErrorIs(t, lock(bg, 0), rlock.ErrInvalid, name)
-			require.NoError(t, lock(bg, 200*time.Millisecond), name)
-			require.NoError(t, lock(bg, 200*time.Millisecond), name) // re-entry
+			for i := 1; ; i++ {
+				require.NoError(t, lock(bg, 200*time.Millisecond), name)
+				err := lock(bg, 200*time.Millisecond) // re-entry
+				if errors.Is(err, rlock.ErrLeaseExpired) && i < 20 {
+					// On a loaded machine the re-entry's grant can come back after the tenure's
+					// 200ms lease ran out (-race, beside the parallel tests, at d864deb): its
+					// documented outcome, not what this test is about. Again, on a new tenure.
+					t.Logf("%s: attempt %d: the re-entry's grant came back after the lease ran out (%v); again", name, i, err)
+					continue
+				}
+				require.NoError(t, err, name+": re-entry")
+				break
+			}
 			within(t, 2*time.Second, name+": the end of the fixed lease", done(bg))
 		}
 		fm, sm := c.FairMutex(redistest.Name(t)+"-fair"), c.SpinMutex(redistest.Name(t)+"-spin")

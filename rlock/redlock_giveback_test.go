@@ -200,7 +200,7 @@ func TestRedLock_failedGiveBackSparesNextGrant(t *testing.T) {
 	require.Equal(t, 1, n[cs[0]], "the RedLock counts instance 0's grant")
 	assert.True(t, w[cs[0]], "instance 0's tenure ended under the RedLock that counts it")
 	assert.Equal(t, 1, hashHolds(t, ss[:1], cs[0], name), "Redis counts on instance 0 what its Client counts")
-	assert.Never(t, func() bool { return !existsOn(t, ss[0], key) }, 2*lease, 50*time.Millisecond,
+	never(t, func() bool { return !existsOn(t, ss[0], key) }, 2*lease, 50*time.Millisecond,
 		"instance 0's hold is not renewed")
 	require.NoError(t, r.Unlock(bg))
 	settled(t, r)

@@ -59,7 +59,7 @@ func TestSemaphore_giveBackAfterDeleteMakesNothing(t *testing.T) {
 				}
 				require.ErrorIs(t, err, context.Canceled)
 				within(t, 10*time.Second, "the give-back", gaveBack)
-				require.Never(t, func() bool { return b.exists(t, s.Key()) }, 300*time.Millisecond, 20*time.Millisecond,
+				never(t, func() bool { return b.exists(t, s.Key()) }, 300*time.Millisecond, 20*time.Millisecond,
 					"the give-back made the deleted semaphore anew")
 			})
 		})

@@ -56,7 +56,7 @@ func TestMutex_unknownReentryIsGivenBackAtTheNextRenewal(t *testing.T) {
 					n, err := m.HoldCount(bg)
 					return err == nil && n == want
 				})
-				require.Never(t, func() bool {
+				never(t, func() bool {
 					n, err := m.HoldCount(bg)
 					return err != nil || n != want
 				}, 500*time.Millisecond, 50*time.Millisecond, "HoldCount moved off the owner's one hold")
@@ -117,7 +117,7 @@ func TestMutex_unknownReentryLandingAfterTheSettleIsRefused(t *testing.T) {
 		vals, err := (<-kept)(context.Background()).AsIntSlice()
 		require.NoError(t, err)
 		require.Equal(t, []int64{0, 0}, vals, "the late first send is refused (superseded), not a re-entry")
-		require.Never(t, func() bool {
+		never(t, func() bool {
 			n, err := m.HoldCount(bg)
 			return err != nil || n != 1
 		}, time.Second, 20*time.Millisecond, "HoldCount left the owner's one hold")

@@ -13,6 +13,26 @@ import (
 
 func runtimeGoroutines() int { return runtime.NumGoroutine() }
 
+// never fails t if cond holds at any of its checks, every tick for d, made on the test's own
+// goroutine. testify's Never runs each check on a goroutine of its own and returns when d
+// has passed without waiting for the check in flight: a check that uses t (a command to the
+// test's server) could then fail t after the test ended, a panic that ends the whole run
+// (TestSemaphore_giveBackAfterDeleteMakesNothing under -race at d864deb: "Fail in goroutine
+// after ... has completed", its miniredis closed under the late check).
+func never(t *testing.T, cond func() bool, d, tick time.Duration, msgAndArgs ...any) {
+	t.Helper()
+	end := time.Now().Add(d)
+	for {
+		if cond() {
+			require.Fail(t, "Condition satisfied", msgAndArgs...)
+		}
+		if time.Now().After(end) {
+			return
+		}
+		time.Sleep(tick)
+	}
+}
+
 // seedOf is the seed of a seeded test: the one env names (to replay a run), else the clock's;
 // it logs it with the line that replays the run.
 func seedOf(t *testing.T, env string) uint64 {
