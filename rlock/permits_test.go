@@ -126,7 +126,10 @@ func TestPermitSemaphore_expiredPermitComesBack(t *testing.T) {
 	t.Parallel()
 	eachBackend(t, func(t *testing.T, b *backend) {
 		p := onePermitOn(t, b.rueidis(t))
-		const lease = 400 * time.Millisecond
+		// Long enough for the waiter to be seen subscribed before the lease ends: at 400ms,
+		// on a loaded machine (-parallel 10), its first attempt came after the lease's end and
+		// took the permit at once, never subscribing, and subscribed waited out its 5 s.
+		const lease = time.Second
 		start := time.Now()
 		held, err := p.Acquire(bg, lease)
 		require.NoError(t, err)

@@ -165,7 +165,11 @@ func TestRedLock_lateGrantRaces(t *testing.T) {
 	cs := append(redClients(t, addrsOf(ss[:1]), rlock.WithWatchdogTimeout(10*time.Second)),
 		redClients(t, addrsOf(ss[1:]), rlock.WithWatchdogTimeout(600*time.Millisecond))...)
 	prefix := redistest.Name(t)
-	warm := rlock.NewRedLock(prefix, cs) // the scripts loaded, the servers checked
+	// The scripts loaded, the servers checked: with the test's generous instance timeout, so
+	// that the check completes on a loaded machine (a check step past the instance timeout
+	// leaves it incomplete, and the next acquire runs it again with a server paused: the
+	// first Lock below then waited out the 8 s timeout, at -parallel 10 beside the others).
+	warm := rlock.NewRedLock(prefix, cs, rlock.WithInstanceTimeout(tmo))
 	require.NoError(t, warm.Lock(bg))
 	require.NoError(t, warm.Unlock(bg))
 	p := newPauser(t, ss[0])
