@@ -44,9 +44,9 @@ func eachBackend(t *testing.T, fn func(t *testing.T, b *backend)) {
 	})
 }
 
-// eachBackendParallel is eachBackend with the two subtests side by side (the test itself
-// stays serial, beside no other test): for tests that wait out leases or timeouts with
-// bounds of half a second or more, and touch no package-wide state.
+// eachBackendParallel is eachBackend with the two subtests side by side: for tests that wait
+// out leases or timeouts with bounds of half a second or more, and touch no package-wide
+// state (whether or not the test itself runs beside the others).
 func eachBackendParallel(t *testing.T, fn func(t *testing.T, b *backend)) {
 	t.Helper()
 	eachBackend(t, func(t *testing.T, b *backend) {

@@ -261,6 +261,7 @@ func TestFairMutex_givingUpLeavesTheQueue(t *testing.T) {
 	if testing.Short() {
 		t.Skip("long: waits out bounds and a 900 ms lease, ~1 s (run without -short)")
 	}
+	t.Parallel() // its own server(s), Clients and names; no bound below half a second
 	eachBackendParallel(t, func(t *testing.T, b *backend) {
 		name := redistest.Name(t)
 		holder := b.client(t).FairMutex(name)
@@ -454,6 +455,7 @@ func TestFairMutex_mutualExclusion(t *testing.T) {
 }
 
 func TestFairMutex_replayedScriptsApplyOnce(t *testing.T) {
+	t.Parallel() // its own server(s), Clients and names; no time bound
 	eachBackend(t, func(t *testing.T, b *backend) {
 		lc := loseReplies(b.rueidis(t))
 		c, err := rlock.New(lc)

@@ -19,6 +19,7 @@ import (
 )
 
 func TestMutex_replayedScriptsApplyOnce(t *testing.T) {
+	t.Parallel() // its own server(s), Clients and names; no time bound
 	eachBackend(t, func(t *testing.T, b *backend) {
 		lc := loseReplies(b.rueidis(t))
 		c, err := rlock.New(lc)
@@ -488,6 +489,7 @@ func TestClient_manyHeldLocksNoGoroutinePerLock(t *testing.T) {
 }
 
 func TestMutex_lossNoticeFiresWhileRedisIsUnreachable(t *testing.T) {
+	t.Parallel() // its own server(s), Clients and names; no bound below half a second
 	b := realBackend(t)
 	const timeout = 600 * time.Millisecond
 	c := b.client(t, rlock.WithWatchdogTimeout(timeout))

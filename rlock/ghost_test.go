@@ -390,6 +390,7 @@ func TestGhost_semaphoreLateFirstSendAfterRefusedReplay(t *testing.T) {
 // gone ('!') remembered a refusal, and the late first send took the permit (0 available
 // instead of 1), on either path of an acquire (a ctx that can end, or one that cannot).
 func TestGhost_semaphoreLateFirstSendAfterRefusedResendOfWaitingCaller(t *testing.T) {
+	t.Parallel() // its own server(s), Clients and names; no time bound
 	for _, tc := range []struct {
 		name string
 		ctx  func() (context.Context, context.CancelFunc)

@@ -183,6 +183,7 @@ func TestMutex_handoffRacingCancelLeavesNothing(t *testing.T) {
 // soak once reported a holder as never told of a loss: the cause had been set from another
 // goroutine, after the caller's own cancel.)
 func TestMutex_HoldContext_causeSetBeforeUnlockReturns(t *testing.T) {
+	t.Parallel() // its own server(s), Clients and names; no time bound
 	eachBackend(t, func(t *testing.T, b *backend) {
 		c := b.client(t)
 		for i := 0; i < 20; i++ {

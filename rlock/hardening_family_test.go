@@ -19,9 +19,10 @@ func TestHardening_queuedWaiterLeavesWithoutOutlivingCtx(t *testing.T) {
 	if testing.Short() {
 		t.Skip("long: pauses Redis, ~1 s (run without -short)")
 	}
+	t.Parallel() // its own server(s), Clients and names; no bound below half a second
 	for _, kind := range []string{"fair", "rw"} {
 		t.Run(kind, func(t *testing.T) {
-			t.Parallel() // a server of its own; the test itself stays serial, beside no other test
+			t.Parallel() // a server of its own
 			b := realBackend(t)
 			name := redistest.Name(t)
 			holder, c := b.client(t), b.client(t)

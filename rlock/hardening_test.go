@@ -177,6 +177,7 @@ func TestHardening_RelockInDriftWindowLeavesNoGhostHold(t *testing.T) {
 	if testing.Short() {
 		t.Skip("long: waits out a 1 s fixed lease (run without -short)")
 	}
+	t.Parallel() // its own server(s), Clients and names; no bound below half a second
 	eachBackendParallel(t, func(t *testing.T, b *backend) {
 		hc := &hookClient{Client: b.rueidis(t)}
 		c, err := rlock.New(hc)

@@ -3778,6 +3778,7 @@ func TestModelRegression_refusedReleaseEndsParkedWaiter(t *testing.T) {
 // lock then stays held after the owner's last Unlock, until its lease runs out), or a release
 // the Client does not record (an Unlock retried after the error gives back a second hold).
 func TestModelRegression_refusedReplayTakenAsOutcome(t *testing.T) {
+	t.Parallel() // its own server(s), Clients and names; no time bound
 	lostThenRefused := func() context.Context {
 		return withFault(bg, &opFault{stages: []faultStage{{kind: fDrop, n: 1}, {kind: fRedisErr, from: 1, n: 1}}})
 	}
@@ -3984,6 +3985,7 @@ func TestModelRegression_lateReentryReplyLeavesGhost(t *testing.T) {
 // hold went to 0: the hold left the table while the owner still had holds to unlock, and
 // Err, reading the handle's spare hold, still reported the loss.
 func TestModelRegression_reentryGrantedAfterLossWipesHolds(t *testing.T) {
+	t.Parallel() // its own server(s), Clients and names; no bound below half a second
 	b := realBackend(t)
 	mf := newModelFaults(b.rueidis(t), nil)
 	c, err := rlock.New(mf.hc, rlock.WithWatchdogTimeout(300*time.Millisecond))

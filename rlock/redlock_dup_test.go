@@ -15,6 +15,7 @@ import (
 // and the reason, also when every Client is an ACL user with exactly rlock.ACLRule (no INFO)
 // and on miniredis; five distinct servers are accepted, under the rule too.
 func TestRedLock_duplicateServerRefused(t *testing.T) {
+	t.Parallel() // its own server(s), Clients and names; no time bound
 	ss := redServers(t, 5)
 	name := redistest.Name(t)
 	const prefix = "dup:"

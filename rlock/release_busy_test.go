@@ -21,6 +21,7 @@ import (
 // 9007142354052241084: one goroutine's Unlock replayed through refused dials and LOADING
 // for the whole cleanup timeout while its sibling's waited.)
 func TestMutex_Unlock_waitingOutTheOwnersOtherCallGivesUpWithItsHoldKept(t *testing.T) {
+	t.Parallel() // its own server(s), Clients and names; no bound below half a second
 	b := realBackend(t)
 	const cleanup = 500 * time.Millisecond
 	var armed atomic.Bool

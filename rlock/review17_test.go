@@ -23,6 +23,7 @@ import (
 // TestGhost_permitLateFirstSendAfterCancelDuringARefusedSend, the held send failing with a
 // refused dial instead of reaching Redis.
 func TestReview17_permitHandedSendRefusedDialLeavesIdUnspent(t *testing.T) {
+	t.Parallel() // its own server(s), Clients and names; no bound below half a second
 	eachBackend(t, func(t *testing.T, b *backend) {
 		sc := countScripts(b.rueidis(t))
 		hc := keepSend(sc) // keeps the first send; its reply lost, the caller stays

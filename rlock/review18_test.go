@@ -95,6 +95,7 @@ func TestReview18_fastGrantOnABadFenceLeavesNoHold(t *testing.T) {
 // INCR makes the fence 1, without an expiry, and the refusal path (acquire.lua's, which does
 // not touch the fence) leaves it so. lib_fence: "so that no fence is left without an expiry".
 func TestReview18_refusedFastGrantLeavesNoFenceWithoutExpiry(t *testing.T) {
+	t.Parallel() // its own server(s), Clients and names; no bound below half a second
 	eachBackend(t, func(t *testing.T, b *backend) {
 		c, other := b.client(t), b.client(t)
 		name := redistest.Name(t)
@@ -172,6 +173,7 @@ func TestReview18_fastGrantOnAnotherPrimitivesHash(t *testing.T) {
 // for its first send having freed the lock: Unlock returns nil for a hold it had lost.
 // The full-form tenure (the handle's first Lock, a script) is the control: told lost.
 func TestReview18_forcedFastTenureReleaseReplayTellsTheLoss(t *testing.T) {
+	t.Parallel() // its own server(s), Clients and names; no time bound
 	eachBackend(t, func(t *testing.T, b *backend) {
 		var drop atomic.Bool
 		hc := &hookClient{Client: b.rueidis(t)}

@@ -32,6 +32,7 @@ func scriptCalls(t *testing.T, ss []*redistest.Server) int64 {
 // instance and gives up when one Watch fails, and checks isClosed on every instance after
 // each pause.
 func TestReviewRedLock_closedMinorityClientEndsWait(t *testing.T) {
+	t.Parallel() // its own server(s), Clients and names; no bound below half a second
 	ss := redServers(t, 5)
 	holder := redClients(t, addrsOf(ss))
 	waiter := redClients(t, addrsOf(ss))

@@ -239,6 +239,7 @@ func TestRWMutex_crashedReader(t *testing.T) {
 	if testing.Short() {
 		t.Skip("long: waits out crashed readers' leases, ~1 s (run without -short)")
 	}
+	t.Parallel() // its own server(s), Clients and names; no bound below half a second
 	eachBackendParallel(t, func(t *testing.T, b *backend) {
 		t.Run("fixed lease", func(t *testing.T) {
 			name := redistest.Name(t)
@@ -336,6 +337,7 @@ func TestRWMutex_writerNotStarved(t *testing.T) {
 // A waiting writer's claim refuses new readers; a writer that gives up withdraws it, and a
 // writer that dies while waiting loses it after the waiter timeout.
 func TestRWMutex_writerClaim(t *testing.T) {
+	t.Parallel() // its own server(s), Clients and names; no bound below half a second
 	eachBackend(t, func(t *testing.T, b *backend) {
 		name := redistest.Name(t)
 		holder := b.client(t).RWMutex(name)
@@ -584,6 +586,7 @@ func TestRWMutex_mutualExclusion(t *testing.T) {
 // Readers and writers over several Clients: no reader is inside while a writer is, no two
 // writers are inside together, and readers do share the lock.
 func TestRWMutex_readersAndWriters(t *testing.T) {
+	t.Parallel() // its own server(s), Clients and names; no bound below half a second
 	eachBackend(t, func(t *testing.T, b *backend) {
 		name := redistest.Name(t)
 		clients := []*rlock.Client{b.client(t), b.client(t), b.client(t)}
@@ -839,6 +842,7 @@ func TestRWMutex_ownerIDsNeverNameAnotherField(t *testing.T) {
 // the model test (RWMutex seed 4391733204140988631: a reply delayed 149 ms, the caller gone
 // at 130 ms, its next TryLock[w] refused as an upgrade).
 func TestRWMutex_writeAfterLeftReadAcquireWaitsForItsGiveBack(t *testing.T) {
+	t.Parallel() // its own server(s), Clients and names; no bound below half a second
 	eachBackend(t, func(t *testing.T, b *backend) {
 		gc := holdReply(b.rueidis(t))
 		c, err := rlock.New(gc)

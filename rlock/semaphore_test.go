@@ -196,6 +196,7 @@ func TestSemaphore_Acquire_manyAfterSeveralReleases(t *testing.T) {
 }
 
 func TestSemaphore_TryAcquire_waitBound(t *testing.T) {
+	t.Parallel() // its own server(s), Clients and names; no bound below half a second
 	eachBackend(t, func(t *testing.T, b *backend) {
 		s := b.client(t).Semaphore(redistest.Name(t))
 		ok, err := s.TrySetPermits(bg, 1)
@@ -333,6 +334,7 @@ func permitHammer(t *testing.T, clients []*rlock.Client, permits int32, take fun
 // Every request whose reply is lost is resolved by resending it, and the resend is not
 // applied twice.
 func TestSemaphore_replayedScriptsApplyOnce(t *testing.T) {
+	t.Parallel() // its own server(s), Clients and names; no time bound
 	eachBackend(t, func(t *testing.T, b *backend) {
 		lc := loseReplies(b.rueidis(t))
 		c, err := rlock.New(lc)

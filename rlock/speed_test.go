@@ -141,6 +141,7 @@ func TestRelease_wakesEveryWaiter(t *testing.T) {
 	if testing.Short() {
 		t.Skip("long: randomized rounds of waiters on one lock (run without -short)")
 	}
+	t.Parallel() // its own server(s), Clients and names; no bound below half a second
 	seed := uint64(time.Now().UnixNano())
 	if v := os.Getenv("RELOCK_WAKE_SEED"); v != "" {
 		var err error

@@ -25,6 +25,7 @@ import (
 // not held) while it holds 3"), and a last hold that had not been given back was renewed for
 // ever.
 func TestUnlock_unknownOutcomeKeepsCountsAgreed(t *testing.T) {
+	t.Parallel() // its own server(s), Clients and names; no bound below half a second
 	for _, holds := range []int{1, 2} {
 		for _, applied := range []bool{true, false} {
 			t.Run(fmt.Sprintf("holds=%d/applied=%v", holds, applied), func(t *testing.T) {
