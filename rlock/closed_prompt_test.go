@@ -26,6 +26,9 @@ func TestClosedPrompt_claimedWaiter(t *testing.T) {
 	if testing.Short() {
 		t.Skip("long: pauses Redis for ~4 s (run without -short)")
 	}
+	// Beside the other tests: Redis is paused, so the bounds are the Client's own, and they
+	// subtract this process's stalls (watchStalls).
+	t.Parallel()
 	// The release's first send waits this long: far longer than Close takes here (rueidis
 	// gives the subscription connection a second to answer as Close closes it).
 	const cleanup = 4 * time.Second
@@ -61,18 +64,20 @@ func TestClosedPrompt_claimedWaiter(t *testing.T) {
 		}
 	}
 
-	// Each subtest has a server of its own and mostly waits on it paused: the three overlap
-	// (the test as a whole stays serial, beside no other test).
+	// Each subtest has a server of its own and mostly waits on it paused: the three overlap.
 	t.Run("closeEndsTheWait", func(t *testing.T) {
 		t.Parallel()
 		c, got, unlocked := setup(t, bg) // the waiter's ctx never ends
+		stalled := watchStalls(nil)
 		closeStart := time.Now()
 		closed := make(chan struct{})
 		go func() { _ = c.Close(); close(closed) }()
 		err := await(t, got, 20*time.Second, "the waiter's Lock to return")
 		took := time.Since(closeStart)
+		stall := stalled(closeStart, time.Now())
 		onWire(t, unlocked, "before the waiter's Lock returned")
-		require.Less(t, took, slack, "the claimed Lock returned %v after Close began: %v", took.Round(time.Millisecond), err)
+		require.Less(t, took-stall, slack, "the claimed Lock returned %v after Close began (the process stalled %v of it): %v",
+			took.Round(time.Millisecond), stall.Round(time.Millisecond), err)
 		require.ErrorIs(t, err, rlock.ErrClosed)
 		<-closed
 		onWire(t, unlocked, "before Close returned")
@@ -86,11 +91,14 @@ func TestClosedPrompt_claimedWaiter(t *testing.T) {
 		c, got, unlocked := setup(t, wctx)
 		require.NoError(t, c.Close())
 		onWire(t, unlocked, "before Close returned")
+		stalled := watchStalls(nil)
 		ended := time.Now()
 		cancel()
 		err := await(t, got, 20*time.Second, "the waiter's Lock to return")
 		late := time.Since(ended)
-		require.Less(t, late, slack, "Lock outlived its ctx by %v (returnGrace is 80ms): %v", late.Round(time.Millisecond), err)
+		stall := stalled(ended, time.Now())
+		require.Less(t, late-stall, slack, "Lock outlived its ctx by %v (the process stalled %v of it; returnGrace is 80ms): %v",
+			late.Round(time.Millisecond), stall.Round(time.Millisecond), err)
 		require.Error(t, err)
 		_ = await(t, unlocked, 20*time.Second, "Unlock to return")
 	})
@@ -100,11 +108,14 @@ func TestClosedPrompt_claimedWaiter(t *testing.T) {
 		wctx, cancel := context.WithCancel(bg)
 		defer cancel()
 		c, got, unlocked := setup(t, wctx)
+		stalled := watchStalls(nil)
 		ended := time.Now()
 		cancel()
 		err := await(t, got, 20*time.Second, "the waiter's Lock to return")
 		late := time.Since(ended)
-		require.Less(t, late, slack, "Lock outlived its ctx by %v (returnGrace is 80ms): %v", late.Round(time.Millisecond), err)
+		stall := stalled(ended, time.Now())
+		require.Less(t, late-stall, slack, "Lock outlived its ctx by %v (the process stalled %v of it; returnGrace is 80ms): %v",
+			late.Round(time.Millisecond), stall.Round(time.Millisecond), err)
 		require.ErrorIs(t, err, context.Canceled)
 		// The claim's outcome is awaited in the background; Close ends that wait rather than
 		// wait out the release's cleanup timeout.
