@@ -38,7 +38,10 @@ func TestClosedPrompt_claimedWaiter(t *testing.T) {
 	// holder's Unlock claim the waiter: the release is on the wire when it returns.
 	setup := func(t *testing.T, wctx context.Context) (c *rlock.Client, got, unlocked chan error) {
 		b := realBackend(t)
-		c = b.client(t, rlock.WithCleanupTimeout(cleanup))
+		hc := watchNextSend(b.rueidis(t))
+		c, err := rlock.New(hc, rlock.WithCleanupTimeout(cleanup))
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = c.Close() })
 		hardWarm(t, c)
 		name := redistest.Name(t)
 		holder, waiter := c.Mutex(name), c.Mutex(name)
@@ -50,9 +53,13 @@ func TestClosedPrompt_claimedWaiter(t *testing.T) {
 		b.srv.Pause(t) // SIGSTOP: the release is sent, no reply comes
 		t.Cleanup(func() { b.srv.Resume(t) })
 		unlocked = make(chan error, 1)
+		hc.armed.Store(true)                          // the Client's next command is the release
 		go func() { unlocked <- holder.Unlock(bg) }() // claims the waiter: a hand-off
 		redistest.WaitFor(t, 5*time.Second, "the release to claim the waiter", func() bool { return rlock.ParkedCandidates(c, holder) == 0 })
-		time.Sleep(20 * time.Millisecond) // the release is on the wire
+		// The release is on the wire: sent (a fixed 20ms after the claim was not always
+		// enough beside the other tests), and written out.
+		within(t, 5*time.Second, "the release to be sent", hc.sent)
+		time.Sleep(20 * time.Millisecond)
 		return c, got, unlocked
 	}
 	onWire := func(t *testing.T, unlocked chan error, when string) {
