@@ -227,15 +227,15 @@ func TestReview18_renewalOfTheOwnersOwnGhostTellsTheLoss(t *testing.T) {
 			tm, _ := msg.AsStrSlice()
 			sec, _ := strconv.ParseInt(tm[0], 10, 64)
 			until := strconv.FormatInt(sec*1000+60000, 10)
-			// The tenure lost, and the owner's transaction of number x.1 (spent by its replay)
+			// The tenure lost, and the owner's transaction of number ab.1 (spent by its replay)
 			// landing in its place: one script, so that no renewal runs in between.
 			_, err = b.do(t, "EVAL", `redis.call('del', KEYS[1])
 if ARGV[3] == 'true' then
   redis.call('hset', KEYS[1], 'token', ARGV[1])
   redis.call('pexpire', KEYS[1], 30000)
-  redis.call('set', KEYS[2], '1800000000000000/x.1/' .. ARGV[2], 'px', 60000)
+  redis.call('set', KEYS[2], '1800000000000000/ab.1/' .. ARGV[2], 'px', 60000)
 end
-return 1`, "2", m.Key(), m.Key()+":fence", "~"+owner+" x.1", until, strconv.FormatBool(ghost))
+return 1`, "2", m.Key(), m.Key()+":fence", "~"+owner+" ab.1", until, strconv.FormatBool(ghost))
 			require.NoError(t, err)
 			locked, err := m.IsLocked(bg)
 			require.NoError(t, err)
