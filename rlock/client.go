@@ -4,7 +4,6 @@ import (
 	"container/list"
 	"context"
 	"errors"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -711,9 +710,15 @@ func (r renewer) keysArgs(v *variant, leases []*watchdog.Lease) ([]string, []str
 	// fast form is named by its form (fast.go): a ghost of another of the owner's
 	// transactions is not it. The names go only when one of the leases has one; otherwise the
 	// arguments are as before (an empty name names nothing).
-	if shared && slices.ContainsFunc(leases, func(l *watchdog.Lease) bool { return tenureName(v, l) != "" }) {
+	if shared {
+		n, named := len(args), false
 		for _, l := range leases {
-			args = append(args, tenureName(v, l))
+			name := tenureName(v, l)
+			named = named || name != ""
+			args = append(args, name)
+		}
+		if !named {
+			args = args[:n]
 		}
 	}
 	return keys, args
