@@ -36,8 +36,7 @@
 -- whose expiry is refused is taken back, as one that could not be written.
 --#include lib_refusal
 --#include lib_publish
-local fastMark = 126 -- '~': a fast form's token field (lib_fast.lua)
-local fastPattern = '^~(h:%S+) (%x+%.%d+)$' -- lib_fast.lua's: anything else is a user's value
+--#include lib_fastpattern
 
 -- ghost(tok) reports whether token field tok is a fast form that the fence records as spent.
 -- The libraries are defined only here: only a fast form pays for them.

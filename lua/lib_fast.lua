@@ -6,14 +6,7 @@
 -- <owner> holds one hold, that its last applied operation is <seq>, and that Redis does not
 -- know the tenure's token. The owner's own count and q: fields, when present, rule over it.
 -- Include lib_spent and lib_fence before it (fastSpent reads the spent records).
-local fastMark = 126 -- '~': the byte that starts a fast form's token field
-
--- fastPattern matches a fast form exactly as rlock writes it: '~', a handle owner's id ('h:'
--- and no space: only a handle's owner takes fast grants), one space, a sequence number
--- ('<client id in hex>.<n>'). A string or token field that starts with '~' and is anything
--- else is a user's value, not a lock (force_release.lua and internal/fastform keep the same
--- pattern).
-local fastPattern = '^~(h:%S+) (%x+%.%d+)$'
+--#include lib_fastpattern
 
 -- fastForm(tok) returns the owner and the sequence number of token field tok when it is a
 -- fast form, else nil.
@@ -35,8 +28,8 @@ end
 -- SET lock '~<owner> <seq>' NX PX <lease>: SET NX fails on any key that exists, of any type,
 -- and sets the expiry only on the key it makes) into the same form as a hash, its token field
 -- the string, keeping its expiry, and returns true; a string that is not a fast form (a
--- user's value, even one that starts with '~') is left alone: false. Call it when the lock key holds a string (a hash read
--- answered WRONGTYPE). The hash is made under lock .. ':f' (the lock's hash tag: its slot)
+-- user's value, even one that starts with '~') is left alone: false. Call it when the lock
+-- key holds a string (a hash read answered WRONGTYPE). The hash is made under lock .. ':f' (the lock's hash tag: its slot)
 -- and renamed over the lock, so that no step leaves the lock missing: on a Cluster slot being
 -- migrated, a script's write to a key that does not exist is refused, and the first write is
 -- the only one that can be.

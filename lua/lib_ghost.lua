@@ -15,8 +15,7 @@ local function ghost(lock, fence, str)
     and fastSpent(fence, fseq, serverMs())
 end
 
--- fastPattern is lib_fast.lua's (which is included inside ghost only): a fast form exactly.
-local fastPattern = '^~(h:%S+) (%x+%.%d+)$'
+--#include lib_fastpattern
 
 -- fastString(lock) is the lock's value, after a hash read of it failed, when it is a string
 -- that is a fast form (fastPattern); nil for another string (a user's, even one

@@ -17,7 +17,7 @@ import (
 const Mark = '~'
 
 // Parse returns the owner and the sequence number of token field tok when it is a fast form
-// exactly as rlock writes it (lib_fast.lua's fastPattern, '^~(h:%S+) (%x+%.%d+)$'): "~", a
+// exactly as rlock writes it (lua/lib_fastpattern.lua's fastPattern, '^~(h:%S+) (%x+%.%d+)$'): "~", a
 // handle owner's id ("h:" and no whitespace), one space, a sequence number (hex digits, ".",
 // decimal digits). Anything else that starts with "~" is a user's value, not a lock.
 func Parse(tok string) (owner, seq string, ok bool) {

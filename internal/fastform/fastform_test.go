@@ -114,7 +114,7 @@ func TestCount(t *testing.T) {
 // fenceSpent do, on a real server, for every case of TestParse and TestSpent and more.
 func TestLuaAgrees(t *testing.T) {
 	var src strings.Builder
-	for _, lib := range []string{"lib_clock", "lib_spent", "lib_fence", "lib_fast"} {
+	for _, lib := range []string{"lib_clock", "lib_spent", "lib_fence", "lib_fastpattern", "lib_fast"} {
 		b, err := os.ReadFile(filepath.Join("..", "..", "lua", lib+".lua"))
 		if err != nil {
 			t.Fatal(err)
