@@ -374,9 +374,9 @@ func (m *Mutex) keyType(ctx context.Context) (string, error) {
 }
 
 // readLock reads the lock's hash (HGETALL; with its PTTL in the same round trip when pttl)
-// for IsLocked, TTL and HoldCount (op names the read in its errors) as the readers take it: no fields when the key is absent or holds a fast form's ghost, a
-// fast form whose sequence number the fence records as spent (docs/DESIGN.md section 5: a
-// free lock). Only a fast form costs more: GET of the fence and TIME, in one round trip. A
+// for IsLocked, TTL, HoldCount and keyType (op names the read in its errors) as the readers
+// take it: no fields when the key is absent or holds a fast form's ghost, a fast form whose
+// sequence number the fence records as spent (docs/DESIGN.md section 5: a free lock). Only a fast form costs more: GET of the fence and TIME, in one round trip. A
 // key of another type (TYPE, GET and PTTL read then, in one round trip) is an error wrapping
 // ErrWrongType that names the type, but for a fast form written as a string (the fast
 // grant's SET: "~<owner> <seq>"), read as its hash form, the hash {token: value}.
