@@ -210,3 +210,43 @@ func TestMutex_handoffStreakIsBounded(t *testing.T) {
 		return published.Load() >= ended
 	})
 }
+
+// Two owners of one Client that take turns, each parking only once the other holds the lock,
+// pass it on at most handoffStreak times in a row, as more owners do. Each hand-off leaves
+// the lock's candidate queue empty for a moment (the candidate it granted leaves it, and the
+// other owner has not parked yet): the streak must outlive that.
+func TestMutex_handoffStreakOutlivesEmptyQueue(t *testing.T) {
+	t.Parallel() // its own server, Client and name
+	b := realBackend(t)
+	name := redistest.Name(t)
+	var mu sync.Mutex
+	var passed []bool // for each release that gave back a last hold, in order: passed on
+	a := b.client(t, rlock.WithObserver(&rlock.Observer{ReleaseDone: func(_ context.Context, e rlock.ReleaseDoneInfo) {
+		if e.Name == name && e.Err == nil && e.Freed {
+			mu.Lock()
+			passed = append(passed, e.HandedOff)
+			mu.Unlock()
+		}
+	}}))
+	holder, waiter := a.Mutex(name), a.Mutex(name)
+	require.NoError(t, holder.Lock(bg))
+	for i := 0; i < 2*handoffStreak+2; i++ {
+		got := make(chan error, 1)
+		go func() { got <- waiter.Lock(bg) }()
+		redistest.WaitFor(t, 5*time.Second, "the waiter to park", func() bool { return rlock.ParkedCandidates(a, holder) == 1 })
+		require.NoError(t, holder.Unlock(bg))
+		require.NoError(t, await(t, got, 10*time.Second, "the waiter to hold the lock"))
+		holder, waiter = waiter, holder
+	}
+	require.NoError(t, holder.Unlock(bg))
+	mu.Lock()
+	defer mu.Unlock()
+	run, longest := 0, 0
+	for _, p := range passed {
+		if run = run + 1; !p {
+			run = 0
+		}
+		longest = max(longest, run)
+	}
+	require.LessOrEqual(t, longest, handoffStreak, "releases that passed the lock on in a row: %v", passed)
+}
