@@ -19,7 +19,11 @@ import (
 // of freeing it and publishing: the candidate holds the lock when the release's reply comes
 // back, without a wake-up through Redis or an acquire of its own. A lock passes on this way at
 // most maxHandoffStreak times in a row; the next release frees it and publishes as usual, so
-// that waiters of other Clients (other processes) get their turn.
+// that waiters of other Clients (other processes) get their turn. The count travels with the
+// lock's tenures (tenure.streak: the hand-offs in a row that led to it, 0 for a tenure that
+// began otherwise), not with the queue of candidates, which goes whenever its last candidate
+// leaves: kept there, as first written, it started again at 0 when two owners took turns,
+// and never bit (TestMutex_handoffStreakOutlivesEmptyQueue).
 
 // maxHandoffStreak bounds consecutive direct hand-offs of one lock within a Client.
 const maxHandoffStreak = 8
@@ -41,6 +45,9 @@ type candidate struct {
 	ready  chan struct{} // capacity 1: a claim's outcome is ready (consumed by the candidate)
 	poke   chan struct{} // capacity 1: wakes the candidate's wait (a hint, may be stale)
 
+	// streak: the hand-offs in a row that the grant makes, this one included (set by claim;
+	// the tenure the grant begins carries it: handedOff).
+	streak int
 	// Set by the claiming release before it sends on ready.
 	token int64     // > 0: the lock was passed on with this token
 	sent  time.Time // when the release was first sent (the lease counts from then)
@@ -49,8 +56,7 @@ type candidate struct {
 
 // handoffQueue is the candidates of one lock, in parking order. Guarded by Client.mu.
 type handoffQueue struct {
-	cands  []*candidate
-	streak int // direct hand-offs since the last release that freed the lock
+	cands []*candidate
 }
 
 // park makes cand claimable, registering it on its first park.
@@ -102,21 +108,21 @@ func (cand *candidate) unclaim() bool {
 }
 
 // claim picks the first parked candidate for h's lock owned by someone other than h's owner
-// and marks it claimed, or returns nil (none, or the streak is spent: the release then
-// frees the lock and publishes, and the streak starts again). The claim takes the
+// and marks it claimed, or returns nil (none, or the streak is spent: streak, the hand-offs
+// in a row that led to the tenure being released, is maxHandoffStreak; the release then
+// frees the lock and publishes, and the next grant starts afresh). The claim takes the
 // candidate's h.op, so that no other call of the candidate's owner runs a script between the
 // release that grants it the lock and the candidate's record of that grant (a re-entry by
 // another goroutine of the owner would otherwise be counted before the grant it rests on);
 // the candidate gives it back. A candidate whose owner is busy is passed over.
-func (c *Client) claim(h *hold) *candidate {
+func (c *Client) claim(h *hold, streak int) *candidate {
+	if streak >= maxHandoffStreak {
+		return nil
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	q := c.handoffs[tableKey(h.keys, h.v)]
 	if q == nil {
-		return nil
-	}
-	if q.streak >= maxHandoffStreak {
-		q.streak = 0
 		return nil
 	}
 	for _, cand := range q.cands {
@@ -124,12 +130,11 @@ func (c *Client) claim(h *hold) *candidate {
 			continue
 		}
 		if cand.state.CompareAndSwap(candParked, candClaimed) {
-			q.streak++
+			cand.streak = streak + 1 // read by handedOff once the claim's outcome is ready
 			return cand
 		}
 		cand.h.unlockOp()
 	}
-	q.streak = 0 // this release frees the lock: the next streak starts afresh
 	return nil
 }
 
@@ -295,6 +300,11 @@ func (m *Mutex) handedOff(ctx context.Context, h *hold, cand *candidate, o *opHo
 	case err != nil:
 		return false, errorf("lock %q: %w", m.name, err), true
 	}
+	h.mu.Lock()
+	if t := h.cur; t != nil && t.token == vals[1] {
+		t.streak = cand.streak // the tenure the hand-off began (h.op is still held)
+	}
+	h.mu.Unlock()
 	if tr != nil {
 		tr.handedOff = true
 	}

@@ -102,6 +102,9 @@ type tenure struct {
 	relSC      sendCtx
 	relSCTaken atomic.Bool
 	renew      bool
+	// streak: the direct hand-offs in a row that led to the tenure (handoff.go), 0 for one
+	// that began otherwise. Written under h.op and h.mu; read under either.
+	streak int
 	// releasing: the give-back of the tenure's last hold is in flight (Mutex.release). A
 	// renewal that finds the hold gone meanwhile may have met that very give-back: the loss
 	// waits (deferred) for the give-back's answer, which ends the tenure either way.

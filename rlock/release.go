@@ -148,7 +148,7 @@ func (m *Mutex) release(ctx context.Context, h *hold, rt *relTrace) error {
 	last := lost == nil && t != nil && h.holds() == 1
 	var cand *candidate
 	if m.v.handoff && m.c.opts.ackReplicas == 0 && last {
-		cand = m.c.claim(h)
+		cand = m.c.claim(h, t.streak)
 	}
 	if !last {
 		t = nil
