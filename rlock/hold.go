@@ -56,8 +56,8 @@ type hold struct {
 	// releases through it as that tenure had holds (endedHolds): each such Unlock is of one of
 	// them, and is conditional on what Redis counts of this Client's (release's keep), so that
 	// none takes a hold of another Client's. The hold may leave the table meanwhile: the
-	// Client keeps it (Client.ended, whichever handle asks next), and so does the handle
-	// that used it last (Mutex.spare).
+	// Client keeps a context owner's (Client.ended, whichever handle asks next), and a
+	// handle keeps its own owner's (Mutex.spare, which no other owner's hold takes).
 	expired bool
 	// endedHolds: while expired, the holds of the ended tenure that no release through this
 	// Client has been reported for yet (at least 1).
@@ -180,9 +180,10 @@ func (h *hold) unlockOp() { <-h.op }
 func (h *hold) key() holdKey { return holdKey{tableKey(h.keys, h.v), h.owner} }
 
 // ref returns the hold of m's lock for owner, creating it, and counts an operation on it.
-// A hold that m used before and that left the table while idle is put back rather than
-// made anew (Mutex.spare): an idle hold that left the table is in the state of one that
-// stayed, so whatever still points at it (a late watchdog callback) sees the same thing.
+// A hold that m's own owner used before and that left the table while idle is put back
+// rather than made anew (Mutex.spare): an idle hold that left the table is in the state of
+// one that stayed, so whatever still points at it (a late watchdog callback) sees the same
+// thing.
 func (c *Client) ref(m *Mutex, owner string) (*hold, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -211,7 +212,13 @@ func (c *Client) ref(m *Mutex, owner string) (*hold, error) {
 		}
 		c.holds[k] = h
 	}
-	m.spare = h
+	if owner == m.owner {
+		// The handle's own owner only: the spare is all that remembers how its last tenure
+		// ended once the hold left the table (forgetLocked keeps context owners' in
+		// Client.ended), so a call for a context owner through the same handle must not
+		// take its place (TestLifetimes_ownOwnersLeaseEndOutlivesTheHandlesSpare).
+		m.spare = h
+	}
 	h.refs++
 	return h, nil
 }

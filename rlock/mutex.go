@@ -68,7 +68,7 @@ type Mutex struct {
 	owner string
 	v     *variant
 	err   error // an invalid name: every method returns it
-	spare *hold // the hold this handle used last (Client.ref); guarded by c.mu
+	spare *hold // the hold this handle's own owner used last (Client.ref); guarded by c.mu
 	// fastUntil is until when (unix nanoseconds) this handle's fresh acquires go as fast
 	// grants: the fence counter's life after its last uncontended grant (fast.go).
 	fastUntil atomic.Int64
