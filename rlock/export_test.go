@@ -185,3 +185,11 @@ func HoldRedInstanceOp(r *RedLock, c *Client) (release func(), ok bool) {
 	}
 	return nil, false
 }
+
+// LockClient takes c's mutex, as a call of c's that takes it does, and returns its unlock.
+// A wait of c's woken while it is held stops there, before its next attempt (waitLoop asks
+// isClosed first), so that a test can end the wait's ctx between the wake-up and the attempt.
+func LockClient(c *Client) (unlock func()) {
+	c.mu.Lock()
+	return c.mu.Unlock
+}

@@ -235,7 +235,14 @@ func (p *PermitSemaphore) acquireAs(ctx context.Context, wait, lease time.Durati
 	if tr != nil {
 		spec.waited = &tr.waited
 	}
-	ok, err := p.c.waitLoop(ctx, wait, spec, attemptFunc(func(bool) (bool, time.Duration, error) {
+	ok, err := p.c.waitLoop(ctx, wait, spec, attemptFunc(func(waiting bool) (bool, time.Duration, error) {
+		if waiting && ctx.Err() != nil {
+			// ctx ended while the wait woke for this attempt: nothing is sent past ctx's end
+			// (as Mutex.attempt), which would only be handed over to the background, its id
+			// spent and a permit it took given back. (The first attempt follows ready's check
+			// of ctx.) A loose id is spent below, as when the wait sees ctx's end.
+			return false, 0, errorf("acquire %q: %w", p.name, ctx.Err())
+		}
 		if tr != nil {
 			tr.attempts++
 		}

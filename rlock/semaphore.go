@@ -395,7 +395,13 @@ func (s *Semaphore) acquireAs(ctx context.Context, n int, wait time.Duration, tr
 	if tr != nil {
 		spec.waited = &tr.waited
 	}
-	return s.c.waitLoop(ctx, wait, spec, attemptFunc(func(bool) (bool, time.Duration, error) {
+	return s.c.waitLoop(ctx, wait, spec, attemptFunc(func(waiting bool) (bool, time.Duration, error) {
+		if waiting && ctx.Err() != nil {
+			// ctx ended while the wait woke for this attempt: nothing is sent past ctx's end
+			// (as Mutex.attempt), which would only be handed over to the background and
+			// what it took given back. (The first attempt follows ready's check of ctx.)
+			return false, 0, errorf("acquire %q: %w", s.name, ctx.Err())
+		}
 		if tr != nil {
 			tr.attempts++
 		}
