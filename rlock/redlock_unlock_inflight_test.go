@@ -246,28 +246,67 @@ func TestRedLock_lastUnlockGivesBackLostInstanceHolds(t *testing.T) {
 // the last one does: found by TestRedLock_explore (seed 4857194261964759996), where the
 // non-last Unlock answered ErrNotHeld ("given back by 1 of 3 instances") while the hold went
 // on, Err nil.
+//
+// Here the instance behind a slow proxy misses a re-entry (2, 2, 1 holds: its grant, past the
+// instance timeout, is resolved and given back by its Client), the second instance's hold is
+// lost (its key deleted: its renewal finds it gone), and the re-entry's Unlock must succeed
+// with the first instance alone giving a hold back. The premises are checked at each step
+// (holds counted by the RedLock and by each server, instances followed), so that a run that
+// fails says which step went wrong. Sized as TestRedLock_unlockWhileGiveBackInFlight: an
+// instance timeout of 250 ms, which a loaded machine meets on the fast two (it was 50 ms), a
+// round trip of 500 ms injected on the slow one, and a lease and cleanup timeout of 15 round
+// trips, since a renewal of the slow instance sent while the proxy is slow may take three
+// round trips of its third of the lease (behind a request in flight on its connection, then
+// EVALSHA's NOSCRIPT and EVAL), and its resolution and give-back queue behind one another.
 func TestRedLock_reentryUnlockWithLostMinority(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("slow proxy, waits out a renewal")
 	}
-	const lease = 400 * time.Millisecond
-	ss, p, cs, key, r := slowThirdRedLock(t, lease, 2*time.Second, 50*time.Millisecond)
-	p.SetLatency(100*time.Millisecond, 100*time.Millisecond)
+	const (
+		tmo   = 250 * time.Millisecond
+		rtt   = 500 * time.Millisecond
+		lease = 15 * rtt
+	)
+	ss, p, cs, key, r := slowThirdRedLock(t, lease, lease, tmo)
+	// check asserts, for each instance, the holds the RedLock counts there and those its
+	// server counts, and that it is followed; lost (-1): not followed, nothing in Redis.
+	check := func(what string, want []int) {
+		t.Helper()
+		n, watched := rlock.RedInstanceHolds(r, bg)
+		for i, c := range cs {
+			if want[i] < 0 {
+				require.False(t, watched[c], "%s: instance %d lost", what, i)
+				require.Zero(t, ownerHoldsOn(t, ss[i], key), "%s: holds in Redis on server %d", what, i)
+				continue
+			}
+			require.True(t, watched[c], "%s: instance %d followed", what, i)
+			require.Equal(t, want[i], n[c], "%s: holds the RedLock counts on instance %d", what, i)
+			require.Equal(t, want[i], ownerHoldsOn(t, ss[i], key), "%s: holds in Redis on server %d", what, i)
+		}
+	}
+	check("the Lock", []int{1, 1, 1})
+
+	p.SetLatency(rtt/2, rtt/2)
 	require.NoError(t, r.Lock(bg), "re-entry granted by the fast two")
 	settled(t, r)
+	idle(r, cs) // the slow instance's grant resolved and given back
 	p.SetLatency(0, 0)
-	redistest.WaitFor(t, 5*time.Second, "the late re-entry given back", func() bool { return ownerHoldsOn(t, ss[2], key) == 1 })
-	n, _ := rlock.RedInstanceHolds(r, bg)
-	require.Equal(t, []int{2, 2, 1}, []int{n[cs[0]], n[cs[1]], n[cs[2]]})
+	check("the re-entry the slow instance missed", []int{2, 2, 1})
 
 	ss[1].Do(t, "DEL", key) // the instance's renewal finds it gone: lost there
 	redistest.WaitFor(t, 3*lease, "the instance's hold lost on its Client", func() bool {
 		_, watched := rlock.RedInstanceHolds(r, bg)
 		return !watched[cs[1]]
 	})
+	check("the second instance lost", []int{2, -1, 1})
 	require.NoError(t, r.Err(bg), "held on the other two")
+
 	require.NoError(t, r.Unlock(bg), "a re-entry's Unlock with a minority lost")
+	settled(t, r)
+	check("the re-entry's Unlock", []int{1, -1, 1})
 	require.NoError(t, r.Err(bg))
+
 	require.NoError(t, r.Unlock(bg), "the last Unlock")
 	settled(t, r)
 	redistest.WaitFor(t, 3*time.Second, "released everywhere", func() bool { return holdersOn(t, ss, key) == 0 })
