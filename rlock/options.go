@@ -118,6 +118,19 @@ func WithWatchdogTimeout(d time.Duration) Option {
 // renewal's round trip. That caps f at 0.886 for a 500ms lease, about 0.89 for longer ones,
 // and 0.69 for the shortest (10ms). A later renewal could not be confirmed in time, and every
 // lock would be reported lost after one lease.
+//
+// That check allows for one round trip. A renewal has (1-f) * lease - drift(lease) in all (a
+// third of the lease, less the drift, by default), and may spend about three round trips of
+// it: on a connection where rueidis still sends a lone request and reads its reply before it
+// writes the next (until two requests first overlap there), it waits for the request in
+// flight, one of the Client's or rueidis's keepalive PING (sent on an idle connection every
+// Dialer.KeepAlive, 1s by default); and a server whose script cache lacks the renew script
+// (the first renewal on it since it started, failed over or flushed its scripts) answers
+// EVALSHA with NOSCRIPT, and the script goes again in full (EVAL). It takes longer when the
+// request ahead is slow, when the Client's previous renewal round is still on the wire (the
+// watchdog sends one at a time), or while a Cluster slot migrates (the script goes again
+// per lock). Keep (1-f) * lease well above three round trips to Redis, or such a renewal may
+// not be confirmed in time and the lock be reported lost.
 func WithRenewFraction(f float64) Option {
 	return optionFunc(func(o *options) { o.renewFraction = f })
 }
