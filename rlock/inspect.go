@@ -34,8 +34,9 @@ type Info struct {
 	// Token is the fencing token of the current holder (the write holder of a read-write
 	// lock), 0 when there is none, or when Redis does not know it yet: a Mutex taken by a
 	// fast grant (docs/DESIGN.md section 5), until the holder's next call on it (a re-entry,
-	// its first renewal, at a third of the watchdog timeout) writes it. LastToken is the
-	// name's last token (its fence key), 0 when the fence has expired or was never written.
+	// its first renewal, at two thirds of the watchdog timeout by default) writes it.
+	// LastToken is the name's last token (its fence key), 0 when the fence has expired or was
+	// never written.
 	Token, LastToken int64
 	// Holders are the holds in force: one per owner of a lock (one per owner and mode for a
 	// read-write lock: the write hold first, then the most holds first), one per permit of
