@@ -56,3 +56,64 @@ func TestContracts_holdContextAfterCloseHasErrsCause(t *testing.T) {
 		})
 	}
 }
+
+// A call blocked waiting when its Client closes returns ErrClosed (each waiting call's godoc
+// lists [ErrClosed] "after [Client.Close]"; Semaphore: "an Acquire still waiting ... when
+// Close comes returns ErrClosed"), walked across every primitive that waits.
+func TestContracts_waiterEndsWithClose(t *testing.T) {
+	t.Parallel()
+	b := realBackend(t)
+	type waiter struct {
+		name  string
+		block func(t *testing.T, other *rlock.Client, name string) // makes the wait block
+		wait  func(c *rlock.Client, name string) error
+	}
+	var waiters []waiter
+	for _, k := range contractKinds {
+		waiters = append(waiters, waiter{
+			name: k.name,
+			block: func(t *testing.T, other *rlock.Client, name string) {
+				if k.name == "RWMutex.read" {
+					require.NoError(t, other.RWMutex(name).Lock(bg))
+					return
+				}
+				require.NoError(t, k.make(other, name).Lock(bg))
+			},
+			wait: func(c *rlock.Client, name string) error { return k.make(c, name).Lock(bg) },
+		})
+	}
+	waiters = append(waiters,
+		waiter{"Semaphore", func(*testing.T, *rlock.Client, string) {},
+			func(c *rlock.Client, name string) error { return c.Semaphore(name).Acquire(bg, 1) }},
+		waiter{"PermitSemaphore", func(*testing.T, *rlock.Client, string) {},
+			func(c *rlock.Client, name string) error {
+				_, err := c.PermitSemaphore(name).Acquire(bg, time.Second)
+				return err
+			}},
+		waiter{"CountDownLatch", func(t *testing.T, other *rlock.Client, name string) {
+			ok, err := other.CountDownLatch(name).TrySetCount(bg, 1)
+			require.NoError(t, err)
+			require.True(t, ok)
+		}, func(c *rlock.Client, name string) error { return c.CountDownLatch(name).Await(bg) }},
+	)
+	for _, w := range waiters {
+		t.Run(w.name, func(t *testing.T) {
+			t.Parallel()
+			name := redistest.Name(t)
+			w.block(t, b.client(t), name)
+			c := b.client(t)
+			got := make(chan error, 1)
+			go func() { got <- w.wait(c, name) }()
+			time.Sleep(200 * time.Millisecond) // waiting
+			select {
+			case err := <-got:
+				t.Fatalf("the wait ended before Close: %v", err)
+			default:
+			}
+			closed := time.Now()
+			require.NoError(t, c.Close())
+			require.ErrorIs(t, await(t, got, 3*time.Second, "the waiter to end with Close"), rlock.ErrClosed)
+			require.Less(t, time.Since(closed), 2*time.Second)
+		})
+	}
+}
