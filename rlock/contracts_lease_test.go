@@ -112,3 +112,40 @@ func TestContracts_leaseEndOutlivesTheOtherOwnersCalls(t *testing.T) {
 		}
 	}
 }
+
+// Mutex.Err: ErrLeaseExpired "until the owner locks again or calls Unlock": attempts that do
+// not lock (refused by another owner's hold: a single attempt, and one that waits until its
+// bound) leave it reported, across the lock kinds and both kinds of owner.
+func TestContracts_leaseEndOutlivesRefusedAttempts(t *testing.T) {
+	t.Parallel()
+	b := realBackend(t)
+	for _, k := range contractKinds {
+		for _, ctxOwner := range []bool{false, true} {
+			t.Run(k.name+map[bool]string{false: "/own", true: "/ctx"}[ctxOwner], func(t *testing.T) {
+				t.Parallel()
+				c := b.client(t)
+				lname := redistest.Name(t)
+				l := k.make(c, lname)
+				ctx := bg
+				if ctxOwner {
+					ctx = rlock.WithOwner(bg, "o-"+lname)
+				}
+				require.NoError(t, l.LockLease(ctx, 100*time.Millisecond))
+				within(t, 5*time.Second, "the fixed lease's end", l.Done(ctx))
+				other := b.client(t)
+				if k.name == "RWMutex.read" {
+					require.NoError(t, other.RWMutex(lname).Lock(bg)) // keeps readers out
+				} else {
+					require.NoError(t, k.make(other, lname).Lock(bg))
+				}
+				for _, wait := range []time.Duration{0, 150 * time.Millisecond} {
+					ok, err := l.TryLock(ctx, wait, 0)
+					require.NoError(t, err)
+					require.False(t, ok)
+					require.ErrorIs(t, l.Err(ctx), rlock.ErrLeaseExpired, "after a refused TryLock (wait %v)", wait)
+				}
+				require.ErrorIs(t, l.Unlock(ctx), rlock.ErrLeaseExpired)
+			})
+		}
+	}
+}
