@@ -22,8 +22,8 @@ local n, keep = tonumber(ARGV[1]), tonumber(ARGV[3])
 local req, replay = replayOf(ARGV[2])
 
 local v = redis.call('get', sem)
-local avail = tonumber(v or '0')
-if avail == nil or avail ~= math.floor(avail) then
+local avail = tonumber(v or '0') -- a count is an integer written out plainly, as INCRBY reads it
+if v and not string.match(v, '^%-?%d+$') then
   return redis.error_reply('WRONGTYPE the key holds a string that is not a semaphore')
 end
 local done = redis.call('hget', log, req)

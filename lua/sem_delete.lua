@@ -6,8 +6,8 @@
 -- expires by itself), so that replays of requests still in flight are answered truly.
 local sem = KEYS[1]
 local v = redis.call('get', sem)
-local avail = tonumber(v or '0')
-if avail == nil or avail ~= math.floor(avail) then
+local avail = tonumber(v or '0') -- a count is an integer written out plainly, as INCRBY reads it
+if v and not string.match(v, '^%-?%d+$') then
   return redis.error_reply('WRONGTYPE the key holds a string that is not a semaphore')
 end
 if not v then

@@ -18,8 +18,8 @@ local keep = tonumber(ARGV[2])
 local req, replay = replayOf(ARGV[1])
 
 local v = redis.call('get', sem)
-local avail = tonumber(v or '0')
-if avail == nil or avail ~= math.floor(avail) then
+local avail = tonumber(v or '0') -- a count is an integer written out plainly, as INCRBY reads it
+if v and not string.match(v, '^%-?%d+$') then
   return redis.error_reply('WRONGTYPE the key holds a string that is not a semaphore')
 end
 local seen = redis.call('hget', log, req)
