@@ -552,18 +552,25 @@ func (m *Mutex) TTL(ctx context.Context) (time.Duration, error) {
 var closedCh = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 
 // tenure returns the caller's owner's current tenure on this Client, or else why there is
-// none: ErrNotHeld, the loss that ended the last one while the owner still counts holds, or
-// ErrLeaseExpired when the last one ran to the end of its fixed lease (see Mutex.Err).
+// none, as Mutex.Err says it: ErrClosed once the Client is closed, ErrNotHeld, the loss that
+// ended the last one while the owner still counts holds, or ErrLeaseExpired when the last
+// one ran to the end of its fixed lease. (Asked of the hold table alone, it told ErrNotHeld
+// after Close, and HoldContext's cause said so while Err said ErrClosed:
+// TestContracts_holdContextAfterCloseHasErrsCause.)
 func (m *Mutex) tenure(ctx context.Context) (*tenure, error) {
 	owner, err := m.ownerOf(ctx)
 	if err != nil {
 		return nil, err
 	}
-	h := m.c.peekFor(m, owner)
-	if h == nil {
-		return nil, ErrNotHeld
+	var t *tenure
+	err = ErrNotHeld
+	if h := m.c.peekFor(m, owner); h != nil {
+		t, err = h.why()
 	}
-	return h.why()
+	if t == nil && m.c.isClosed() {
+		return nil, ErrClosed
+	}
+	return t, err
 }
 
 // Done returns a channel that is closed when the caller's owner's current hold on the lock
