@@ -710,14 +710,26 @@ func (h *hold) abandonAll() {
 // the watchdog stops renewing them, and released returns how many Redis still counts
 // (extra): the caller gives back those that are this Client's (its orphans, and holds it let
 // go of), never another Client's (Mutex.giveBackOrphans with keep 0).
+//
+// When Redis holds none of the owner's (-1) while this Client still counts other holds of a
+// tenure (current, or ended lost), the lock was lost under them: the tenure ends lost (if
+// it had not) and the other holds stay counted, lost, so that the owner's Lock keeps failing
+// with ErrLockLost and Err says so until an Unlock for every hold taken (Mutex's Loss).
+// Before, the first Unlock forgot them all, and the next Lock took the lock afresh under the
+// nested caller (TestContracts_forcedLossAcrossKinds).
 func (h *hold) released(remaining int64) (extra int64) {
 	h.mu.Lock()
 	defer h.unlockMu()
 	if h.count > 0 {
 		h.count--
 	}
-	if remaining <= 0 {
+	lostUnder := remaining < 0 && h.count > 0 && (h.cur != nil || h.lost != nil)
+	if remaining <= 0 && !lostUnder {
 		h.count = 0
+	}
+	if lostUnder && h.cur != nil {
+		h.stopLease()
+		h.endLocked(errorf("%w: Redis no longer had it at unlock", ErrLockLost)) // sets h.lost
 	}
 	if h.count == 0 {
 		h.lost = nil
