@@ -86,7 +86,7 @@ func TestMutex_handoffToShortLeaseThenExpiryWakesWaiters(t *testing.T) {
 func TestMutex_queuedJoinerWakesAtExpiry(t *testing.T) {
 	t.Parallel() // its own Clients and names
 	eachBackendParallel(t, func(t *testing.T, b *backend) {
-		const watchdog, holdLease, firstLease, slack = 5 * time.Second, 600 * time.Millisecond, 300 * time.Millisecond, 700 * time.Millisecond
+		const watchdog, holdLease, firstLease, slack = 5 * time.Second, 1500 * time.Millisecond, 300 * time.Millisecond, 700 * time.Millisecond
 		ca, cb := b.client(t, rlock.WithWatchdogTimeout(watchdog)), b.client(t)
 		name := redistest.Name(t)
 		holder, first, joiner := cb.Mutex(name), ca.Mutex(name), ca.Mutex(name)
@@ -96,7 +96,7 @@ func TestMutex_queuedJoinerWakesAtExpiry(t *testing.T) {
 		defer cancel()
 		firstDone := make(chan error, 1)
 		go func() { firstDone <- first.LockLease(ctx, firstLease) }() // never given back either
-		redistest.WaitFor(t, time.Second, "the first waiter to park", func() bool {
+		redistest.WaitFor(t, holdLease/2, "the first waiter to park", func() bool {
 			return rlock.ParkedCandidates(ca, first) == 1 && rlock.ChannelLive(ca, first)
 		})
 		joinerDone := make(chan time.Time, 1)
@@ -107,7 +107,7 @@ func TestMutex_queuedJoinerWakesAtExpiry(t *testing.T) {
 			}
 			close(joinerDone)
 		}()
-		redistest.WaitFor(t, time.Second, "the joiner to park behind it", func() bool { return rlock.ParkedCandidates(ca, first) == 2 })
+		redistest.WaitFor(t, holdLease/2, "the joiner to park behind it", func() bool { return rlock.ParkedCandidates(ca, first) == 2 })
 
 		// The holder's lease runs out; the first waiter wakes then and takes the lock.
 		require.NoError(t, await(t, firstDone, 2*time.Second, "the first waiter's grant"))
