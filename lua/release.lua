@@ -17,7 +17,9 @@
 --           whose hold it gives back ('0' when the caller does not know it)
 -- ARGV[5], ARGV[6], ARGV[7] (optional) = a successor: owner id, lease in milliseconds and
 --           sequence number of a waiter that the last hold passes to directly (a fresh grant, with
---           a new fencing token, and no publish); '' for none
+--           a new fencing token, and no publish unless its lease ends before the lock's did:
+--           then '*' wakes every waiter, which were told the old end and would sleep past an
+--           expiry of the new one, since an expiry publishes nothing); '' for none
 -- ARGV[8] = (optional) keep: a give-back of a hold the Client let go of (its acquire's outcome
 --           unknown, its give-back unanswered, its fixed lease over), applied only while the
 --           Client counts more than keep of the owner's holds in Redis (lib_seq.lua: for a
@@ -183,10 +185,17 @@ end
 if next and token then
   -- Pass the lock on, without a publish: nobody else is told it was free. The successor was
   -- a waiter, and others may still wait: the lock is marked (see acquire.lua), so that the
-  -- release that frees it publishes. The key is rewritten, not deleted and made again
+  -- release that frees it publishes. Unless the successor's lease ends before the lock's
+  -- would have: the other waiters sleep at most until the end they were told, and would sleep
+  -- past the new one if it expired (TestMutex_handoffToShortLeaseThenExpiryWakesWaiters), so
+  -- every waiter is woken ('*') to learn it, before anything is written (a refused PUBLISH
+  -- fails the release first). The key is rewritten, not deleted and made again
   -- (the holder's fields go, the successor's replace them): on a Cluster slot being
   -- migrated, a script may not touch a key that does not exist, so a DEL then HSET would
   -- fail half-way, with the lock freed and not passed on.
+  if tonumber(nextLease) < redis.call('pttl', lock) then
+    rare().publish(channel, '*')
+  end
   redis.call('hdel', lock, owner, reqField)
   if string.byte(next) == 117 then
     nextReq = nextReq .. '/1' -- a context owner's count of this Client's holds (lib_seq.lua)

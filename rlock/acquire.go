@@ -99,7 +99,8 @@ func (m *Mutex) waitForHold(ctx context.Context, owner string, wait, lease time.
 		// re-entry, sure to be granted, waits for its turn within ctx only, as Lock's.
 		a.until = time.Now().Add(wait)
 	}
-	spec := waitSpec{op: "lock", name: m.name, channel: m.keys.channel, queue: m.v.queue && !reentry, spin: m.v.spin}
+	spec := waitSpec{op: "lock", name: m.name, channel: m.keys.channel, queue: m.v.queue && !reentry, spin: m.v.spin,
+		passOnGrant: m.v.queue && !renew}
 	if m.v.tagged {
 		spec.tag = owner
 	}

@@ -24,6 +24,12 @@ type waitSpec struct {
 	leave func()
 	// parker, when set, is a waiter that a release may pass the lock to directly (handoff.go).
 	parker parker
+	// passOnGrant: a wait that ends with a grant hands a wake-up to the next waiter of this
+	// Client on the channel (a fixed lease's grant, with local FIFO): that waiter may have
+	// queued behind without an attempt, or have been told an older lease, and would sleep
+	// past this lease's end if it ran out (an expiry publishes nothing); woken, it tries,
+	// is refused, and learns the new end (TestMutex_queuedJoinerWakesAtExpiry).
+	passOnGrant bool
 	// waited, when set, is set to true once the call waits: its first attempt was refused
 	// (or it queued behind this Client's waiters without one), and it watches for a release
 	// (for the observer).
@@ -183,7 +189,7 @@ func (c *Client) waitLoop(ctx context.Context, wait time.Duration, spec waitSpec
 		if spec.parker != nil {
 			ok, done, claimed, err := spec.parker.unpark()
 			if done {
-				if woken {
+				if woken || ok && spec.passOnGrant {
 					w.Pass()
 				}
 				return ok, err
@@ -203,7 +209,7 @@ func (c *Client) waitLoop(ctx context.Context, wait time.Duration, spec waitSpec
 			return false, ErrClosed
 		}
 		if ok, err, done := try(true); done {
-			if err != nil {
+			if err != nil || ok && spec.passOnGrant {
 				w.Pass()
 			}
 			return ok, err
