@@ -148,6 +148,9 @@ func (c *Client) waitLoop(ctx context.Context, wait time.Duration, spec waitSpec
 	// attempt took the lock 300 ms into a 100 ms wait).
 	if ((queued && w.Ahead() == 0) || (!queued && !w.Live(mark))) && (deadline.IsZero() || time.Until(deadline) > 0) {
 		if ok, err, done := try(true); done {
+			if ok && spec.passOnGrant {
+				w.Pass() // a waiter that joined behind meanwhile learns this grant's end
+			}
 			return ok, err
 		}
 	}
