@@ -451,7 +451,7 @@ func (r *RedLock) Token(ctx context.Context) (int64, error) {
 	}
 	rh := peekRed(r.key(owner))
 	if rh == nil {
-		return 0, errorf("token of red lock %q: %w", r.name, ErrNotHeld)
+		return 0, errorf("token of red lock %q: %w", r.name, r.noHold())
 	}
 	rh.mu.Lock()
 	defer rh.mu.Unlock()
@@ -472,11 +472,27 @@ func (r *RedLock) Err(ctx context.Context) error {
 	}
 	rh := peekRed(r.key(owner))
 	if rh == nil {
-		return ErrNotHeld
+		return r.noHold()
 	}
 	rh.mu.Lock()
 	defer rh.mu.Unlock()
 	return rh.whyLocked()
+}
+
+// noHold is why the caller's owner holds no hold that the RedLock knows of: ErrClosed when
+// fewer than a majority of its Clients are open (a hold that Close ended is forgotten once
+// no open Client counts any of it), as Unlock says; ErrNotHeld otherwise.
+func (r *RedLock) noHold() error {
+	open := 0
+	for _, m := range r.insts {
+		if !m.c.isClosed() {
+			open++
+		}
+	}
+	if open < r.quorum {
+		return ErrClosed
+	}
+	return ErrNotHeld
 }
 
 // Done returns a channel closed when the caller's owner's current hold ends: released by
@@ -522,7 +538,7 @@ func (r *RedLock) HoldContext(ctx context.Context) (context.Context, context.Can
 	var rh *redHold
 	if err == nil {
 		if rh = peekRed(r.key(owner)); rh == nil {
-			err = ErrNotHeld
+			err = r.noHold()
 		}
 	}
 	if err != nil {

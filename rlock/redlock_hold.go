@@ -14,9 +14,11 @@ import (
 // It lives in redHolds while an operation refers to it or it counts a hold, with one
 // exception, as the Mutex's holds of a Client do: a hold that ended by a loss, a fixed
 // lease's end or Clients' Close (ended set, count > 0) stays until the owner's Unlock has
-// reported the end, or until one of its Clients is closed, whichever comes first (the
-// Mutex's holds go with their Client's table at Close). After that, an Unlock finds no hold:
-// ErrNotHeld, or ErrClosed when fewer than a majority of the Clients are open.
+// reported the end (and given back what the open Clients still count), or until one of its
+// Clients is closed while no open Client counts an instance hold of it, whichever comes
+// first (the Mutex's holds go with their Client's table at Close). After that, an Unlock
+// finds no hold: ErrNotHeld, or ErrClosed when fewer than a majority of the Clients are
+// open; so do Err, Token and HoldContext (noHold).
 type redHold struct {
 	key  string
 	cs   []*Client // the instances' Clients, in the RedLock's order
@@ -107,12 +109,21 @@ func (rh *redHold) dropLocked() {
 	rh.mu.Lock()
 	idle := rh.count == 0 && rh.telling == 0
 	if !idle && rh.telling == 0 && rh.ended != nil {
-		for _, c := range rh.cs {
-			if c.life.Err() != nil { // closed (c.mu is not taken: see instanceEnded's callers)
-				idle = true // reported by nobody now: its Clients are going
-				break
+		// Ended while it still counts holds, and a Client is closed (c.mu is not taken: see
+		// instanceEnded's callers): reported by nobody now, its Clients going, unless an open
+		// Client still counts instance holds of it, which only the owner's Unlock gives back
+		// (and then reports the end). Dropped at the first Close, as first written, those
+		// stayed renewed by their Client's watchdog, given back by nothing, and a lost one
+		// refused the owner's acquires there for good (TestContractsRed_holdForgottenAtCloseIsGivenBack).
+		closed, counted := false, false
+		for i, c := range rh.cs {
+			if c.life.Err() != nil {
+				closed = true
+			} else if rh.n[i] > 0 {
+				counted = true
 			}
 		}
+		idle = closed && !counted
 	}
 	var stops []func() bool
 	if idle {

@@ -45,8 +45,9 @@ import (
 //  4. [ErrInvalid] for an invalid handle or owner.
 //
 // The end of a hold that was lost, ran to the end of its fixed lease or was ended by Close
-// is reported by the owner's next Unlock (as case 1 or 3), until one of the Clients is
-// closed: the RedLock then forgets the hold (as a Client forgets its Mutex holds at Close),
+// is reported by the owner's next Unlock (as case 1 or 3), which gives back what the open
+// Clients still count of it, until one of the Clients is closed while no open Client counts
+// any: the RedLock then forgets the hold (as a Client forgets its Mutex holds at Close),
 // and Unlock reports ErrClosed, or ErrNotHeld while a majority of the Clients are open.
 func (r *RedLock) Unlock(ctx context.Context) (err error) {
 	if done := r.observeUnlock(ctx); done != nil {
