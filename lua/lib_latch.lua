@@ -1,4 +1,5 @@
 -- lib_latch: not a script; included ("--#include lib_latch") by the latch scripts.
+--#include lib_int
 -- latchCount(latch, t) returns the count held at key latch, whose type is t, or nil when the
 -- key holds something else than a latch's count.
 local function latchCount(latch, t)
@@ -6,7 +7,7 @@ local function latchCount(latch, t)
     return nil
   end
   local v = redis.call('get', latch)
-  if not string.match(v, '^%-?%d+$') then
+  if not isInt(v) then
     return nil
   end
   return tonumber(v)

@@ -17,13 +17,14 @@
 --#include lib_refusal
 --#include lib_reqlog
 --#include lib_spent
+--#include lib_int
 local sem, log, logx = KEYS[1], KEYS[2], KEYS[3]
 local n, keep = tonumber(ARGV[1]), tonumber(ARGV[3])
 local req, replay = replayOf(ARGV[2])
 
 local v = redis.call('get', sem)
-local avail = tonumber(v or '0') -- a count is an integer written out plainly, as INCRBY reads it
-if v and not string.match(v, '^%-?%d+$') then
+local avail = tonumber(v or '0')
+if v and not isInt(v) then -- a count is an integer as INCRBY reads it
   return redis.error_reply('WRONGTYPE the key holds a string that is not a semaphore')
 end
 local done = redis.call('hget', log, req)

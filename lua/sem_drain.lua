@@ -13,13 +13,14 @@
 --#include lib_refusal
 --#include lib_reqlog
 --#include lib_spent
+--#include lib_int
 local sem, log, logx = KEYS[1], KEYS[2], KEYS[3]
 local keep = tonumber(ARGV[2])
 local req, replay = replayOf(ARGV[1])
 
 local v = redis.call('get', sem)
-local avail = tonumber(v or '0') -- a count is an integer written out plainly, as INCRBY reads it
-if v and not string.match(v, '^%-?%d+$') then
+local avail = tonumber(v or '0')
+if v and not isInt(v) then -- a count is an integer as INCRBY reads it
   return redis.error_reply('WRONGTYPE the key holds a string that is not a semaphore')
 end
 local seen = redis.call('hget', log, req)

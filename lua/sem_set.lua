@@ -13,12 +13,13 @@
 --#include lib_refusal
 --#include lib_reqlog
 --#include lib_publish
+--#include lib_int
 local sem, log, logx = KEYS[1], KEYS[2], KEYS[3]
 local n, req, keep, channel, ttl = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3]), ARGV[4], ARGV[5]
 
 local v = redis.call('get', sem)
-local avail = tonumber(v or '0') -- a count is an integer written out plainly, as INCRBY reads it
-if v and not string.match(v, '^%-?%d+$') then
+local avail = tonumber(v or '0')
+if v and not isInt(v) then -- a count is an integer as INCRBY reads it
   return redis.error_reply('WRONGTYPE the key holds a string that is not a semaphore')
 end
 if redis.call('hget', log, req) then

@@ -712,8 +712,9 @@ func (h *hold) abandonAll() {
 // go of), never another Client's (Mutex.giveBackOrphans with keep 0).
 //
 // When Redis holds none of the owner's (-1) while this Client still counts other holds of a
-// tenure (current, or ended lost), the lock was lost under them: the tenure ends lost (if
-// it had not) and the other holds stay counted, lost, so that the owner's Lock keeps failing
+// tenure (current, in watchdog mode or within its fixed lease's conservative end, or ended
+// lost), the lock was lost under them: the tenure ends lost (if it had not) and the other
+// holds stay counted, lost, so that the owner's Lock keeps failing
 // with ErrLockLost and Err says so until an Unlock for every hold taken (Mutex's Loss).
 // Before, the first Unlock forgot them all, and the next Lock took the lock afresh under the
 // nested caller (TestContracts_forcedLossAcrossKinds).
@@ -723,7 +724,10 @@ func (h *hold) released(remaining int64) (extra int64) {
 	if h.count > 0 {
 		h.count--
 	}
-	lostUnder := remaining < 0 && h.count > 0 && (h.cur != nil || h.lost != nil)
+	// A fixed lease past its conservative end may have run out in Redis: -1 is then its
+	// expiry, not a loss (TestReview21_unlockAfterFixedLeaseEndWithLateWatchdogIsNotALoss).
+	cur := h.cur != nil && (h.cur.renew || time.Now().Before(h.cur.end))
+	lostUnder := remaining < 0 && h.count > 0 && (cur || h.lost != nil)
 	if remaining <= 0 && !lostUnder {
 		h.count = 0
 	}

@@ -620,7 +620,7 @@ func (m *Mutex) Err(ctx context.Context) error {
 // their counter lives a day, [lua.FenceTTL].) Pass it to the resource you protect and have it
 // refuse any token lower than one it has seen: that is what keeps a paused or partitioned
 // former holder from doing harm. It returns [ErrNotHeld] when the owner holds no hold through
-// this Client.
+// this Client ([ErrClosed] once the Client is closed), or the reason [Mutex.Err] gives.
 func (m *Mutex) Token(ctx context.Context) (int64, error) {
 	if err := m.check(ctx); err != nil {
 		return 0, err

@@ -443,7 +443,8 @@ func (r *RedLock) TTL(ctx context.Context) (time.Duration, error) {
 // come from another instance) when the servers' clocks differ by less than the time between
 // the two grants (tokens follow the servers' clocks). Keep the servers' clocks synchronized
 // (NTP), and have the resource refuse any token lower than one it has seen. It returns
-// [ErrNotHeld] (or the loss) when the owner does not hold the lock.
+// [ErrNotHeld] (or the loss, or [ErrClosed] when fewer than a majority of the Clients are
+// open) when the owner does not hold the lock.
 func (r *RedLock) Token(ctx context.Context) (int64, error) {
 	owner, err := r.ownerOf(ctx)
 	if err != nil {
