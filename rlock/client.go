@@ -701,15 +701,17 @@ func (r renewer) keysArgs(v *variant, leases []*watchdog.Lease) ([]string, []str
 			keys = append(keys, v.renewKeys(h.keys)...)
 		} else {
 			keys = append(keys, h.keys.lock)
-			shared = shared || isContextOwner(h.owner) || v.fast
+			shared = true
 		}
 		args = append(args, h.owner)
 	}
-	// A context owner's renewal names its tenure (renew.lua): another Client may have taken
-	// the lock afresh for the same owner id after this one's tenure was lost. A tenure in the
-	// fast form is named by its form (fast.go): a ghost of another of the owner's
-	// transactions is not it. The names go only when one of the leases has one; otherwise the
-	// arguments are as before (an empty name names nothing).
+	// A renewal names its tenure (renew.lua): its token, or its fast form (fast.go) while
+	// Redis holds it in that form. The owner's field alone does not tell this tenure from one
+	// begun afresh since it was lost: by another Client for the same context owner id, or by
+	// a send of the owner's own whose answer never came (a re-entry applied on a key that was
+	// deleted, its reply and its replays' lost: TestGhostReentry_lossAfterDeleteWithRepliesLostIsTold;
+	// once only context owners' tenures were named). The names go only when one of the leases
+	// has one; otherwise the arguments are as before (an empty name names nothing).
 	if shared {
 		n, named := len(args), false
 		for _, l := range leases {
@@ -724,17 +726,17 @@ func (r renewer) keysArgs(v *variant, leases []*watchdog.Lease) ([]string, []str
 	return keys, args
 }
 
-// tenureName is how the renew script names the tenure of lease l (keysArgs): its token for a
-// context owner's, its fast form for a plain lock's held in that form, else "".
+// tenureName is how the renew script names the tenure of lease l (keysArgs): its fast form
+// for a plain lock's held in that form, else its token ("" when l renews no current tenure).
 func tenureName(v *variant, l *watchdog.Lease) string {
 	h := l.Data.(*hold)
-	switch {
-	case isContextOwner(h.owner):
-		if t := h.tenureOf(l); t != 0 {
-			return strconv.FormatInt(t, 10)
+	if v.fast && !isContextOwner(h.owner) {
+		if f := h.fastFormOf(l); f != "" {
+			return f
 		}
-	case v.fast:
-		return h.fastFormOf(l)
+	}
+	if t := h.tenureOf(l); t != 0 {
+		return strconv.FormatInt(t, 10)
 	}
 	return ""
 }
