@@ -5,11 +5,11 @@
 -- ARGV[1+n+i] (optional; n = #KEYS) = the fencing token of the tenure renewed in KEYS[i], or
 --           '~<owner> <seq>' for a handle owner's tenure in the fast form (lib_fast.lua: only
 --           that very grant's form counts as held, not another of the owner's, such as a ghost
---           a late transaction of the owner's left), or '': a context owner's hold, which several Clients may share, counts as held only
---           while the lock's tenure is that one (field token): the owner's field alone does
---           not tell a tenure another Client began afresh, after this Client's was lost, from
---           its own. Without it (a handle's owner, whose holds one Client alone takes) the
---           field is enough.
+--           a late transaction of the owner's left), or '' (nothing named): a hold counts as
+--           held only while the lock's tenure is that one (field token): the owner's field
+--           alone does not tell a tenure begun afresh since this Client's was lost (by another
+--           Client for a shared context owner id, or by the owner's own send whose answer
+--           never came, applied on a deleted key) from its own. rlock names every tenure.
 -- A lock held by a handle's owner's fast grant (lib_fast.lua: a string '~<owner> <seq>', or a
 -- hash with that token field and no field of the owner) counts as held when it is the form
 -- ARGV[1+n+i] names; the renewal leaves it in that form. A tenure in the fast form that the
