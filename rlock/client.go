@@ -694,14 +694,12 @@ func (r renewer) keysArgs(v *variant, leases []*watchdog.Lease) ([]string, []str
 	keys := make([]string, 0, len(leases))
 	args := make([]string, 1, len(leases)+1)
 	args[0] = strconv.FormatInt(leases[0].TTL.Milliseconds(), 10)
-	shared := false
 	for _, l := range leases {
 		h := l.Data.(*hold)
 		if v.renewKeys != nil {
 			keys = append(keys, v.renewKeys(h.keys)...)
 		} else {
 			keys = append(keys, h.keys.lock)
-			shared = true
 		}
 		args = append(args, h.owner)
 	}
@@ -712,7 +710,7 @@ func (r renewer) keysArgs(v *variant, leases []*watchdog.Lease) ([]string, []str
 	// deleted, its reply and its replays' lost: TestGhostReentry_lossAfterDeleteWithRepliesLostIsTold;
 	// once only context owners' tenures were named). The names go only when one of the leases
 	// has one; otherwise the arguments are as before (an empty name names nothing).
-	if shared {
+	if v.renewKeys == nil { // renew.lua's locks (the others' scripts take no names)
 		n, named := len(args), false
 		for _, l := range leases {
 			name := tenureName(v, l)

@@ -82,16 +82,7 @@ func (r *RedLock) Unlock(ctx context.Context) (err error) {
 		<-done
 	}
 	if count == 0 {
-		open := 0
-		for _, c := range rh.cs {
-			if !c.isClosed() {
-				open++
-			}
-		}
-		if open < r.quorum {
-			return errorf("unlock red lock %q: %w", r.name, ErrClosed)
-		}
-		return errorf("unlock red lock %q: %w", r.name, ErrNotHeld)
+		return errorf("unlock red lock %q: %w", r.name, r.noHold())
 	}
 	// A hold known to have ended (lost, run to the end of its fixed lease, ended by Close) is
 	// answered with its end whatever its give-backs find: they go on in the background, not
