@@ -413,6 +413,15 @@ func (m *Mutex) attempt(ctx context.Context, h *hold, lease time.Duration, renew
 			})
 			return false, 0, errorf("lock %q: %w (%d of %d acknowledged)", m.name, ErrNoReplicaAck, acked, m.c.opts.ackReplicas)
 		}
+		if within != nil && m.v.fast {
+			// The re-entry's script converted a tenure held in the fast form: recorded now,
+			// under h.op, which grant may hand to background work (its orphans' give-back)
+			// before it returns. Written after grant, as first done, it raced the owner's
+			// next call's read of it (the race detector, in a model run).
+			h.mu.Lock()
+			within.fast = ""
+			h.mu.Unlock()
+		}
 		switch err := m.grant(ctx, h, within, vals, sent, lease, renew, o, g, tr); {
 		case errors.Is(err, watchdog.ErrClosed):
 			return false, 0, ErrClosed

@@ -57,17 +57,16 @@ func (m *Mutex) fastGranted(sent time.Time, ok bool) {
 // the grant; form: the fast form the attempt sent, "" when a script; isFast: the grant was
 // the transaction's) means for fast grants: the tenure a fast grant began is in that form, a
 // re-entry's script
-// converted the tenure it joined, and an uncontended fresh grant lets the handle's next fresh
-// acquires go fast. h.op must be held.
+// converted the tenure it joined (recorded by attempt before grant), and an uncontended fresh
+// grant lets the handle's next fresh acquires go fast. h.op must be held, or the grant handed
+// it to its orphans' give-back: a fresh fast grant has no orphans (one hold), so a tenure is
+// written here only under h.op.
 func (m *Mutex) fastRecord(h *hold, within *tenure, waiting bool, vals []int64, sent time.Time, isFast bool, form string) {
 	if !m.v.fast {
 		return
 	}
 	if within != nil {
-		h.mu.Lock()
-		within.fast = ""
-		h.mu.Unlock()
-		return
+		return // the re-entry's conversion is recorded before the grant (Mutex.attempt)
 	}
 	if isFast {
 		h.mu.Lock()
