@@ -1201,6 +1201,8 @@ type mseq struct {
 	maxLease     time.Duration
 	roundLost    *mowner   // the owner whose replies are all lost this round (repliesLost), or nil
 	lateAcqAt    time.Time // the last delivery of a kept-back first send of an acquire (fLate)
+	snapClosed   bool      // close waits for the snapshots at loss: no more start (snapAtLoss)
+	snapWG       sync.WaitGroup
 }
 
 func (s *mseq) since() time.Duration { return time.Since(s.t0) }
@@ -1445,6 +1447,9 @@ func (s *mseq) build() {
 		idx := i
 		obs := rlock.WithObserver(&rlock.Observer{RenewalRound: func(e rlock.RenewalRoundInfo) {
 			s.logf("c%d renewal round: %d lease(s), %d script(s), %d failed, %d lost, took %v, err %v", idx, e.Leases, e.Scripts, e.Failures, e.Lost, e.Took.Round(100*time.Microsecond), e.Err)
+			if e.Lost > 0 {
+				s.snapAtLoss(idx)
+			}
 			if e.Took > stallThreshold {
 				// A round answered late lets a lease run out as a pause of Redis would: the
 				// watchdog renews at 2/3 of a 300-700ms lease, so 100-230ms late loses it, and
@@ -1502,6 +1507,12 @@ func (s *mseq) addOwner(cl *mclient, label string, n int) *mowner {
 
 func (s *mseq) close() {
 	s.flushLate()
+	defer func() {
+		s.mu.Lock()
+		s.snapClosed = true
+		s.mu.Unlock()
+		s.snapWG.Wait()
+	}()
 	for _, cl := range s.clients {
 		start := time.Now()
 		_ = cl.c.Close()
@@ -3171,6 +3182,112 @@ func (s *mseq) ghost(key string) bool {
 }
 
 // pttl is key's remaining time to live (-1: no expiry, -2: no key), for the logs.
+// snapScript reads, in one step, each key's type, contents and PTTL.
+const snapScript = `
+local out = {}
+for i, k in ipairs(KEYS) do
+  local t = redis.call('type', k).ok
+  local v = {}
+  if t == 'hash' then v = redis.call('hgetall', k)
+  elseif t == 'string' then v = {redis.call('get', k)}
+  elseif t == 'zset' then v = redis.call('zrange', k, 0, -1, 'withscores')
+  elseif t == 'list' then v = redis.call('lrange', k, 0, -1)
+  elseif t == 'set' then v = redis.call('smembers', k) end
+  out[i] = {t, v, redis.call('pttl', k)}
+end
+return out`
+
+// snapKeys are the keys a snapshot at a loss reads, with their labels: the lock's (hash,
+// fence, and the keys beside them that renewals read).
+func (s *mseq) snapKeys() (keys, labels []string) {
+	var base string
+	var sufs []string
+	switch subj := s.subj.(type) {
+	case *lockSubject:
+		base, sufs = subj.key, append([]string{"", ":fence"}, subj.api.extra...)
+	case *permitSubject:
+		base, sufs = subj.key, []string{"", ":leases"}
+	}
+	if base == "" {
+		return nil, nil
+	}
+	for _, suf := range sufs {
+		keys = append(keys, base+suf)
+		label := strings.TrimPrefix(suf, ":")
+		if suf == "" {
+			label = "lock"
+		}
+		labels = append(labels, label)
+	}
+	return keys, labels
+}
+
+// snapAtLoss logs what Redis holds for the lock when client idx's renewal round lost a lease
+// (a loss no fault explains is then read against it: the seed 4303567426744168258
+// loss-spurious, model300-s20b). Read at once, off the watchdog's goroutine (a paused Redis
+// must not hold it up), with the admin client; close waits for the read.
+func (s *mseq) snapAtLoss(idx int) {
+	keys, labels := s.snapKeys()
+	if len(keys) == 0 {
+		return
+	}
+	s.mu.Lock()
+	if s.snapClosed {
+		s.mu.Unlock()
+		return
+	}
+	s.snapWG.Add(1)
+	s.mu.Unlock()
+	at := time.Now()
+	go func() {
+		defer s.snapWG.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		res, err := s.admin.Do(ctx, s.admin.B().Eval().Script(snapScript).Numkeys(int64(len(keys))).Key(keys...).Build()).ToArray()
+		took := fmtDur(time.Since(at))
+		if err == nil && len(res) != len(keys) {
+			err = fmt.Errorf("%d results for %d keys", len(res), len(keys))
+		}
+		if err != nil {
+			s.logf("    c%d redis at loss (read %s after the round): %v", idx, took, err)
+			return
+		}
+		var parts []string
+		for i, r := range res {
+			e, _ := r.ToArray()
+			if len(e) != 3 {
+				parts = append(parts, labels[i]+" ?")
+				continue
+			}
+			typ, _ := e[0].ToString()
+			vals, _ := e[1].AsStrSlice()
+			pttl, _ := e[2].AsInt64()
+			var body string
+			switch typ {
+			case "none":
+				parts = append(parts, labels[i]+" none")
+				continue
+			case "string":
+				body = fmt.Sprintf("%q", strings.Join(vals, ""))
+			case "hash", "zset":
+				kv := make([]string, 0, len(vals)/2)
+				for j := 0; j+1 < len(vals); j += 2 {
+					kv = append(kv, vals[j]+":"+vals[j+1])
+				}
+				body = "{" + strings.Join(kv, " ") + "}"
+			default:
+				body = fmt.Sprint(vals)
+			}
+			ttl := strconv.FormatInt(pttl, 10)
+			if pttl >= 0 {
+				ttl += "ms"
+			}
+			parts = append(parts, fmt.Sprintf("%s %s %s pttl %s", labels[i], typ, body, ttl))
+		}
+		s.logf("    c%d redis at loss (read %s after the round): %s", idx, took, strings.Join(parts, "; "))
+	}()
+}
+
 func (s *mseq) pttl(key string) time.Duration {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
