@@ -32,7 +32,7 @@ type ghostLock interface {
 // holds' answer that hold.granted turns into ErrLockLost. The loss must still be told: the
 // Client counts n holds of a tenure whose token Redis no longer has, while Redis holds a
 // tenure of the owner (another token, one hold) that no caller took. Found by the model test
-// (FairMutex, seed 7268824476885689784, 'loss-unnoticed', /work/notes/model300-s20.log):
+// (FairMutex, seed 7268824476885689784, 'loss-unnoticed', a 300-s TestModel run):
 // Err stayed nil, the HoldContext was not cancelled and every renewal round said '0 lost',
 // because the renewal (renew.lua) of a handle owner's tenure checks only the owner's field
 // (keysArgs names no tenure for it), which the ghost re-entry's fresh grant wrote.

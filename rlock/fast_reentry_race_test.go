@@ -23,7 +23,7 @@ import (
 // the tenure's form (attempt: within.fast). The conversion the re-entry's script made must
 // be recorded before grant, under h.op: written after it (fastRecord, before cd16ffd) it
 // raced that read, a data race the race detector found in model runs
-// (/work/notes/model240-modelsnap.log, model300-s20g.log). The test makes the interleaving
+// (TestModel under -race, 240 s and 300 s runs). The test makes the interleaving
 // the detector needs, with no happens-before edge from the read to the write but the one the
 // fix adds: the give-back is held (a hook) until the next call waits for h.op; the Client's
 // mutex (rlock.LockClient) then holds the give-back between its h.op and its end
