@@ -498,7 +498,7 @@ func (h *hold) onLost(l *watchdog.Lease, cause error) {
 		h.expired, h.endedHolds = true, max(n, 1)
 		h.endLocked(ErrLeaseExpired)
 		h.unlockMu()
-		if n+orphans > 0 && isContextOwner(h.owner) && !h.v.ownOrphans {
+		if n+orphans > 0 && isContextOwner(h.owner) && !h.v.ownExpired {
 			h.giveBackExpired(n + orphans)
 		}
 		h.c.forget(h)
@@ -650,14 +650,18 @@ func (h *hold) fastFormOf(l *watchdog.Lease) string {
 // counted in Redis beyond the holds the owner took for at most one renewal period after
 // Redis answers again (unless the owner's operations on the lock keep h.op busy at every
 // renewal: their grants and last release give back what Redis counts beyond them), or until
-// a fixed lease's end. A RedLock's instance holds keep their orphans (variant ownOrphans: the
-// RedLock gives them back with the instance's last hold). It runs on the watchdog's goroutine
-// and never waits: a busy h.op leaves the orphans to the next renewal.
+// a fixed lease's end. A RedLock's instance holds are settled so too: the RedLock never
+// counts an orphan (it uncounts a hold before its give-back, and counts no grant that reached
+// it too late or not at all), so the holds it counts on the instance are the Client's count,
+// which the give-back keeps. (They were kept to the instance's last hold until issue 23's
+// TestRedLock_lateReentryGrantCounted: Redis counted one more than the RedLock, renewed.) It
+// runs on the watchdog's goroutine and never waits: a busy h.op leaves the orphans to the
+// next renewal.
 func (h *hold) settleOrphans() {
 	h.mu.Lock()
 	n := h.orphans
 	h.mu.Unlock()
-	if n == 0 || h.v.ownOrphans || !h.tryLockOp() {
+	if n == 0 || !h.tryLockOp() {
 		return
 	}
 	h.c.reref(h)

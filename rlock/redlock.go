@@ -21,7 +21,7 @@ import (
 var redVariant = &variant{
 	kind: "red lock", acquire: lua.Acquire, release: lua.Release, renew: lua.Renew,
 	force: lua.ForceRelease, forceMessage: "0", queue: true, forced: true, marks: true,
-	clockToken: true, ownOrphans: true,
+	clockToken: true, ownExpired: true,
 }
 
 // Timing of a RedLock.
@@ -72,9 +72,12 @@ const (
 // the attempt gives back what it
 // got on every instance that granted it; an instance that did not answer within the
 // timeout is resolved by its Mutex machinery (its request is replayed until answered, within
-// the Client's cleanup timeout, and a grant it turns out to have made is given back). A
-// waiting caller then sleeps until a release is published on any instance (it subscribes
-// to the lock's release channel on every instance, through each Client's shared
+// the Client's cleanup timeout, and a grant it turns out to have made is given back; a
+// re-entry's whose outcome stays unknown is given back, if Redis counts it, at the instance's
+// next renewal that Redis confirms, so each instance counts the holds the RedLock counts
+// there again within a renewal period of answering). A waiting caller then sleeps until a
+// release is published on any instance (it subscribes to the lock's release channel on
+// every instance, through each Client's shared
 // subscription connection) or until the refusals' leases have run out on enough instances
 // for a majority (when a majority refused: another owner holds it, and only a release on
 // one of the refusing instances wakes the caller), and tries again after a random pause of

@@ -24,18 +24,18 @@ import (
 // after the instance timeout, and the replay that would learn the grant (through a new
 // connection: rueidis closed the one whose request ran past its deadline) gets no answer in
 // time. The Client counts the hold as a possible orphan of the instance's tenure
-// (hold.unknownAcquire): a Mutex gives it back, conditionally, at the next confirmed renewal
-// (settleOrphans), but a RedLock's instances keep their orphans for their last hold
-// (variant.ownOrphans), renewing them meanwhile. Here the cleanup timeout (150 ms) is shorter
-// than the slow path (one way 12-150 ms), standing for a loaded machine's stall through a 2 s
-// one; the round trips around the instance timeout (50 ms) also cover grants that land just
+// (hold.unknownAcquire): it is given back, conditionally, at the next confirmed renewal
+// (settleOrphans), as a Mutex's is; a RedLock's instances kept their orphans for their last
+// hold (variant.ownOrphans, until this test), renewing them meanwhile. Here the cleanup
+// timeout (150 ms) is shorter than the slow path (one way 12-150 ms), standing for a loaded
+// machine's stall through a 2 s one; the round trips around the instance timeout (50 ms) also cover grants that land just
 // before or after the round's decision (adopted). Each iteration takes a lock of its own on
 // every instance, re-enters with the slow proxy's latency drawn from the seed (kept until the
 // instance's resolution is over), waits one lease and a second for Redis to agree with the
 // RedLock, Unlocks twice and checks that nothing is left. RELOCK_SEED replays a run.
 //
-// FAILS at e58880e ("instance 2: Redis 2, RedLock 1 (followed true), Client 1 (orphans 1)");
-// passes with ownOrphans off for redVariant (the orphan given back at the next renewal).
+// Failed at e58880e and cd16ffd, 5 in 5 ("instance 2: Redis 2, RedLock 1 (followed true),
+// Client 1 (orphans 1)"); passes since settleOrphans settles a RedLock instance's orphans.
 func TestRedLock_lateReentryGrantCounted(t *testing.T) {
 	t.Parallel()
 	if testing.Short() {

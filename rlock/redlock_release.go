@@ -18,7 +18,9 @@ import (
 // cleanup timeout (a Client's Close ends them, and waits for them). One of the last hold
 // that fails there is abandoned: that instance's hold is no longer renewed and expires with
 // its lease. One of another hold that fails stays with the instance's other holds: renewed
-// with them, and given back with the last. A grant that reaches an acquire's round after the
+// with them, and given back at the instance's next renewal that Redis confirms (only if Redis
+// still counts it: a give-back applied with its replies lost is not given back twice), or
+// with the last. A grant that reaches an acquire's round after the
 // owner's last Unlock began is given back, not adopted. An Unlock whose give-backs went out
 // has given the hold back whatever it returns (cases 1 and 2 below): do not call Unlock
 // again for it.
@@ -101,7 +103,7 @@ func (r *RedLock) Unlock(ctx context.Context) (err error) {
 		// releasing that instance's last hold while the owner holds the lock (and the last
 		// Unlock would find one hold too few: ErrNotHeld). A give-back that fails leaves the
 		// hold to the instance's tenure as an orphan (abandonOne): renewed with it and given
-		// back with its last hold.
+		// back at its next confirmed renewal (hold.settleOrphans), or with its last hold.
 		for i, n := range rh.n {
 			if n > 1 {
 				idx = append(idx, i)
@@ -177,7 +179,7 @@ type giveBackFail int
 const (
 	// abandonOne: nothing counts it (a failed re-entry round, an Unlock that is not the
 	// owner's last): it becomes an orphan of the instance's tenure (hold.abandon), given
-	// back with its last hold.
+	// back at its next confirmed renewal (hold.settleOrphans), or with its last hold.
 	abandonOne giveBackFail = iota
 	// abandonAll: nothing counts any hold of the owner on the instance (a failed fresh
 	// round, the last Unlock): they are no longer renewed and expire (hold.abandonAll).

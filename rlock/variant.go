@@ -44,10 +44,12 @@ type variant struct {
 	// marks: the acquire script takes ARGV[4], by which the attempts of a wait mark the lock
 	// so that its release publishes (acquire.lua); releases publish only then.
 	marks bool
-	// ownOrphans: the orphans of this variant's holds wait for the tenure's last hold (a
-	// RedLock's instances: the RedLock counts and gives back their holds itself), rather than
-	// being given back at the next confirmed renewal (hold.settleOrphans).
-	ownOrphans bool
+	// ownExpired: a context owner's holds whose fixed lease ran its course (and the tenure's
+	// orphans) are not given back in the background at that end (hold.giveBackExpired): a
+	// RedLock's instances, whose ended holds the RedLock's Unlock gives back itself. (Named
+	// ownOrphans until issue 23: it also kept a RedLock instance's orphans from
+	// hold.settleOrphans, to the instance's last hold; they are settled now as a Mutex's are.)
+	ownExpired bool
 	// clockToken: a fresh grant's token follows the server's clock exactly (acquire.lua's
 	// ARGV[5] 'c'), not the fence's counter: a RedLock compares its instances' tokens,
 	// given by several servers.
