@@ -73,7 +73,7 @@ const (
 // got on every instance that granted it; an instance that did not answer within the
 // timeout is resolved by its Mutex machinery (its request is replayed until answered, within
 // the Client's cleanup timeout, and a grant it turns out to have made is given back; a
-// re-entry's whose outcome stays unknown is given back, if Redis counts it, at the instance's
+// re-entry whose outcome stays unknown is given back, if Redis counts it, at the instance's
 // next renewal that Redis confirms, so each instance counts the holds the RedLock counts
 // there again within a renewal period of answering). A waiting caller then sleeps until a
 // release is published on any instance (it subscribes to the lock's release channel on
