@@ -4,6 +4,7 @@ import (
 	"container/list"
 	"context"
 	"errors"
+	"math"
 	"strconv"
 	"strings"
 	"sync"
@@ -100,9 +101,9 @@ type Client struct {
 }
 
 // New returns a Client that locks through client. relock borrows client and never closes
-// it; close it after [Client.Close]. The options are validated here: an invalid one is an
-// error wrapping [ErrInvalid]. New starts no goroutine and sends nothing to Redis, unless
-// asked to keep a record of the Client ([WithClientInfo]).
+// it; close it after [Client.Close]. The options are validated here: an invalid one, or a nil
+// one, is an error wrapping [ErrInvalid]. New starts no goroutine and sends nothing to Redis,
+// unless asked to keep a record of the Client ([WithClientInfo]).
 func New(client rueidis.Client, opts ...Option) (*Client, error) {
 	if client == nil {
 		return nil, invalid("nil rueidis client")
@@ -437,10 +438,11 @@ func (c *Client) firstSendCtxIn(ctx context.Context, sent time.Time, sc *sendCtx
 	case callerValues, *sendCtx:
 		return ctx, func() {}
 	}
-	if c.opts.cleanupTimeout < 4*deadlineStep {
-		return c.cleanupCtxUntil(ctx, sent.Add(c.opts.cleanupTimeout))
+	end := sent.Add(c.opts.cleanupTimeout)
+	if c.opts.cleanupTimeout < 4*deadlineStep || !end.Before(lastBucketed) {
+		return c.cleanupCtxUntil(ctx, end)
 	}
-	dl, done := c.deadlines.at(sent.Add(c.opts.cleanupTimeout))
+	dl, done := c.deadlines.at(end)
 	*sc = sendCtx{values: ctx, dl: dl, done: done}
 	return sc, func() {}
 }
@@ -459,6 +461,11 @@ func (s *sendCtx) Err() error {
 
 // deadlineStep is the width of deadlines' buckets: a deadline is brought forward by less.
 const deadlineStep = 8 * time.Millisecond
+
+// lastBucketed bounds the deadlines that deadlines can bucket: they key buckets by
+// UnixNano, which ends in 2262. A later deadline (a cleanup timeout of centuries) gets a
+// context of its own.
+var lastBucketed = time.Unix(0, math.MaxInt64-int64(deadlineStep))
 
 // deadlines hands out channels closed at coarse deadlines: every deadline in one bucket of
 // deadlineStep shares one channel and one timer, closed at the bucket's start (never after

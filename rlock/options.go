@@ -232,11 +232,14 @@ func WithPubSub(mode PubSubMode) Option {
 	return optionFunc(func(o *options) { o.pubsub = mode })
 }
 
-// buildOptions applies opts to the defaults and validates the result: an invalid option is an
-// error wrapping ErrInvalid.
+// buildOptions applies opts to the defaults and validates the result: an invalid option, or a
+// nil one, is an error wrapping ErrInvalid.
 func buildOptions(opts []Option) (options, error) {
 	o := defaultOptions()
-	for _, opt := range opts {
+	for i, opt := range opts {
+		if opt == nil {
+			return o, invalid("option %d is nil", i)
+		}
 		opt.apply(&o)
 	}
 	if err := o.validate(); err != nil {

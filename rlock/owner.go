@@ -45,8 +45,11 @@ func (c *Client) WithNewOwner(ctx context.Context) context.Context {
 	return WithOwner(ctx, c.newOwner()[2:])
 }
 
-// OwnerFrom returns the owner id ctx carries, if any.
+// OwnerFrom returns the owner id ctx carries, if any (none for a nil ctx).
 func OwnerFrom(ctx context.Context) (string, bool) {
+	if ctx == nil {
+		return "", false
+	}
 	id, ok := ctx.Value(ownerKey{}).(string)
 	return id, ok
 }

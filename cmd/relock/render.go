@@ -19,7 +19,7 @@ func writeText(w io.Writer, in rlock.Info) error {
 	field := func(k string, v any) { fmt.Fprintf(tw, "%-18s%v\n", k, v) }
 	field("name", quoteName(in.Name))
 	field("kind", kindText(in))
-	field("key", in.Key)
+	field("key", quoteName(in.Key))
 	field("ttl", formatTTL(in))
 	switch in.Kind {
 	case rlock.KindMutex, rlock.KindFairMutex, rlock.KindRWMutex, rlock.KindNone:
