@@ -84,6 +84,27 @@ func TestBoundsHunt_redLockInstanceTimeoutZero(t *testing.T) {
 	require.ErrorIs(t, err, rlock.ErrInvalid, "WithInstanceTimeout(0) is below 1ms")
 }
 
+// A nil RedLockOption was skipped silently, where New refuses a nil Option (ErrInvalid).
+func TestBoundsHunt_redLockNilOption(t *testing.T) {
+	var cs []*rlock.Client
+	for range 3 {
+		_, rc := redistest.Miniredis(t)
+		c, err := rlock.New(rc)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = c.Close() })
+		cs = append(cs, c)
+	}
+	for _, opts := range [][]rlock.RedLockOption{{nil}, {rlock.WithInstanceTimeout(50 * time.Millisecond), nil}} {
+		r := rlock.NewRedLock("x", cs, opts...)
+		ok, err := r.TryLock(bg, 0, time.Second)
+		if ok {
+			_ = r.Unlock(bg)
+		}
+		require.ErrorIs(t, err, rlock.ErrInvalid, "a nil RedLockOption")
+		require.ErrorContains(t, err, "is nil")
+	}
+}
+
 // OwnerFrom(nil) panics (a nil dereference), where every method of a handle returns
 // ErrInvalid for a nil ctx. A nil ctx carries no owner.
 func TestBoundsHunt_ownerFromNilCtx(t *testing.T) {

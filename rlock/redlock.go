@@ -121,13 +121,15 @@ const (
 // A nil or zero *RedLock, or one that NewRedLock refused, is no handle: its methods return
 // an error wrapping [ErrInvalid] (Done a closed channel, HoldContext a cancelled context).
 type RedLock struct {
-	name    string
-	insts   []*Mutex // one per Client, in the order of the Clients' ids; one owner id on all
-	owner   string
-	quorum  int
-	timeout time.Duration // per instance; 0: a tenth of the lease, within redTimeoutMin..Max
-	set     string        // the Clients' ids: with the name and the owner, names a hold
-	err     error         // invalid: every method returns it
+	name       string
+	insts      []*Mutex // one per Client, in the order of the Clients' ids; one owner id on all
+	owner      string
+	quorum     int
+	timeout    time.Duration // per instance; unset: a tenth of the lease, within redTimeoutMin..Max
+	timeoutSet bool          // WithInstanceTimeout was given (then timeout is checked, 0 included)
+	nilOpt     int           // index+1 of the first nil RedLockOption; 0: none
+	set        string        // the Clients' ids: with the name and the owner, names a hold
+	err        error         // invalid: every method returns it
 
 	bad      atomic.Pointer[error] // the duplicate-server check found two Clients on one server
 	verified atomic.Bool           // the duplicate-server check is complete (verify)
@@ -147,9 +149,11 @@ type RedLockOption func(*RedLock)
 // they can no longer change its outcome, or when they are servers found silent lately (see
 // Acquisition at [RedLock]). It must be much smaller than the lease, since the validity is
 // what is left of the lease after the slowest answer. By default it is a tenth of the
-// lease, between 5ms and 250ms. A d below 1ms makes the RedLock invalid ([ErrInvalid]).
+// lease, between 5ms and 250ms; only the absence of this option gives the default. A d below
+// 1ms, 0 and negative values included, makes the RedLock invalid: every method returns an
+// error wrapping [ErrInvalid] that names the timeout, and nothing is sent to Redis.
 func WithInstanceTimeout(d time.Duration) RedLockOption {
-	return func(r *RedLock) { r.timeout = d }
+	return func(r *RedLock) { r.timeout, r.timeoutSet = d, true }
 }
 
 // NewRedLock returns a handle on the lock called name over clients, one per independent
@@ -157,7 +161,7 @@ func WithInstanceTimeout(d time.Duration) RedLockOption {
 // error wrapping [ErrInvalid] with the reason) when: there are fewer than 3 clients; a
 // client is nil, zero, or given twice; a client is a Cluster or Sentinel client (its
 // rueidis client's Mode()): RedLock wants standalone masters; the name is empty; an option
-// is out of range.
+// is out of range, or nil (as [New] refuses a nil [Option]).
 //
 // Two Clients on the same server are found with two round trips, by the first acquire over
 // a set of Clients (the outcome is kept for the set, by its Clients): each instance writes its
@@ -171,10 +175,14 @@ func WithInstanceTimeout(d time.Duration) RedLockOption {
 // read each other's keys).
 func NewRedLock(name string, clients []*Client, opts ...RedLockOption) *RedLock {
 	r := &RedLock{name: name}
-	for _, o := range opts {
-		if o != nil {
-			o(r)
+	for i, o := range opts {
+		if o == nil {
+			if r.nilOpt == 0 {
+				r.nilOpt = i + 1
+			}
+			continue
 		}
+		o(r)
 	}
 	r.err = r.validate(clients)
 	if r.err != nil {
@@ -201,7 +209,9 @@ func (r *RedLock) validate(clients []*Client) error {
 		return invalid("empty red lock name")
 	case len(clients) < redMinClients:
 		return invalid("red lock %q over %d clients: it needs at least %d independent masters", r.name, len(clients), redMinClients)
-	case r.timeout != 0 && r.timeout < time.Millisecond:
+	case r.nilOpt != 0:
+		return invalid("red lock %q: option %d is nil", r.name, r.nilOpt-1)
+	case r.timeoutSet && r.timeout < time.Millisecond:
 		return invalid("red lock %q: instance timeout %v is below 1ms", r.name, r.timeout)
 	}
 	seen := make(map[*Client]int, len(clients))
