@@ -136,6 +136,54 @@ func TestBoundsHunt_withOwnerNilCtx(t *testing.T) {
 	})
 }
 
+// What WithOwner(nil, id) and WithNewOwner(nil) return (TestBoundsHunt_withOwnerNilCtx): a
+// done context on Background, no owner id, and every call that takes it, or a context derived
+// from it, fails with ErrInvalid naming the cause, whatever the family; nothing is written.
+func TestBoundsHunt_withOwnerNilCtxEveryCall(t *testing.T) {
+	srv := redistest.Start(t)
+	c, err := rlock.New(srv.Client(t))
+	require.NoError(t, err)
+	defer c.Close()
+	var nilCtx context.Context
+	var nilClient *rlock.Client
+	for _, tc := range []struct {
+		what string
+		ctx  context.Context
+	}{
+		{"WithOwner", rlock.WithOwner(nilCtx, "id")},
+		{"WithNewOwner", c.WithNewOwner(nilCtx)},
+		{"WithNewOwner", nilClient.WithNewOwner(nilCtx)},
+	} {
+		what, ctx := tc.what, tc.ctx
+		want := what + ": nil parent context"
+		require.Error(t, ctx.Err(), what)
+		require.ErrorIs(t, context.Cause(ctx), rlock.ErrInvalid, what)
+		_, ok := rlock.OwnerFrom(ctx)
+		require.False(t, ok, what)
+		derived, cancel := context.WithTimeout(ctx, time.Second)
+		for _, cx := range []context.Context{ctx, derived} {
+			name := redistest.Name(t)
+			for op, err := range map[string]error{
+				"Mutex.Lock":        c.Mutex(name).Lock(cx),
+				"Mutex.Unlock":      c.Mutex(name).Unlock(cx),
+				"RWMutex.RLock":     c.RWMutex(name).RLock(cx),
+				"Semaphore.Release": c.Semaphore(name).Release(cx, 1),
+				"Latch.CountDown":   c.CountDownLatch(name).CountDown(cx),
+			} {
+				require.ErrorIs(t, err, rlock.ErrInvalid, "%s: %s", what, op)
+				require.ErrorContains(t, err, want, "%s: %s", what, op)
+			}
+			_, err := c.Inspect(cx, name)
+			require.ErrorIs(t, err, rlock.ErrInvalid, what)
+			require.ErrorContains(t, err, want)
+		}
+		cancel()
+	}
+	msg := srv.Do(t, "DBSIZE")
+	n, _ := msg.AsInt64()
+	require.Zero(t, n, "keys written")
+}
+
 // Each count is bounded by 2^50, but the semaphore's count is not: nine Releases of 2^50 and
 // one of 1 make 9*2^50+1, which sem_drain.lua reads as a Lua number (2^53 and beyond are not
 // exact) and DECRBYs: DrainPermits returns 9*2^50 and leaves 1 permit behind.

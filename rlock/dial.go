@@ -17,12 +17,12 @@ import (
 // makes later are dialled as opt says, and [Client.Close] ends those still being dialled or
 // set up.
 //
-// DialContext returns an error wrapping [ErrInvalid] for a nil ctx or an invalid option
-// (nothing is dialled), ctx's cause when ctx ends first, or rueidis's error when it cannot
+// DialContext returns an error wrapping [ErrInvalid] for a nil ctx (or one [WithOwner] made
+// from a nil parent) or an invalid option (nothing is dialled), ctx's cause when ctx ends first, or rueidis's error when it cannot
 // connect or authenticate.
 func DialContext(ctx context.Context, opt rueidis.ClientOption, opts ...Option) (*Client, error) {
-	if ctx == nil {
-		return nil, invalid("nil context")
+	if err := ctxError(ctx); err != nil {
+		return nil, err
 	}
 	if _, err := buildOptions(opts); err != nil {
 		return nil, err // before anything is dialled

@@ -78,8 +78,8 @@ func TryDo(ctx context.Context, l Holder, wait, lease time.Duration, fn func(ctx
 // checkDo validates the arguments of Do and TryDo.
 func checkDo(ctx context.Context, l Holder, fn func(context.Context) error) error {
 	switch {
-	case ctx == nil:
-		return invalid("nil context")
+	case ctxError(ctx) != nil:
+		return ctxError(ctx)
 	case l == nil:
 		return invalid("nil lock")
 	case fn == nil:

@@ -128,7 +128,8 @@ type WaiterInfo struct {
 // beside [ACLRule]'s are given by [InspectACLRule].
 //
 // A name that holds nothing is no error: Info.Kind is [KindNone]. Errors:
-//  1. an empty name, a nil context, or a nil or zero Client: an error wrapping [ErrInvalid];
+//  1. an empty name, a nil context (or one [WithOwner] made from a nil parent), or a nil or
+//     zero Client: an error wrapping [ErrInvalid];
 //  2. a closed Client: [ErrClosed];
 //  3. Key holds a value that no relock primitive makes (a list, a hash without a lock's
 //     fields, a string that is not an integer): an error wrapping [ErrWrongType], with
@@ -140,8 +141,8 @@ func (c *Client) Inspect(ctx context.Context, name string) (Info, error) {
 	if err := c.usable(); err != nil {
 		return Info{}, err
 	}
-	if ctx == nil {
-		return Info{}, invalid("nil context")
+	if err := ctxError(ctx); err != nil {
+		return Info{}, err
 	}
 	if name == "" {
 		return Info{}, invalid("empty name")
@@ -171,7 +172,7 @@ func (c *Client) Inspect(ctx context.Context, name string) (Info, error) {
 // (every waiter of every Client is woken: those of a Mutex and a SpinMutex wake to it too),
 // and [RWMutex.ForceUnlock] for [KindRWMutex]. It reports whether there was a lock to free:
 // false, with a nil error, when the lock's key is gone. Errors:
-//  1. a nil context, a nil or zero Client, seen.Name empty, seen.Kind another kind, or
+//  1. a nil context (or one [WithOwner] made from a nil parent), a nil or zero Client, seen.Name empty, seen.Kind another kind, or
 //     seen.Key not this Client's key of seen.Name (an Info of a Client with another key
 //     prefix): an error wrapping [ErrInvalid], and nothing sent;
 //  2. a hold in force that seen does not show, or another fencing token: an error wrapping
@@ -184,8 +185,8 @@ func (c *Client) ForceUnlockSeen(ctx context.Context, seen Info) (bool, error) {
 	if err := c.usable(); err != nil {
 		return false, err
 	}
-	if ctx == nil {
-		return false, invalid("nil context")
+	if err := ctxError(ctx); err != nil {
+		return false, err
 	}
 	if seen.Name == "" {
 		return false, invalid("force unlock: the Info seen has no name")

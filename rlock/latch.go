@@ -101,8 +101,8 @@ func (l *CountDownLatch) check(ctx context.Context, op string) error {
 		return l.err
 	case l.c == nil:
 		return invalid("zero latch handle: make one with a Client")
-	case ctx == nil:
-		return invalid("nil context")
+	case ctxError(ctx) != nil:
+		return ctxError(ctx)
 	}
 	if l.c.isClosed() {
 		return ErrClosed

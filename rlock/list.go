@@ -30,7 +30,7 @@ const listCount = 1000
 // keys; the walk stops when the loop body breaks or ctx ends.
 //
 // On error the iterator yields ("", err) once and stops: an error wrapping [ErrInvalid] for a
-// nil or zero Client or a nil context, [ErrClosed] for a closed one, an error wrapping [ErrNoPermission] when
+// nil or zero Client or a nil context (or one [WithOwner] made from a nil parent), [ErrClosed] for a closed one, an error wrapping [ErrNoPermission] when
 // the user may not run SCAN (see [InspectACLRule]), ctx's or the connection's error wrapped.
 func (c *Client) List(ctx context.Context, pattern string) iter.Seq2[string, error] {
 	return func(yield func(string, error) bool) {
@@ -38,8 +38,8 @@ func (c *Client) List(ctx context.Context, pattern string) iter.Seq2[string, err
 			yield("", err)
 			return
 		}
-		if ctx == nil {
-			yield("", invalid("nil context"))
+		if err := ctxError(ctx); err != nil {
+			yield("", err)
 			return
 		}
 		if c.isClosed() {

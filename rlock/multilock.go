@@ -280,8 +280,8 @@ func (ml *MultiLock) check(ctx context.Context) error {
 		return ml.err
 	case len(ml.order) == 0:
 		return invalid("zero multi-lock: make one with NewMultiLock")
-	case ctx == nil:
-		return invalid("nil context")
+	case ctxError(ctx) != nil:
+		return ctxError(ctx)
 	}
 	return nil
 }

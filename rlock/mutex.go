@@ -112,7 +112,8 @@ func (m *Mutex) Key() string {
 }
 
 // check returns the error of an invalid handle or ctx: a nil or zero handle (not made by a
-// Client), an invalid name or Client, or a nil ctx. Every method of a handle checks it
+// Client), an invalid name or Client, or a nil ctx (or one WithOwner made from a nil
+// parent: ctxError). Every method of a handle checks it
 // before anything else, so that none of them panics.
 func (m *Mutex) check(ctx context.Context) error {
 	switch {
@@ -122,8 +123,8 @@ func (m *Mutex) check(ctx context.Context) error {
 		return m.err
 	case m.c == nil || m.v == nil:
 		return invalid("zero lock handle: make one with a Client")
-	case ctx == nil:
-		return invalid("nil context")
+	case ctxError(ctx) != nil:
+		return ctxError(ctx)
 	}
 	return nil
 }

@@ -247,8 +247,8 @@ func (r *RedLock) check(ctx context.Context) error {
 		return r.err
 	case len(r.insts) == 0:
 		return invalid("zero red lock handle: make one with NewRedLock")
-	case ctx == nil:
-		return invalid("nil context")
+	case ctxError(ctx) != nil:
+		return ctxError(ctx)
 	}
 	if bad := r.bad.Load(); bad != nil {
 		return *bad

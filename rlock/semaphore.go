@@ -162,8 +162,8 @@ func semReady(ctx context.Context, c *Client, herr error, name, op string, detac
 		return herr
 	case c == nil:
 		return invalid("zero semaphore handle: make one with a Client")
-	case ctx == nil:
-		return invalid("nil context")
+	case ctxError(ctx) != nil:
+		return ctxError(ctx)
 	case c.isClosed():
 		return ErrClosed
 	case !detached && ctx.Err() != nil:
