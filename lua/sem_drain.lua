@@ -8,7 +8,10 @@
 --           it reaches Redis last, drains nothing once permits are back
 -- ARGV[2] = how long to remember an applied request, in milliseconds (> 0)
 -- returns n >= 0  the permits taken (by this send, or by an earlier send of this request); a
---                 count of zero or less is left as it is and 0 returned
+--                 count of zero or less is left as it is and 0 returned. n is an integer reply
+--                 below 2^53, and a bulk reply of its decimal digits from 2^53 on (a Lua number
+--                 is not exact there; the count, up to 2^63-1, is never read as one for the
+--                 drain: DECRBY and the request log get its exact digits)
 -- A key of another type fails the script before it changes anything.
 --#include lib_refusal
 --#include lib_reqlog
@@ -18,6 +21,16 @@ local sem, log, logx = KEYS[1], KEYS[2], KEYS[3]
 local keep = tonumber(ARGV[2])
 local req, replay = replayOf(ARGV[1])
 
+-- taken returns the count n (a string of INCRBY's digits, > 0 or '0') as the reply: an
+-- integer while a Lua number holds it exactly, else the string.
+local function taken(n)
+  local f = tonumber(n)
+  if f < 9007199254740992 then -- 2^53: every integer below is exact
+    return f
+  end
+  return n
+end
+
 local v = redis.call('get', sem)
 local avail = tonumber(v or '0')
 if v and not isInt(v) then -- a count is an integer as INCRBY reads it
@@ -25,7 +38,7 @@ if v and not isInt(v) then -- a count is an integer as INCRBY reads it
 end
 local seen = redis.call('hget', log, req)
 if seen then
-  return tonumber(seen)
+  return taken(seen)
 end
 if avail <= 0 then
   if replay then
@@ -41,6 +54,7 @@ end
 local now = serverMs()
 remember(log, logx, req, v, now, keep)
 
--- DECRBY rather than SET: a time to live set by TrySetPermits stays.
-local r = redis.pcall('decrby', sem, avail) if refused(r) then forget(log, logx, req) error(r) end
-return avail
+-- DECRBY rather than SET: a time to live set by TrySetPermits stays. By v, the count's exact
+-- digits: avail, a Lua number, is not exact from 2^53 on (it left permits behind).
+local r = redis.pcall('decrby', sem, v) if refused(r) then forget(log, logx, req) error(r) end
+return taken(v)

@@ -40,5 +40,7 @@ local t = redis.call('time')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 remember(log, logx, req, '1', now, keep)
 
-local r = redis.pcall('incrby', sem, n) if refused(r) then forget(log, logx, req) error(r) end
+-- By ARGV[1], the exact digits: n, a Lua number, is not exact from 2^53 on (a drain's
+-- count given back in the background can be that large).
+local r = redis.pcall('incrby', sem, ARGV[1]) if refused(r) then forget(log, logx, req) error(r) end
 return 1

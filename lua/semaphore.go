@@ -12,7 +12,9 @@ var (
 	SemAcquire = load("sem_acquire")
 	// SemRelease adds n permits to a semaphore and wakes its waiters (sem_release.lua).
 	SemRelease = load("sem_release")
-	// SemDrain takes every available permit of a semaphore (sem_drain.lua).
+	// SemDrain takes every available permit of a semaphore (sem_drain.lua); its answer is
+	// an integer below 2^53 and a bulk reply of the count's digits from 2^53 on (AsInt64
+	// reads both).
 	SemDrain = load("sem_drain")
 	// SemDelete deletes a semaphore (sem_delete.lua).
 	SemDelete = load("sem_delete")

@@ -140,3 +140,39 @@ func TestPsemExtend_lateSendsOrdered(t *testing.T) {
 		}
 	}
 }
+
+// TestSemDrain_exactBeyond2p53: a count at 2^53 and beyond (up to 2^63-1) is drained
+// exactly, and its answer, for the send and for a resend of the same request, is its exact
+// count (a bulk reply of its digits there, an integer below); a Lua number is not exact there,
+// and DECRBY by one left permits behind. Its time to live stays. sem_release gives such a count
+// back as exactly.
+func TestSemDrain_exactBeyond2p53(t *testing.T) {
+	eachServer(t, func(t *testing.T, tc server) {
+		ctx := context.Background()
+		keys := []string{"{d}", "{d}:log", "{d}:logx"}
+		for i, count := range []string{"9007199254740991", "9007199254740992", "10133099161583617", "9223372036854775807"} {
+			tc.c.Do(ctx, tc.c.B().Set().Key("{d}").Value(count).Px(time.Minute).Build())
+			req := "r" + strconv.Itoa(i)
+			for _, send := range []string{req, "+" + req} {
+				res := lua.SemDrain.Lua(tc.flags).Exec(ctx, tc.c, keys, []string{send, "10000"})
+				n, err := res.AsInt64()
+				if err != nil || strconv.FormatInt(n, 10) != count {
+					t.Fatalf("drain %s (send %s): %d %v", count, send, n, err)
+				}
+			}
+			if v, _ := tc.c.Do(ctx, tc.c.B().Get().Key("{d}").Build()).ToString(); v != "0" {
+				t.Fatalf("left %s after draining %s", v, count)
+			}
+			if ms, _ := tc.c.Do(ctx, tc.c.B().Pttl().Key("{d}").Build()).AsInt64(); ms <= 0 {
+				t.Fatalf("time to live %d after the drain", ms)
+			}
+			// What a drain whose caller left gives back (Semaphore.DrainPermits): as exact.
+			if err := lua.SemRelease.Lua(tc.flags).Exec(ctx, tc.c, keys, []string{count, "g" + req, "10000", "P{d}:released", "0"}).Error(); err != nil {
+				t.Fatal(err)
+			}
+			if v, _ := tc.c.Do(ctx, tc.c.B().Get().Key("{d}").Build()).ToString(); v != count {
+				t.Fatalf("%s after releasing %s to 0", v, count)
+			}
+		}
+	})
+}

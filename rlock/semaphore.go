@@ -523,7 +523,9 @@ func (s *Semaphore) add(ctx context.Context, op string, n int, ifExists, detache
 }
 
 // DrainPermits takes every available permit and returns how many it took (0 when none are
-// available). A count below zero is left as it is and 0 returned (Redisson sets it to zero,
+// available), exactly, whatever the count (Releases of up to 2^50 each can take it past 2^53,
+// where a Lua number is not exact, up to 2^63-1): it leaves 0, and on an error nothing is
+// taken, or what was taken is given back as below. A count below zero is left as it is and 0 returned (Redisson sets it to zero,
 // which adds permits). A lost reply is resolved by resending: the answer is the number the
 // first send took. When ctx ends before Redis answers, DrainPermits returns ctx's error,
 // wrapped, at once, and the permits it took are given back in the background, as an
