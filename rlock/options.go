@@ -71,6 +71,8 @@ func (o *options) validate() error {
 		return invalid("watchdog timeout %v is below 10ms", o.watchdogTimeout)
 	case !(o.renewFraction > 0 && o.renewFraction < 1):
 		return invalid("renew fraction %v is not in (0, 1)", o.renewFraction)
+	case o.renewFraction < minRenewFraction:
+		return invalid("renew fraction %v is below %v: the watchdog would renew every lease about as fast as Redis answers", o.renewFraction, minRenewFraction)
 	case renewAt(o.watchdogTimeout, o.renewFraction) > latestRenewal(o.watchdogTimeout):
 		lease := o.watchdogTimeout
 		return invalid("renew fraction %v of a %v watchdog timeout renews at %v, after %v (the lease's conservative end, %v, less a tenth of it for the round trip): use at most %.3f",
@@ -105,8 +107,17 @@ func WithWatchdogTimeout(d time.Duration) Option {
 	return optionFunc(func(o *options) { o.watchdogTimeout = d })
 }
 
-// WithRenewFraction sets the share of the lease (0 < f < 1) after which the watchdog renews
-// it. Default [DefaultRenewFraction] (two thirds).
+// WithRenewFraction sets the share of the lease (0.1 <= f < 1) after which the watchdog renews
+// it. Default [DefaultRenewFraction] (two thirds). New refuses any other f, with an error
+// wrapping [ErrInvalid] that names it; it is never rounded into range.
+//
+// The lower bound, 0.1, is twice the watchdog's merge window: a renewal may go out up to a
+// twentieth of the lease before its point, so that renewals due at nearby moments share a
+// round (see DESIGN 6). At f = 0.1 a lease is renewed at most 20 times per lease, at least a
+// twentieth of it apart; at 0.05 or below a renewal may go out as soon as the last one is
+// confirmed, and f near 0 (1e-300) made the watchdog renew back to back, thousands of scripts
+// a second for one lock. A smaller f buys little: it adds at most a tenth of the lease to a
+// renewal's budget ((1-f) * lease - drift, below), which a longer lease gives better.
 //
 // The renewal must leave time to be confirmed before the holder's conservative end of the
 // lease (the lease less the drift allowance, 1% + 2ms; see [Mutex]): New refuses, with an
@@ -134,6 +145,11 @@ func WithWatchdogTimeout(d time.Duration) Option {
 func WithRenewFraction(f float64) Option {
 	return optionFunc(func(o *options) { o.renewFraction = f })
 }
+
+// minRenewFraction is the smallest fraction WithRenewFraction accepts (see there): twice the
+// share of a lease by which the watchdog may bring a renewal forward (watchdog's Lease.early,
+// a twentieth).
+const minRenewFraction = 0.1
 
 // renewAt is when the watchdog renews a lease after its grant or last renewal, as it computes
 // it.

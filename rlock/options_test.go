@@ -81,3 +81,17 @@ func TestNew_cleanupTimeoutBelowOneMillisecond(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, c.Close())
 }
+
+// WithRenewFraction's lower bound, 0.1 (twice the watchdog's merge window): below it New
+// refuses, naming the fraction; at it New accepts (TestBoundsHunt_tinyRenewFractionStorm).
+func TestOptions_renewFractionLowerBound(t *testing.T) {
+	_, rc := redistest.Miniredis(t)
+	for _, f := range []float64{0.0999, 0.05, 1e-300} {
+		_, err := rlock.New(rc, rlock.WithRenewFraction(f))
+		require.ErrorIs(t, err, rlock.ErrInvalid, "fraction %v", f)
+		require.ErrorContains(t, err, "below 0.1")
+	}
+	c, err := rlock.New(rc, rlock.WithRenewFraction(0.1))
+	require.NoError(t, err)
+	require.NoError(t, c.Close())
+}
