@@ -90,6 +90,8 @@ func (o *options) validate() error {
 		return invalid("replica acknowledgements %d is negative", o.ackReplicas)
 	case o.ackReplicas > 0 && o.ackTimeout < time.Millisecond:
 		return invalid("replica acknowledgement timeout %v is below 1ms", o.ackTimeout)
+	case o.ackReplicas > 0 && o.ackTimeout > o.watchdogTimeout:
+		return invalid("replica acknowledgement timeout %v is above the watchdog timeout %v: a grant acknowledged after its lease ended is not held", o.ackTimeout, o.watchdogTimeout)
 	case o.pubsub < PubSubAuto || o.pubsub > PubSubSharded:
 		return invalid("pub/sub mode %d is not PubSubAuto, PubSubClassic or PubSubSharded", o.pubsub)
 	case o.nilObserver:
@@ -216,6 +218,16 @@ func WithWaiterTimeout(d time.Duration) Option {
 // It narrows the window in which a failover to an asynchronous replica loses a lock that was
 // just granted; it does not close it (WAIT does not make Redis strongly consistent), and it
 // costs a round trip to the replicas per grant. Default: off (replicas 0).
+//
+// With replicas > 0, timeout must be at least 1ms and at most the Client's watchdog timeout
+// ([WithWatchdogTimeout], whichever order the options come in): New refuses any other, with an
+// error wrapping [ErrInvalid] that names both, and never shortens it. A grant acknowledged
+// after its lease ended is not held, so a longer WAIT serves nothing, and it costs: WAIT is a
+// blocking command, which rueidis sends on a dedicated connection that the caller's
+// cancellation does not free, so every acquire whose ctx ends while its WAIT waits (no
+// replica answering) leaves that connection blocked in WAIT for the rest of the timeout, also
+// past [Client.Close]. The bound keeps that to at most a watchdog timeout; keep the timeout
+// well below it (a few round trips to the replicas) to keep it short.
 func WithReplicaAck(replicas int, timeout time.Duration) Option {
 	return optionFunc(func(o *options) { o.ackReplicas, o.ackTimeout = replicas, timeout })
 }
