@@ -24,6 +24,8 @@
 //	--pubsub MODE      auto, classic or sharded: the pub/sub mode of those Clients, for the
 //	                   count of subscribers (default auto: sharded on a Cluster)
 //	--json             machine-readable output: one JSON object (list: one per line)
+//	--base64           NAME (list: PATTERN) is given in standard base64: the form --json
+//	                   shows a name that is not UTF-8 in (see below)
 //	--timeout D        bound of the connection and of each command's work: each name's
 //	                   inspection by list (a name that takes longer is listed as not
 //	                   inspected and the walk goes on: see below), each refresh of watch
@@ -42,6 +44,17 @@
 // D)", with --json as {"name":..., "error":"not inspected within --timeout D"}, told on
 // stderr, and the walk goes on; list then exits with code 1. On a Cluster list walks each
 // master's keyspace once (one SCAN walk per master, none of a replica).
+//
+// A name is any bytes, and a JSON string holds UTF-8 only: with --json a name, key or owner id
+// that is not valid UTF-8 is shown as before (each byte that is not UTF-8 as U+FFFD, so two
+// such names may look the same) and, in a field beside it, name_base64, key_base64 or
+// owner_base64, as its exact bytes in standard base64, which --base64 takes back as NAME:
+//
+//	relock inspect --json NAME     {"name":"\ufffd\ufffd","name_base64":"//4=",...}   (NAME: the bytes ff fe)
+//	relock inspect --base64 //4=   the same lock
+//
+// A valid UTF-8 text has no such field. The text output quotes such a text as Go does
+// ("\xff").
 //
 // relock reads with read-only commands only (see rlock.Client.Inspect): inspect, list and
 // watch never block or slow a lock, and need no more than rlock.InspectACLRule's rights.

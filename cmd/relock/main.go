@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"crypto/x509"
+	"encoding/base64"
 	"errors"
 	"flag"
 	"fmt"
@@ -49,6 +50,7 @@ type config struct {
 	url, prefix, pubsub string
 	cacert              string
 	json, yes           bool
+	base64              bool // NAME (list: PATTERN) is given in standard base64
 	timeout, interval   time.Duration
 	walkTimeout         time.Duration // list: bound of the whole walk, 0 for none
 	count               int
@@ -95,6 +97,13 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		}
 		err = fmt.Errorf("%s takes %s, got %d arguments", cmd, want, len(pos))
 	}
+	if err == nil && e.cfg.base64 && len(pos) == 1 {
+		b, derr := base64.StdEncoding.DecodeString(pos[0])
+		if derr != nil {
+			err = fmt.Errorf("--base64: %q is not standard base64: %v", pos[0], derr)
+		}
+		pos[0] = string(b)
+	}
 	if err == nil && pos != nil && cmd != "list" && pos[0] == "" {
 		err = errors.New("empty NAME")
 	}
@@ -136,6 +145,7 @@ func (e *env) parse(cmd string, args []string) ([]string, error) {
 	fs.StringVar(&e.cfg.prefix, "prefix", rlock.DefaultKeyPrefix, "the key prefix of the Clients that made the locks")
 	fs.StringVar(&e.cfg.pubsub, "pubsub", "auto", "the pub/sub mode of those Clients: auto, classic or sharded")
 	fs.BoolVar(&e.cfg.json, "json", false, "machine-readable output (JSON)")
+	fs.BoolVar(&e.cfg.base64, "base64", false, "NAME (list: PATTERN) is given in standard base64, as --json's name_base64 shows a name that is not UTF-8")
 	fs.DurationVar(&e.cfg.timeout, "timeout", 10*time.Second, "bound of the connection and of each command's work (list: each name's inspection: a name that takes longer is listed as not inspected, the others still are, exit code 1; watch: each refresh)")
 	if cmd == "list" {
 		fs.DurationVar(&e.cfg.walkTimeout, "walk-timeout", 0, "bound of the whole walk of the keyspace, its names' inspections included (0: none, until done or interrupted)")
@@ -292,7 +302,7 @@ func (e *env) list(ctx context.Context, pattern string) int {
 		if e.cfg.json {
 			var v any = jsonInfo(in)
 			if timedOut {
-				v = jsonNotInspected{Name: name, Error: fmt.Sprintf("not inspected within --timeout %v", e.cfg.timeout)}
+				v = jsonNotInspected{Name: name, NameBase64: base64IfNotUTF8(name), Error: fmt.Sprintf("not inspected within --timeout %v", e.cfg.timeout)}
 			}
 			if err := writeJSON(e.stdout, v); err != nil {
 				return e.fail(err)
@@ -314,8 +324,9 @@ func (e *env) list(ctx context.Context, pattern string) int {
 
 // jsonNotInspected is list's JSON line for a name whose inspection ran out of --timeout.
 type jsonNotInspected struct {
-	Name  string `json:"name"`
-	Error string `json:"error"`
+	Name       string `json:"name"`
+	NameBase64 string `json:"name_base64,omitempty"` // see jsonView
+	Error      string `json:"error"`
 }
 
 const listFormat = "%-32s %-30s %-8s %-8v %-8v %s\n"
@@ -412,7 +423,7 @@ func (e *env) forceUnlock(parent context.Context, name string) int {
 		return e.nothingFreed(name, in.Kind, fmt.Sprintf("%s was freed meanwhile: nothing to free", quoteName(name)), exitNothing)
 	}
 	if e.cfg.json {
-		return jsonCode(e, writeJSON(e.stdout, jsonForced{Name: name, Kind: string(in.Kind), Freed: jsonInfo(in).Holders}))
+		return jsonCode(e, writeJSON(e.stdout, jsonForced{Name: name, NameBase64: base64IfNotUTF8(name), Kind: string(in.Kind), Freed: jsonInfo(in).Holders}))
 	}
 	token := ""
 	if in.Token != 0 {
@@ -443,7 +454,7 @@ func (e *env) nothingFreed(name string, kind rlock.Kind, msg string, code int) i
 		return code
 	}
 	fmt.Fprintln(e.stderr, msg)
-	if err := writeJSON(e.stdout, jsonForced{Name: name, Kind: string(kind), Freed: []jsonHolder{}}); err != nil {
+	if err := writeJSON(e.stdout, jsonForced{Name: name, NameBase64: base64IfNotUTF8(name), Kind: string(kind), Freed: []jsonHolder{}}); err != nil {
 		return e.fail(err)
 	}
 	return code

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -8,6 +9,7 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode/utf8"
 
 	"github.com/relock-go/relock/rlock"
 )
@@ -218,11 +220,17 @@ func kindText(in rlock.Info) string {
 	return string(in.Kind)
 }
 
-// The JSON views: durations in milliseconds, times in RFC 3339.
+// The JSON views: durations in milliseconds, times in RFC 3339. A text from Redis (a name, a
+// key, an owner id) is any bytes, and a JSON string holds UTF-8 only (encoding/json writes
+// U+FFFD for each byte that is not): a text that is not valid UTF-8 gets, beside its field as
+// before, a field of its own with the suffix _base64 holding its exact bytes (standard base64,
+// padded), which --base64 takes back as NAME. A valid UTF-8 text gets none.
 type (
 	jsonView struct {
 		Name            string       `json:"name"`
+		NameBase64      string       `json:"name_base64,omitempty"`
 		Key             string       `json:"key"`
+		KeyBase64       string       `json:"key_base64,omitempty"`
 		Kind            string       `json:"kind"`
 		Type            string       `json:"type"`
 		TTLMs           int64        `json:"ttl_ms"` // -1: no expiry; 0: no key
@@ -237,22 +245,24 @@ type (
 		Waiters         []jsonWaiter `json:"waiters"`
 	}
 	jsonHolder struct {
-		Owner    string      `json:"owner"`
-		Mode     string      `json:"mode,omitempty"`
-		Holds    int64       `json:"holds"`
-		TTLMs    int64       `json:"ttl_ms"`
-		Since    *time.Time  `json:"since,omitempty"`
-		ClientID string      `json:"client_id,omitempty"`
-		Client   *jsonClient `json:"client,omitempty"`
+		Owner       string      `json:"owner"`
+		OwnerBase64 string      `json:"owner_base64,omitempty"`
+		Mode        string      `json:"mode,omitempty"`
+		Holds       int64       `json:"holds"`
+		TTLMs       int64       `json:"ttl_ms"`
+		Since       *time.Time  `json:"since,omitempty"`
+		ClientID    string      `json:"client_id,omitempty"`
+		Client      *jsonClient `json:"client,omitempty"`
 	}
 	jsonWaiter struct {
-		Owner     string      `json:"owner"`
-		Mode      string      `json:"mode,omitempty"`
-		Since     *time.Time  `json:"since,omitempty"`
-		AgeMs     int64       `json:"age_ms"`
-		ExpiresMs int64       `json:"expires_ms"`
-		ClientID  string      `json:"client_id,omitempty"`
-		Client    *jsonClient `json:"client,omitempty"`
+		Owner       string      `json:"owner"`
+		OwnerBase64 string      `json:"owner_base64,omitempty"`
+		Mode        string      `json:"mode,omitempty"`
+		Since       *time.Time  `json:"since,omitempty"`
+		AgeMs       int64       `json:"age_ms"`
+		ExpiresMs   int64       `json:"expires_ms"`
+		ClientID    string      `json:"client_id,omitempty"`
+		Client      *jsonClient `json:"client,omitempty"`
 	}
 	jsonClient struct {
 		App     string    `json:"app"`
@@ -262,14 +272,15 @@ type (
 		Started time.Time `json:"started"`
 	}
 	jsonForced struct {
-		Name  string       `json:"name"`
-		Kind  string       `json:"kind"`
-		Freed []jsonHolder `json:"freed"`
+		Name       string       `json:"name"`
+		NameBase64 string       `json:"name_base64,omitempty"`
+		Kind       string       `json:"kind"`
+		Freed      []jsonHolder `json:"freed"`
 	}
 )
 
 func jsonInfo(in rlock.Info) jsonView {
-	v := jsonView{Name: in.Name, Key: in.Key, Kind: string(in.Kind), Type: in.Type, TTLMs: in.TTL.Milliseconds(),
+	v := jsonView{Name: in.Name, NameBase64: base64IfNotUTF8(in.Name), Key: in.Key, KeyBase64: base64IfNotUTF8(in.Key), Kind: string(in.Kind), Type: in.Type, TTLMs: in.TTL.Milliseconds(),
 		Token: in.Token, LastToken: in.LastToken, Count: in.Count, Contended: in.Contended,
 		Subscribers: in.Subscribers, ReadSubscribers: in.ReadSubscribers, ServerTime: in.ServerTime.UTC(),
 		Holders: []jsonHolder{}, Waiters: []jsonWaiter{}}
@@ -277,14 +288,23 @@ func jsonInfo(in rlock.Info) jsonView {
 		v.TTLMs = -1
 	}
 	for _, h := range in.Holders {
-		v.Holders = append(v.Holders, jsonHolder{Owner: h.Owner, Mode: h.Mode, Holds: h.Holds, TTLMs: h.TTL.Milliseconds(),
+		v.Holders = append(v.Holders, jsonHolder{Owner: h.Owner, OwnerBase64: base64IfNotUTF8(h.Owner), Mode: h.Mode, Holds: h.Holds, TTLMs: h.TTL.Milliseconds(),
 			Since: timePtr(h.Since), ClientID: h.ClientID, Client: clientJSON(h.Client)})
 	}
 	for _, w := range in.Waiters {
-		v.Waiters = append(v.Waiters, jsonWaiter{Owner: w.Owner, Mode: w.Mode, Since: timePtr(w.Since), AgeMs: w.Age.Milliseconds(),
+		v.Waiters = append(v.Waiters, jsonWaiter{Owner: w.Owner, OwnerBase64: base64IfNotUTF8(w.Owner), Mode: w.Mode, Since: timePtr(w.Since), AgeMs: w.Age.Milliseconds(),
 			ExpiresMs: w.Expires.Milliseconds(), ClientID: w.ClientID, Client: clientJSON(w.Client)})
 	}
 	return v
+}
+
+// base64IfNotUTF8 is s in standard base64 when s is not valid UTF-8 (its JSON string loses
+// bytes), else "" (no _base64 field).
+func base64IfNotUTF8(s string) string {
+	if utf8.ValidString(s) {
+		return ""
+	}
+	return base64.StdEncoding.EncodeToString([]byte(s))
 }
 
 func timePtr(t time.Time) *time.Time {
