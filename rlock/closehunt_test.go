@@ -199,3 +199,55 @@ func redisInt(t *testing.T, b *backend, args ...string) int64 {
 	require.NoError(t, err, "%v", args)
 	return n
 }
+
+// A RedLock reports to the Observer of its first Client that has one; that Client's Close
+// ends the report of a tenure (HoldEnd, cause closed) "before that Close returns"
+// (redlock_observe.go). A Lock under way when that Client closes can still be granted by
+// the other two instances (one Client closed is a minority): the tenure begins after Close
+// returned, and redObs.watchClose, finding the Client closed, tells HoldEnd (closed) at once,
+// on the caller's goroutine, after Close returned. Observer's Guarantees allow only the
+// call's AcquireDone then. Found by TestCloseHunt (seed 1796440482242584745 trial 3, first
+// run; its timing does not replay).
+func TestCloseHunt_redLockHoldEndAfterCloseReturned(t *testing.T) {
+	t.Parallel()
+	srvs := redistest.StartN(t, 3)
+	lh := &lateHooks{}
+	c, err := rlock.New(srvs[0].Client(t), rlock.WithObserver(lh.observer()))
+	require.NoError(t, err)
+	defer c.Close()
+	var gates []*gatedSend
+	clients := []*rlock.Client{c}
+	for _, s := range srvs[1:] {
+		g := gateSend(s.Client(t))
+		gates = append(gates, g)
+		o, err := rlock.New(g)
+		require.NoError(t, err)
+		defer o.Close()
+		clients = append(clients, o)
+	}
+	name := redistest.Name(t)
+	// The duplicate-server check first, so that the gated sends are the acquire's.
+	warm := rlock.NewRedLock(name+"-warm", clients)
+	require.NoError(t, warm.Lock(bg))
+	require.NoError(t, warm.Unlock(bg))
+	for _, g := range gates {
+		g.armed.Store(true)
+	}
+	r := rlock.NewRedLock(name, clients, rlock.WithInstanceTimeout(5*time.Second))
+	errc := make(chan error, 1)
+	go func() { errc <- r.Lock(bg) }()
+	for _, g := range gates {
+		within(t, 5*time.Second, "the other instances' acquires", g.held)
+	}
+	require.NoError(t, c.Close())
+	lh.returned.Store(true)
+	for _, g := range gates {
+		close(g.open)
+	}
+	err = await(t, errc, 10*time.Second, "RedLock.Lock")
+	t.Logf("Lock: %v", err)
+	if err == nil {
+		defer r.Unlock(bg)
+	}
+	assert.Empty(t, lh.got(), "hooks called after Close returned")
+}
