@@ -251,3 +251,47 @@ func TestCloseHunt_redLockHoldEndAfterCloseReturned(t *testing.T) {
 	}
 	assert.Empty(t, lh.got(), "hooks called after Close returned")
 }
+
+// A re-entry on the wire when Close comes: Close ends the owner's tenure (hold.end), then the
+// re-entry's grant comes back, and hold.granted takes it for a re-entry of a tenure that ran
+// to the end of its fixed lease (errReentryEnded: "not held: its fixed lease ran out: the
+// tenure it re-entered ran to the end of its fixed lease before the grant came back"), in
+// watchdog mode too. The call returns that error, which wraps ErrLeaseExpired and not
+// ErrClosed, though Close ended the tenure and nothing ran out; and the grant's give-back
+// (grant: GiveBackLate), run on the caller's goroutine since Close has returned
+// (Client.background), fails with ErrClosed and is told to the Observer (GiveBack, and the
+// Replay of its release) after Close returned. Found by TestCloseHunt (seed
+// 1796440973352682974 trial 4, RWMutex; seed 1796440982372305790 trial 13, FairMutex).
+func TestCloseHunt_reentryInFlightAtClose(t *testing.T) {
+	t.Parallel()
+	b := realBackend(t)
+	for _, mode := range []string{"lease", "watchdog"} {
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			hr := holdReply(b.rueidis(t))
+			lh := &lateHooks{}
+			c, err := rlock.New(hr, rlock.WithObserver(lh.observer()))
+			require.NoError(t, err)
+			defer c.Close()
+			m := c.Mutex(redistest.Name(t))
+			lock := func() error {
+				if mode == "lease" {
+					return m.LockLease(bg, 5*time.Second)
+				}
+				return m.Lock(bg)
+			}
+			require.NoError(t, lock())
+			hr.armed.Store(true)
+			errc := make(chan error, 1)
+			go func() { errc <- lock() }() // a re-entry
+			within(t, 5*time.Second, "the re-entry to be applied", hr.sent)
+			require.NoError(t, c.Close())
+			lh.returned.Store(true)
+			close(hr.open)
+			err = await(t, errc, 5*time.Second, "the re-entry")
+			t.Logf("re-entry: %v", err)
+			assert.ErrorIs(t, err, rlock.ErrClosed, "the re-entry of a tenure Close ended")
+			assert.Empty(t, lh.got(), "hooks called after Close returned")
+		})
+	}
+}
