@@ -377,6 +377,17 @@ func (h *hold) granted(within *tenure, token, holds, mine int64, sent time.Time,
 		// (TestRefusedGrant_reentryAfterLossLeavesNoHold).
 		return false, 0, h.lost
 	}
+	if within != nil && h.cur != within && token == within.token && errors.Is(within.endedBy(), ErrClosed) {
+		// The tenure it re-entered was ended by Close meanwhile (Close ends every tenure
+		// with ErrClosed, hold.end): the call ends with ErrClosed, as a fresh grant that
+		// comes back after Close does (watchdog.ErrClosed, below), and the grant is left to
+		// expire with its lease, as Close leaves every hold (a give-back would be refused:
+		// the Client's life has ended). Taken for a fixed lease's end, it returned
+		// errReentryEnded ("its fixed lease ran out", in watchdog mode too) and its futile
+		// give-back was told to the Observer after Close returned
+		// (TestCloseHunt_reentryInFlightAtClose).
+		return false, 0, ErrClosed
+	}
 	if within != nil && h.cur != within && token == within.token {
 		// The acquire re-entered a tenure (within) that ended here before its grant came
 		// back, its fixed lease having run its course (a loss sets h.lost, above; a release
