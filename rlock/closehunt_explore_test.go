@@ -37,6 +37,19 @@ func TestCloseHunt(t *testing.T) {
 	only := trialOf(t, "RELOCK_CLOSEHUNT_TRIAL")
 	srvs := redistest.StartN(t, 3)
 	start := time.Now()
+	cover := map[string]int{}
+	defer func() {
+		keys := make([]string, 0, len(cover))
+		for k := range cover {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		var b strings.Builder
+		for _, k := range keys {
+			fmt.Fprintf(&b, "  %-50s %d\n", k, cover[k])
+		}
+		t.Logf("calls ended by Close (ErrClosed, returned after Close began), by call:\n%s", b.String())
+	}()
 	for trial := 0; ; trial++ {
 		if only >= 0 {
 			if trial < only {
@@ -49,7 +62,7 @@ func TestCloseHunt(t *testing.T) {
 			break
 		}
 		ok := t.Run(fmt.Sprintf("trial%d", trial), func(t *testing.T) {
-			runCloseTrial(t, seed, trial, srvs)
+			runCloseTrial(t, seed, trial, srvs, cover)
 		})
 		if !ok {
 			t.Logf("replay: RELOCK_CLOSEHUNT_SEED=%d RELOCK_CLOSEHUNT_TRIAL=%d", seed, trial)
@@ -80,6 +93,8 @@ type chEvents struct {
 	begun    map[string]int // tenures begun per kind|name|owner
 	ended    map[string]int
 	log      []string
+	// semUnknown: permits a GiveBack event said were not given back (by name).
+	semUnknown map[string]int
 }
 
 type chStartKey struct{}
@@ -104,13 +119,15 @@ func (e *chEvents) observer() *rlock.Observer {
 		if e.returned.Load() {
 			e.late(what)
 		}
-		return context.WithValue(ctx, chStartKey{}, &chStart{beforeClose: !e.began.Load()})
+		// A Start seen after Close began may be of a call that began before it (its hook
+		// runs a little into the call): only one after Close returned is known to be late.
+		return context.WithValue(ctx, chStartKey{}, &chStart{beforeClose: !e.returned.Load()})
 	}
 	done := func(ctx context.Context, what string) {
 		if e.returned.Load() {
 			s, _ := ctx.Value(chStartKey{}).(*chStart)
 			if s == nil || !s.beforeClose {
-				e.late(what + " (its Start came after Close began)")
+				e.late(what + " (its Start came after Close returned)")
 			}
 		}
 	}
@@ -151,6 +168,11 @@ func (e *chEvents) observer() *rlock.Observer {
 		GiveBack: func(i rlock.GiveBackInfo) {
 			other(fmt.Sprintf("GiveBack %s %s %s (%v)", i.Kind, i.Name, i.Reason, i.Err))
 			e.note(fmt.Sprintf("GiveBack %s %s %s n=%d err=%v", i.Kind, i.Name, i.Reason, i.Holds, i.Err))
+			if i.Kind == rlock.KindSemaphore && i.Err != nil {
+				e.mu.Lock()
+				e.semUnknown[i.Name] += max(i.Holds, 3)
+				e.mu.Unlock()
+			}
 		},
 	}
 }
@@ -176,6 +198,28 @@ type chTrial struct {
 	names    map[string]func(*rlock.Client) chLock // lock names of the trial (on srvs[0]), with their kind
 	redNames []string
 	closeAt  atomic.Int64 // unix nanos Close began (0: not yet)
+	sems     map[string]*chSem
+}
+
+// chSem counts what c's calls took from a Semaphore and gave back.
+type chSem struct {
+	mu      sync.Mutex
+	total   int
+	held    int // taken by calls that returned success, less releases that did
+	unknown int // permits of calls whose outcome is unknown (at most)
+}
+
+// note records an acquire (n > 0; ok: it took n) or a release (n < 0; err nil: it gave -n
+// back).
+func (a *chSem) note(ok bool, err error, n int) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	switch {
+	case n > 0 && ok, n < 0 && err == nil:
+		a.held += n
+	case errors.Is(err, rlock.ErrUnknownOutcome):
+		a.unknown += max(n, -n)
+	}
 }
 
 // chRand is a source of choices safe for concurrent use.
@@ -268,14 +312,14 @@ type chLock interface {
 	HoldContext(context.Context) (context.Context, context.CancelFunc)
 }
 
-func runCloseTrial(t *testing.T, seed uint64, trial int, srvs []*redistest.Server) {
+func runCloseTrial(t *testing.T, seed uint64, trial int, srvs []*redistest.Server, cover map[string]int) {
 	rng := rand.New(rand.NewPCG(seed, uint64(trial)))
 	tr := &chTrial{t: t, rng: &chRand{r: rand.New(rand.NewPCG(seed^0x5eed, uint64(trial)))}}
 	cleanup := []time.Duration{200 * time.Millisecond, 500 * time.Millisecond, time.Second}[rng.IntN(3)]
-	wdog := []time.Duration{300 * time.Millisecond, 800 * time.Millisecond, 1500 * time.Millisecond}[rng.IntN(3)]
+	wdog := []time.Duration{200 * time.Millisecond, 400 * time.Millisecond, 800 * time.Millisecond}[rng.IntN(3)]
 	faults := []int{0, 5, 20, 40}[rng.IntN(4)]
 	tr.lease(wdog)
-	ev := &chEvents{begun: map[string]int{}, ended: map[string]int{}}
+	ev := &chEvents{begun: map[string]int{}, ended: map[string]int{}, semUnknown: map[string]int{}}
 
 	opt := func(s *redistest.Server) rueidis.ClientOption {
 		return rueidis.ClientOption{InitAddress: []string{s.Addr()}, DisableCache: true, ForceSingleClient: true}
@@ -323,12 +367,12 @@ func runCloseTrial(t *testing.T, seed uint64, trial int, srvs []*redistest.Serve
 	t.Logf("trial %d: cleanup %v, watchdog %v, faults %d%%", trial, cleanup, wdog, faults)
 
 	pfx := fmt.Sprintf("ch%d-%d-", seed%100000, trial)
-	nops := 2 + rng.IntN(6)
+	nops := 3 + rng.IntN(8)
 	var wg sync.WaitGroup
 	var helpers sync.WaitGroup
 	for i := 0; i < nops; i++ {
 		name := fmt.Sprintf("%s%d", pfx, i)
-		op := rng.IntN(11)
+		op := rng.IntN(13)
 		r := &chRand{r: rand.New(rand.NewPCG(seed, uint64(trial)<<8|uint64(i)))}
 		wg.Add(1)
 		go func() {
@@ -336,7 +380,11 @@ func runCloseTrial(t *testing.T, seed uint64, trial int, srvs []*redistest.Serve
 			tr.runOp(r, op, name, &helpers)
 		}()
 	}
-	time.Sleep(time.Duration(rng.IntN(int(300 * time.Millisecond))))
+	if rng.IntN(2) == 0 {
+		time.Sleep(time.Duration(rng.IntN(int(60 * time.Millisecond))))
+	} else {
+		time.Sleep(time.Duration(rng.IntN(int(300 * time.Millisecond))))
+	}
 	closeStart := time.Now()
 	tr.closeAt.Store(closeStart.UnixNano())
 	ev.began.Store(true)
@@ -370,11 +418,21 @@ func runCloseTrial(t *testing.T, seed uint64, trial int, srvs []*redistest.Serve
 		if cl.ok && cl.end.After(closeEnd) && !strings.HasPrefix(cl.what, "RedLock") {
 			t.Errorf("%s acquired, returning %v after Close returned", cl.what, cl.end.Sub(closeEnd))
 		}
+		if cl.start.Before(closeStart) && errors.Is(cl.err, rlock.ErrClosed) {
+			what, _, _ := strings.Cut(cl.what, " ch")
+			if errors.Is(cl.err, rlock.ErrUnknownOutcome) {
+				what += " (unknown outcome)"
+			}
+			cover[what]++
+		}
 		if cl.err == nil || cl.end.Before(closeStart) {
 			continue
 		}
 		if errors.Is(cl.err, rlock.ErrClosed) || cl.ctxErr != nil && (errors.Is(cl.err, context.Canceled) || errors.Is(cl.err, context.DeadlineExceeded)) {
 			continue
+		}
+		if strings.HasSuffix(cl.what, ".Unlock") && cl.start.Before(closeStart) && errors.Is(cl.err, rlock.ErrLeaseExpired) {
+			continue // Redis's answer to an Unlock sent before Close: the fixed lease ran out
 		}
 		if strings.HasPrefix(cl.what, "RedLock.") && errors.Is(cl.err, rlock.ErrNotHeld) {
 			continue // a RedLock lives on its other Clients: its fixed lease may run out
@@ -405,6 +463,7 @@ func runCloseTrial(t *testing.T, seed uint64, trial int, srvs []*redistest.Serve
 	}
 	ev.mu.Unlock()
 	helpers.Wait()
+	tr.checkSems(ev)
 
 	// Redis: no lock key outlives the longest lease, none is renewed after Close.
 	tr.checkKeys(srvs, pfx, closeEnd)
@@ -415,6 +474,31 @@ func runCloseTrial(t *testing.T, seed uint64, trial int, srvs []*redistest.Serve
 			t.Logf("  %-40s start %+v end %+v ok %v err %v", cl.what, cl.start.Sub(closeStart), cl.end.Sub(closeStart), cl.ok, cl.err)
 		}
 		tr.mu.Unlock()
+	}
+}
+
+// checkSems checks each Semaphore's count against what c's calls took and gave back:
+// permits never expire, so Close must resolve the acquires it ends (and give back what they
+// took) or tell of an unknown outcome (GiveBack with an error).
+func (tr *chTrial) checkSems(ev *chEvents) {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	for sn, a := range tr.sems {
+		avail, err := tr.help.Semaphore(sn).AvailablePermits(bg)
+		if err != nil {
+			tr.t.Errorf("AvailablePermits %s: %v", sn, err)
+			continue
+		}
+		ev.mu.Lock()
+		told := ev.semUnknown[sn]
+		ev.mu.Unlock()
+		a.mu.Lock()
+		want := a.total - a.held
+		if avail > want || avail < want-a.unknown-told {
+			tr.t.Errorf("semaphore %s: %d permits available, want %d (of %d; %d held by calls that returned success, up to %d of unknown outcome, %d told unknown by GiveBack)",
+				sn, avail, want, a.total, a.held, a.unknown, told)
+		}
+		a.mu.Unlock()
 	}
 }
 
@@ -539,6 +623,7 @@ func (tr *chTrial) runOp(r *chRand, op int, name string, helpers *sync.WaitGroup
 			}
 		}
 		tr.lockOps(r, fmt.Sprintf("%T", l), l)
+	case 13: // a PermitSemaphore's permits, all of which come back once their leases end
 	case 5: // MultiLock
 		n1, n2 := name+"a", name+"b"
 		tr.named(n1, 0)
@@ -548,7 +633,7 @@ func (tr *chTrial) runOp(r *chRand, op int, name string, helpers *sync.WaitGroup
 		defer cancel()
 		lease := time.Duration(0)
 		if r.intn(2) == 0 {
-			lease = tr.lease(r.dur(100*time.Millisecond, time.Second))
+			lease = tr.lease(r.dur(50*time.Millisecond, 500*time.Millisecond))
 		}
 		var ok bool
 		err := tr.call(ctx, "MultiLock.TryLock "+name, func(ctx context.Context) (err error) {
@@ -570,29 +655,72 @@ func (tr *chTrial) runOp(r *chRand, op int, name string, helpers *sync.WaitGroup
 		if r.intn(2) == 0 {
 			err = tr.call(ctx, "RedLock.Lock "+name, rl.Lock)
 		} else {
-			lease := tr.lease(r.dur(200*time.Millisecond, time.Second))
+			lease := tr.lease(r.dur(100*time.Millisecond, 500*time.Millisecond))
 			err = tr.call(ctx, "RedLock.LockLease "+name, func(ctx context.Context) error { return rl.LockLease(ctx, lease) })
 		}
 		if err == nil {
 			tr.holdWait(r, "RedLock "+name, rl.HoldContext)
 			_ = tr.call(bg, "RedLock.Unlock "+name, rl.Unlock)
 		}
-	case 7: // Semaphore
-		s := c.Semaphore(name + "sem")
-		_, _ = tr.help.Semaphore(name+"sem").TrySetPermits(bg, 1+r.intn(2))
-		ctx, cancel := tr.ctx(r)
-		defer cancel()
-		n := 1 + r.intn(2)
-		if err := tr.call(ctx, "Semaphore.Acquire "+name, func(ctx context.Context) error { return s.Acquire(ctx, n) }); err == nil {
-			time.Sleep(r.dur(0, 200*time.Millisecond))
-			_ = tr.call(bg, "Semaphore.Release "+name, func(ctx context.Context) error { return s.Release(ctx, n) })
+	case 7: // Semaphore: 1-3 acquirers on c, maybe the helper too; permits are counted
+		sn := name + "sem"
+		total := 1 + r.intn(3)
+		if ok, err := tr.help.Semaphore(sn).TrySetPermits(bg, total); err != nil || !ok {
+			tr.t.Errorf("TrySetPermits %s: %v %v", sn, ok, err)
+			return
 		}
+		acct := &chSem{total: total}
+		tr.mu.Lock()
+		if tr.sems == nil {
+			tr.sems = map[string]*chSem{}
+		}
+		tr.sems[sn] = acct
+		tr.mu.Unlock()
+		if r.intn(2) == 0 {
+			if err := tr.help.Semaphore(sn).Acquire(bg, 1); err == nil {
+				helpers.Add(1)
+				go func() {
+					defer helpers.Done()
+					time.Sleep(r.dur(0, 300*time.Millisecond))
+					_ = tr.help.Semaphore(sn).Release(bg, 1)
+				}()
+			}
+		}
+		var wg sync.WaitGroup
+		for range 1 + r.intn(3) {
+			n := 1 + r.intn(total)
+			ctx, cancel := tr.ctx(r)
+			wait, hold := r.dur(0, 300*time.Millisecond), r.dur(0, 200*time.Millisecond)
+			try := r.intn(2) == 0
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer cancel()
+				s := c.Semaphore(sn)
+				var ok bool
+				var err error
+				if try {
+					ok, err = tr.callOK(ctx, "Semaphore.TryAcquire "+sn, func(ctx context.Context) (bool, error) { return s.TryAcquire(ctx, n, wait) })
+				} else {
+					err = tr.call(ctx, "Semaphore.Acquire "+sn, func(ctx context.Context) error { return s.Acquire(ctx, n) })
+					ok = err == nil
+				}
+				acct.note(ok, err, n)
+				if !ok {
+					return
+				}
+				time.Sleep(hold)
+				err = tr.call(bg, "Semaphore.Release "+sn, func(ctx context.Context) error { return s.Release(ctx, n) })
+				acct.note(false, err, -n)
+			}()
+		}
+		wg.Wait()
 	case 8: // PermitSemaphore
 		p := c.PermitSemaphore(name + "psem")
 		_, _ = tr.help.PermitSemaphore(name+"psem").TrySetPermits(bg, 1)
 		ctx, cancel := tr.ctx(r)
 		defer cancel()
-		lease := tr.lease(r.dur(100*time.Millisecond, time.Second))
+		lease := tr.lease(r.dur(50*time.Millisecond, 500*time.Millisecond))
 		var pm rlock.Permit
 		if err := tr.call(ctx, "PermitSemaphore.Acquire "+name, func(ctx context.Context) (err error) {
 			pm, err = p.Acquire(ctx, lease)
@@ -614,6 +742,23 @@ func (tr *chTrial) runOp(r *chRand, op int, name string, helpers *sync.WaitGroup
 		ctx, cancel := tr.ctx(r)
 		defer cancel()
 		_ = tr.call(ctx, "CountDownLatch.Await "+name, c.CountDownLatch(name+"latch").Await)
+	case 11, 12: // two handles of c on one lock: a hand-off within the Client
+		tr.named(name, op-11)
+		mk := func() chLock {
+			if op == 11 {
+				return c.Mutex(name)
+			}
+			return c.FairMutex(name)
+		}
+		var wg sync.WaitGroup
+		for range 2 + r.intn(2) {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				tr.lockOps(r, fmt.Sprintf("handle %T", mk()), mk())
+			}()
+		}
+		wg.Wait()
 	case 10: // a shared handle: two goroutines of one Mutex, with re-entry by a context owner
 		m := c.Mutex(name)
 		tr.named(name, 0)
@@ -645,7 +790,7 @@ func (tr *chTrial) lockOps(r *chRand, kind string, l chLock) {
 				return err == nil, err
 			})
 		case 1:
-			lease := tr.lease(r.dur(100*time.Millisecond, time.Second))
+			lease := tr.lease(r.dur(50*time.Millisecond, 500*time.Millisecond))
 			ok, err = tr.callOK(ctx, kind+".LockLease", func(ctx context.Context) (bool, error) {
 				err := l.LockLease(ctx, lease)
 				return err == nil, err
@@ -653,7 +798,7 @@ func (tr *chTrial) lockOps(r *chRand, kind string, l chLock) {
 		default:
 			lease := time.Duration(0)
 			if r.intn(2) == 0 {
-				lease = tr.lease(r.dur(100*time.Millisecond, time.Second))
+				lease = tr.lease(r.dur(50*time.Millisecond, 500*time.Millisecond))
 			}
 			wait := r.dur(0, 300*time.Millisecond)
 			ok, err = tr.callOK(ctx, kind+".TryLock", func(ctx context.Context) (bool, error) {
@@ -708,5 +853,3 @@ func (tr *chTrial) holdWait(r *chRand, what string, hold func(context.Context) (
 		}
 	}
 }
-
-var _ = sort.Strings
