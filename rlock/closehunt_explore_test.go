@@ -199,6 +199,9 @@ type chTrial struct {
 	redNames []string
 	closeAt  atomic.Int64 // unix nanos Close began (0: not yet)
 	sems     map[string]*chSem
+	// redClosed: the RedLock's other two Clients close with c (else they live on, and so
+	// do its holds).
+	redClosed bool
 }
 
 // chSem counts what c's calls took from a Semaphore and gave back.
@@ -354,6 +357,7 @@ func runCloseTrial(t *testing.T, seed uint64, trial int, srvs []*redistest.Serve
 		return c
 	}
 	tr.help = mk(srvs[0])
+	tr.redClosed = rng.IntN(3) == 0
 	tr.red = []*rlock.Client{tr.c, mk(srvs[1]), mk(srvs[2])}
 	defer func() {
 		for _, c := range others {
@@ -364,7 +368,7 @@ func runCloseTrial(t *testing.T, seed uint64, trial int, srvs []*redistest.Serve
 			rc.Close()
 		}
 	}()
-	t.Logf("trial %d: cleanup %v, watchdog %v, faults %d%%", trial, cleanup, wdog, faults)
+	t.Logf("trial %d: cleanup %v, watchdog %v, faults %d%%, RedLock's Clients all closed %v", trial, cleanup, wdog, faults, tr.redClosed)
 
 	pfx := fmt.Sprintf("ch%d-%d-", seed%100000, trial)
 	nops := 3 + rng.IntN(8)
@@ -388,8 +392,17 @@ func runCloseTrial(t *testing.T, seed uint64, trial int, srvs []*redistest.Serve
 	closeStart := time.Now()
 	tr.closeAt.Store(closeStart.UnixNano())
 	ev.began.Store(true)
+	var redWG sync.WaitGroup
+	if tr.redClosed {
+		// The RedLock's other Clients close too, at the same moment: a majority.
+		for _, o := range tr.red[1:] {
+			redWG.Add(1)
+			go func() { defer redWG.Done(); _ = o.Close() }()
+		}
+	}
 	_ = tr.c.Close()
 	closeEnd := time.Now()
+	redWG.Wait()
 	ev.returned.Store(true)
 	if took := closeEnd.Sub(closeStart); took > cleanup+100*time.Millisecond+300*time.Millisecond {
 		t.Errorf("Close took %v (cleanup timeout %v)", took, cleanup)
@@ -415,7 +428,7 @@ func runCloseTrial(t *testing.T, seed uint64, trial int, srvs []*redistest.Serve
 		if cl.end.After(closeEnd.Add(bound)) {
 			t.Errorf("%s returned %v after Close returned (%v)", cl.what, cl.end.Sub(closeEnd), cl.err)
 		}
-		if cl.ok && cl.end.After(closeEnd) && !strings.HasPrefix(cl.what, "RedLock") {
+		if cl.ok && cl.end.After(closeEnd) && (tr.redClosed || !strings.HasPrefix(cl.what, "RedLock")) {
 			t.Errorf("%s acquired, returning %v after Close returned", cl.what, cl.end.Sub(closeEnd))
 		}
 		if cl.start.Before(closeStart) && errors.Is(cl.err, rlock.ErrClosed) {
@@ -434,7 +447,7 @@ func runCloseTrial(t *testing.T, seed uint64, trial int, srvs []*redistest.Serve
 		if strings.HasSuffix(cl.what, ".Unlock") && cl.start.Before(closeStart) && errors.Is(cl.err, rlock.ErrLeaseExpired) {
 			continue // Redis's answer to an Unlock sent before Close: the fixed lease ran out
 		}
-		if strings.HasPrefix(cl.what, "RedLock.") && errors.Is(cl.err, rlock.ErrNotHeld) {
+		if strings.HasPrefix(cl.what, "RedLock.") && !tr.redClosed && errors.Is(cl.err, rlock.ErrNotHeld) {
 			continue // a RedLock lives on its other Clients: its fixed lease may run out
 		}
 		t.Errorf("%s returned %v after Close began (ctx: %v): not ErrClosed nor its ctx's error", cl.what, cl.err, cl.ctxErr)
@@ -844,7 +857,7 @@ func (tr *chTrial) holdWait(r *chRand, what string, hold func(context.Context) (
 		// Ended before Close: a fixed lease's end (or a loss, with faults); fine.
 	case <-tm.C:
 	}
-	if at := tr.closeAt.Load(); at != 0 && !strings.HasPrefix(what, "RedLock") {
+	if at := tr.closeAt.Load(); at != 0 && (tr.redClosed || !strings.HasPrefix(what, "RedLock")) {
 		// Close began (a RedLock lives on on its other Clients): the HoldContext must be ended soon after.
 		select {
 		case <-hctx.Done():
