@@ -295,3 +295,54 @@ func TestCloseHunt_reentryInFlightAtClose(t *testing.T) {
 		})
 	}
 }
+
+// Close "waits for" the Semaphore acquires whose caller left, at most the cleanup timeout,
+// and Observer's Guarantees promise no hook once it has returned. A second Close, made
+// while the first is still waiting, returns nil at once (client.go: "if c.closed { return
+// nil }"): its caller takes the Client for closed while the work goes on, and is told of it
+// afterwards (the GiveBack of the left acquire, its outcome unknown). Here the acquire's
+// sends get no answer until their ctx ends (a server that does not answer).
+func TestCloseHunt_secondCloseReturnsBeforeTheFirst(t *testing.T) {
+	t.Parallel()
+	b := realBackend(t)
+	hc := &hookClient{Client: b.rueidis(t)}
+	onWire := make(chan struct{}, 1)
+	hc.set(func(ctx context.Context, cmd hookCall, call func() rueidis.RedisResult) rueidis.RedisResult {
+		if cmd.script != "sem_acquire" || cmd.multi {
+			return call()
+		}
+		select {
+		case onWire <- struct{}{}:
+		default:
+		}
+		<-ctx.Done() // no answer
+		return rueidis.NewErrorResult(ctx.Err())
+	})
+	lh := &lateHooks{}
+	const cleanup = time.Second
+	c, err := rlock.New(hc, rlock.WithObserver(lh.observer()), rlock.WithCleanupTimeout(cleanup))
+	require.NoError(t, err)
+	defer c.Close()
+	s := c.Semaphore(redistest.Name(t))
+	ok, err := b.client(t).Semaphore(s.Name()).TrySetPermits(bg, 3)
+	require.NoError(t, err)
+	require.True(t, ok)
+	ctx, cancel := context.WithCancel(bg)
+	errc := make(chan error, 1)
+	go func() { errc <- s.Acquire(ctx, 1) }()
+	within(t, 5*time.Second, "the acquire on the wire", onWire)
+	cancel() // the caller leaves: its acquire is left to the background, which Close waits for
+	require.ErrorIs(t, await(t, errc, 5*time.Second, "Acquire"), context.Canceled)
+
+	first := make(chan time.Duration, 1)
+	began := time.Now()
+	go func() { _ = c.Close(); first <- time.Since(began) }()
+	time.Sleep(100 * time.Millisecond)
+	require.NoError(t, c.Close())
+	second := time.Since(began)
+	lh.returned.Store(true)
+	firstTook := <-first
+	t.Logf("first Close returned after %v, the second after %v", firstTook, second)
+	assert.GreaterOrEqual(t, second, firstTook, "the second Close returned before the first had done its work")
+	assert.Empty(t, lh.got(), "hooks called after a Close returned")
+}
