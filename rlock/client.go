@@ -177,7 +177,9 @@ func Dial(opt rueidis.ClientOption, opts ...Option) (*Client, error) {
 // expires with its lease); every later call on the Client or its handles returns
 // ErrClosed. A Client made by [Dial] then closes its rueidis client; one made by [New]
 // leaves the caller's open. Close is idempotent and always returns nil; on a nil or zero
-// Client (not made by New or Dial) it does nothing.
+// Client (not made by New or Dial) it does nothing. A Close made while another is under way
+// returns at once, without waiting for it (so that an Observer hook that Close's work calls
+// may call Close): only the first Close's return says that the Client's work has ended.
 //
 // Close returns promptly, with two exceptions. First, permits of a [Semaphore] never
 // expire: an Acquire (or DrainPermits) whose caller left (its ctx ended) before Redis
@@ -250,6 +252,9 @@ func (c *Client) Close() error {
 		h.end(ErrClosed)
 	}
 	c.atClose.run()
+	if c.obs != nil {
+		c.obs.shut.Store(true) // no hook but a call's own from now on (observer.shut)
+	}
 	if c.owned {
 		c.rc.Close()
 	}

@@ -75,12 +75,11 @@ func TestCloseHunt(t *testing.T) {
 // another: it is logged, not failed, unless RELOCK_CLOSEHUNT_STRICT is set, so that a run
 // goes on to find others.
 func chKnown(problem string) string {
-	switch {
-	case strings.HasPrefix(problem, "Replay ") && strings.HasSuffix(problem, "after Close returned"):
-		return "TestCloseHunt_replayHookAfterCloseReturned"
-	case strings.HasPrefix(problem, "HoldEnd red_lock ") && strings.Contains(problem, "(closed) after Close returned"):
-		return "TestCloseHunt_redLockHoldEndAfterCloseReturned"
-	}
+	// None now: the two it found (a Replay after Close returned,
+	// TestCloseHunt_replayHookAfterCloseReturned; a RedLock's HoldEnd told before the
+	// AcquireDone that began its tenure, TestCloseHunt_redLockHoldEndAfterCloseReturned) are
+	// fixed.
+	_ = problem
 	return ""
 }
 
@@ -91,8 +90,12 @@ type chEvents struct {
 	returned atomic.Bool // Close returned
 	problems []string
 	begun    map[string]int // tenures begun per kind|name|owner
-	ended    map[string]int
-	log      []string
+	// closedAtBegin: RedLock tenures begun (AcquireDone) after Close returned, by a call
+	// under way at Close, whose HoldEnd (closed) the call tells right after: allowed once
+	// each (Observer's Guarantees).
+	closedAtBegin map[string]int
+	ended         map[string]int
+	log           []string
 	// semUnknown: permits a GiveBack event said were not given back (by name).
 	semUnknown map[string]int
 }
@@ -143,8 +146,12 @@ func (e *chEvents) observer() *rlock.Observer {
 		AcquireDone: func(ctx context.Context, i rlock.AcquireDoneInfo) {
 			done(ctx, "AcquireDone "+string(i.Kind)+" "+i.Name)
 			if i.Outcome == rlock.OutcomeAcquired && !i.Reentered && i.Owner != "" {
+				k := string(i.Kind) + "|" + i.Name + "|" + i.Owner
 				e.mu.Lock()
-				e.begun[string(i.Kind)+"|"+i.Name+"|"+i.Owner]++
+				e.begun[k]++
+				if i.Kind == rlock.KindRedLock && e.returned.Load() {
+					e.closedAtBegin[k]++
+				}
 				e.mu.Unlock()
 			}
 		},
@@ -155,10 +162,17 @@ func (e *chEvents) observer() *rlock.Observer {
 			done(ctx, "ReleaseDone "+string(i.Kind)+" "+i.Name)
 		},
 		HoldEnd: func(i rlock.HoldEndInfo) {
-			other(fmt.Sprintf("HoldEnd %s %s (%s)", i.Kind, i.Name, i.Cause))
+			k := string(i.Kind) + "|" + i.Name + "|" + i.Owner
 			e.mu.Lock()
-			e.ended[string(i.Kind)+"|"+i.Name+"|"+i.Owner]++
+			allowed := i.Cause == rlock.EndClosed && e.closedAtBegin[k] > 0
+			if allowed {
+				e.closedAtBegin[k]--
+			}
+			e.ended[k]++
 			e.mu.Unlock()
+			if !allowed {
+				other(fmt.Sprintf("HoldEnd %s %s (%s)", i.Kind, i.Name, i.Cause))
+			}
 		},
 		RenewalRound: func(rlock.RenewalRoundInfo) { other("RenewalRound") },
 		Replay: func(i rlock.ReplayInfo) {
@@ -322,7 +336,7 @@ func runCloseTrial(t *testing.T, seed uint64, trial int, srvs []*redistest.Serve
 	wdog := []time.Duration{200 * time.Millisecond, 400 * time.Millisecond, 800 * time.Millisecond}[rng.IntN(3)]
 	faults := []int{0, 5, 20, 40}[rng.IntN(4)]
 	tr.lease(wdog)
-	ev := &chEvents{begun: map[string]int{}, ended: map[string]int{}, semUnknown: map[string]int{}}
+	ev := &chEvents{begun: map[string]int{}, ended: map[string]int{}, semUnknown: map[string]int{}, closedAtBegin: map[string]int{}}
 
 	opt := func(s *redistest.Server) rueidis.ClientOption {
 		return rueidis.ClientOption{InitAddress: []string{s.Addr()}, DisableCache: true, ForceSingleClient: true}

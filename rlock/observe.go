@@ -3,6 +3,7 @@ package rlock
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"time"
 )
 
@@ -15,6 +16,12 @@ type observer struct {
 	// born is the origin of the Client's observation clock (now): a tenure's grant time is
 	// kept as a monotonic offset from it, 8 bytes, taken only when an observer is set.
 	born time.Time
+	// shut: the Client's Close has returned (set just before it does). The hooks that are
+	// not a call's own (HoldEnd, RenewalRound, Replay, Subscription, GiveBack) are then
+	// dropped: a call under way when Close began may still replay a request or give a
+	// grant back on its own goroutine, and Observer's Guarantees allow only its
+	// AcquireDone or ReleaseDone after Close (TestCloseHunt_replayHookAfterCloseReturned).
+	shut atomic.Bool
 }
 
 // newObserver returns the dispatcher of list, or nil when list is empty.
@@ -71,6 +78,16 @@ func (o *observer) releaseDone(ctx context.Context, e ReleaseDoneInfo) {
 }
 
 func (o *observer) holdEnd(e HoldEndInfo) {
+	if o.shut.Load() {
+		return
+	}
+	o.holdEndOfCall(e)
+}
+
+// holdEndOfCall is holdEnd told as part of a call's own report, after its AcquireDone,
+// even once Close has returned (a RedLock's tenure begun after its observer's Client closed:
+// redObs.watchClose).
+func (o *observer) holdEndOfCall(e HoldEndInfo) {
 	for i := range o.hooks {
 		if f := o.hooks[i].HoldEnd; f != nil {
 			f(e)
@@ -79,6 +96,9 @@ func (o *observer) holdEnd(e HoldEndInfo) {
 }
 
 func (o *observer) renewalRound(e RenewalRoundInfo) {
+	if o.shut.Load() {
+		return
+	}
 	for i := range o.hooks {
 		if f := o.hooks[i].RenewalRound; f != nil {
 			f(e)
@@ -87,6 +107,9 @@ func (o *observer) renewalRound(e RenewalRoundInfo) {
 }
 
 func (o *observer) replay(e ReplayInfo) {
+	if o.shut.Load() {
+		return
+	}
 	for i := range o.hooks {
 		if f := o.hooks[i].Replay; f != nil {
 			f(e)
@@ -95,6 +118,9 @@ func (o *observer) replay(e ReplayInfo) {
 }
 
 func (o *observer) subscription(e SubscriptionInfo) {
+	if o.shut.Load() {
+		return
+	}
 	for i := range o.hooks {
 		if f := o.hooks[i].Subscription; f != nil {
 			f(e)
@@ -103,6 +129,9 @@ func (o *observer) subscription(e SubscriptionInfo) {
 }
 
 func (o *observer) giveBack(e GiveBackInfo) {
+	if o.shut.Load() {
+		return
+	}
 	for i := range o.hooks {
 		if f := o.hooks[i].GiveBack; f != nil {
 			f(e)

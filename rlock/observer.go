@@ -44,9 +44,12 @@ import (
 //   - A Client without an Observer builds no event, reads no clock for one and allocates
 //     nothing for one (BenchmarkMutex_UncontendedObserver, bench/).
 //   - Once [Client.Close] has returned, no hook is called, except the AcquireDone or
-//     ReleaseDone of a call that was under way when Close began (it returns ErrClosed). A call
-//     made after Close is refused without an event. Close itself calls HoldEnd (cause closed)
-//     for every tenure it ends, before it returns.
+//     ReleaseDone of a call that was under way when Close began (it returns ErrClosed; a
+//     [RedLock]'s call may still acquire the lock on its other Clients' instances: the
+//     tenure it began then is told ended, HoldEnd with cause closed, right after that
+//     AcquireDone). A hook whose call began before Close returned may still be running. A
+//     call made after Close is refused without an event. Close itself calls HoldEnd (cause
+//     closed) for every tenure it ends, before it returns.
 //
 // # What each primitive reports
 //

@@ -3,6 +3,7 @@ package rlock
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -52,6 +53,10 @@ type redObs struct {
 	start       time.Duration // the grant, on c.obs's clock
 	token       int64
 	stop        func() // cancels the Close hook; guarded by the redHold's mu
+	// closedAtBegin: the observer's Client had closed when the tenure began (a call under
+	// way at its Close, granted by the other Clients' instances): the call tells the
+	// tenure's end (cause closed) right after its AcquireDone (acquireObserved).
+	closedAtBegin atomic.Bool
 }
 
 // observeLocked attaches the report of the acquire under way (rh.next) to the tenure that
@@ -68,14 +73,22 @@ func (rh *redHold) observeLocked(ok bool, token int64) *redObs {
 }
 
 // watchClose makes the Close of ro's Client end ro's report (HoldEnd, cause closed), unless
-// the tenure's end reported it first. A Client already closed ends it at once.
+// the tenure's end reported it first. A Client already closed ends it with the call's own
+// report, right after its AcquireDone (closedAtBegin): told at once, the HoldEnd came before
+// the AcquireDone that began the tenure, and after Close had returned
+// (TestCloseHunt_redLockHoldEndAfterCloseReturned).
 func (ro *redObs) watchClose(rh *redHold) {
 	if ro == nil {
 		return
 	}
 	stop, ok := ro.c.atClose.add(func() { rh.observerClosed(ro) })
 	if !ok {
-		rh.observerClosed(ro)
+		rh.mu.Lock()
+		if rh.obs == ro {
+			rh.obs = nil
+			ro.closedAtBegin.Store(true)
+		}
+		rh.mu.Unlock()
 		return
 	}
 	rh.mu.Lock()
@@ -205,6 +218,10 @@ func (r *RedLock) acquireObserved(ctx context.Context, wait, lease time.Duration
 		}
 	}
 	o.done(ctx, octx, si, start, ok, err, tr)
+	if ok && ro.closedAtBegin.Load() {
+		o.holdEndOfCall(HoldEndInfo{Kind: KindRedLock, Name: ro.name, Owner: ro.owner, Token: ro.token,
+			Held: o.now() - ro.start, Cause: EndClosed, Err: ErrClosed})
+	}
 	return ok, err
 }
 
