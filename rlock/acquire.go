@@ -174,7 +174,8 @@ func (b *attemptBuf) firstSend() *inflight {
 // Redis) for a wait that ends: after this owner's operation in flight on the lock (the
 // wait's own background work, say), and before its next one when it can (goroutines that
 // share the owner share its place anyway). It holds the caller while ctx lives, and for
-// what is left of the call's grace after.
+// what is left of the call's grace after; on a closed Client, until the leave is done
+// (withdraw: within the cleanup timeout since Close began).
 func (m *Mutex) leave(ctx context.Context, h *hold, owner string, g *grace) {
 	m.later(ctx, &opHold{h: h, held: h.tryLockOp()}, g, func() { m.v.leave(ctx, m, owner) })
 }

@@ -92,6 +92,16 @@ type Client struct {
 	closeBy  time.Time
 	drain    context.Context
 	endDrain context.CancelCauseFunc
+	// leavers counts the waits that register something in Redis to withdraw when they give
+	// up (a FairMutex waiter's place, an RWMutex writer's claim: waitSpec.leave), from their
+	// start until that withdrawal is done (leaverBegin). Close sets leaversShut (no more are
+	// counted) and waits, until closeBy, for leftAll, closed when leavers falls to 0: the
+	// waits Close ended withdraw (withdraw) before a Dial'ed Client's connections close. It
+	// then sets leavesOver. All guarded by mu.
+	leavers     int
+	leaversShut bool
+	leftAll     chan struct{}
+	leavesOver  bool
 	// idle are the workers waiting for work (workers.go; guarded by mu); workers counts the
 	// workers' goroutines, so that Close can wait for them.
 	idle    []*worker
@@ -175,9 +185,14 @@ func Dial(opt rueidis.ClientOption, opts ...Option) (*Client, error) {
 // waiting or replaying a request end promptly with an error wrapping ErrClosed (a request
 // whose outcome is then unknown also wraps [ErrUnknownOutcome]; a hold it may have granted
 // expires with its lease); every later call on the Client or its handles returns
-// ErrClosed. A Client made by [Dial] then closes its rueidis client; one made by [New]
-// leaves the caller's open. Close is idempotent and always returns nil; on a nil or zero
-// Client (not made by New or Dial) it does nothing. A Close made while another is under way
+// ErrClosed. A [FairMutex] waiter or [RWMutex] writer that Close ends first removes its
+// place in the queue (or its claim), as one that gives up for another reason does, and
+// Close waits for that, within the cleanup timeout since it began: a place left behind
+// would refuse the free lock to every other Client for the waiter timeout. A Client made by
+// [Dial] then closes its rueidis client (a removal not done by then is not sent: that place
+// runs out with the waiter timeout); one made by [New] leaves the caller's open. Close is
+// idempotent and always returns nil; on a nil or zero Client (not made by New or Dial) it
+// does nothing. A Close made while another is under way
 // returns at once, without waiting for it (so that an Observer hook that Close's work calls
 // may call Close): only the first Close's return says that the Client's work has ended.
 //
@@ -193,7 +208,8 @@ func Dial(opt rueidis.ClientOption, opts ...Option) (*Client, error) {
 // with their lease: Close ends that work for them, as it does for locks. Another write of
 // the semaphores or the latch whose caller left while its request was on the wire ends with
 // Close, but a request rueidis sends on its own goroutine heeds only its deadline: Close
-// waits for it, within the cleanup timeout.
+// waits for it, within the cleanup timeout. So it does for the removal of a waiter's place
+// or claim (above) that Redis is slow to answer.
 //
 // Second, Close waits for the Client's subscription goroutines, at most until the cleanup
 // timeout since it began (or 0.1 s, when the first exception took all of it), and one of
@@ -228,6 +244,7 @@ func (c *Client) Close() error {
 	c.endDrain(ErrClosed)
 	c.workers.Wait() // idle ones end with the Client's life; busy ones after their work
 	c.wd.Close()
+	c.awaitLeavers() // before a Dial'ed Client's connections close (dials, rc)
 	if c.dials != nil {
 		c.dials.close() // a subscription connection being dialled: Close does not wait it out
 	}
@@ -261,12 +278,39 @@ func (c *Client) Close() error {
 	return nil
 }
 
+// awaitLeavers waits, until closeBy, for the waits that Close ended (their end of the Client's
+// life wakes them) to withdraw what they registered in Redis (withdraw), then tells the
+// withdrawals of a Client made by Dial, whose connections Close is about to close, to send
+// nothing more.
+func (c *Client) awaitLeavers() {
+	c.mu.Lock()
+	c.leaversShut = true
+	var left chan struct{}
+	if c.leavers > 0 {
+		left = make(chan struct{})
+		c.leftAll = left
+	}
+	c.mu.Unlock()
+	if left != nil {
+		t := time.NewTimer(time.Until(c.closeBy))
+		select {
+		case <-left:
+		case <-t.C:
+		}
+		t.Stop()
+	}
+	c.mu.Lock()
+	c.leavesOver = true
+	c.mu.Unlock()
+}
+
 // background runs work on its own goroutine, counted for Close, unless the Client is
 // closed (then it runs work at once, on the caller's goroutine: its context has ended, so it
 // ends promptly). Work must therefore wait on nothing that the Client's life does not end
 // (life.Done, or a context from cleanupCtx or firstSendCtx made after Close): waiting past
 // Close for another call's request on the wire (a claimed hand-off's release, say) would
-// hold the caller past its grace, up to that request's cleanup timeout.
+// hold the caller past its grace, up to that request's cleanup timeout. (A wait's leave is
+// the exception: withdraw holds the caller until closeBy at most, since Close waits for it.)
 func (c *Client) background(work func()) {
 	c.mu.Lock()
 	if c.closed {
@@ -300,10 +344,56 @@ func (c *Client) lateBegin() bool {
 	return true
 }
 
-// drainCtxUntil is cleanupCtx for work that Close waits for (lateBegin), ending at dl: it
-// keeps ctx's values and drops its cancellation; it ends with drain (c.drain, or the Client's
-// ended life for work that Close does not wait for), and by the cleanup timeout after Close
-// began (closeBy), but Close does not end it at once.
+// leaverBegin counts, for Close, a wait that may register something in Redis to withdraw
+// when it gives up (waitSpec.leave), until leaverEnd, called once its withdrawal is done (or
+// handed to the background, which Close waits for first). It reports false, counting
+// nothing, once Close has stopped waiting for such waits.
+func (c *Client) leaverBegin() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.leaversShut {
+		return false
+	}
+	c.leavers++
+	return true
+}
+
+// leaverEnd ends a count of leaverBegin's.
+func (c *Client) leaverEnd() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.leavers--; c.leavers == 0 && c.leftAll != nil {
+		close(c.leftAll)
+		c.leftAll = nil
+	}
+}
+
+// withdraw runs send, the removal of what a wait that gave up registered in Redis (a
+// FairMutex waiter's place, an RWMutex writer's claim), under a context that keeps ctx's
+// values and ends by the cleanup timeout, and by closeBy once Close began, but that Close
+// does not end: a place left behind would refuse the free lock to every other Client for the
+// waiter timeout, so a wait that Close ended withdraws too, and Close waits for it
+// (leaverBegin, awaitLeavers). One that comes after that wait (its goroutine came late, or
+// Redis did not answer by closeBy) still goes on a Client made by New, whose rueidis client
+// is the caller's, but not on one made by Dial, whose connections Close closes then: the
+// place runs out with the waiter timeout, as when send fails.
+func (c *Client) withdraw(ctx context.Context, send func(ctx context.Context)) {
+	c.mu.Lock()
+	over := c.owned && c.leavesOver
+	c.mu.Unlock()
+	if over {
+		return
+	}
+	wctx, cancel := c.drainCtxUntil(context.Background(), ctx, time.Now().Add(c.opts.cleanupTimeout))
+	defer cancel()
+	send(wctx)
+}
+
+// drainCtxUntil is cleanupCtx for work that Close waits for (lateBegin, withdraw), ending
+// at dl: it keeps ctx's values and drops its cancellation; it ends with drain (c.drain, or
+// the Client's ended life for work that Close does not wait for, or context.Background for a
+// withdrawal), and by the cleanup timeout after Close began (closeBy), but Close does not end
+// it at once.
 func (c *Client) drainCtxUntil(drain, ctx context.Context, dl time.Time) (context.Context, context.CancelFunc) {
 	c.mu.Lock()
 	if c.closed && c.closeBy.Before(dl) {

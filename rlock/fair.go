@@ -35,12 +35,14 @@ import (
 //
 // # Leaving, and dead waiters
 //
-// A waiter that gives up (its ctx ends, its wait runs out, or an error ends its wait)
-// removes its place at once, before Lock or TryLock returns, and wakes the next waiter if
-// that one may take the lock now. (When its ctx has ended and Redis does not answer within
-// 100ms, Lock returns and the place is removed in the background, within the cleanup
-// timeout; failing that, it runs out as below.) A waiter that cannot remove its place (its process died,
-// or lost Redis) does not block the queue for long: every place lives for the waiter
+// A waiter that gives up (its ctx ends, its wait runs out, or an error ends its wait, its
+// Client's Close included) removes its place at once, before Lock or TryLock returns, and
+// wakes the next waiter if that one may take the lock now. (When its ctx has ended and Redis
+// does not answer within 100ms, Lock returns and the place is removed in the background,
+// within the cleanup timeout; failing that, it runs out as below. One that Close ended
+// removes it within the cleanup timeout since Close began, see [Client.Close].) A waiter
+// that cannot remove its place (its process died, or lost Redis) does not block the queue
+// for long: every place lives for the waiter
 // timeout ([WithWaiterTimeout], default [DefaultWaiterTimeout], 10s) after it was last
 // refreshed, and waiters refresh theirs every third of it while they wait, so only a dead
 // waiter's place runs out; the next attempt or release then drops it. The cost of this is
@@ -116,13 +118,13 @@ func fairReleaseExtra(m *Mutex) (keys, args []string) {
 	return []string{q, a}, nil
 }
 
-// fairLeave removes owner's place from the queue when its wait gave up. It makes one try,
-// bounded by the cleanup timeout: if that fails, the place runs out with the waiter
-// timeout.
+// fairLeave removes owner's place from the queue when its wait gave up, Close ending it
+// included. It makes one try, bounded by the cleanup timeout (withdraw): if that fails, the
+// place runs out with the waiter timeout.
 func fairLeave(ctx context.Context, m *Mutex, owner string) {
-	cctx, cancel := m.c.cleanupCtx(ctx)
-	defer cancel()
-	q, a := fairKeys(m.keys)
-	_ = m.c.exec(cctx, lua.FairLeave, []string{m.keys.lock, q, a},
-		[]string{owner, m.keys.pub, fairMillis(m.c.fairHeartbeat())}).Error()
+	m.c.withdraw(ctx, func(ctx context.Context) {
+		q, a := fairKeys(m.keys)
+		_ = m.c.exec(ctx, lua.FairLeave, []string{m.keys.lock, q, a},
+			[]string{owner, m.keys.pub, fairMillis(m.c.fairHeartbeat())}).Error()
+	})
 }

@@ -68,12 +68,13 @@ var ErrUpgrade = errors.New("rlock: cannot upgrade a read hold to the write hold
 // A claim lives for the waiter timeout ([WithWaiterTimeout], default
 // [DefaultWaiterTimeout]) after its last refresh, and a waiting writer refreshes it every
 // third of that, so a writer that died while waiting holds readers back for at most the
-// waiter timeout. A writer that gives up (ctx, wait bound, error) withdraws its claim before
-// returning, and wakes the readers it held back (when its ctx has ended and Redis does not
-// answer within 100ms, it returns and the claim is withdrawn in the background, or runs
-// out with the waiter timeout). A single attempt (TryLock with wait 0)
-// never claims. The cost is one script per waiting writer every third of the waiter timeout
-// while readers keep it out.
+// waiter timeout. A writer that gives up (ctx, wait bound, error, its Client's Close)
+// withdraws its claim before returning, and wakes the readers it held back (when its ctx has
+// ended and Redis does not answer within 100ms, it returns and the claim is withdrawn in the
+// background, or runs out with the waiter timeout; one that Close ended withdraws it within
+// the cleanup timeout since Close began, see [Client.Close]). A single attempt (TryLock
+// with wait 0) never claims. The cost is one script per waiting writer every third of the
+// waiter timeout while readers keep it out.
 //
 // # Wake-ups
 //
@@ -206,17 +207,15 @@ func rwRenewKeys(k lockKeys) []string {
 	return []string{k.lock, leases}
 }
 
-// rwLeave withdraws owner's writer claim when its wait gave up. It makes one try, bounded
-// by the cleanup timeout: if that fails, the claim runs out with the waiter timeout.
+// rwLeave withdraws owner's writer claim when its wait gave up, Close ending it included.
+// It makes one try, bounded by the cleanup timeout (withdraw): if that fails, the claim runs
+// out with the waiter timeout.
 func rwLeave(ctx context.Context, m *Mutex, owner string) {
-	if m.c.isClosed() {
-		return
-	}
-	cctx, cancel := m.c.cleanupCtx(ctx)
-	defer cancel()
-	_, writers := rwKeys(m.keys)
-	_, rch := rwChannels(m.keys)
-	_ = m.c.exec(cctx, lua.RWLeave, []string{writers}, []string{owner, m.c.pubArg(rch)}).Error()
+	m.c.withdraw(ctx, func(ctx context.Context) {
+		_, writers := rwKeys(m.keys)
+		_, rch := rwChannels(m.keys)
+		_ = m.c.exec(ctx, lua.RWLeave, []string{writers}, []string{owner, m.c.pubArg(rch)}).Error()
+	})
 }
 
 // Name is the lock's name as given to [Client.RWMutex].

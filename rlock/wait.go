@@ -78,6 +78,9 @@ func (c *Client) waitLoop(ctx context.Context, wait time.Duration, spec waitSpec
 	if wait > 0 {
 		deadline = time.Now().Add(wait)
 	}
+	if spec.leave != nil && c.leaverBegin() {
+		defer c.leaverEnd() // once the leave below is done: Close waits for it
+	}
 	attempted := false
 	defer func() {
 		if !ok && attempted && spec.leave != nil {
@@ -156,6 +159,13 @@ func (c *Client) waitLoop(ctx context.Context, wait time.Duration, spec waitSpec
 	}
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
+	// A wait with a leave ends as soon as Close begins (with ErrClosed, below), not when the
+	// subscriber goes: its leave then goes before Close closes a Dial'ed Client's connections
+	// (awaitLeavers).
+	var closing <-chan struct{}
+	if spec.leave != nil {
+		closing = c.life.Done()
+	}
 	for {
 		// Sleep until a wake-up, the obstacle's end (expiry publishes nothing), the wait
 		// bound or ctx, whichever comes first.
@@ -188,6 +198,7 @@ func (c *Client) waitLoop(ctx context.Context, wait time.Duration, spec waitSpec
 		case <-ctx.Done():
 			w.Pass()
 			return false, errors.Join(errorf("%s %q: %w", spec.op, spec.name, ctx.Err()), passing)
+		case <-closing:
 		}
 		if spec.parker != nil {
 			ok, done, claimed, err := spec.parker.unpark()
