@@ -352,9 +352,8 @@ func runCloseTrial(t *testing.T, seed uint64, trial int, srvs []*redistest.Serve
 	}
 	hc := &hookClient{Client: newRC(srvs[0])}
 	hc.set(tr.faultHook(faults))
-	// A short waiter timeout: the places and claims of waits that Close ended are left behind
-	// (rwLeave returns at once on a closed Client; fairLeave's cleanupCtx has ended):
-	// TestCloseHunt_fairPlaceLeftByClose. They run out with it.
+	// A short waiter timeout: a place or claim whose removal failed (a fault, or Redis slower
+	// than the cleanup timeout) runs out with it.
 	opts := []rlock.Option{rlock.WithCleanupTimeout(cleanup), rlock.WithWatchdogTimeout(wdog), rlock.WithObserver(ev.observer()),
 		rlock.WithWaiterTimeout(chWaiterTimeout)}
 	var err error

@@ -197,6 +197,48 @@ func TestCloseHunt_rwClaimLeftByClose(t *testing.T) {
 	}
 }
 
+// The place (or claim) of a wait that Close ended is gone by the time Close returns, for a
+// Client made by New and one made by Dial, whose Close closes its rueidis client (and, first,
+// the connections dialled within the dial guard's window, all of this young Client's): Close
+// waits for the leave before that, so it is not cut off. Checked before the call returns.
+func TestCloseHunt_placeGoneWhenCloseReturns(t *testing.T) {
+	t.Parallel()
+	b := realBackend(t)
+	for _, dial := range []bool{false, true} {
+		for _, kind := range []string{"fair", "rw"} {
+			t.Run(map[bool]string{false: "New", true: "Dial"}[dial]+"/"+kind, func(t *testing.T) {
+				t.Parallel()
+				name := redistest.Name(t)
+				holder := b.client(t)
+				c := b.client(t)
+				if dial {
+					var err error
+					c, err = rlock.Dial(rueidis.ClientOption{InitAddress: []string{b.srv.Addr()}})
+					require.NoError(t, err)
+					defer c.Close()
+				}
+				var key string
+				var wait func() error
+				if kind == "fair" {
+					require.NoError(t, holder.FairMutex(name).LockLease(bg, 5*time.Second))
+					key = c.FairMutex(name).Key() + ":queue"
+					wait = func() error { return c.FairMutex(name).Lock(bg) }
+				} else {
+					require.NoError(t, holder.RWMutex(name).RLockLease(bg, 5*time.Second))
+					key = c.RWMutex(name).Key() + ":writers"
+					wait = func() error { return c.RWMutex(name).Lock(bg) }
+				}
+				errc := make(chan error, 1)
+				go func() { errc <- wait() }()
+				redistest.WaitFor(t, 5*time.Second, "the waiter's place", func() bool { return redisInt(t, b, "ZCARD", key) == 1 })
+				require.NoError(t, c.Close())
+				assert.Zero(t, redisInt(t, b, "ZCARD", key), "the place of the wait Close ended is left when Close returns")
+				require.ErrorIs(t, await(t, errc, 5*time.Second, "the waiter to end"), rlock.ErrClosed)
+			})
+		}
+	}
+}
+
 // redisInt runs a command on b's server and returns its integer reply.
 func redisInt(t *testing.T, b *backend, args ...string) int64 {
 	t.Helper()

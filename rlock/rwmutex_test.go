@@ -370,8 +370,12 @@ func TestRWMutex_writerClaim(t *testing.T) {
 		require.NoError(t, r.RUnlock(bg))
 
 		// A writer whose Client dies while it waits keeps readers back only until its
-		// claim runs out.
-		doomed := b.client(t, rlock.WithWaiterTimeout(300*time.Millisecond))
+		// claim runs out. (Close alone would withdraw the claim: its Redis refuses every
+		// script first, as a dead or cut-off process's would.)
+		drc := refuseSends(b.rueidis(t))
+		doomed, err := rlock.New(drc, rlock.WithWaiterTimeout(300*time.Millisecond))
+		require.NoError(t, err)
+		defer doomed.Close()
 		dw := doomed.RWMutex(name)
 		got = make(chan error, 1)
 		go func() { got <- dw.Lock(bg) }()
@@ -383,6 +387,7 @@ func TestRWMutex_writerClaim(t *testing.T) {
 			}
 			return !ok
 		})
+		drc.refuseAll(t)
 		require.NoError(t, doomed.Close())
 		require.ErrorIs(t, await(t, got, 10*time.Second, "the doomed writer"), rlock.ErrClosed)
 		start := time.Now()
