@@ -270,7 +270,8 @@ func (c *Client) Close() error {
 	}
 	c.atClose.run()
 	if c.obs != nil {
-		c.obs.shut.Store(true) // no hook but a call's own from now on (observer.shut)
+		// No hook but a call's own from now on, and none still being called (observer.shut).
+		c.obs.settle(c.closeBy)
 	}
 	if c.owned {
 		c.rc.Close()

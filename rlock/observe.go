@@ -22,6 +22,32 @@ type observer struct {
 	// grant back on its own goroutine, and Observer's Guarantees allow only its
 	// AcquireDone or ReleaseDone after Close (TestCloseHunt_replayHookAfterCloseReturned).
 	shut atomic.Bool
+	// busy counts those hooks being called (enter, leave): Close, once it set shut, waits
+	// for them (settle), so that none is still being called when it returns, however late
+	// the caller's goroutine that called it was.
+	busy atomic.Int64
+}
+
+// enter reports whether a hook that is not a call's own may be called now (the Client's
+// Close has not set shut), counting it as being called until leave.
+func (o *observer) enter() bool {
+	o.busy.Add(1)
+	if o.shut.Load() {
+		o.busy.Add(-1)
+		return false
+	}
+	return true
+}
+
+func (o *observer) leave() { o.busy.Add(-1) }
+
+// settle sets shut and waits, until by at most, for the hooks being called to return: a
+// hook that calls Close itself (the first Close) makes it wait until by.
+func (o *observer) settle(by time.Time) {
+	o.shut.Store(true)
+	for o.busy.Load() > 0 && time.Now().Before(by) {
+		time.Sleep(time.Millisecond)
+	}
 }
 
 // newObserver returns the dispatcher of list, or nil when list is empty.
@@ -78,9 +104,10 @@ func (o *observer) releaseDone(ctx context.Context, e ReleaseDoneInfo) {
 }
 
 func (o *observer) holdEnd(e HoldEndInfo) {
-	if o.shut.Load() {
+	if !o.enter() {
 		return
 	}
+	defer o.leave()
 	o.holdEndOfCall(e)
 }
 
@@ -96,9 +123,10 @@ func (o *observer) holdEndOfCall(e HoldEndInfo) {
 }
 
 func (o *observer) renewalRound(e RenewalRoundInfo) {
-	if o.shut.Load() {
+	if !o.enter() {
 		return
 	}
+	defer o.leave()
 	for i := range o.hooks {
 		if f := o.hooks[i].RenewalRound; f != nil {
 			f(e)
@@ -107,9 +135,10 @@ func (o *observer) renewalRound(e RenewalRoundInfo) {
 }
 
 func (o *observer) replay(e ReplayInfo) {
-	if o.shut.Load() {
+	if !o.enter() {
 		return
 	}
+	defer o.leave()
 	for i := range o.hooks {
 		if f := o.hooks[i].Replay; f != nil {
 			f(e)
@@ -118,9 +147,10 @@ func (o *observer) replay(e ReplayInfo) {
 }
 
 func (o *observer) subscription(e SubscriptionInfo) {
-	if o.shut.Load() {
+	if !o.enter() {
 		return
 	}
+	defer o.leave()
 	for i := range o.hooks {
 		if f := o.hooks[i].Subscription; f != nil {
 			f(e)
@@ -129,9 +159,10 @@ func (o *observer) subscription(e SubscriptionInfo) {
 }
 
 func (o *observer) giveBack(e GiveBackInfo) {
-	if o.shut.Load() {
+	if !o.enter() {
 		return
 	}
+	defer o.leave()
 	for i := range o.hooks {
 		if f := o.hooks[i].GiveBack; f != nil {
 			f(e)

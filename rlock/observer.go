@@ -47,7 +47,9 @@ import (
 //     ReleaseDone of a call that was under way when Close began (it returns ErrClosed; a
 //     [RedLock]'s call may still acquire the lock on its other Clients' instances: the
 //     tenure it began then is told ended, HoldEnd with cause closed, right after that
-//     AcquireDone). A hook whose call began before Close returned may still be running. A
+//     AcquireDone). Close waits for the hooks being called (a call under way may replay a
+//     request or give a grant back on its own goroutine), within its cleanup timeout: a
+//     hook that calls Close makes that Close wait so long. A
 //     call made after Close is refused without an event. Close itself calls HoldEnd (cause
 //     closed) for every tenure it ends, before it returns.
 //
