@@ -223,7 +223,10 @@ type chSem struct {
 	mu      sync.Mutex
 	total   int
 	held    int // taken by calls that returned success, less releases that did
-	unknown int // permits of calls whose outcome is unknown (at most)
+	unknown int // permits of acquires whose outcome is unknown (at most)
+	// unknownRel: permits of releases whose outcome is unknown (they may have been given
+	// back: the count may be that much above want).
+	unknownRel int
 }
 
 // note records an acquire (n > 0; ok: it took n) or a release (n < 0; err nil: it gave -n
@@ -234,8 +237,10 @@ func (a *chSem) note(ok bool, err error, n int) {
 	switch {
 	case n > 0 && ok, n < 0 && err == nil:
 		a.held += n
+	case errors.Is(err, rlock.ErrUnknownOutcome) && n < 0:
+		a.unknownRel -= n
 	case errors.Is(err, rlock.ErrUnknownOutcome):
-		a.unknown += max(n, -n)
+		a.unknown += n
 	}
 }
 
@@ -520,9 +525,9 @@ func (tr *chTrial) checkSems(ev *chEvents) {
 		ev.mu.Unlock()
 		a.mu.Lock()
 		want := a.total - a.held
-		if avail > want || avail < want-a.unknown-told {
-			tr.t.Errorf("semaphore %s: %d permits available, want %d (of %d; %d held by calls that returned success, up to %d of unknown outcome, %d told unknown by GiveBack)",
-				sn, avail, want, a.total, a.held, a.unknown, told)
+		if avail > want+a.unknownRel || avail < want-a.unknown-told {
+			tr.t.Errorf("semaphore %s: %d permits available, want %d (of %d; %d held by calls that returned success, up to %d taken and %d given back of unknown outcome, %d told unknown by GiveBack)",
+				sn, avail, want, a.total, a.held, a.unknown, a.unknownRel, told)
 		}
 		a.mu.Unlock()
 	}
