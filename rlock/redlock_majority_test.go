@@ -15,10 +15,9 @@ import (
 	"github.com/relock-go/relock/rlock"
 )
 
-// A RedLock's Lock and Unlock cost the majority's latency (Lock: at most half as long again,
-// for the instances still out), not the slowest instance's: with one of three servers paused
-// (SIGSTOP: its requests wait in its socket), they return soon after the other two answered,
-// well before the instance timeout. The paused instance's
+// A RedLock's Lock and Unlock cost the majority's latency, not the slowest instance's: with
+// one of three servers paused (SIGSTOP: its requests wait in its socket), they return as
+// soon as the other two answered, well before the instance timeout. The paused instance's
 // grant, which comes when the server resumes (within the instance timeout), is adopted
 // into the hold: counted, renewed by its Client's watchdog with the others (its key's
 // PTTL rises again, lease after lease), and given back by Unlock, in the background when

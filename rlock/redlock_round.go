@@ -26,14 +26,8 @@ type instResult struct {
 // at least a quarter of tmo (within tmo from the start): an instance that answers about
 // when the others do is counted (its grant is given back with the others', or makes a split
 // round a win), a silent one (down, paused) is not waited for up to tmo, while the round's
-// grants refuse every other contender. A round that a majority granted waits for the
-// instances still out at most half as long again as the majority took (not at all when
-// every one of them is a server known to be silent), then is decided: it costs at most 1.5x
-// the majority's latency, not the slowest instance's. An instance that answers about when
-// the others do then joins the round: decided at once, its grant came during the Unlock
-// that followed a short hold, was given back apart, and the next round's request there
-// waited for that give-back, so that one instance ran a cycle behind for good (issue 23's
-// RedLock profile: a stagger that cost cycles/s).
+// grants refuse every other contender. A round that a majority granted is decided at once:
+// it costs the majority's latency, not the slowest instance's.
 //
 // The instances that had not answered at the decision count as not answered
 // (ErrUnknownOutcome) in the result, and their grants are settled by the returned
@@ -109,18 +103,8 @@ func (r *RedLock) round(ctx context.Context, idx []int, leases []time.Duration, 
 			}
 		}
 		if granted >= r.quorum {
-			// Won. The instances still out are waited for a little (half as long again as
-			// the majority took), so that one answering about when the others do joins the
-			// round rather than arriving during the Unlock after it; silent servers are not.
-			won = true // the requests still out go on, whatever becomes of ctx
-			if asked == 0 || r.silentGone(idx, st.answered) || (straggle != nil && straggled == nil) {
-				return r.decide(ctx, st, idx, tmo), st.late
-			}
-			if straggle == nil {
-				took := time.Since(start)
-				straggle = time.NewTimer(min(took/2, tmo-took))
-				straggled = straggle.C
-			}
+			won = true
+			return r.decide(ctx, st, idx, tmo), st.late
 		}
 		// Lost (fewer than a majority can still grant, and whether a majority answered is
 		// settled): the silent instances cannot change the outcome. Split (a majority
@@ -131,8 +115,8 @@ func (r *RedLock) round(ctx context.Context, idx []int, leases []time.Duration, 
 		// other contender, whose rounds then split in turn. A silent instance whose server
 		// answered its last request is waited for up to the timeout: it may be healthy and
 		// far away, and its grant makes the round a win.
-		lost := granted < r.quorum && len(idx)-no < r.quorum && (heard >= r.quorum || heard+asked < r.quorum)
-		split := granted < r.quorum && heard >= r.quorum && r.silentGone(idx, st.answered)
+		lost := len(idx)-no < r.quorum && (heard >= r.quorum || heard+asked < r.quorum)
+		split := heard >= r.quorum && r.silentGone(idx, st.answered)
 		if asked == 0 || (straggle != nil && straggled == nil) {
 			r.markSilent(ctx, st, idx, start, tmo)
 			return r.decide(ctx, st, idx, tmo), st.late
