@@ -48,8 +48,11 @@ import (
 //     [RedLock]'s call may still acquire the lock on its other Clients' instances: the
 //     tenure it began then is told ended, HoldEnd with cause closed, right after that
 //     AcquireDone). Close waits for the hooks being called (a call under way may replay a
-//     request or give a grant back on its own goroutine), within its cleanup timeout: a
-//     hook that calls Close makes that Close wait so long. A
+//     request or give a grant back on its own goroutine), within its cleanup timeout. A
+//     hook must not make its Client's first Close: Close waits for the watchdog's goroutine
+//     and the Client's background work, on which hooks run, so such a Close may never return
+//     (one made on a caller's goroutine waits the cleanup timeout); a Close made while
+//     another is under way returns at once. A
 //     call made after Close is refused without an event. Close itself calls HoldEnd (cause
 //     closed) for every tenure it ends, before it returns.
 //

@@ -60,11 +60,17 @@ func nilParent(err error) context.Context {
 // operation accepts: it derives from context.Background, is already cancelled (its
 // [context.Cause] is the error below, so work outside relock that is given it stops at once
 // too), carries no owner id ([OwnerFrom] reports none), and every method of this package that
-// takes it (or a context derived from it) returns an error wrapping [ErrInvalid] that says
-// "WithOwner: nil parent context", as it would for a nil ctx; nothing is sent to Redis.
+// takes it (or a context derived from it, by WithOwner and WithNewOwner too, which return it
+// as it is) returns an error wrapping [ErrInvalid] that says "WithOwner: nil parent
+// context", as it would for a nil ctx; nothing is sent to Redis.
 func WithOwner(ctx context.Context, id string) context.Context {
 	if ctx == nil {
 		return nilParent(invalid("WithOwner: nil parent context"))
+	}
+	if ctxError(ctx) != nil {
+		// Made from a nil parent: it stays refused, whatever owner is put on it (an id put
+		// over the mark hid it: review22).
+		return ctx
 	}
 	return context.WithValue(ctx, ownerKey{}, id)
 }
@@ -78,6 +84,9 @@ func WithOwner(ctx context.Context, id string) context.Context {
 func (c *Client) WithNewOwner(ctx context.Context) context.Context {
 	if ctx == nil {
 		return nilParent(invalid("WithNewOwner: nil parent context"))
+	}
+	if ctxError(ctx) != nil {
+		return ctx // made from a nil parent: it stays refused (see WithOwner)
 	}
 	if c.usable() != nil {
 		return WithOwner(ctx, "")
