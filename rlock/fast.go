@@ -2,6 +2,7 @@ package rlock
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"time"
 
@@ -114,8 +115,10 @@ func (c *Client) execFast(ctx context.Context, s *lua.Script, keys, args []strin
 			c.fastOff.Store(true)
 		}
 	}
+	wrote := false // the transaction may have written the fast form
 	if arr, err := exec.ToArray(); err == nil && len(arr) == 2 {
 		set := arr[0].Error() == nil // OK; nil when the key exists
+		wrote = set
 		tok, terr := arr[1].AsInt64()
 		if set && terr == nil && tok > seedFloor {
 			return append(buf[:0], 1, tok, 1), true, nil
@@ -129,5 +132,17 @@ func (c *Client) execFast(ctx context.Context, s *lua.Script, keys, args []strin
 		}
 	}
 	vals, _, err = c.execAcquire(ctx, s, keys, args, buf)
+	if err != nil && wrote {
+		// The script that was to convert the form the transaction wrote did not run (a
+		// refused dial, a reply such as BUSY), or its outcome is unknown: the lock is held
+		// for the owner all the same. Unknown, so that the replay of the same number
+		// converts it (or finds it spent); taken for a failure that applied nothing, it left
+		// the form held for nobody until its lease ran out
+		// (TestFastGrant_followUpRefusedLeavesNoHold).
+		var re *rueidis.RedisError
+		if !errors.As(err, &re) || !answers(re) {
+			err = errorf("%w: %w", ErrUnknownOutcome, err)
+		}
+	}
 	return vals, false, err
 }
