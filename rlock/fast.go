@@ -2,7 +2,6 @@ package rlock
 
 import (
 	"context"
-	"errors"
 	"strings"
 	"time"
 
@@ -132,17 +131,15 @@ func (c *Client) execFast(ctx context.Context, s *lua.Script, keys, args []strin
 		}
 	}
 	vals, _, err = c.execAcquire(ctx, s, keys, args, buf)
-	if err != nil && wrote {
+	if err != nil && wrote && transient(err) {
 		// The script that was to convert the form the transaction wrote did not run (a
-		// refused dial, a reply such as BUSY), or its outcome is unknown: the lock is held
-		// for the owner all the same. Unknown, so that the replay of the same number
-		// converts it (or finds it spent); taken for a failure that applied nothing, it left
-		// the form held for nobody until its lease ran out
-		// (TestFastGrant_followUpRefusedLeavesNoHold).
-		var re *rueidis.RedisError
-		if !errors.As(err, &re) || !answers(re) {
-			err = errorf("%w: %w", ErrUnknownOutcome, err)
-		}
+		// refused dial, a reply such as BUSY or LOADING): the lock is held for the owner all
+		// the same. Unknown, so that the replay of the same number converts it (or finds it
+		// spent); taken for a failure that applied nothing, it left the form held for nobody
+		// until its lease ran out (TestFastGrant_followUpRefusedLeavesNoHold). (The
+		// script's own error, a fence of another type, undoes the form itself; an outcome
+		// already unknown is replayed anyway.)
+		err = errorf("%w: %w", ErrUnknownOutcome, err)
 	}
 	return vals, false, err
 }
