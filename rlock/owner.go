@@ -85,9 +85,6 @@ func (c *Client) WithNewOwner(ctx context.Context) context.Context {
 	if ctx == nil {
 		return nilParent(invalid("WithNewOwner: nil parent context"))
 	}
-	if ctxError(ctx) != nil {
-		return ctx // made from a nil parent: it stays refused (see WithOwner)
-	}
 	if c.usable() != nil {
 		return WithOwner(ctx, "")
 	}

@@ -129,9 +129,13 @@ func (ro *redObs) ended(cause error) {
 }
 
 func (ro *redObs) report(cause error) {
-	o := ro.c.obs
-	o.holdEnd(HoldEndInfo{Kind: KindRedLock, Name: ro.name, Owner: ro.owner, Token: ro.token,
-		Held: o.now() - ro.start, Cause: endCause(cause), Err: cause})
+	ro.c.obs.holdEnd(ro.endInfo(cause))
+}
+
+// endInfo is the HoldEnd event of ro's tenure, ended with cause.
+func (ro *redObs) endInfo(cause error) HoldEndInfo {
+	return HoldEndInfo{Kind: KindRedLock, Name: ro.name, Owner: ro.owner, Token: ro.token,
+		Held: ro.c.obs.now() - ro.start, Cause: endCause(cause), Err: cause}
 }
 
 // closeHooks are functions a Client's Close calls once it has ended its holds, before it
@@ -219,8 +223,7 @@ func (r *RedLock) acquireObserved(ctx context.Context, wait, lease time.Duration
 	}
 	o.done(ctx, octx, si, start, ok, err, tr)
 	if ok && ro.closedAtBegin.Load() {
-		o.holdEndOfCall(HoldEndInfo{Kind: KindRedLock, Name: ro.name, Owner: ro.owner, Token: ro.token,
-			Held: o.now() - ro.start, Cause: EndClosed, Err: ErrClosed})
+		o.holdEndOfCall(ro.endInfo(ErrClosed))
 	}
 	return ok, err
 }
