@@ -461,6 +461,7 @@ type opFault struct {
 	hits    atomic.Int32
 	kinds   atomic.Uint32 // bit 1<<kind: a stage of that kind was applied
 	late    atomic.Int32  // stages applied to a call after the first (replays, give-backs...)
+	first   atomic.Int64  // UnixNano of its first script call (0: none yet)
 
 	mu       sync.Mutex
 	lost     map[string]bool // requests applied whose reply was lost
@@ -555,6 +556,14 @@ func (f *opFault) extra() time.Duration {
 
 func (f *opFault) hit() bool { return f != nil && f.hits.Load() > 0 }
 
+// firstSend is when the operation made its first script call (zero: none, or f nil).
+func (f *opFault) firstSend() time.Time {
+	if f == nil || f.first.Load() == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, f.first.Load())
+}
+
 // applied reports whether a stage of kind k was applied to one of the operation's calls.
 func (f *opFault) applied(k faultKind) bool { return f != nil && f.kinds.Load()&(1<<k) != 0 }
 
@@ -628,6 +637,9 @@ func refusedResult() rueidis.RedisResult {
 // hook is mf's scriptHook.
 func (mf *modelFaults) hook(ctx context.Context, cmd hookCall, call func() rueidis.RedisResult) rueidis.RedisResult {
 	f, _ := ctx.Value(faultCtxKey{}).(*opFault)
+	if f != nil {
+		f.first.CompareAndSwap(0, time.Now().UnixNano())
+	}
 	if s := mf.seq; cmd.fast && s != nil {
 		s.fault("fast-grant") // not a fault: counted to show the transaction is exercised
 	}
@@ -2639,6 +2651,9 @@ func (ls *lockSubject) giveBack(s *mseq, g *mgor, i int, cancelled bool, f *opFa
 			return
 		}
 	}
+	if f == nil {
+		f = &opFault{} // records the release's first send (releaseMetLease)
+	}
 	ctx := withFault(g.ctx, f)
 	if cancelled {
 		var c context.CancelFunc
@@ -2669,26 +2684,7 @@ func (ls *lockSubject) giveBack(s *mseq, g *mgor, i int, cancelled bool, f *opFa
 		if errors.Is(err, rlock.ErrLockLost) {
 			s.lossSeen(ms, g.String()+" "+desc+": "+err.Error(), near)
 		}
-		if sure && e.fixed && (f.applied(fDrop) || f.applied(fLate)) && e.end.Before(ret.Add(expirySlack)) {
-			// The first send's reply was lost (or the send kept back: fLate): the Client
-			// learns the outcome from a replay, and one that finds the holds gone tells a
-			// release from an expiry only when it was sent before the lease's
-			// conservative end. The answered replay went out
-			// before ret, perhaps after that end: ErrNotHeld is the conservative answer
-			// (guarantee 3), not a hold wrongly denied.
-			sure = false
-		}
-		if sure && e.fixed && (f.applied(fBusy) || f.applied(fRefuse)) && e.end.Before(ret.Add(expirySlack)) {
-			// A send refused (a refused dial: nothing sent) or answered BUSY (LOADING: the
-			// script did not run) applied nothing, and the Client sent the release again
-			// after a backoff: the only send that Redis ran went out before ret, perhaps
-			// after the fixed lease ended, and then found the hold expired. Seed
-			// 1569544937194548789 (RWMutex): a write hold taken at 117.3ms with a 115ms lease
-			// (gone in Redis at ~232ms), Unlock at 159.9ms (fault=busy@0x2+refuse@3x3): two
-			// LOADING, an EVALSHA answered NOSCRIPT, three refused EVALs, another NOSCRIPT,
-			// and the EVAL that ran, at 321.0ms, returned -1 (not held); Redis had granted the
-			// write lock to another owner at 234.3ms, so the hold had surely ended before
-			// the release ran: ErrNotHeld is Redis's state, not a hold wrongly denied.
+		if sure && !releaseMetLease(e, f, ret) {
 			sure = false
 		}
 		if sure {
@@ -2719,6 +2715,47 @@ func (ls *lockSubject) giveBack(s *mseq, g *mgor, i int, cancelled bool, f *opFa
 // 10376536682305928891, FairMutex, replies-lost: g3's Lock left at its deadline, its
 // replays went on, and g2's Unlock 130 ms later found the lock busy for its whole cleanup
 // timeout).
+// releaseMetLease reports whether the release of e, a hold that surely lasted when it was
+// called, surely reached Redis while e lasted there, so that ErrNotHeld is a hold wrongly
+// denied: f is the release's fault (never nil: it records the first send), ret its return.
+func releaseMetLease(e *mentry, f *opFault, ret time.Time) bool {
+	if e.fixed {
+		if t := f.firstSend(); !t.IsZero() && e.end.Before(t.Add(expirySlack)) {
+			// The release made its first send near or after the fixed lease's end, though
+			// called well before it: it waited for another goroutine of the owner whose call
+			// on the lock held the hold's operations (Unlock's godoc, case 4). Seed
+			// 16168448657392341871 (RWMutex): o0's write hold taken at 7.1ms with a 158ms
+			// lease; g1's Unlock at 10.1ms waited behind g0's re-entry TryLock, whose reply a
+			// fault delayed 149ms, and reached Redis after the lease ended there: "not held"
+			// (157.1ms) is Redis's state (TestModelRegression_unlockBehindOwnersDelayedCall).
+			return false
+		}
+	}
+	if e.fixed && (f.applied(fDrop) || f.applied(fLate)) && e.end.Before(ret.Add(expirySlack)) {
+		// The first send's reply was lost (or the send kept back: fLate): the Client
+		// learns the outcome from a replay, and one that finds the holds gone tells a
+		// release from an expiry only when it was sent before the lease's
+		// conservative end. The answered replay went out
+		// before ret, perhaps after that end: ErrNotHeld is the conservative answer
+		// (guarantee 3), not a hold wrongly denied.
+		return false
+	}
+	if e.fixed && (f.applied(fBusy) || f.applied(fRefuse)) && e.end.Before(ret.Add(expirySlack)) {
+		// A send refused (a refused dial: nothing sent) or answered BUSY (LOADING: the
+		// script did not run) applied nothing, and the Client sent the release again
+		// after a backoff: the only send that Redis ran went out before ret, perhaps
+		// after the fixed lease ended, and then found the hold expired. Seed
+		// 1569544937194548789 (RWMutex): a write hold taken at 117.3ms with a 115ms lease
+		// (gone in Redis at ~232ms), Unlock at 159.9ms (fault=busy@0x2+refuse@3x3): two
+		// LOADING, an EVALSHA answered NOSCRIPT, three refused EVALs, another NOSCRIPT,
+		// and the EVAL that ran, at 321.0ms, returned -1 (not held); Redis had granted the
+		// write lock to another owner at 234.3ms, so the hold had surely ended before
+		// the release ran: ErrNotHeld is Redis's state, not a hold wrongly denied.
+		return false
+	}
+	return true
+}
+
 func (g *mgor) siblingBusySince(t time.Time) bool {
 	for _, o := range g.o.gors {
 		if o == g {
@@ -4208,5 +4245,67 @@ func TestModelRegression_notHeldExtendEndedByItsOwnLease(t *testing.T) {
 		if err := p.Release(bg, id); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// TestModelRegression_unlockBehindOwnersDelayedCall: the model test (RWMutex, seed
+// 16168448657392341871) reported "unlock-notheld" for an Unlock called well within a fixed
+// lease that waited, as Unlock's godoc says, for another goroutine of the owner whose call on
+// the lock (a re-entry, its reply delayed by a fault) held the lock's operations until the
+// lease had ended: its ErrNotHeld is Redis's state, not a hold wrongly denied. The model
+// judges a release by when its first send went out (releaseMetLease), not when it was called.
+func TestModelRegression_unlockBehindOwnersDelayedCall(t *testing.T) {
+	b := realBackend(t)
+	c, err := rlock.New(newModelFaults(b.rueidis(t), nil).hc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, m := rlock.WithOwner(bg, "model-owner"), c.Mutex(redistest.Name(t))
+	if err := m.Lock(ctx); err != nil { // loads the scripts
+		t.Fatal(err)
+	}
+	if err := m.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	const lease = 300 * time.Millisecond
+	start := time.Now()
+	if ok, err := m.TryLock(ctx, 0, lease); !ok || err != nil {
+		t.Fatalf("TryLock: %v %v", ok, err)
+	}
+	e := &mentry{fixed: true, lease: lease, start: start, end: start.Add(lease - drift(lease))}
+	// The owner's other goroutine: a re-entry whose reply a fault holds back past the
+	// lease's end (its context ends first: the call's outcome is unknown to it).
+	slow := &opFault{stages: []faultStage{{kind: fDelay, n: 1, delay: 2 * lease}}}
+	rctx, cancel := context.WithTimeout(withFault(ctx, slow), lease+50*time.Millisecond)
+	defer cancel()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		m.TryLock(rctx, 0, 0) //nolint:errcheck // its outcome is not what is tested
+	}()
+	for slow.hits.Load() == 0 {
+		select {
+		case <-done:
+			t.Fatal("the re-entry returned before its send met the delay")
+		case <-time.After(time.Millisecond):
+		}
+	}
+	f := &opFault{}
+	called := time.Now()
+	if !e.end.After(called.Add(expirySlack)) {
+		t.Skipf("the set-up took %v of the %v lease: the Unlock is not called well within it", called.Sub(start), lease)
+	}
+	err = m.Unlock(withFault(ctx, f))
+	ret := time.Now()
+	<-done
+	if !errors.Is(err, rlock.ErrNotHeld) {
+		t.Fatalf("Unlock called %v into a %v lease, behind the owner's re-entry held %v: %v, want ErrNotHeld (the lease ran out while it waited)", called.Sub(start).Round(time.Millisecond), lease, 2*lease, err)
+	}
+	if first := f.firstSend(); first.IsZero() || first.Before(e.end) {
+		t.Fatalf("the Unlock's first send at %v, want after the lease's end at %v (it waits for the re-entry)", first.Sub(start), e.end.Sub(start))
+	}
+	if releaseMetLease(e, f, ret) {
+		t.Fatalf("the model judges the Unlock's ErrNotHeld a hold wrongly denied: called %v into the %v lease, first send %v", called.Sub(start).Round(time.Millisecond), lease, f.firstSend().Sub(start).Round(time.Millisecond))
 	}
 }
