@@ -98,11 +98,25 @@ func run(ctx context.Context, out io.Writer, sel []lib, s settings, csvPath, png
 	// Scenario-major order: every library runs a scenario before the next scenario starts,
 	// so that the figures compared with each other were taken close together in time.
 	var results []*result
+	// Warm-up: every library runs the first scenario once, unmeasured, before any round
+	// counts (a fresh server, process and machine made the first library of the first
+	// round 10-20% slower than its later rounds: relock, 6,585 cycles/s against 7,981 and
+	// 8,108, at 1fd34e5). And the libraries take turns starting the rounds (round r starts
+	// at library r), so that no one always runs right after another's load.
+	if all := scenarios(s); len(all) > 0 {
+		for _, l := range sel {
+			if _, err := all[0].run(ctx, srv, l); err != nil {
+				return fmt.Errorf("%s: warm-up: %w", l.name, err)
+			}
+		}
+		fmt.Fprintf(os.Stderr, "warm-up: %v\n", time.Since(begin).Round(100*time.Millisecond))
+	}
 	for _, sc := range scenarios(s) {
 		scBegin := time.Now()
 		byLib := map[string]*result{}
 		for round := range sc.rounds {
-			for _, l := range sel {
+			for k := range sel {
+				l := sel[(k+round)%len(sel)]
 				r, err := sc.run(ctx, srv, l)
 				if err != nil {
 					return fmt.Errorf("%s: %w", l.name, err)
