@@ -943,7 +943,7 @@ func TestFault9_mixedSoak(t *testing.T) {
 	// written (RELOCK_CHAOS_RESULTS); 15 s in the README's plain go test ./..., which must stay
 	// within 5 minutes on 2 cores.
 	soak := 15
-	if v := os.Getenv("RELOCK_FULL"); v != "" && v != "0" || os.Getenv("RELOCK_CHAOS_RESULTS") != "" {
+	if fullChaos() {
 		soak = 60
 	}
 	var (

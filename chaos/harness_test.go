@@ -123,14 +123,29 @@ func (r *run) dump(m *porcupine.Model, info porcupine.LinearizationInfo, ops []w
 
 // maxLinearizable bounds the history given to porcupine: its search grows with the number of
 // concurrent operations, and the full-size soak (RELOCK_CHAOS_SOAK_*) exceeds memory.
-const maxLinearizable = 40000
+// maxLinearizablePlain is the bound in the README's plain go test ./... (not fullChaos): the
+// 15 s soak's history (about 24,000 operations) went undecided after the whole 15 s budget
+// there (at 1fd34e5: a core spent proving nothing, beside rlock's tests, in a run that must
+// stay within 5 minutes), while every other history of the suite (1,800 operations at most)
+// is decided in milliseconds.
+const (
+	maxLinearizable      = 40000
+	maxLinearizablePlain = 10000
+)
+
+// fullChaos reports a full run (RELOCK_FULL, as .ci/run sets it) or one that writes the
+// results table (RELOCK_CHAOS_RESULTS).
+func fullChaos() bool {
+	v := os.Getenv("RELOCK_FULL")
+	return v != "" && v != "0" || os.Getenv("RELOCK_CHAOS_RESULTS") != ""
+}
 
 // checkerBudget is how long porcupine may search one history: 60 s in a full run
 // (RELOCK_FULL, as .ci/run sets it) and when the results table is written, 15 s in the
 // README's plain go test ./..., which must stay within 5 minutes on 2 cores (the 15 s soak's
 // history of about 23,000 operations went undecided after the whole 60 s).
 func checkerBudget() time.Duration {
-	if v := os.Getenv("RELOCK_FULL"); v != "" && v != "0" || os.Getenv("RELOCK_CHAOS_RESULTS") != "" {
+	if fullChaos() {
 		return 60 * time.Second
 	}
 	return 15 * time.Second
@@ -143,8 +158,12 @@ func checkerBudget() time.Duration {
 // nothing either way; the resource checker still checked every hold).
 func checkLinear(t *testing.T, allowExpiry bool, ops []worker.Op, dump func(*porcupine.Model, porcupine.LinearizationInfo) string) string {
 	t.Helper()
-	if len(ops) > maxLinearizable {
-		t.Logf("linearizability not checked: %d operations, beyond the checker's budget of %d", len(ops), maxLinearizable)
+	limit := maxLinearizable
+	if !fullChaos() {
+		limit = maxLinearizablePlain
+	}
+	if len(ops) > limit {
+		t.Logf("linearizability not checked: %d operations, beyond the checker's budget of %d", len(ops), limit)
 		return "linearizability not checked (history too long)"
 	}
 	m := lockModel(allowExpiry)
