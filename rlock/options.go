@@ -151,7 +151,7 @@ func WithRenewFraction(f float64) Option {
 // minRenewFraction is the smallest fraction WithRenewFraction accepts (see there): twice the
 // share of a lease by which the watchdog may bring a renewal forward (watchdog's Lease.early,
 // a twentieth).
-const minRenewFraction = 0.1
+const minRenewFraction = watchdog.MinRenewFraction
 
 // renewAt is when the watchdog renews a lease after its grant or last renewal, as it computes
 // it.

@@ -22,6 +22,7 @@ import (
 	"container/heap"
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 )
@@ -34,7 +35,16 @@ const (
 	DefaultRetryInterval = time.Second
 	// DefaultBatchSize is the largest number of leases handed to one Renewer call.
 	DefaultBatchSize = 512
+	// MinRenewFraction is the smallest renew fraction New accepts: twice the share of a
+	// lease by which a renewal may be brought forward to share a round with others due
+	// near it (a twentieth). Below it a renewal may go out as soon as the last one is
+	// confirmed: a fraction near 0 renewed back to back, thousands of calls a second for
+	// one lease.
+	MinRenewFraction = 0.1
 )
+
+// ErrInvalid is wrapped by the errors of New and Add that refuse an argument.
+var ErrInvalid = errors.New("watchdog: invalid argument")
 
 // ErrGone is what a [Renewer] reports for a lease that the remote side no longer grants.
 var ErrGone = errors.New("watchdog: lease gone")
@@ -99,7 +109,8 @@ type optionFunc func(*Watchdog)
 
 func (f optionFunc) apply(w *Watchdog) { f(w) }
 
-// WithRenewFraction sets the share of a lease (0 < f < 1) after which it is renewed.
+// WithRenewFraction sets the share of a lease ([MinRenewFraction] <= f < 1) after which it is
+// renewed. New refuses any other f with an error wrapping [ErrInvalid].
 func WithRenewFraction(f float64) Option {
 	return optionFunc(func(w *Watchdog) { w.fraction = f })
 }
@@ -137,9 +148,11 @@ type Watchdog struct {
 }
 
 // New returns a Watchdog that renews through r. It starts no goroutine until the first Add.
+// A nil r, a nil Option or an option's value out of range is an error wrapping [ErrInvalid]
+// (no Watchdog is made).
 func New(r Renewer, opts ...Option) (*Watchdog, error) {
 	if r == nil {
-		return nil, errors.New("watchdog: nil Renewer")
+		return nil, fmt.Errorf("%w: nil Renewer", ErrInvalid)
 	}
 	w := &Watchdog{
 		renewer:  r,
@@ -148,16 +161,19 @@ func New(r Renewer, opts ...Option) (*Watchdog, error) {
 		batch:    DefaultBatchSize,
 		kick:     make(chan struct{}, 1),
 	}
-	for _, o := range opts {
+	for i, o := range opts {
+		if o == nil {
+			return nil, fmt.Errorf("%w: option %d is nil", ErrInvalid, i)
+		}
 		o.apply(w)
 	}
 	switch {
-	case !(w.fraction > 0 && w.fraction < 1):
-		return nil, errors.New("watchdog: renew fraction must be in (0, 1)")
+	case !(w.fraction >= MinRenewFraction && w.fraction < 1):
+		return nil, fmt.Errorf("%w: renew fraction %v must be in [%v, 1)", ErrInvalid, w.fraction, MinRenewFraction)
 	case w.retry <= 0:
-		return nil, errors.New("watchdog: retry interval must be > 0")
+		return nil, fmt.Errorf("%w: retry interval %v must be > 0", ErrInvalid, w.retry)
 	case w.batch <= 0:
-		return nil, errors.New("watchdog: batch size must be > 0")
+		return nil, fmt.Errorf("%w: batch size %d must be > 0", ErrInvalid, w.batch)
 	}
 	w.ctx, w.cancel = context.WithCancel(context.Background())
 	return w, nil
@@ -171,10 +187,10 @@ var ErrClosed = errors.New("watchdog: closed")
 // whose deadline has already passed is not registered: Add returns ErrExpired.
 func (w *Watchdog) Add(l *Lease, sent time.Time) error {
 	if l.TTL <= 0 {
-		return errors.New("watchdog: lease TTL must be > 0")
+		return fmt.Errorf("%w: lease TTL %v must be > 0", ErrInvalid, l.TTL)
 	}
 	if l.OnLost == nil {
-		return errors.New("watchdog: lease OnLost must not be nil")
+		return fmt.Errorf("%w: lease OnLost must not be nil", ErrInvalid)
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()

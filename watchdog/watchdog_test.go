@@ -208,6 +208,11 @@ func TestNewValidation(t *testing.T) {
 		{"fraction above 1", r, []Option{WithRenewFraction(1.5)}},
 		{"fraction NaN", r, []Option{WithRenewFraction(math.NaN())}},
 		{"fraction +Inf", r, []Option{WithRenewFraction(math.Inf(1))}},
+		// Below MinRenewFraction a renewal may go out as soon as the last one is confirmed
+		// (accepted before: 1e-300 renewed back to back).
+		{"fraction tiny", r, []Option{WithRenewFraction(1e-300)}},
+		{"fraction just below the floor", r, []Option{WithRenewFraction(math.Nextafter(MinRenewFraction, 0))}},
+		{"nil option", r, []Option{nil}}, // panicked before
 		{"retry 0", r, []Option{WithRetryInterval(0)}},
 		{"retry negative", r, []Option{WithRetryInterval(-time.Second)}},
 		{"batch 0", r, []Option{WithBatchSize(0)}},
@@ -231,8 +236,18 @@ func TestNewValidation(t *testing.T) {
 			if w != nil {
 				t.Fatalf("New returned a Watchdog (%p) with error %v", w, err)
 			}
+			if !errors.Is(err, ErrInvalid) {
+				t.Fatalf("New: %v, want an error wrapping ErrInvalid", err)
+			}
 		})
 	}
+	t.Run("fraction at the floor", func(t *testing.T) {
+		w, err := New(r, WithRenewFraction(MinRenewFraction))
+		if err != nil {
+			t.Fatalf("New with the smallest fraction accepted: %v", err)
+		}
+		w.Close()
+	})
 
 	t.Run("defaults", func(t *testing.T) {
 		w, err := New(r)
