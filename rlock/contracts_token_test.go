@@ -35,12 +35,15 @@ func TestContracts_tokenRisesAcrossKindsAndEnds(t *testing.T) {
 				handles = append(handles, c.Mutex(name), c.SpinMutex(name), c.FairMutex(name))
 			}
 		}
+		// The fixed lease must outlast a grant, two Token reads and a re-entry on a loaded
+		// machine: 50ms ran out before the first Unlock once under two explorers' load.
+		const lease = 250 * time.Millisecond
 		var last int64
 		for i := 0; i < 24; i++ {
 			l := handles[(i/3)%len(handles)] // each handle three times in a row
 			end := i % 4
 			if end == 1 {
-				require.NoError(t, l.LockLease(bg, 50*time.Millisecond))
+				require.NoError(t, l.LockLease(bg, lease))
 			} else {
 				require.NoError(t, l.Lock(bg))
 			}
@@ -49,7 +52,7 @@ func TestContracts_tokenRisesAcrossKindsAndEnds(t *testing.T) {
 			require.Greater(t, tok, last, "grant %d (%T): the token did not rise", i, l)
 			last = tok
 			if end == 1 {
-				require.NoError(t, l.LockLease(bg, 50*time.Millisecond))
+				require.NoError(t, l.LockLease(bg, lease))
 			} else {
 				require.NoError(t, l.Lock(bg))
 			}
