@@ -113,7 +113,10 @@ type driftPlan struct {
 	// op's replays and background give-backs fail for longer than the cleanup timeout.
 	storm   time.Duration
 	stormAt int32
-	stormT  atomic.Int64 // unix ns of the storm's first call
+	// outage: the storm's calls are refused instead (a dial error: nothing applied), as
+	// when Redis is unreachable for longer than the cleanup timeout (spinmulti_hunt_test.go).
+	outage bool
+	stormT atomic.Int64 // unix ns of the storm's first call
 }
 
 type driftPlanKey struct{}
@@ -178,7 +181,10 @@ func (d *driftFaults) hook(ctx context.Context, cmd hookCall, call func() rueidi
 		if time.Duration(now-p.stormT.Load()) < p.storm {
 			d.storms.Add(1)
 			if p.note != nil {
-				p.note(fmt.Sprintf("  storm on call %d (%s)", i, script))
+				p.note(fmt.Sprintf("  storm (outage %v) on call %d (%s)", p.outage, i, script))
+			}
+			if p.outage {
+				return rueidis.NewErrorResult(errDriftDial)
 			}
 			if i%2 == 1 {
 				if res := call(); res.Error() != nil {
@@ -317,6 +323,8 @@ type driftTrial struct {
 	actors  []*driftActor
 	start   time.Time
 	cross   bool // a context owner is shared by two Clients
+	// mk makes the actors' handles (Client.Mutex; a SpinMutex's in spinmulti_hunt_test.go).
+	mk func(c *rlock.Client, name string) *rlock.Mutex
 
 	mu      sync.Mutex
 	hist    []string
@@ -378,12 +386,22 @@ func TestDriftHunt_sharedOwnerAcrossClients(t *testing.T) {
 }
 
 func driftHunt(t *testing.T, cross bool) {
+	driftHuntOf(t, cross, "RELOCK_DRIFT", 3*time.Second, nil)
+}
+
+// driftHuntOf is driftHunt with its environment variables' prefix (env+"_SEED", "_BUDGET",
+// "_TRIAL", "_LOG"), its default budget, and the handles its actors use (mk; nil: Client.Mutex):
+// spinmulti_hunt_test.go runs it on SpinMutex handles.
+func driftHuntOf(t *testing.T, cross bool, env string, def time.Duration, mk func(c *rlock.Client, name string) *rlock.Mutex) {
 	if testing.Short() {
 		t.Skip("short")
 	}
-	seed := seedOf(t, "RELOCK_DRIFT_SEED")
-	budget := budgetOf(t, "RELOCK_DRIFT_BUDGET", 3*time.Second, time.Minute)
-	only := trialOf(t, "RELOCK_DRIFT_TRIAL")
+	if mk == nil {
+		mk = (*rlock.Client).Mutex
+	}
+	seed := seedOf(t, env+"_SEED")
+	budget := budgetOf(t, env+"_BUDGET", def, time.Minute)
+	only := trialOf(t, env+"_TRIAL")
 	srv := redistest.Start(t)
 	var gmu sync.Mutex
 	gaveFail := map[string]int{} // lock name + "\x00" + owner field -> failed give-backs
@@ -432,7 +450,7 @@ func driftHunt(t *testing.T, cross bool) {
 		} else if time.Since(begin) > budget {
 			break
 		}
-		tr := &driftTrial{t: t, idx: i, clients: clients, dcs: dcs, srv: srv, start: time.Now(), cross: cross}
+		tr := &driftTrial{t: t, idx: i, clients: clients, dcs: dcs, srv: srv, start: time.Now(), cross: cross, mk: mk}
 		cur.Store(tr)
 		tr.run(rand.New(rand.NewPCG(seed, uint64(i))), func(name, field string) int {
 			gmu.Lock()
@@ -441,7 +459,7 @@ func driftHunt(t *testing.T, cross bool) {
 		})
 		cur.Store(nil)
 		trials++
-		if os.Getenv("RELOCK_DRIFT_LOG") == "1" {
+		if os.Getenv(env+"_LOG") == "1" {
 			t.Logf("trial %d history:\n%s", i, strings.Join(tr.hist, "\n"))
 		}
 		for _, w := range tr.windows {
@@ -452,8 +470,8 @@ func driftHunt(t *testing.T, cross bool) {
 			if len(hist) > 400 {
 				hist = append([]string{fmt.Sprintf("(%d earlier lines left out)", len(hist)-400)}, hist[len(hist)-400:]...)
 			}
-			t.Fatalf("drift hunt: seed %d trial %d (RELOCK_DRIFT_SEED=%d RELOCK_DRIFT_TRIAL=%d replays its plan):\n%s\nhistory:\n%s",
-				seed, i, seed, i, strings.Join(tr.fail, "\n"), strings.Join(hist, "\n"))
+			t.Fatalf("drift hunt: seed %d trial %d (%s_SEED=%d %s_TRIAL=%d replays its plan):\n%s\nhistory:\n%s",
+				seed, i, env, seed, env, i, strings.Join(tr.fail, "\n"), strings.Join(hist, "\n"))
 		}
 	}
 	var renew int64
@@ -491,7 +509,7 @@ func (tr *driftTrial) run(rng *rand.Rand, gave func(name, field string) int) {
 			hctx: map[int]context.Context{}, hcancel: map[int]context.CancelFunc{}}
 		for _, ci := range cis {
 			a := &driftActor{id: fmt.Sprintf("a%d", len(tr.actors)+1), ci: ci, o: o,
-				m: tr.clients[ci].Mutex(tr.names[l]), rng: rand.New(rand.NewPCG(rng.Uint64(), rng.Uint64()))}
+				m: tr.mk(tr.clients[ci], tr.names[l]), rng: rand.New(rand.NewPCG(rng.Uint64(), rng.Uint64()))}
 			o.actors = append(o.actors, a)
 			tr.actors = append(tr.actors, a)
 			o.cross = o.cross || ci != cis[0]
@@ -566,6 +584,9 @@ func (tr *driftTrial) run(rng *rand.Rand, gave func(name, field string) int) {
 		dc.late.Wait()
 	}
 	tr.quiescent("at the end", gave, true)
+	for _, v := range endGhosts(tr.t, tr.srv, tr.keys) {
+		tr.violation("%s", v)
+	}
 }
 
 // replaysRanOut reports whether err, an acquire's, is the end of replays that ran out with the

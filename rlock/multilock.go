@@ -59,7 +59,11 @@ const (
 // others. So no MultiLock holds some members while waiting long for another: two MultiLocks
 // that list shared members in different orders cannot deadlock, and the jitter lets one of
 // them win. A failure (a member's error, ctx's end) gives back everything the round took
-// before it returns: a MultiLock never leaves part of itself held.
+// before it returns: a MultiLock never leaves part of itself held. A give-back that fails
+// (Redis unreachable for the whole cleanup timeout, say) is joined to the error returned; a
+// member of this package then stops being counted and renewed by its Client, as the grant of
+// a caller that has gone does, and Redis lets its hold expire with its lease (another
+// Locker's is left as its Unlock leaves it).
 //
 // The first round takes the members in the order of their Redis keys when every member has a
 // Key method (every lock of this package has), members of equal keys (one name on different
@@ -391,7 +395,7 @@ func (ml *MultiLock) round(ctx context.Context, order []int, left func() time.Du
 			taken++
 			continue
 		}
-		if uerr := ml.giveBack(ctx, order[:taken]); uerr != nil {
+		if uerr := ml.giveBackTaken1(ctx, order[:taken]); uerr != nil {
 			return -1, errors.Join(err, uerr)
 		}
 		if err != nil {
@@ -430,6 +434,45 @@ func (ml *MultiLock) giveBack(ctx context.Context, taken []int) error {
 	var errs []error
 	for k := len(taken) - 1; k >= 0; k-- {
 		if err := ml.locks[taken[k]].Unlock(ctx); err != nil {
+			errs = append(errs, errorf("multi-lock member %d: %w", taken[k], err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// multiLocker is a member that can give back a hold a failed round took so that, if the
+// give-back fails, nothing goes on holding it (Mutex.giveBackTaken): the locks of this package.
+type multiLocker interface {
+	giveBackTaken(ctx context.Context) error
+}
+
+func (rw *RWMutex) giveBackTaken(ctx context.Context) error { return rw.write().giveBackTaken(ctx) }
+
+func (l *ReadLocker) giveBackTaken(ctx context.Context) error {
+	return l.rwm().read().giveBackTaken(ctx)
+}
+
+func (ml *MultiLock) giveBackTaken(ctx context.Context) error {
+	if err := ml.check(ctx); err != nil {
+		return err
+	}
+	return ml.giveBackTaken1(ctx, ml.order)
+}
+
+// giveBackTaken1 is giveBack for what a round took, that the caller will not unlock: a
+// member of this package whose give-back fails stops being counted and renewed by its Client
+// (Mutex.giveBackTaken) and expires with its lease; another Locker is given back with Unlock.
+func (ml *MultiLock) giveBackTaken1(ctx context.Context, taken []int) error {
+	ctx = context.WithoutCancel(ctx)
+	var errs []error
+	for k := len(taken) - 1; k >= 0; k-- {
+		var err error
+		if g, ok := ml.locks[taken[k]].(multiLocker); ok {
+			err = g.giveBackTaken(ctx)
+		} else {
+			err = ml.locks[taken[k]].Unlock(ctx)
+		}
+		if err != nil {
 			errs = append(errs, errorf("multi-lock member %d: %w", taken[k], err))
 		}
 	}

@@ -287,6 +287,11 @@ func (m *Mutex) Unlock(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	return m.unlockObserved(ctx, owner, nil)
+}
+
+// unlockObserved is Unlock for owner, told to the observer; failed is unlock's.
+func (m *Mutex) unlockObserved(ctx context.Context, owner string, failed func(h *hold, err error)) error {
 	if o := m.c.obs; o != nil && m.v.obs != "" {
 		if m.c.isClosed() {
 			return ErrClosed
@@ -295,12 +300,41 @@ func (m *Mutex) Unlock(ctx context.Context) error {
 		start := o.now()
 		octx := o.releaseStart(ctx, si)
 		rt := &relTrace{}
-		err := m.unlock(ctx, owner, rt, nil, nil)
+		err := m.unlock(ctx, owner, rt, failed, nil)
 		o.releaseDone(octx, ReleaseDoneInfo{ReleaseStartInfo: si, Err: err, Took: o.now() - start,
 			Freed: rt.freed && err == nil, HandedOff: rt.handedOff && err == nil})
 		return err
 	}
-	return m.unlock(ctx, owner, nil, nil, nil)
+	return m.unlock(ctx, owner, nil, failed, nil)
+}
+
+// giveBackTaken is Unlock for a hold that a [MultiLock]'s failed round took (multiLocker):
+// when the give-back fails other than with ErrNotHeld (Redis unreachable for the whole
+// cleanup timeout, another call of the owner keeping the lock busy as long), this Client
+// stops counting and renewing the hold (hold.abandon), as it does for the grant of a caller
+// that has gone (giveBackOne), so that Redis lets it expire within its lease: the
+// MultiLock's caller, told that nothing it took is left held, will not unlock it. (Before,
+// the hold stayed counted and renewed for as long as the Client lived:
+// TestMultiLock_failedGiveBackOfARoundLeavesNothingHeld.)
+func (m *Mutex) giveBackTaken(ctx context.Context) error {
+	owner, err := m.ownerOf(ctx)
+	if err != nil {
+		return err
+	}
+	ran := false
+	err = m.unlockObserved(ctx, owner, func(h *hold, err error) {
+		ran = true
+		h.abandonFailed(err, abandonOne) // under h.op
+	})
+	if err != nil && !ran {
+		// Nothing was sent (the owner's other call kept the lock busy for the whole cleanup
+		// timeout): the hold is abandoned all the same, as a RedLock's instance hold is
+		// (giveBackInst).
+		if h := m.c.peek(m.keys, m.v, owner); h != nil {
+			h.abandonFailed(err, abandonOne)
+		}
+	}
+	return err
 }
 
 // ForceUnlock frees the lock whoever holds it and wakes a waiter. It reports whether there
