@@ -2,6 +2,7 @@ package rlock
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -309,32 +310,59 @@ func (m *Mutex) unlockObserved(ctx context.Context, owner string, failed func(h 
 }
 
 // giveBackTaken is Unlock for a hold that a [MultiLock]'s failed round took (multiLocker):
-// when the give-back fails other than with ErrNotHeld (Redis unreachable for the whole
-// cleanup timeout, another call of the owner keeping the lock busy as long), this Client
-// stops counting and renewing the hold (hold.abandon), as it does for the grant of a caller
-// that has gone (giveBackOne), so that Redis lets it expire within its lease: the
-// MultiLock's caller, told that nothing it took is left held, will not unlock it. (Before,
-// the hold stayed counted and renewed for as long as the Client lived:
-// TestMultiLock_failedGiveBackOfARoundLeavesNothingHeld.)
+// the MultiLock's caller, told that nothing it took is left held, will not unlock it, so a
+// give-back that fails must not leave the hold counted and renewed. When it fails other than
+// with ErrNotHeld (Redis unreachable for the whole cleanup timeout, say), this Client stops
+// counting and renewing the hold (hold.abandon), as it does for the grant of a caller that
+// has gone (giveBackOne), and Redis lets it expire within its lease. When nothing was sent
+// because another call of the owner on the lock kept it busy for the whole cleanup timeout
+// (Unlock's case 4), the give-back goes on in the background once that call is done
+// (giveBackAfter). (Before, the hold stayed counted and renewed for as long as the Client
+// lived: TestMultiLock_failedGiveBackOfARoundLeavesNothingHeld,
+// TestMultiLock_giveBackBusyBehindOwnersOtherCall.)
 func (m *Mutex) giveBackTaken(ctx context.Context) error {
 	owner, err := m.ownerOf(ctx)
 	if err != nil {
 		return err
+	}
+	var t0 *tenure // the tenure the hold is one of
+	if h := m.c.peek(m.keys, m.v, owner); h != nil {
+		t0, _ = h.snapshot()
 	}
 	ran := false
 	err = m.unlockObserved(ctx, owner, func(h *hold, err error) {
 		ran = true
 		h.abandonFailed(err, abandonOne) // under h.op
 	})
-	if err != nil && !ran {
-		// Nothing was sent (the owner's other call kept the lock busy for the whole cleanup
-		// timeout): the hold is abandoned all the same, as a RedLock's instance hold is
-		// (giveBackInst).
-		if h := m.c.peek(m.keys, m.v, owner); h != nil {
-			h.abandonFailed(err, abandonOne)
-		}
+	if err != nil && !ran && t0 != nil && errors.Is(err, context.DeadlineExceeded) {
+		m.giveBackAfter(ctx, owner, t0)
 	}
 	return err
+}
+
+// giveBackAfter gives back, in the background, one hold of owner's tenure t0 once the owner's
+// other call on the lock lets go of it (h.op), unless t0 has ended by then (the hold ended
+// with it): as a release would, failing which the hold is abandoned (giveBackOne). Close
+// cuts the wait short: the hold then expires with its lease, as every hold does at Close.
+func (m *Mutex) giveBackAfter(ctx context.Context, owner string, t0 *tenure) {
+	h := m.c.peek(m.keys, m.v, owner)
+	if h == nil || m.c.isClosed() || !m.c.rerefIfListed(h) {
+		return
+	}
+	values := context.WithoutCancel(ctx)
+	m.c.background(func() {
+		defer m.c.unref(h)
+		if err := h.lockOp(m.c.life); err != nil {
+			return
+		}
+		defer h.unlockOp()
+		if now, _ := h.snapshot(); now != t0 {
+			return
+		}
+		cctx, cancel := m.c.cleanupCtx(values)
+		defer cancel()
+		m.gaveBack(h, GiveBackCanceled, m.giveBackOne(cctx, h))
+	})
 }
 
 // ForceUnlock frees the lock whoever holds it and wakes a waiter. It reports whether there

@@ -60,5 +60,82 @@ func TestMultiLock_failedGiveBackOfARoundLeavesNothingHeld(t *testing.T) {
 	t.Logf("2 leases later: member 0 HoldCount %d (%v), Err %v, IsLocked pttl %dms", hcount, herr, m0.Err(bg), pttl)
 	require.ErrorIs(t, m0.Err(bg), rlock.ErrNotHeld, "the Client still holds the member the failed TryLock took")
 	require.Equal(t, 0, hcount, "Redis still counts the member the failed TryLock took (renewed)")
-	_ = errors.Is
+}
+
+type busyKey struct{}
+
+// TestMultiLock_giveBackBusyBehindOwnersOtherCall: a context owner's MultiLock round took
+// member A and could not have B; its give-back of A waited for the owner's other call on A
+// (another goroutine's re-entry, whose reply is slow) for the whole cleanup timeout, and gave
+// up (Unlock's godoc, case 4: nothing sent). The MultiLock returned the error. The other
+// goroutine's re-entry is granted meanwhile. What must hold (Mutex's and MultiLock's
+// godoc): that goroutine holds A until its Unlock, which returns nil; after it, nothing is
+// held by the Client, and Redis lets A go within its lease, nobody renewing it.
+func TestMultiLock_giveBackBusyBehindOwnersOtherCall(t *testing.T) {
+	srv := redistest.Start(t)
+	name := redistest.Name(t)
+	keyA, keyB := "", ""
+	bSent := make(chan struct{}, 1)
+	hc := &hookClient{Client: srv.Client(t)}
+	hc.set(func(ctx context.Context, cmd hookCall, call func() rueidis.RedisResult) rueidis.RedisResult {
+		if cmd.script != "acquire" || len(cmd.args) < 2 {
+			return call()
+		}
+		switch {
+		case ctx.Value(busyKey{}) == "g2" && cmd.args[1] == keyB:
+			select {
+			case bSent <- struct{}{}:
+			default:
+			}
+			res := call()
+			time.Sleep(100 * time.Millisecond)
+			return res
+		case ctx.Value(busyKey{}) == "g1" && cmd.args[1] == keyA:
+			res := call()
+			time.Sleep(700 * time.Millisecond)
+			return res
+		}
+		return call()
+	})
+	const watchdog = time.Second
+	c, err := rlock.New(hc, rlock.WithWatchdogTimeout(watchdog), rlock.WithCleanupTimeout(150*time.Millisecond))
+	require.NoError(t, err)
+	defer c.Close()
+	other, err := rlock.New(srv.Client(t))
+	require.NoError(t, err)
+	defer other.Close()
+	a, b := c.SpinMutex(name+"-a"), c.SpinMutex(name+"-b")
+	keyA, keyB = a.Key(), b.Key()
+	require.NoError(t, other.SpinMutex(name+"-b").Lock(bg))
+	owner := rlock.WithOwner(bg, "X")
+
+	g1 := make(chan error, 1)
+	go func() {
+		<-bSent
+		ok, err := a.TryLock(context.WithValue(owner, busyKey{}, "g1"), 0, 0)
+		if err == nil && !ok {
+			err = errors.New("not granted")
+		}
+		g1 <- err
+	}()
+	ok, err := rlock.NewMultiLock(a, b).TryLock(context.WithValue(owner, busyKey{}, "g2"), 300*time.Millisecond, 0)
+	t.Logf("MultiLock TryLock -> %v, %v", ok, err)
+	require.False(t, ok)
+	require.NoError(t, <-g1, "the other goroutine's re-entry")
+	hcount, _ := a.HoldCount(owner)
+	t.Logf("after both: Err %v, HoldCount (Redis) %d", a.Err(owner), hcount)
+	require.NoError(t, a.Err(owner), "the other goroutine holds A")
+	time.Sleep(2 * watchdog)
+	require.NoError(t, a.Err(owner), "the other goroutine holds A two leases on")
+	hcount, _ = a.HoldCount(owner)
+	t.Logf("two leases on: HoldCount (Redis) %d", hcount)
+	require.GreaterOrEqual(t, hcount, 1, "A is renewed for the other goroutine")
+	require.NoError(t, a.Unlock(owner))
+	require.ErrorIs(t, a.Err(owner), rlock.ErrNotHeld, "after the other goroutine's Unlock")
+	time.Sleep(watchdog + 500*time.Millisecond)
+	hcount, _ = a.HoldCount(owner)
+	pm := srv.Do(t, "PTTL", keyA)
+	pttl, _ := pm.AsInt64()
+	t.Logf("a lease after the Unlock: HoldCount (Redis) %d, pttl %dms", hcount, pttl)
+	require.Equal(t, 0, hcount, "A left held in Redis after every Unlock")
 }
