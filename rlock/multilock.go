@@ -62,8 +62,10 @@ const (
 // before it returns: a MultiLock never leaves part of itself held. A give-back that fails
 // (Redis unreachable for the whole cleanup timeout, say) is joined to the error returned; a
 // member of this package then stops being counted and renewed by its Client, as the grant of
-// a caller that has gone does, and Redis lets its hold expire with its lease (another
-// Locker's is left as its Unlock leaves it).
+// a caller that has gone does, and Redis lets its hold expire with its lease, or, when another
+// call of the member's owner kept the member busy all that time (nothing was sent), is given
+// back in the background once that call is done (another Locker's is left as its Unlock
+// leaves it).
 //
 // The first round takes the members in the order of their Redis keys when every member has a
 // Key method (every lock of this package has), members of equal keys (one name on different
