@@ -139,3 +139,49 @@ func TestMultiLock_giveBackBusyBehindOwnersOtherCall(t *testing.T) {
 	t.Logf("a lease after the Unlock: HoldCount (Redis) %d, pttl %dms", hcount, pttl)
 	require.Equal(t, 0, hcount, "A left held in Redis after every Unlock")
 }
+
+// TestMultiLock_failedGiveBackOfARoundLeavesNothingHeld_rw is
+// TestMultiLock_failedGiveBackOfARoundLeavesNothingHeld with a read-write lock's two sides as
+// members (RWMutex.giveBackTaken and ReadLocker.giveBackTaken): the round takes the write
+// side of one lock and the read side of another, held for writing by another Client.
+func TestMultiLock_failedGiveBackOfARoundLeavesNothingHeld_rw(t *testing.T) {
+	for _, readFirst := range []bool{false, true} {
+		t.Run(map[bool]string{false: "write", true: "read"}[readFirst], func(t *testing.T) {
+			srv := redistest.Start(t)
+			var refuse atomic.Bool
+			hc := &hookClient{Client: srv.Client(t)}
+			hc.set(func(ctx context.Context, cmd hookCall, call func() rueidis.RedisResult) rueidis.RedisResult {
+				if refuse.Load() && cmd.script == "rw_release" {
+					return rueidis.NewErrorResult(errDriftDial)
+				}
+				return call()
+			})
+			const watchdog = time.Second
+			c, err := rlock.New(hc, rlock.WithWatchdogTimeout(watchdog), rlock.WithCleanupTimeout(150*time.Millisecond))
+			require.NoError(t, err)
+			defer c.Close()
+			other, err := rlock.New(srv.Client(t))
+			require.NoError(t, err)
+			defer other.Close()
+			name := redistest.Name(t)
+			first, second := c.RWMutex(name+"-a"), c.RWMutex(name+"-b")
+			require.NoError(t, other.RWMutex(name+"-b").Lock(bg))
+			var m0 rlock.Locker = first
+			held := func() (int, error) { return first.WriteHoldCount(bg) }
+			if readFirst {
+				m0 = first.RLocker()
+				held = func() (int, error) { return first.ReadHoldCount(bg) }
+			}
+			refuse.Store(true)
+			ok, err := rlock.NewMultiLock(m0, second.RLocker()).TryLock(bg, 0, 0)
+			refuse.Store(false)
+			t.Logf("TryLock -> %v, %v", ok, err)
+			require.False(t, ok)
+			require.Error(t, err)
+			time.Sleep(2 * watchdog)
+			n, herr := held()
+			require.NoError(t, herr)
+			require.Equal(t, 0, n, "Redis still counts the member the failed TryLock took (renewed)")
+		})
+	}
+}
