@@ -397,7 +397,7 @@ func (ml *MultiLock) round(ctx context.Context, order []int, left func() time.Du
 			taken++
 			continue
 		}
-		if uerr := ml.giveBackTaken1(ctx, order[:taken]); uerr != nil {
+		if uerr := ml.giveBackRound(ctx, order[:taken]); uerr != nil {
 			return -1, errors.Join(err, uerr)
 		}
 		if err != nil {
@@ -458,13 +458,13 @@ func (ml *MultiLock) giveBackTaken(ctx context.Context) error {
 	if err := ml.check(ctx); err != nil {
 		return err
 	}
-	return ml.giveBackTaken1(ctx, ml.order)
+	return ml.giveBackRound(ctx, ml.order)
 }
 
-// giveBackTaken1 is giveBack for what a round took, that the caller will not unlock: a
+// giveBackRound is giveBack for what a failed round took, that the caller will not unlock: a
 // member of this package whose give-back fails stops being counted and renewed by its Client
 // (Mutex.giveBackTaken) and expires with its lease; another Locker is given back with Unlock.
-func (ml *MultiLock) giveBackTaken1(ctx context.Context, taken []int) error {
+func (ml *MultiLock) giveBackRound(ctx context.Context, taken []int) error {
 	ctx = context.WithoutCancel(ctx)
 	var errs []error
 	for k := len(taken) - 1; k >= 0; k-- {
