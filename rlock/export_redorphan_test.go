@@ -22,3 +22,28 @@ func RedInstanceClientHolds(r *RedLock, ctx context.Context) (count, orphans map
 	}
 	return count, orphans
 }
+
+// RedOwnerField is the hash field of the caller's owner on r's instances ("" when invalid).
+func RedOwnerField(r *RedLock, ctx context.Context) string {
+	owner, _ := r.ownerOf(ctx)
+	return owner
+}
+
+// HoldRedInstanceOpOf is HoldRedInstanceOp for the caller's owner (a context owner too).
+func HoldRedInstanceOpOf(r *RedLock, ctx context.Context, c *Client) (release func(), ok bool) {
+	owner, err := r.ownerOf(ctx)
+	if err != nil {
+		return nil, false
+	}
+	for _, m := range r.insts {
+		if m.c != c {
+			continue
+		}
+		h := m.instHold(owner)
+		if h == nil || h.lockOp(context.Background()) != nil {
+			return nil, false
+		}
+		return h.unlockOp, true
+	}
+	return nil, false
+}

@@ -224,7 +224,10 @@ func (rh *redHold) begin(r *RedLock, owner string, got []int) (int, bool) {
 // already. It reports false, and changes nothing, when the hold is no longer current: the
 // tenure ended (lost, run out, closed) or is being given back by the owner's last Unlock,
 // another tenure began, the instance's own hold ended, or (re-entry) the instance is no
-// longer followed; the caller gives the grant back. rh.mu orders it with Unlock, the
+// longer followed, or counts as many holds as the RedLock already (the owner's Unlock gave
+// back the hold of the re-entry since: adopted, the instance kept one hold more than the
+// RedLock, renewed until the last Unlock, TestRedLock_lateReentryGrantAfterItsUnlockIsGivenBack);
+// the caller gives the grant back. rh.mu orders it with Unlock, the
 // instances' ends and Close: an instance adopted before the last Unlock's snapshot of the
 // counts is given back by that Unlock, one after it is refused.
 func (rh *redHold) adopt(r *RedLock, owner string, gen, i int, reentry bool) bool {
@@ -237,7 +240,8 @@ func (rh *redHold) adopt(r *RedLock, owner string, gen, i int, reentry bool) boo
 		return false
 	}
 	rh.mu.Lock()
-	if rh.gen != gen || rh.count == 0 || rh.ended != nil || rh.releasing || rh.watched[i] != reentry || (!reentry && rh.n[i] != 0) {
+	if rh.gen != gen || rh.count == 0 || rh.ended != nil || rh.releasing || rh.watched[i] != reentry || (!reentry && rh.n[i] != 0) ||
+		(reentry && rh.n[i] >= rh.count) {
 		rh.mu.Unlock()
 		return false
 	}

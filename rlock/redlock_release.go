@@ -44,7 +44,11 @@ import (
 //     whose outcome is unknown, [ErrUnknownOutcome], is no answer);
 //  3. [ErrClosed] when a Client's Close ended the hold, or the owner holds none and fewer
 //     than a majority of the Clients are open;
-//  4. [ErrInvalid] for an invalid handle or owner.
+//  4. [ErrInvalid] for an invalid handle or owner;
+//  5. an error wrapping [context.DeadlineExceeded] when another call of the same owner on
+//     the lock (another goroutine sharing the handle or the context owner) kept the hold's
+//     operations busy for the whole cleanup timeout (that of the first open Client): nothing
+//     was sent, and the hold is still counted (call Unlock again), as at [Mutex.Unlock].
 //
 // The end of a hold that was lost, ran to the end of its fixed lease or was ended by Close
 // is reported by the owner's next Unlock (as case 1 or 3), which gives back what the open
@@ -110,6 +114,13 @@ func (r *RedLock) Unlock(ctx context.Context) (err error) {
 				rh.n[i]--
 			}
 		}
+		// The hold is uncounted with its instances', so that a re-entry's late grant
+		// adopted meanwhile (redHold.adopt: while the instance counts fewer holds than the
+		// RedLock) is not one the instance keeps beyond the RedLock's holds: counted down
+		// after the give-backs, the count let instance i adopt one while this Unlock was
+		// answered, n[i] ending above it until the last Unlock
+		// (TestRedLock_lateReentryGrantAfterItsUnlockIsGivenBack/during).
+		rh.count--
 		rh.mu.Unlock()
 		if wait {
 			errs, answered = r.giveBack(ctx, nil, idx, nil, abandonOne)
@@ -117,7 +128,6 @@ func (r *RedLock) Unlock(ctx context.Context) (err error) {
 			r.sendGiveBacks(ctx, idx, nil, abandonOne, nil, nil)
 		}
 		rh.mu.Lock()
-		rh.count--
 		if ended == nil {
 			// A loss of the majority that the give-backs found (ErrNotHeld there, counted
 			// as given back below) is reported now, as a Mutex's Unlock does.
