@@ -25,17 +25,24 @@ import (
 //
 // Three servers, each reached by a Client over a hookClient (orphFaults) that, per step, may
 // lose the reply of an applied script (acquire, release, renew), delay it past the instance
-// timeout (a late grant, a late give-back), refuse its send, or lose every reply of a kind
-// (replays too: an outcome that stays unknown beyond the cleanup timeout). Two actors, a
-// handle owner (A) and a context owner (B, through two handles that share its hold), take
-// turns: Lock with a ctx that may end mid-round, LockLease, TryLock, re-entries, Unlock with a
-// live or cancelled ctx; a TryLock of one while the other holds must fail (exclusion), and a
+// timeout (a late grant, a late give-back), refuse its send, keep the send back and deliver it
+// later (the caller told the reply was lost), or lose every reply of a kind (replays too: an
+// outcome that stays unknown beyond the cleanup timeout); in a quarter of the trials one
+// Client loses its renewals' replies for over a lease (its instance lost under a live hold,
+// Redis still counting it). Two actors, a handle owner (A) and a context owner (B, through
+// two handles that share its hold, sometimes a re-entry and an Unlock at once), take turns:
+// Lock with a ctx that may end mid-round, LockLease, TryLock, re-entries, Unlock with a live
+// or cancelled ctx; a TryLock of one while the other holds must fail (exclusion), and a
 // contender of its own (C) tries the lock all along, checking exclusion and that every fresh
-// grant's token rises (the fenced resource). At quiescent points (faults off, every request
-// of the owners settled) the test polls, for up to the window the godoc gives (a renewal
-// period after Redis answers, or a lease for a hold that was abandoned), until Redis counts
-// on each instance, for each owner, the holds its RedLock counts there (0 after its last
-// Unlock, whatever that returned).
+// grant's token rises (the fenced resource). At quiescent points (faults off, kept sends
+// delivered, every request of the owners settled) it fails at once when, on an instance the
+// live hold follows, Redis counts fewer holds than the RedLock (a give-back took a hold of a
+// later tenure, or the RedLock's own), its Client another count, or the RedLock more holds
+// than it has (n[i] > count); and it polls until Redis counts on each instance, for each
+// owner, the holds its RedLock counts there (0 on an instance not followed, and after the
+// last Unlock, whatever that returned), failing past the window the godoc gives: a renewal
+// period (and a little) for a live watchdog hold's orphans, a watchdog lease for holds that
+// nobody renews, a fixed lease otherwise. The package's goleak check covers leaks.
 //
 // RELOCK_REDORPHAN_SEED replays a run's plan (goroutine timing is not replayed),
 // RELOCK_REDORPHAN_TRIAL=<n> runs trial n alone, RELOCK_REDORPHAN_BUDGET sets the run time
@@ -73,8 +80,8 @@ func TestRedOrphanHunt(t *testing.T) {
 	end := time.Now().Add(budget)
 	st := &orphStats{}
 	defer func() {
-		t.Logf("%d trials, %d steps: grants %d, quiescent checks %d (%d waited for Redis to agree, longest %v), orphans seen %d, instance above the RedLock %d, late grants adopted %d, given back %d, contender grants %d",
-			st.trials, st.steps, st.grants, st.checks, st.waited, st.longest, st.orphans, st.above, st.adopted, st.returned, st.contender)
+		t.Logf("%d trials, %d steps: grants %d, quiescent checks %d (%d waited for Redis to agree, longest %v), orphans seen %d, instance above the RedLock %d, a live hold's instance lost %d, late grants adopted %d, given back %d, contender grants %d",
+			st.trials, st.steps, st.grants, st.checks, st.waited, st.longest, st.orphans, st.above, st.lostInst, st.adopted, st.returned, st.contender)
 	}()
 	for trial := 0; ; trial++ {
 		if only >= 0 {
@@ -118,6 +125,8 @@ type orphFaults struct {
 	mu   sync.Mutex
 	plan map[string]*orphFault // by script name
 	kept atomic.Int32          // kept sends not yet delivered
+	// renewLostUntil (unix ns): until then every renewal's reply is lost (several steps)
+	renewLostUntil atomic.Int64
 }
 
 func (f *orphFaults) arm(plan map[string]*orphFault) {
@@ -127,6 +136,14 @@ func (f *orphFaults) arm(plan map[string]*orphFault) {
 }
 
 func (f *orphFaults) hook(_ context.Context, cmd hookCall, call func() rueidis.RedisResult) rueidis.RedisResult {
+	if cmd.script == "renew" && time.Now().UnixNano() < f.renewLostUntil.Load() {
+		// Renewals applied, their replies lost: the Client's deadline passes unconfirmed
+		// (its instance hold lost there) while Redis keeps the holds a lease longer.
+		if res := call(); res.Error() != nil {
+			return res
+		}
+		return hardLost()
+	}
 	if cmd.multi {
 		return call()
 	}
@@ -182,6 +199,7 @@ type orphActor struct {
 type orphStats struct {
 	trials, steps, grants, checks, waited, orphans, contender int
 	above                                                     int // polls that saw an instance count more than the RedLock
+	lostInst                                                  int // polls that saw a live hold with an instance lost
 	adopted, returned                                         int64
 	longest                                                   time.Duration
 }
@@ -300,6 +318,14 @@ func (h *orphTrial) run(name string) {
 		}
 	}()
 
+	if h.rng.IntN(4) == 0 {
+		// One Client loses its renewals' replies for a while: its instance may be lost (a
+		// minority) under a live hold, Redis still counting the owner's holds there.
+		i, d := h.rng.IntN(len(h.faults)), h.lease+time.Duration(h.rng.IntN(1000))*time.Millisecond
+		h.logf("renewals of instance %d lost for %v", i, d)
+		h.faults[i].renewLostUntil.Store(time.Now().Add(d).UnixNano())
+		defer h.faults[i].renewLostUntil.Store(0)
+	}
 	steps := 8 + h.rng.IntN(10)
 	for s := 0; s < steps; s++ {
 		h.st.steps++
@@ -658,6 +684,9 @@ func (h *orphTrial) diff() (diff, strict string, held, abandoned bool) {
 				x.name, i, red, n[c], watched[c], x.k, cl[c], orph[c])
 			if live && watched[c] && (red < n[c] || cl[c] != n[c]) {
 				strict += line
+			}
+			if live && !watched[c] && n[c] > 0 {
+				h.st.lostInst++
 			}
 			if live && n[c] > x.k {
 				// An instance keeps one hold until the last Unlock and gives one back at every
