@@ -2250,12 +2250,17 @@ func (ls *lockSubject) excused(s *mseq, ms *mside) bool {
 // side returns g's owner's state for side.
 func (g *mgor) side(side int) *mside { return g.o.sides[side] }
 
-// ownerEntries are the holds of side that g's owner's goroutines took and did not give back.
-// fixedEndedDuring reports whether one of es, taken before start, is a fixed lease that may
-// have ended by ret.
-func fixedEndedDuring(es []*mentry, start, ret time.Time) bool {
+// fixedEndedDuring reports whether one of es (the owner's holds on the side when an acquire
+// started, and when it returned) is a fixed lease that may have ended by ret. One taken during
+// the acquire counts too: a waiting Lock becomes a re-entry of the tenure that another goroutine
+// of its owner begins meanwhile (FairMutex seed 590653666996461307: g4's Lock waited from
+// 472.6ms; g5, of the same context owner, took the lock with a 90ms lease at about 624ms; g4's
+// re-entry of that tenure, its reply delayed 137ms, came back after the lease had ended and
+// was refused with ErrLeaseExpired, as Lock's godoc says; the model took only holds taken
+// before the Lock began: TestModelRegression_reentryOfATenureBegunDuringTheWait).
+func fixedEndedDuring(es []*mentry, ret time.Time) bool {
 	for _, e := range es {
-		if e.fixed && e.start.Before(start) && e.end.Before(ret.Add(expirySlack)) {
+		if e.fixed && e.end.Before(ret.Add(expirySlack)) {
 			return true
 		}
 	}
@@ -2485,7 +2490,7 @@ func (ls *lockSubject) acquireOp(s *mseq, g *mgor, side int, d []float64, f *opF
 	case errors.Is(err, rlock.ErrLeaseExpired) && lease > 0:
 		// Documented: every grant came back after its fixed lease ran out (Redis slow).
 		s.fault("late-grant")
-	case errors.Is(err, rlock.ErrLeaseExpired) && fixedEndedDuring(append(heldAtStart, g.o.entries(side)...), start, ret):
+	case errors.Is(err, rlock.ErrLeaseExpired) && fixedEndedDuring(append(heldAtStart, g.o.entries(side)...), ret):
 		// Documented (Lock, e9006b2): a re-entry whose grant came back after the fixed lease
 		// of the tenure it re-entered (the owner's holds on this Client) ran out is refused.
 		s.fault("reentry-after-lease")
@@ -4307,5 +4312,24 @@ func TestModelRegression_unlockBehindOwnersDelayedCall(t *testing.T) {
 	}
 	if releaseMetLease(e, f, ret) {
 		t.Fatalf("the model judges the Unlock's ErrNotHeld a hold wrongly denied: called %v into the %v lease, first send %v", called.Sub(start).Round(time.Millisecond), lease, f.firstSend().Sub(start).Round(time.Millisecond))
+	}
+}
+
+// TestModelRegression_reentryOfATenureBegunDuringTheWait: the model test (FairMutex, seed
+// 590653666996461307) reported "unexpected-error" for a Lock refused with ErrLeaseExpired: it
+// had waited since before its owner's other goroutine took the lock with a 90ms fixed lease,
+// became a re-entry of that tenure, and its grant, delayed 137ms, came back after the lease.
+// fixedEndedDuring counted only the holds taken before the Lock began.
+func TestModelRegression_reentryOfATenureBegunDuringTheWait(t *testing.T) {
+	start := time.Now()
+	const lease = 90 * time.Millisecond
+	taken := start.Add(150 * time.Millisecond) // the other goroutine's TryLock, called during the wait
+	e := &mentry{fixed: true, lease: lease, start: taken, ret: taken.Add(2 * time.Millisecond), end: taken.Add(lease - drift(lease))}
+	ret := start.Add(293 * time.Millisecond) // the Lock's refusal
+	if !fixedEndedDuring([]*mentry{e}, ret) {
+		t.Fatalf("a fixed lease taken %v into the Lock's wait and ended %v before its return does not explain ErrLeaseExpired", taken.Sub(start), ret.Sub(e.end))
+	}
+	if late := (&mentry{fixed: true, lease: time.Second, start: taken, end: taken.Add(time.Second - drift(time.Second))}); fixedEndedDuring([]*mentry{late}, ret) {
+		t.Fatal("a fixed lease that outlasts the Lock's return explains its ErrLeaseExpired")
 	}
 }
