@@ -193,3 +193,9 @@ func LockClient(c *Client) (unlock func()) {
 	c.mu.Lock()
 	return c.mu.Unlock
 }
+
+// GiveBackRoundAs makes a MultiLock's failed round give back a member for which f returns a
+// Mutex as that Mutex is (Mutex.giveBackTaken), not through the member's Unlock: for a
+// test's recording wrapper that embeds the Mutex (the MultiLock hunt). f returns nil for
+// any other Locker.
+func GiveBackRoundAs(f func(Locker) *Mutex) { ownLockerHook.Store(&f) }
