@@ -184,8 +184,13 @@ var ErrClosed = errors.New("watchdog: closed")
 
 // Add registers l, granted (or last renewed) by a request sent at sent. From then on the
 // watchdog renews it (if l.Renew) and calls l.OnLost if it is lost, until Remove. A lease
-// whose deadline has already passed is not registered: Add returns ErrExpired.
+// whose deadline has already passed is not registered: Add returns ErrExpired. A nil l, a
+// lease already registered, or one with no TTL or OnLost is an error wrapping [ErrInvalid];
+// after Close, Add returns ErrClosed.
 func (w *Watchdog) Add(l *Lease, sent time.Time) error {
+	if l == nil {
+		return fmt.Errorf("%w: nil lease", ErrInvalid)
+	}
 	if l.TTL <= 0 {
 		return fmt.Errorf("%w: lease TTL %v must be > 0", ErrInvalid, l.TTL)
 	}
@@ -198,7 +203,7 @@ func (w *Watchdog) Add(l *Lease, sent time.Time) error {
 		return ErrClosed
 	}
 	if l.w != nil {
-		return errors.New("watchdog: lease already registered")
+		return fmt.Errorf("%w: lease already registered", ErrInvalid)
 	}
 	l.deadline = sent.Add(l.TTL - Drift(l.TTL))
 	if !time.Now().Before(l.deadline) {
