@@ -104,7 +104,8 @@ type Observer struct {
 	// GiveBack is called when the Client gave back, on its own, holds or permits that no
 	// caller keeps: a grant that reached a caller who had gone, a grant that came back too
 	// late for its lease or with too few replica acknowledgements, holds Redis counted for
-	// the owner that were nobody's (orphans).
+	// the owner that were nobody's (orphans), a failed MultiLock round's hold whose
+	// give-back waited for the owner's other call on the lock (GiveBackCanceled).
 	GiveBack func(e GiveBackInfo)
 }
 
@@ -318,8 +319,11 @@ type GiveBackReason string
 // The reasons for a give-back.
 const (
 	// GiveBackCanceled: the grant reached a caller whose context had ended (an acquire
-	// resolved by a replay, or a hand-off, that came as the caller gave up), or a
-	// [Semaphore] acquire that Close ended while it waited for Redis's answer. For a
+	// resolved by a replay, or a hand-off, that came as the caller gave up), a hold that a
+	// failed [MultiLock] round took and could not give back within the cleanup timeout,
+	// the owner's other call on the lock keeping it busy (given back once that call is
+	// done, its caller told the round failed), or a [Semaphore] acquire that Close ended
+	// while it waited for Redis's answer. For a
 	// semaphore's acquire whose outcome could not be learned, Err wraps [ErrUnknownOutcome]:
 	// the permits may have been taken, and were not given back.
 	GiveBackCanceled GiveBackReason = "canceled"
