@@ -134,3 +134,41 @@ func TestMultiLock_redLockMemberGiveBackBusyBehindOwnersOtherCall(t *testing.T) 
 	require.ErrorIs(t, r.Err(bg), rlock.ErrNotHeld, "the RedLock the failed round took is still counted")
 	require.Equal(t, 0, n, "the RedLock the failed round took is still held (renewed) in Redis")
 }
+
+// TestMultiLock_nestedGiveBackOfARoundIsObserved: a nested MultiLock that a failed round
+// took is given back by the round: at 0b0288b through its Unlock, reported (ReleaseStart,
+// ReleaseDone of kind multi_lock) as its TryLock was (AcquireDone, acquired); the round's
+// Mutex members' give-backs are still reported as releases (Mutex.unlockObserved).
+func TestMultiLock_nestedGiveBackOfARoundIsObserved(t *testing.T) {
+	srv := redistest.Start(t)
+	var acquired, released atomic.Int64
+	obs := &rlock.Observer{
+		AcquireDone: func(_ context.Context, e rlock.AcquireDoneInfo) {
+			if e.Kind == rlock.KindMultiLock && e.Err == nil && e.Outcome == rlock.OutcomeAcquired {
+				acquired.Add(1)
+			}
+		},
+		ReleaseDone: func(_ context.Context, e rlock.ReleaseDoneInfo) {
+			if e.Kind == rlock.KindMultiLock {
+				released.Add(1)
+			}
+		},
+	}
+	c, err := rlock.New(srv.Client(t), rlock.WithObserver(obs))
+	require.NoError(t, err)
+	defer c.Close()
+	other, err := rlock.New(srv.Client(t))
+	require.NoError(t, err)
+	defer other.Close()
+	name := redistest.Name(t)
+	inner := rlock.NewMultiLock(c.Mutex(name+"-a1"), c.Mutex(name+"-a2"))
+	b := c.Mutex(name + "-b")
+	require.NoError(t, other.Mutex(name+"-b").Lock(bg))
+	outer := rlock.NewMultiLock(inner, b)
+	ok, err := outer.TryLock(bg, 0, 0)
+	require.NoError(t, err)
+	require.False(t, ok)
+	t.Logf("multi_lock acquired %d (the inner's), multi_lock releases %d", acquired.Load(), released.Load())
+	require.Equal(t, int64(1), acquired.Load(), "precondition: the inner MultiLock's TryLock is reported acquired")
+	require.Equal(t, int64(1), released.Load(), "the inner MultiLock's give-back is not reported")
+}
