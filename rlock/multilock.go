@@ -66,7 +66,9 @@ const (
 // a caller that has gone does, and Redis lets its hold expire with its lease, or, when another
 // call of the member's owner kept the member busy all that time (nothing was sent), is given
 // back in the background once that call is done (another Locker's, a user's type that embeds
-// a lock of this package included, is given back by its Unlock and left as that leaves it).
+// a lock of this package included, is given back by its Unlock and left as that leaves it; so
+// is a [RedLock] member, for now: when another call of its owner keeps it busy for the whole
+// cleanup timeout, its Unlock sends nothing, and it stays held).
 //
 // The first round takes the members in the order of their Redis keys when every member has a
 // Key method (every lock of this package has), members of equal keys (one name on different
