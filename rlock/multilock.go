@@ -60,7 +60,9 @@ const (
 // others. So no MultiLock holds some members while waiting long for another: two MultiLocks
 // that list shared members in different orders cannot deadlock, and the jitter lets one of
 // them win. A failure (a member's error, ctx's end) gives back everything the round took
-// before it returns: a MultiLock never leaves part of itself held. A give-back that fails
+// before it returns: a MultiLock never leaves part of itself held. A give-back that finds the
+// member's fixed lease ran out meanwhile (a short lease, TryLock's lease > 0) has nothing to
+// give back and is no failure. A give-back that fails
 // (Redis unreachable for the whole cleanup timeout, say) is joined to the error returned; a
 // member of this package then stops being counted and renewed by its Client, as the grant of
 // a caller that has gone does, and Redis lets its hold expire with its lease, or, when another
@@ -214,6 +216,13 @@ func (m *Mutex) multiMember() any {
 		key string
 	}{m.c, m.keys.lock}
 }
+
+// An RWMutex's write side and its read side ([ReadLocker]) are one lock: a second handle of
+// one Client on its name, or both sides of it, in one MultiLock are refused as two Mutex
+// handles of one name are.
+func (rw *RWMutex) multiMember() any { return rw.write().multiMember() }
+
+func (l *ReadLocker) multiMember() any { return l.rwm().write().multiMember() }
 
 // validateMembers checks a MultiLock's members.
 func validateMembers(locks []Locker) error {
@@ -499,7 +508,11 @@ func (ml *MultiLock) giveBackRound(ctx context.Context, taken []int) error {
 		} else {
 			err = ml.locks[taken[k]].Unlock(ctx)
 		}
-		if err != nil {
+		// A member whose fixed lease ran out since the round took it holds nothing: its
+		// give-back did not fail, and the round failed for contention alone (it used to end
+		// the acquire with ErrLeaseExpired while its wait had time left:
+		// TestMultiLock_roundsGiveBackOfAnExpiredFixedLeaseIsNoFailure).
+		if err != nil && !errors.Is(err, ErrLeaseExpired) {
 			errs = append(errs, errorf("multi-lock member %d: %w", taken[k], err))
 		}
 	}

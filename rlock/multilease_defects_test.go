@@ -1,0 +1,82 @@
+package rlock_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/relock-go/relock/internal/redistest"
+	"github.com/relock-go/relock/rlock"
+)
+
+// TestMultiLock_twoHandlesOfOneReadWriteLockAreRefused: NewMultiLock's godoc refuses "two
+// handles of one Client on one lock name"; for a Mutex-family lock it does
+// (TestMultiLock_badInput), for an RWMutex (write side) or its ReadLocker it must too.
+func TestMultiLock_twoHandlesOfOneReadWriteLockAreRefused(t *testing.T) {
+	_, rc := redistest.Miniredis(t)
+	c, err := rlock.New(rc)
+	require.NoError(t, err)
+	defer c.Close()
+	for what, ml := range map[string]*rlock.MultiLock{
+		"two RWMutex handles": rlock.NewMultiLock(c.RWMutex("a"), c.RWMutex("a")),
+		"two ReadLockers":     rlock.NewMultiLock(c.RWMutex("a").RLocker(), c.RWMutex("a").RLocker()),
+		"ReadLocker twice":    rlock.NewMultiLock(c.RWMutex("a").RLocker(), c.RWMutex("b"), c.RWMutex("a").RLocker()),
+	} {
+		ok, err := ml.TryLock(bg, 0, time.Second)
+		if ok {
+			_ = ml.Unlock(bg)
+		}
+		require.ErrorIs(t, err, rlock.ErrInvalid, what)
+	}
+}
+
+// TestMultiLock_bothSidesOfOneReadWriteLockAreRefused: an RWMutex handle and its own
+// ReadLocker are one lock of one Client too.
+func TestMultiLock_bothSidesOfOneReadWriteLockAreRefused(t *testing.T) {
+	_, rc := redistest.Miniredis(t)
+	c, err := rlock.New(rc)
+	require.NoError(t, err)
+	defer c.Close()
+	rw := c.RWMutex("a")
+	for what, ml := range map[string]*rlock.MultiLock{
+		"write then read": rlock.NewMultiLock(rw, rw.RLocker()),
+		"read then write": rlock.NewMultiLock(rw.RLocker(), rw),
+		"mutex and rw":    rlock.NewMultiLock(c.Mutex("a"), c.RWMutex("a")),
+		"zero ReadLocker": rlock.NewMultiLock(c.Mutex("b"), (*rlock.RWMutex)(nil).RLocker()),
+	} {
+		require.ErrorIs(t, ml.Lock(bg), rlock.ErrInvalid, what)
+	}
+	// One name on a Client's RWMutex and another name's: two locks.
+	ml := rlock.NewMultiLock(c.RWMutex("a").RLocker(), c.RWMutex("b"))
+	require.NoError(t, ml.Lock(bg))
+	require.NoError(t, ml.Unlock(bg))
+}
+
+// TestMultiLock_roundsGiveBackOfAnExpiredFixedLeaseIsNoFailure: a round that takes a member
+// with a short fixed lease and then cannot have the next in time gives the first back; if
+// its lease ran out meanwhile, that give-back finds nothing held (ErrLeaseExpired): nothing is
+// left held, so the round failed for contention only, and TryLock must go on waiting within
+// its wait (MultiLock.TryLock's godoc: (false, nil) when wait ran out, errors only for ctx's
+// end, a member's non-contention error, or a give-back that failed), not return the
+// give-back's ErrLeaseExpired at once. Found by TestSpinMultiHunt_leases (seed
+// 1796456118734302388 trial 29: "acquire failed with ... unlock ...: not held: its fixed
+// lease ran out" 32 ms into a 66 ms wait).
+func TestMultiLock_roundsGiveBackOfAnExpiredFixedLeaseIsNoFailure(t *testing.T) {
+	srv := redistest.Start(t)
+	c, err := rlock.New(srv.Client(t))
+	require.NoError(t, err)
+	defer c.Close()
+	name := redistest.Name(t)
+	other := c.Mutex(name + "-b")
+	require.NoError(t, other.Lock(bg))
+	release := time.AfterFunc(150*time.Millisecond, func() { _ = other.Unlock(bg) })
+	defer release.Stop()
+	// Keys sort "-a" first: each round takes a (lease 10ms), then waits 10-20ms for b.
+	ml := rlock.NewMultiLock(c.Mutex(name+"-a"), c.Mutex(name+"-b"))
+	start := time.Now()
+	ok, err := ml.TryLock(bg, 2*time.Second, 10*time.Millisecond)
+	t.Logf("TryLock(wait 2s, lease 10ms) after %v: %v, %v", time.Since(start).Round(time.Millisecond), ok, err)
+	require.NoError(t, err)
+	require.True(t, ok)
+}
