@@ -269,17 +269,16 @@ func (tr *mlTrial) run(rng *rand.Rand) {
 	for s := range tr.clients {
 		for _, n := range []string{base + "-m0", base + "-m1", base + "-rw"} {
 			key := tr.clients[s].Mutex(n).Key()
-			if ms, _ := srvPTTL(tr, s, key); ms != -2 {
-				tr.violation("at the end, %s on server %d has pttl %dms", key, s, ms)
+			if locked, err := keyLocked(tr, s, key); locked || err != nil {
+				tr.violation("at the end, %s on server %d: locked %v, %v", key, s, locked, err)
 			}
 		}
 	}
 }
 
-// srvPTTL is PTTL key on server s, through its Client's holder-independent check: a fresh
-// handle's IsLocked (the read-write key is the same hash key).
-func srvPTTL(tr *mlTrial, s int, key string) (int64, error) {
-	// The rlock API has no PTTL; IsLocked tells whether the key holds anyone.
+// keyLocked reports whether the lock of key on server s is held by anyone (a fresh handle's
+// IsLocked).
+func keyLocked(tr *mlTrial, s int, key string) (bool, error) {
 	name := key
 	for _, a := range tr.actors {
 		for _, l := range a.leaves {
@@ -288,20 +287,10 @@ func srvPTTL(tr *mlTrial, s int, key string) (int64, error) {
 			}
 		}
 	}
-	var locked bool
-	var err error
 	if strings.HasSuffix(name, "-rw") {
-		locked, err = tr.clients[s].RWMutex(name).IsLocked(bg)
-	} else {
-		locked, err = tr.clients[s].Mutex(name).IsLocked(bg)
+		return tr.clients[s].RWMutex(name).IsLocked(bg)
 	}
-	if err != nil {
-		return 0, err
-	}
-	if locked {
-		return 1, nil
-	}
-	return -2, nil
+	return tr.clients[s].Mutex(name).IsLocked(bg)
 }
 
 func (tr *mlTrial) maxHeld(a *mlActor) int {
