@@ -386,13 +386,13 @@ func TestDriftHunt_sharedOwnerAcrossClients(t *testing.T) {
 }
 
 func driftHunt(t *testing.T, cross bool) {
-	driftHuntOf(t, cross, "RELOCK_DRIFT", 3*time.Second, nil)
+	driftHuntOf(t, cross, "RELOCK_DRIFT", 3*time.Second, time.Minute, nil)
 }
 
 // driftHuntOf is driftHunt with its environment variables' prefix (env+"_SEED", "_BUDGET",
-// "_TRIAL", "_LOG"), its default budget, and the handles its actors use (mk; nil: Client.Mutex):
+// "_TRIAL", "_LOG"), its default budget and that of a full run (RELOCK_FULL), and the handles its actors use (mk; nil: Client.Mutex):
 // spinmulti_hunt_test.go runs it on SpinMutex handles.
-func driftHuntOf(t *testing.T, cross bool, env string, def time.Duration, mk func(c *rlock.Client, name string) *rlock.Mutex) {
+func driftHuntOf(t *testing.T, cross bool, env string, def, full time.Duration, mk func(c *rlock.Client, name string) *rlock.Mutex) {
 	if testing.Short() {
 		t.Skip("short")
 	}
@@ -400,7 +400,7 @@ func driftHuntOf(t *testing.T, cross bool, env string, def time.Duration, mk fun
 		mk = (*rlock.Client).Mutex
 	}
 	seed := seedOf(t, env+"_SEED")
-	budget := budgetOf(t, env+"_BUDGET", def, time.Minute)
+	budget := budgetOf(t, env+"_BUDGET", def, full)
 	only := trialOf(t, env+"_TRIAL")
 	srv := redistest.Start(t)
 	var gmu sync.Mutex

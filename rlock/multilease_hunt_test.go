@@ -40,7 +40,7 @@ import (
 // give-backs. A grant while another actor's conflicting hold surely lasts (not being given
 // back) is an exclusion violation.
 //
-// RELOCK_MULTI_LEASE_SEED, _TRIAL, _BUDGET (default 3 s; RELOCK_FULL 60 s), _LOG as
+// RELOCK_MULTI_LEASE_SEED, _TRIAL, _BUDGET (default spinHuntBudget; RELOCK_FULL spinHuntFull), _LOG as
 // RELOCK_MULTI_HUNT_*. Skipped under -short.
 func TestSpinMultiHunt_leases(t *testing.T) {
 	t.Parallel()
@@ -49,7 +49,7 @@ func TestSpinMultiHunt_leases(t *testing.T) {
 	}
 	const env = "RELOCK_MULTI_LEASE"
 	seed := seedOf(t, env+"_SEED")
-	budget := budgetOf(t, env+"_BUDGET", 3*time.Second, time.Minute)
+	budget := budgetOf(t, env+"_BUDGET", spinHuntBudget, spinHuntFull)
 	only := trialOf(t, env+"_TRIAL")
 	srvs := []*redistest.Server{redistest.Start(t), redistest.Start(t)}
 	var clients []*rlock.Client

@@ -25,21 +25,31 @@ import (
 // publishing nothing, no fast form, no hand-off).
 func spinHandle(c *rlock.Client, name string) *rlock.Mutex { return c.SpinMutex(name).Mutex }
 
+// spinHuntBudget and spinHuntFull are the budgets of this file's hunts (and of
+// multilease_hunt_test.go's) in the README's plain go test ./... and in a full run
+// (RELOCK_FULL, as .ci/run sets it): each runs beside the others and rlock's other explorers,
+// in a run that must stay within 5 minutes (plain) and 15 (the CI's, under -race); a longer
+// hunt is an env variable away (_BUDGET).
+const (
+	spinHuntBudget = time.Second
+	spinHuntFull   = 20 * time.Second
+)
+
 // TestSpinMultiHunt_spin is the drift hunt (drift_hunt_test.go: an expected count kept from
 // the API's returns, checked against HoldCount, Err, HoldContext and Redis's hash at quiescent
 // points, and no ghost at the end) on SpinMutex handles: handle owners and context owners on
 // three Clients, under the hook's faults. RELOCK_SPIN_DRIFT_SEED, _TRIAL, _BUDGET (default
-// 2 s), _LOG as RELOCK_DRIFT_*.
+// spinHuntBudget), _LOG as RELOCK_DRIFT_*.
 func TestSpinMultiHunt_spin(t *testing.T) {
 	t.Parallel()
-	driftHuntOf(t, false, "RELOCK_SPIN_DRIFT", 2*time.Second, spinHandle)
+	driftHuntOf(t, false, "RELOCK_SPIN_DRIFT", spinHuntBudget, spinHuntFull, spinHandle)
 }
 
 // TestSpinMultiHunt_spinSharedAcrossClients is TestSpinMultiHunt_spin with one context owner
 // used through two Clients (TestDriftHunt_sharedOwnerAcrossClients on SpinMutex handles).
 func TestSpinMultiHunt_spinSharedAcrossClients(t *testing.T) {
 	t.Parallel()
-	driftHuntOf(t, true, "RELOCK_SPIN_DRIFT", 2*time.Second, spinHandle)
+	driftHuntOf(t, true, "RELOCK_SPIN_DRIFT", spinHuntBudget, spinHuntFull, spinHandle)
 }
 
 // TestSpinMultiHunt_spinMixed is TestSpinMultiHunt_spin with Mutex and SpinMutex handles
@@ -49,7 +59,7 @@ func TestSpinMultiHunt_spinSharedAcrossClients(t *testing.T) {
 func TestSpinMultiHunt_spinMixed(t *testing.T) {
 	t.Parallel()
 	var n atomic.Int64
-	driftHuntOf(t, false, "RELOCK_SPIN_MIXED", 2*time.Second, func(c *rlock.Client, name string) *rlock.Mutex {
+	driftHuntOf(t, false, "RELOCK_SPIN_MIXED", spinHuntBudget, spinHuntFull, func(c *rlock.Client, name string) *rlock.Mutex {
 		if n.Add(1)%2 == 0 {
 			return c.Mutex(name)
 		}
@@ -85,7 +95,7 @@ func TestSpinMultiHunt_spinMixed(t *testing.T) {
 // before Mutex.giveBackTaken: TestMultiLock_failedGiveBackOfARoundLeavesNothingHeld).
 //
 // RELOCK_MULTI_HUNT_SEED replays a run's plan, RELOCK_MULTI_HUNT_TRIAL=<n> runs trial n alone,
-// RELOCK_MULTI_HUNT_BUDGET sets the run's length (default 2 s; RELOCK_FULL 60 s),
+// RELOCK_MULTI_HUNT_BUDGET sets the run's length (default spinHuntBudget; RELOCK_FULL spinHuntFull),
 // RELOCK_MULTI_HUNT_LOG=1 prints every trial's history.
 
 // mhRecKey carries an operation's actor in its ctx (and so in a MultiLock's give-backs,
@@ -427,7 +437,7 @@ func TestSpinMultiHunt_multiLock(t *testing.T) {
 	})
 	const env = "RELOCK_MULTI_HUNT"
 	seed := seedOf(t, env+"_SEED")
-	budget := budgetOf(t, env+"_BUDGET", 2*time.Second, time.Minute)
+	budget := budgetOf(t, env+"_BUDGET", spinHuntBudget, spinHuntFull)
 	only := trialOf(t, env+"_TRIAL")
 	srv := redistest.Start(t)
 	var gmu sync.Mutex
