@@ -48,6 +48,7 @@ func TestSpinMultiHunt_leases(t *testing.T) {
 		t.Skip("short")
 	}
 	const env = "RELOCK_MULTI_LEASE"
+	openHunt(t, env, "the CI proof at f221ff7 (-race, 20 s) failed it, seed 1796457983141400584 trial 11: after a Lock re-entering a MultiLock whose members' fixed leases (31ms) ran out during it (member 2: ErrLeaseExpired), both read sides still count a hold of a2 in Redis 500 ms later, booked 0; not yet triaged (the hunt's booking of a watchdog re-entry into a fixed tenure, or a hold left)")
 	seed := seedOf(t, env+"_SEED")
 	budget := budgetOf(t, env+"_BUDGET", spinHuntBudget, spinHuntFull)
 	only := trialOf(t, env+"_TRIAL")
