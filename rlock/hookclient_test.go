@@ -5,6 +5,7 @@ import (
 	"crypto/sha1"
 	"encoding/hex"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -115,13 +116,26 @@ func (h *hookClient) DoMulti(ctx context.Context, cmds ...rueidis.Completed) []r
 			return h.Client.DoMulti(ctx, cmds...)
 		}
 		out := make([]rueidis.RedisResult, len(cmds))
+		// A send made after this call returned (a late delivery: cmd.sendWith from another
+		// goroutine) must not write into out, which the caller reads: a data race under
+		// -race in the CI proof at a92ba99 (the drift hunt's late fast grant).
+		var mu sync.Mutex
+		returned := false
 		send := func(ctx context.Context) rueidis.RedisResult {
 			res := h.Client.DoMulti(ctx, cmds...)
-			copy(out, res[:len(res)-1])
+			mu.Lock()
+			if !returned {
+				copy(out, res[:len(res)-1])
+			}
+			mu.Unlock()
 			return res[len(res)-1]
 		}
 		c := hookCall{script: "acquire", args: args, sendWith: send, fast: true}
-		out[len(out)-1] = (*f)(ctx, c, func() rueidis.RedisResult { return send(ctx) })
+		last := (*f)(ctx, c, func() rueidis.RedisResult { return send(ctx) })
+		mu.Lock()
+		defer mu.Unlock()
+		returned = true
+		out[len(out)-1] = last
 		for i := range out[:len(out)-1] {
 			if out[i] == (rueidis.RedisResult{}) {
 				out[i] = out[len(out)-1]
