@@ -444,10 +444,16 @@ func (ml *MultiLock) tryMember(ctx context.Context, i int, w, lease time.Duratio
 // giveBack unlocks the members in taken, last first, on ctx's values without its
 // cancellation, and joins their errors.
 func (ml *MultiLock) giveBack(ctx context.Context, taken []int) error {
+	return ml.giveBackEach(ctx, taken, Locker.Unlock)
+}
+
+// giveBackEach gives back the members in taken with give, last first, on ctx's values
+// without its cancellation, and joins their errors, each named by its member.
+func (ml *MultiLock) giveBackEach(ctx context.Context, taken []int, give func(Locker, context.Context) error) error {
 	ctx = context.WithoutCancel(ctx)
 	var errs []error
 	for k := len(taken) - 1; k >= 0; k-- {
-		if err := ml.locks[taken[k]].Unlock(ctx); err != nil {
+		if err := give(ml.locks[taken[k]], ctx); err != nil {
 			errs = append(errs, errorf("multi-lock member %d: %w", taken[k], err))
 		}
 	}
@@ -499,24 +505,22 @@ func (ml *MultiLock) giveBackTaken(ctx context.Context) error {
 // member of this package whose give-back fails stops being counted and renewed by its Client
 // (Mutex.giveBackTaken) and expires with its lease; another Locker is given back with Unlock.
 func (ml *MultiLock) giveBackRound(ctx context.Context, taken []int) error {
-	ctx = context.WithoutCancel(ctx)
-	var errs []error
-	for k := len(taken) - 1; k >= 0; k-- {
+	return ml.giveBackEach(ctx, taken, func(l Locker, ctx context.Context) error {
 		var err error
-		if g := ownLocker(ml.locks[taken[k]]); g != nil {
+		if g := ownLocker(l); g != nil {
 			err = g.giveBackTaken(ctx)
 		} else {
-			err = ml.locks[taken[k]].Unlock(ctx)
+			err = l.Unlock(ctx)
 		}
 		// A member whose fixed lease ran out since the round took it holds nothing: its
 		// give-back did not fail, and the round failed for contention alone (it used to end
 		// the acquire with ErrLeaseExpired while its wait had time left:
 		// TestMultiLock_roundsGiveBackOfAnExpiredFixedLeaseIsNoFailure).
-		if err != nil && !errors.Is(err, ErrLeaseExpired) {
-			errs = append(errs, errorf("multi-lock member %d: %w", taken[k], err))
+		if errors.Is(err, ErrLeaseExpired) {
+			return nil
 		}
-	}
-	return errors.Join(errs...)
+		return err
+	})
 }
 
 // hashable reports whether v can be a map key: its type is comparable and no interface

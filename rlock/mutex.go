@@ -326,8 +326,9 @@ func (m *Mutex) giveBackTaken(ctx context.Context) error {
 		return err
 	}
 	var t0 *tenure // the tenure the hold is one of
-	if h := m.c.peek(m.keys, m.v, owner); h != nil {
-		t0, _ = h.snapshot()
+	h0 := m.c.peek(m.keys, m.v, owner)
+	if h0 != nil {
+		t0, _ = h0.snapshot()
 	}
 	ran := false
 	err = m.unlockObserved(ctx, owner, func(h *hold, err error) {
@@ -335,18 +336,18 @@ func (m *Mutex) giveBackTaken(ctx context.Context) error {
 		h.abandonFailed(err, abandonOne) // under h.op
 	})
 	if err != nil && !ran && t0 != nil && errors.Is(err, context.DeadlineExceeded) {
-		m.giveBackAfter(ctx, owner, t0)
+		m.giveBackAfter(ctx, h0, t0)
 	}
 	return err
 }
 
-// giveBackAfter gives back, in the background, one hold of owner's tenure t0 once the owner's
+// giveBackAfter gives back, in the background, one hold of h's tenure t0 once the owner's
 // other call on the lock lets go of it (h.op), unless t0 has ended by then (the hold ended
-// with it): as a release would, failing which the hold is abandoned (giveBackOne). Close
-// cuts the wait short: the hold then expires with its lease, as every hold does at Close.
-func (m *Mutex) giveBackAfter(ctx context.Context, owner string, t0 *tenure) {
-	h := m.c.peek(m.keys, m.v, owner)
-	if h == nil || m.c.isClosed() || !m.c.rerefIfListed(h) {
+// with it) or h left the Client's table (a later hold of the owner is another's): as a
+// release would, failing which the hold is abandoned (giveBackOne). Close cuts the wait
+// short: the hold then expires with its lease, as every hold does at Close.
+func (m *Mutex) giveBackAfter(ctx context.Context, h *hold, t0 *tenure) {
+	if m.c.isClosed() || !m.c.rerefIfListed(h) {
 		return
 	}
 	values := context.WithoutCancel(ctx)
