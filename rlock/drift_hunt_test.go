@@ -439,17 +439,7 @@ func driftHuntOf(t *testing.T, cross bool, env string, def, full time.Duration, 
 	}
 	begin := time.Now()
 	trials := 0
-	for i := 0; ; i++ {
-		if only >= 0 {
-			if i < only {
-				continue
-			}
-			if i > only {
-				break
-			}
-		} else if time.Since(begin) > budget {
-			break
-		}
+	for i := range trialIndices(begin, only, budget) {
 		tr := &driftTrial{t: t, idx: i, clients: clients, dcs: dcs, srv: srv, start: time.Now(), cross: cross, mk: mk}
 		cur.Store(tr)
 		tr.run(rand.New(rand.NewPCG(seed, uint64(i))), func(name, field string) int {

@@ -64,17 +64,7 @@ func TestSpinMultiHunt_leases(t *testing.T) {
 	}
 	begin := time.Now()
 	trials := 0
-	for i := 0; ; i++ {
-		if only >= 0 {
-			if i < only {
-				continue
-			}
-			if i > only {
-				break
-			}
-		} else if time.Since(begin) > budget {
-			break
-		}
+	for i := range trialIndices(begin, only, budget) {
 		tr := &mlTrial{t: t, idx: i, clients: clients, start: time.Now()}
 		tr.run(rand.New(rand.NewPCG(seed, uint64(i))))
 		trials++

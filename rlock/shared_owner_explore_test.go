@@ -92,17 +92,7 @@ func TestExplore_SharedOwnerLosses(t *testing.T) {
 	}
 	begin := time.Now()
 	trials, losses, overlaps := 0, 0, 0
-	for i := 0; ; i++ {
-		if only >= 0 {
-			if i < only {
-				continue
-			}
-			if i > only {
-				break
-			}
-		} else if time.Since(begin) > budget {
-			break
-		}
+	for i := range trialIndices(begin, only, budget) {
 		tr := &soTrial{t: t, idx: i, admin: admin, clients: clients, start: time.Now()}
 		tr.run(rand.New(rand.NewPCG(seed, uint64(i))))
 		trials++

@@ -485,17 +485,7 @@ func TestSpinMultiHunt_multiLock(t *testing.T) {
 	}
 	begin := time.Now()
 	trials := 0
-	for i := 0; ; i++ {
-		if only >= 0 {
-			if i < only {
-				continue
-			}
-			if i > only {
-				break
-			}
-		} else if time.Since(begin) > budget {
-			break
-		}
+	for i := range trialIndices(begin, only, budget) {
 		tr := &mhTrial{t: t, idx: i, clients: clients, dcs: dcs, srv: srv, start: time.Now()}
 		cur.Store(tr)
 		tr.run(rand.New(rand.NewPCG(seed, uint64(i))), func(name, field string) int {

@@ -1,6 +1,7 @@
 package rlock_test
 
 import (
+	"iter"
 	"os"
 	"runtime"
 	"strconv"
@@ -67,6 +68,22 @@ func budgetOf(t *testing.T, env string, def, full time.Duration) time.Duration {
 		budget = d
 	}
 	return budget
+}
+
+// trialIndices yields the trials an explorer runs: only that one when only >= 0 (trialOf),
+// else 0, 1, ... for as long as budget has not passed since begin.
+func trialIndices(begin time.Time, only int, budget time.Duration) iter.Seq[int] {
+	return func(yield func(int) bool) {
+		if only >= 0 {
+			yield(only)
+			return
+		}
+		for i := 0; time.Since(begin) <= budget; i++ {
+			if !yield(i) {
+				return
+			}
+		}
+	}
 }
 
 // trialOf is the one trial an explorer runs alone when env names it, else -1 (every trial).
