@@ -1002,6 +1002,7 @@ type mowner struct {
 	id    string // the owner id in Redis
 	gors  []*mgor
 	sides []*mside
+	fixed []*mentry // every fixed-lease hold its goroutines took (guarded by mu): fixedOverlapping
 }
 
 // mside is one owner's holds of one kind (a read-write lock has two), with what may excuse a
@@ -2250,14 +2251,16 @@ func (ls *lockSubject) excused(s *mseq, ms *mside) bool {
 // side returns g's owner's state for side.
 func (g *mgor) side(side int) *mside { return g.o.sides[side] }
 
-// fixedEndedDuring reports whether one of es (the owner's holds on the side when an acquire
-// started, and when it returned) is a fixed lease that may have ended by ret. One taken during
-// the acquire counts too: a waiting Lock becomes a re-entry of the tenure that another goroutine
-// of its owner begins meanwhile (FairMutex seed 590653666996461307: g4's Lock waited from
-// 472.6ms; g5, of the same context owner, took the lock with a 90ms lease at about 624ms; g4's
-// re-entry of that tenure, its reply delayed 137ms, came back after the lease had ended and
-// was refused with ErrLeaseExpired, as Lock's godoc says; the model took only holds taken
-// before the Lock began: TestModelRegression_reentryOfATenureBegunDuringTheWait).
+// fixedEndedDuring reports whether one of es (the owner's fixed holds on the side that may
+// have lasted into an acquire: fixedOverlapping) is a fixed lease that may have ended by ret.
+// A waiting Lock becomes a re-entry of the tenure that another goroutine of its owner begins
+// meanwhile, and that tenure may also end before the Lock returns: FairMutex seed
+// 590653666996461307 (g4's Lock waited from 472.6ms; g5, of the same context owner, took the
+// lock with a 90ms lease at about 624ms; g4's re-entry, its reply delayed 137ms, came back
+// after the lease and was refused with ErrLeaseExpired, as Lock's godoc says) and RWMutex seed
+// 18044337897075111194 (g1's TryLock with a 76ms lease was in flight when g2's Lock began and
+// unlocked before it returned; g2's send, delayed 79ms, re-entered it):
+// TestModelRegression_reentryOfATenureBegunDuringTheWait.
 func fixedEndedDuring(es []*mentry, ret time.Time) bool {
 	for _, e := range es {
 		if e.fixed && e.end.Before(ret.Add(expirySlack)) {
@@ -2265,6 +2268,29 @@ func fixedEndedDuring(es []*mentry, ret time.Time) bool {
 		}
 	}
 	return false
+}
+
+// tookFixed records a fixed-lease hold of o for fixedOverlapping.
+func (o *mowner) tookFixed(e *mentry) {
+	o.mu.Lock()
+	o.fixed = append(o.fixed, e)
+	o.mu.Unlock()
+}
+
+// fixedOverlapping returns o's fixed-lease holds on side that may have been held at some time
+// between start and ret: acquired (called) before ret, and their lease, counted from the
+// acquire's return, not surely over by start. Whether they were still on a stack at start or
+// at ret does not matter: one may be taken and given back while the acquire waits.
+func (o *mowner) fixedOverlapping(side int, start, ret time.Time) []*mentry {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	var es []*mentry
+	for _, e := range o.fixed {
+		if e.side == side && e.start.Before(ret) && e.ret.Add(e.lease+expirySlack).After(start) {
+			es = append(es, e)
+		}
+	}
+	return es
 }
 
 func (o *mowner) entries(side int) []*mentry {
@@ -2384,10 +2410,6 @@ func (ls *lockSubject) acquireOp(s *mseq, g *mgor, side int, d []float64, f *opF
 			}
 		}
 	}
-	// The owner's holds on this Client as the call begins: a re-entry refused because one's
-	// fixed lease ended during the call is documented, and the sibling that held it may
-	// drop it from its stack before the call returns (seed 12704689980785488623, FairMutex).
-	heldAtStart := append(g.o.entries(side), g.stack...)
 	asked := lease // the lease the acquire sets in Redis
 	if asked <= 0 {
 		asked = g.o.cl.wd
@@ -2458,6 +2480,9 @@ func (ls *lockSubject) acquireOp(s *mseq, g *mgor, side int, d []float64, f *opF
 		}
 		s.mu.Unlock()
 		g.setStack(append(g.stack, e))
+		if e.fixed {
+			g.o.tookFixed(e)
+		}
 		if upgrade {
 			s.expect(ms, "upgrade", "%s %s: an owner holding only read holds got the write hold", g, desc)
 		}
@@ -2490,9 +2515,11 @@ func (ls *lockSubject) acquireOp(s *mseq, g *mgor, side int, d []float64, f *opF
 	case errors.Is(err, rlock.ErrLeaseExpired) && lease > 0:
 		// Documented: every grant came back after its fixed lease ran out (Redis slow).
 		s.fault("late-grant")
-	case errors.Is(err, rlock.ErrLeaseExpired) && fixedEndedDuring(append(heldAtStart, g.o.entries(side)...), ret):
+	case errors.Is(err, rlock.ErrLeaseExpired) && fixedEndedDuring(g.o.fixedOverlapping(side, start, ret), ret):
 		// Documented (Lock, e9006b2): a re-entry whose grant came back after the fixed lease
 		// of the tenure it re-entered (the owner's holds on this Client) ran out is refused.
+		// The sibling that held it may have dropped it before the call returned (seed
+		// 12704689980785488623, FairMutex), or taken it after the call began.
 		s.fault("reentry-after-lease")
 	case refusedReplay(f, err):
 		s.violate("refused-replay", "%s %s: an acquire whose reply was lost reports the error reply to its replay as its outcome: %v", g, desc, err)
@@ -4315,21 +4342,32 @@ func TestModelRegression_unlockBehindOwnersDelayedCall(t *testing.T) {
 	}
 }
 
-// TestModelRegression_reentryOfATenureBegunDuringTheWait: the model test (FairMutex, seed
-// 590653666996461307) reported "unexpected-error" for a Lock refused with ErrLeaseExpired: it
-// had waited since before its owner's other goroutine took the lock with a 90ms fixed lease,
-// became a re-entry of that tenure, and its grant, delayed 137ms, came back after the lease.
-// fixedEndedDuring counted only the holds taken before the Lock began.
+// TestModelRegression_reentryOfATenureBegunDuringTheWait: the model test reported
+// "unexpected-error" for a Lock refused with ErrLeaseExpired after it became a re-entry of a
+// tenure its owner's other goroutine began while the Lock waited, with a fixed lease that ended
+// before the Lock's grant, delayed, came back. FairMutex seed 590653666996461307: the model
+// counted only the holds taken before the Lock began; RWMutex seed 18044337897075111194 (CI at
+// 928b729): then only those held at its start or at its return, and the other goroutine's
+// TryLock (76ms lease) was in flight at the start and unlocked before the return.
 func TestModelRegression_reentryOfATenureBegunDuringTheWait(t *testing.T) {
 	start := time.Now()
-	const lease = 90 * time.Millisecond
-	taken := start.Add(150 * time.Millisecond) // the other goroutine's TryLock, called during the wait
-	e := &mentry{fixed: true, lease: lease, start: taken, ret: taken.Add(2 * time.Millisecond), end: taken.Add(lease - drift(lease))}
-	ret := start.Add(293 * time.Millisecond) // the Lock's refusal
-	if !fixedEndedDuring([]*mentry{e}, ret) {
-		t.Fatalf("a fixed lease taken %v into the Lock's wait and ended %v before its return does not explain ErrLeaseExpired", taken.Sub(start), ret.Sub(e.end))
-	}
-	if late := (&mentry{fixed: true, lease: time.Second, start: taken, end: taken.Add(time.Second - drift(time.Second))}); fixedEndedDuring([]*mentry{late}, ret) {
-		t.Fatal("a fixed lease that outlasts the Lock's return explains its ErrLeaseExpired")
+	for _, tc := range []struct {
+		name           string
+		lease          time.Duration
+		taken, lockRet time.Duration // the other goroutine's TryLock call, the Lock's refusal (from start)
+		want           bool
+	}{
+		{"taken during the wait, held at the return", 90 * time.Millisecond, 150 * time.Millisecond, 293 * time.Millisecond, true},
+		{"taken as the wait began, given back before the return", 76 * time.Millisecond, -700 * time.Microsecond, 83 * time.Millisecond, true},
+		{"a lease that outlasts the return", time.Second, 150 * time.Millisecond, 293 * time.Millisecond, false},
+		{"a lease over before the Lock began", 30 * time.Millisecond, -200 * time.Millisecond, 83 * time.Millisecond, false},
+	} {
+		o := &mowner{}
+		taken := start.Add(tc.taken)
+		o.tookFixed(&mentry{fixed: true, lease: tc.lease, start: taken, ret: taken.Add(2 * time.Millisecond), end: taken.Add(tc.lease - drift(tc.lease))})
+		ret := start.Add(tc.lockRet)
+		if got := fixedEndedDuring(o.fixedOverlapping(0, start, ret), ret); got != tc.want {
+			t.Errorf("%s: the owner's fixed hold (lease %v, taken %v into the Lock) explains the Lock's ErrLeaseExpired at %v: %v, want %v", tc.name, tc.lease, tc.taken, tc.lockRet, got, tc.want)
+		}
 	}
 }
