@@ -26,6 +26,13 @@
 --           context owner, this Client's count; for a handle's owner, the owner's); else -4,
 --           nothing given back (the number is recorded). It never takes a hold that another
 --           Client's operation took.
+-- ARGV[9] = (optional, replays only) the fast form ('~<owner> <seq>', lib_fast.lua) of the
+--           tenure ARGV[4] names by its token, when that tenure began as a fast grant: the
+--           same tenure by the name a force records for it while it is in that form. A
+--           re-entry converts the form to a hash whose token field is ARGV[4]'s token, and the
+--           Client does not always learn that it did (a re-entry whose caller had gone): named
+--           by its form alone, a converted tenure was taken for ended (-2) and its last hold
+--           was left held for the rest of its lease (the drift hunt, CI at 928b729).
 -- returns, without a successor:
 --         n >= 1  holds this owner still has (the lock stays held)
 --         0       the last hold was given back: the lock is free and the channel was told
@@ -61,6 +68,10 @@ if next == '' then
   next = nil
 end
 local keep = tonumber(ARGV[8])
+local fastName = ARGV[9] -- nil or '' when the tenure did not begin in the fast form
+if fastName == '' then
+  fastName = nil
+end
 local reqField = 'q:' .. owner
 
 -- rare returns the helpers of the paths an uncontended release does not take (a hand-off, a
@@ -83,10 +94,11 @@ local function rare()
     fastForm = fastForm, fastHash = fastHash,
     seqLast = seqLast, seqPut = seqPut, reply = reply,
     -- ended answers a replay whose tenure (ARGV[4]) is gone: -1 if a force took it (its
-    -- record names that tenure), else -2.
+    -- record names that tenure, by its token or its fast form ARGV[9]), else -2.
     ended = function()
-      if redis.call('type', forced).ok == 'hash'
-        and redis.call('hget', forced, owner) == tenure then
+      local rec = redis.call('type', forced).ok == 'hash'
+      rec = rec and redis.call('hget', forced, owner)
+      if rec and (rec == tenure or rec == fastName) then
         return reply(-1) -- forced away before this request arrived
       end
       return reply(-2)

@@ -345,13 +345,21 @@ func (m *Mutex) sendRelease(ctx context.Context, owner string, next *candidate, 
 			// the lease ran out, and a grant took it afresh: for a context owner perhaps
 			// through another Client) gives nothing back there (release.lua).
 			args[3] = "0"
-			if t != nil && t.fast != "" {
-				// A tenure in the fast form is named by its form (fast.go), as a force
-				// records it (force_release.lua): so a replay that finds it forced away
-				// tells the loss.
-				args[3] = t.fast
-			} else if t != nil {
+			if t != nil {
 				args[3] = strconv.FormatInt(t.token, 10)
+				if t.fast != "" && m.v.releaseExtra == nil {
+					// A tenure that began in the fast form (fast.go) is named by its form
+					// too (ARGV[9]), as a force records it while it is in that form
+					// (force_release.lua): so a replay that finds it forced away tells
+					// the loss. By its token first: a re-entry of the owner's may have
+					// converted it (one whose caller had gone: the Client did not learn
+					// it), and a converted tenure named by its form alone was taken for
+					// ended, its last hold left held for the rest of its lease.
+					for len(args) < 8 {
+						args = append(args, "")
+					}
+					args = append(args, t.fast)
+				}
 			} else if h != nil {
 				if cur, _ := h.snapshot(); cur != nil {
 					args[3] = strconv.FormatInt(cur.token, 10)
