@@ -437,7 +437,6 @@ func TestSpinMultiHunt_multiLock(t *testing.T) {
 	if testing.Short() {
 		t.Skip("short")
 	}
-	openHunt(t, "RELOCK_MULTI_HUNT", "the CI proof at f221ff7 (-race, 20 s) failed it, seed 1796457897292078821 trial 14: owner A's L0 booked 0 while Redis and HoldCount count 1 after round 1, not yet triaged (hunt or library)")
 	// The recording wrapper embeds the member's Mutex: a failed round gives it back as it
 	// gives back the Mutex (Mutex.giveBackTaken), not through the wrapper's Unlock (which a
 	// user's Locker gets: TestMultiLock_roundGiveBackCallsForeignLockersUnlock).
@@ -892,7 +891,7 @@ func (tr *mhTrial) mismatches() ([]driftMismatch, []*mhOwner) {
 				holders++
 			}
 			if hash[f] != exp {
-				add(driftMismatch{lock: l, field: f, delta: hash[f] - exp,
+				add(driftMismatch{lock: l, field: f, delta: hash[f] - exp, booked: exp,
 					what: fmt.Sprintf("lock %d: owner %s: booked %d, Redis %d (hash %v)", l, o.key, exp, hash[f], m)}, o)
 			}
 			hc, err := mm.Mutex.HoldCount(o.base(bg))
@@ -900,7 +899,7 @@ func (tr *mhTrial) mismatches() ([]driftMismatch, []*mhOwner) {
 			case err != nil:
 				add(driftMismatch{what: fmt.Sprintf("%s: HoldCount of L%d: %v", o.key, l, err), lock: l}, nil)
 			case hc != exp:
-				add(driftMismatch{lock: l, field: f, delta: hc - exp,
+				add(driftMismatch{lock: l, field: f, delta: hc - exp, booked: exp,
 					what: fmt.Sprintf("lock %d: %s HoldCount %d, booked %d", l, o.key, hc, exp)}, o)
 			}
 		}
@@ -943,7 +942,11 @@ func (tr *mhTrial) window(m driftMismatch, o *mhOwner, gave func(name, field str
 		return fmt.Sprintf("%d acquire(s) or Unlock(s) of the owner on L%d ended with ErrUnknownOutcome: HoldCount's second window", o.unknown[l], l)
 	case m.delta < 0 && o.ambig[l] > 0 && -m.delta <= o.ambig[l]:
 		return fmt.Sprintf("%d Unlock(s) of the owner on L%d failed with the outcome open", o.ambig[l], l)
-	case m.delta > 0 && failed > 0 && !end && (o.ctxOwn != "" || !o.renew[l]):
+	case m.delta > 0 && failed > 0 && !end && (o.ctxOwn != "" || !o.renew[l] || m.booked == 0):
+		// As the drift hunt's: with nothing else held through the Client, until its lease
+		// ends (seed 1796457897292078821 trial 14, CI at f221ff7: a round's member granted
+		// as its caller gave up, its give-back refused by an outage, checked 2.2 s into
+		// its 3-s lease).
 		return fmt.Sprintf("%d give-back(s) of the owner failed (Observer): HoldCount's first window", failed)
 	}
 	return ""
