@@ -1,6 +1,7 @@
 package rlock_test
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -79,4 +80,47 @@ func TestMultiLock_roundsGiveBackOfAnExpiredFixedLeaseIsNoFailure(t *testing.T) 
 	t.Logf("TryLock(wait 2s, lease 10ms) after %v: %v, %v", time.Since(start).Round(time.Millisecond), ok, err)
 	require.NoError(t, err)
 	require.True(t, ok)
+}
+
+// TestMultiLock_failedWatchdogRoundTurnsHeldMembersToWatchdogMode: the behaviour the Mutex and
+// MultiLock godoc state for a round that fails after re-entering members the owner holds with
+// a fixed lease: each re-entry in watchdog mode turned the watchdog on for the rest of that
+// member's tenure, though the round gave its hold back, so the earlier hold is renewed past
+// its fixed lease until its Unlock (TestSpinMultiHunt_leases, seed 1796457983141400584
+// trial 11, booked such members as ended). A change to it is a change of the documented
+// contract.
+func TestMultiLock_failedWatchdogRoundTurnsHeldMembersToWatchdogMode(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	c, err := rlock.New(srv.Client(t), rlock.WithWatchdogTimeout(time.Second))
+	require.NoError(t, err)
+	defer c.Close()
+	name := redistest.Name(t)
+	a, b, busy := c.Mutex(name+"-a"), c.Mutex(name+"-b"), c.Mutex(name+"-c")
+	require.NoError(t, c.Mutex(name+"-c").Lock(bg)) // another handle: another owner
+	const lease = 300 * time.Millisecond
+	for _, m := range []*rlock.Mutex{a, b} {
+		ok, err := m.TryLock(bg, 0, lease)
+		require.NoError(t, err)
+		require.True(t, ok)
+	}
+	taken := time.Now()
+	ml := rlock.NewMultiLock(a, b, busy)
+	ctx, cancel := context.WithTimeout(bg, 100*time.Millisecond)
+	defer cancel()
+	require.ErrorIs(t, ml.Lock(ctx), context.DeadlineExceeded)
+	time.Sleep(time.Until(taken.Add(2 * lease)))
+	for _, m := range []*rlock.Mutex{a, b} {
+		require.NoError(t, m.Err(bg), "the fixed lease's end passed: the hold lives on in watchdog mode")
+		n, err := m.HoldCount(bg)
+		require.NoError(t, err)
+		require.Equal(t, 1, n, "the round's re-entry was given back; the earlier hold remains")
+		ttl, err := m.TTL(bg)
+		require.NoError(t, err)
+		require.Greater(t, ttl, lease, "renewed to the watchdog timeout")
+		require.NoError(t, m.Unlock(bg))
+		ex := srv.Do(t, "EXISTS", m.Key())
+		n64, _ := ex.AsInt64()
+		require.Zero(t, n64, "its Unlock frees it")
+	}
 }

@@ -89,8 +89,13 @@ const (
 // them exclude each other. The MultiLock is reentrant as far as its members are. With
 // TryLock's lease > 0, each member's fixed lease starts when that member is granted, so the
 // first members' leases end before the last's (Redisson instead re-sets every member's lease
-// once all are held; a Locker offers no way to do that). Loss is per member: watch each
-// member's Done (for a [Mutex]).
+// once all are held; a Locker offers no way to do that). Re-entering members the owner holds
+// acts on each as a re-entry of that member alone (see [Mutex], Leases), also in a round that
+// fails: a round's grant that re-entered a member held with a fixed lease extends that lease
+// when it asked for a longer one, and turns the watchdog on for the rest of the member's
+// tenure in watchdog mode (Lock, TryLock with lease <= 0), though the round gives its hold
+// back: the member's earlier holds are then renewed until their Unlock, not left to their
+// fixed lease. Loss is per member: watch each member's Done (for a [Mutex]).
 //
 // Members that are one lock in Redis are a mistake the MultiLock cannot always see: it refuses
 // the same handle twice and two handles of one Client on one lock name, but two Clients on

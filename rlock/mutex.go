@@ -31,7 +31,10 @@ import (
 // watchdog timeout and the Client's watchdog renews it while the lock is held.
 // [Mutex.LockLease], and TryLock with lease > 0, hold for that fixed lease, never renewed. A re-entry never shortens the lease
 // in force: a re-entry with a longer fixed lease extends it; a re-entry in watchdog mode
-// turns the watchdog on for the rest of the tenure.
+// turns the watchdog on for the rest of the tenure. Both hold once Redis granted the
+// re-entry, also when the call then fails and gives its own hold back (its ctx ended as the
+// grant came back, a [MultiLock] round that failed): the earlier holds then last to the
+// extended lease, or are renewed until their Unlock.
 //
 // # Loss
 //

@@ -35,17 +35,6 @@ const (
 	spinHuntFull   = 20 * time.Second
 )
 
-// openHunt skips an explorer whose last failure is not triaged yet, unless asked for: by its
-// own env+"_BUDGET" or _SEED, or RELOCK_OPEN_HUNTS=1. why names the failure. A hunt that fails
-// in CI on a finding nobody has judged yet is not left to fail every run: it waits here,
-// named in the session's note, until its finding is fixed or its check corrected.
-func openHunt(t *testing.T, env, why string) {
-	t.Helper()
-	if os.Getenv(env+"_BUDGET") == "" && os.Getenv(env+"_SEED") == "" && os.Getenv("RELOCK_OPEN_HUNTS") == "" {
-		t.Skipf("open finding (set RELOCK_OPEN_HUNTS=1 or %s_BUDGET to run it): %s", env, why)
-	}
-}
-
 // TestSpinMultiHunt_spin is the drift hunt (drift_hunt_test.go: an expected count kept from
 // the API's returns, checked against HoldCount, Err, HoldContext and Redis's hash at quiescent
 // points, and no ghost at the end) on SpinMutex handles: handle owners and context owners on
