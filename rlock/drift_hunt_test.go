@@ -65,7 +65,7 @@ import (
 // RELOCK_DRIFT_SEED replays a run's plan (goroutine timing is not replayed) and
 // RELOCK_DRIFT_TRIAL=<n> runs its trial n alone; the failure message gives the seed, the
 // trial and the trial's operation history (RELOCK_DRIFT_LOG=1 prints it for passing trials
-// too). The run lasts 3 s (RELOCK_FULL: 60 s; RELOCK_DRIFT_BUDGET, a duration or seconds, overrides
+// too). The run lasts 3 s (RELOCK_FULL: 30 s; RELOCK_DRIFT_BUDGET, a duration or seconds, overrides
 // both). It fails within seconds when a replay is answered twice (acquire.lua's "applied
 // already" answer removed) or when the grant of a caller that had gone is kept instead of
 // given back (Mutex.undo's give-back removed): tried by hand, both reverted.
@@ -386,7 +386,7 @@ func TestDriftHunt_sharedOwnerAcrossClients(t *testing.T) {
 }
 
 func driftHunt(t *testing.T, cross bool) {
-	driftHuntOf(t, cross, "RELOCK_DRIFT", 3*time.Second, time.Minute, nil)
+	driftHuntOf(t, cross, "RELOCK_DRIFT", 3*time.Second, 30*time.Second, nil)
 }
 
 // driftHuntOf is driftHunt with its environment variables' prefix (env+"_SEED", "_BUDGET",

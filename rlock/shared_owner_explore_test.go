@@ -66,7 +66,7 @@ import (
 //
 // RELOCK_SHARED_SEED replays a run's plan (goroutine timing is not replayed),
 // RELOCK_SHARED_TRIAL=<n> runs its trial n alone, RELOCK_SHARED_LOG=1 prints every trial's
-// history. The run lasts 6 s (RELOCK_FULL: 60 s; RELOCK_SHARED_BUDGET, a duration or seconds,
+// history. The run lasts 6 s (RELOCK_FULL: 30 s; RELOCK_SHARED_BUDGET, a duration or seconds,
 // overrides both).
 func TestExplore_SharedOwnerLosses(t *testing.T) {
 	if testing.Short() {
@@ -74,7 +74,7 @@ func TestExplore_SharedOwnerLosses(t *testing.T) {
 	}
 	t.Parallel() // its own Clients and names: it runs beside the others (go test ./... stays within 5 minutes)
 	seed := seedOf(t, "RELOCK_SHARED_SEED")
-	budget := budgetOf(t, "RELOCK_SHARED_BUDGET", 6*time.Second, time.Minute)
+	budget := budgetOf(t, "RELOCK_SHARED_BUDGET", 6*time.Second, 30*time.Second)
 	only := trialOf(t, "RELOCK_SHARED_TRIAL")
 	srv := redistest.Start(t)
 	admin := srv.Client(t)
