@@ -477,7 +477,7 @@ type multiLocker interface {
 // (TestMultiLock_roundGiveBackCallsForeignLockersUnlock).
 func ownLocker(l Locker) multiLocker {
 	switch l.(type) {
-	case *Mutex, *SpinMutex, *FairMutex, *RWMutex, *ReadLocker, *MultiLock:
+	case *Mutex, *SpinMutex, *FairMutex, *RWMutex, *ReadLocker, *MultiLock, *RedLock:
 		return l.(multiLocker)
 	}
 	if f := ownLockerHook.Load(); f != nil {

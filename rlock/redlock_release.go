@@ -59,6 +59,28 @@ func (r *RedLock) Unlock(ctx context.Context) (err error) {
 	if done := r.observeUnlock(ctx); done != nil {
 		defer func() { done(err) }()
 	}
+	return r.unlock(ctx, false)
+}
+
+// giveBackTaken is Unlock for a hold that a [MultiLock]'s failed round took (multiLocker):
+// the MultiLock's caller, told that nothing it took is left held, will not unlock it. A
+// give-back that went out leaves nothing counted whatever it returns (Unlock's godoc: one
+// that fails on an instance abandons the hold there, giveBackInst). When nothing was sent
+// because another call of the owner on the lock kept it busy for the whole cleanup timeout
+// (Unlock's case 5), the give-back goes on in the background once that call is done
+// (giveBackAfter), as Mutex.giveBackTaken's does. (Before, the hold stayed counted and
+// renewed with no caller: TestMultiLock_redLockMemberGiveBackBusyBehindOwnersOtherCall.)
+func (r *RedLock) giveBackTaken(ctx context.Context) (err error) {
+	if done := r.observeUnlock(ctx); done != nil {
+		defer func() { done(err) }()
+	}
+	return r.unlock(ctx, true)
+}
+
+// unlock is Unlock, untold to the observer. taken (giveBackTaken): when rh.op stays busy for
+// the whole cleanup timeout (nothing sent), the hold is given back in the background once it
+// is free, unless the tenure in force now has ended by then (giveBackAfter).
+func (r *RedLock) unlock(ctx context.Context, taken bool) error {
 	owner, err := r.ownerOf(ctx)
 	if err != nil {
 		return err
@@ -75,10 +97,67 @@ func (r *RedLock) Unlock(ctx context.Context) (err error) {
 	}
 	cctx, cancel := c.cleanupCtx(ctx)
 	defer cancel()
+	gen := 0
+	if taken {
+		rh.mu.Lock()
+		gen = rh.gen
+		rh.mu.Unlock()
+	}
 	if err := rh.lockOp(cctx); err != nil {
+		if taken {
+			r.giveBackAfter(ctx, rh, owner, gen)
+		}
 		return errorf("unlock red lock %q: %w", r.name, context.Cause(cctx))
 	}
 	defer rh.unlockOp()
+	return r.unlockHeld(ctx, rh)
+}
+
+// giveBackAfter gives back, in the background, one hold of owner's tenure gen of rh once the
+// owner's other call on the lock lets go of it (rh.op), unless that tenure has ended by then
+// (lost, run to the end of its fixed lease, ended by Close, or its last hold given back): as
+// Unlock would, told to the observer as a GiveBack (GiveBackCanceled), as Mutex.giveBackAfter
+// does. The first open Client counts the wait; its Close hands the wait to the next open one
+// (the other instances still hold the lock), and once every Client is closed the hold is
+// forgotten as at Close. The caller counts an operation on rh.
+func (r *RedLock) giveBackAfter(ctx context.Context, rh *redHold, owner string, gen int) {
+	var c *Client
+	for _, m := range r.insts {
+		if !m.c.isClosed() {
+			c = m.c
+			break
+		}
+	}
+	if c == nil {
+		return
+	}
+	redHolds.mu.Lock()
+	rh.refs++
+	redHolds.mu.Unlock()
+	values := context.WithoutCancel(ctx)
+	c.background(func() {
+		defer unrefRed(rh)
+		if err := rh.lockOp(c.life); err != nil {
+			r.giveBackAfter(values, rh, owner, gen) // c is closed: the next open Client waits
+			return
+		}
+		defer rh.unlockOp()
+		rh.mu.Lock()
+		current := rh.gen == gen && rh.count > 0 && rh.ended == nil
+		rh.mu.Unlock()
+		if !current {
+			return
+		}
+		err := r.unlockHeld(values, rh)
+		if oc := r.observedBy(); oc != nil {
+			oc.gaveBack(KindRedLock, r.name, owner, 1, GiveBackCanceled, err)
+		}
+	})
+}
+
+// unlockHeld gives back one hold of rh as Unlock does, and returns Unlock's error. rh.op must
+// be held.
+func (r *RedLock) unlockHeld(ctx context.Context, rh *redHold) error {
 	rh.mu.Lock()
 	count, ended, done := rh.count, rh.ended, rh.done
 	rh.mu.Unlock()

@@ -3,7 +3,6 @@ package rlock_test
 import (
 	"context"
 	"errors"
-	"os"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -67,12 +66,17 @@ func TestMultiLock_roundGiveBackCallsForeignLockersUnlock(t *testing.T) {
 // godoc: a failure "gives back everything the round took before it returns: a MultiLock
 // never leaves part of itself held"; a member of this package whose give-back failed stops
 // being counted, or is given back once the other call is done. After the other goroutine's
-// Unlock, nothing must be held.
+// Unlock, nothing must be held, and the background give-back is told to the Observer
+// (GiveBack, GiveBackCanceled), as a Mutex member's is. It failed before RedLock.giveBackTaken:
+// the RedLock stayed held on all 3 instances, renewed.
 func TestMultiLock_redLockMemberGiveBackBusyBehindOwnersOtherCall(t *testing.T) {
-	if os.Getenv("RELOCK_REVIEW23_OPEN") == "" {
-		t.Skip("open defect (review23): a RedLock member is left held; RELOCK_REVIEW23_OPEN=1 runs it")
-	}
 	const lease = 900 * time.Millisecond
+	var gaveBack atomic.Int64
+	obs := &rlock.Observer{GiveBack: func(e rlock.GiveBackInfo) {
+		if e.Kind == rlock.KindRedLock && e.Reason == rlock.GiveBackCanceled && e.Holds == 1 && e.Err == nil {
+			gaveBack.Add(1)
+		}
+	}}
 	ss := redServers(t, 3)
 	var gate atomic.Bool
 	open := make(chan struct{})
@@ -95,7 +99,8 @@ func TestMultiLock_redLockMemberGiveBackBusyBehindOwnersOtherCall(t *testing.T) 
 			}
 			return call()
 		})
-		c, err := rlock.New(hc, rlock.WithWatchdogTimeout(lease), rlock.WithCleanupTimeout(150*time.Millisecond))
+		c, err := rlock.New(hc, rlock.WithWatchdogTimeout(lease), rlock.WithCleanupTimeout(150*time.Millisecond),
+			rlock.WithObserver(obs))
 		require.NoError(t, err)
 		t.Cleanup(func() { c.Close() })
 		cs[i] = c
@@ -133,6 +138,7 @@ func TestMultiLock_redLockMemberGiveBackBusyBehindOwnersOtherCall(t *testing.T) 
 	t.Logf("two leases on: Err %v, instances holding %d", r.Err(bg), n)
 	require.ErrorIs(t, r.Err(bg), rlock.ErrNotHeld, "the RedLock the failed round took is still counted")
 	require.Equal(t, 0, n, "the RedLock the failed round took is still held (renewed) in Redis")
+	require.Equal(t, int64(1), gaveBack.Load(), "the background give-back told as GiveBack (canceled)")
 }
 
 // TestMultiLock_nestedGiveBackOfARoundIsObserved: a nested MultiLock that a failed round
