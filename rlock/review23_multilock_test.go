@@ -70,6 +70,22 @@ func TestMultiLock_roundGiveBackCallsForeignLockersUnlock(t *testing.T) {
 // (GiveBack, GiveBackCanceled), as a Mutex member's is. It failed before RedLock.giveBackTaken:
 // the RedLock stayed held on all 3 instances, renewed.
 func TestMultiLock_redLockMemberGiveBackBusyBehindOwnersOtherCall(t *testing.T) {
+	testRedLockMemberBusyGiveBack(t, false)
+}
+
+// TestMultiLock_redLockMemberGiveBackBusyOutlivesCloseOfItsWaiter: as
+// TestMultiLock_redLockMemberGiveBackBusyBehindOwnersOtherCall, with the Close of the Client
+// whose background waits for the owner's other call (the first by id) while that call still
+// runs: the RedLock goes on on the other two instances, and so must the wait for its
+// give-back (RedLock.giveBackAfter hands it to the next open Client). Ended at that Close,
+// the RedLock stayed held on the other two, renewed.
+func TestMultiLock_redLockMemberGiveBackBusyOutlivesCloseOfItsWaiter(t *testing.T) {
+	testRedLockMemberBusyGiveBack(t, true)
+}
+
+// testRedLockMemberBusyGiveBack runs the two tests above; closeWaiter closes the first
+// Client by id once the MultiLock's TryLock has returned, before the other call is done.
+func testRedLockMemberBusyGiveBack(t *testing.T, closeWaiter bool) {
 	const lease = 900 * time.Millisecond
 	var gaveBack atomic.Int64
 	obs := &rlock.Observer{GiveBack: func(e rlock.GiveBackInfo) {
@@ -128,8 +144,22 @@ func TestMultiLock_redLockMemberGiveBackBusyBehindOwnersOtherCall(t *testing.T) 
 	ok, err := rlock.NewMultiLock(r, b).TryLock(bg, 300*time.Millisecond, 0)
 	t.Logf("MultiLock TryLock -> %v, %v", ok, err)
 	require.False(t, ok)
+	closed := make(chan struct{})
+	if closeWaiter {
+		first := cs[0]
+		for _, c := range cs {
+			if c.ID() < first.ID() {
+				first = c
+			}
+		}
+		go func() { first.Close(); close(closed) }() // it waits for the re-entry's request
+		time.Sleep(50 * time.Millisecond)
+	} else {
+		close(closed)
+	}
 	gate.Store(false)
 	close(open)
+	<-closed
 	require.NoError(t, <-g1, "the other goroutine's re-entry")
 	require.NoError(t, r.Unlock(bg), "the other goroutine's Unlock")
 	t.Logf("after the other goroutine's Unlock: Err %v, holders %d", r.Err(bg), holdersOn(t, ss, key))
@@ -138,7 +168,9 @@ func TestMultiLock_redLockMemberGiveBackBusyBehindOwnersOtherCall(t *testing.T) 
 	t.Logf("two leases on: Err %v, instances holding %d", r.Err(bg), n)
 	require.ErrorIs(t, r.Err(bg), rlock.ErrNotHeld, "the RedLock the failed round took is still counted")
 	require.Equal(t, 0, n, "the RedLock the failed round took is still held (renewed) in Redis")
-	require.Equal(t, int64(1), gaveBack.Load(), "the background give-back told as GiveBack (canceled)")
+	if !closeWaiter { // else the observer's Client (the first by id) is closed: nothing is told
+		require.Equal(t, int64(1), gaveBack.Load(), "the background give-back told as GiveBack (canceled)")
+	}
 }
 
 // TestMultiLock_nestedGiveBackOfARoundIsObserved: a nested MultiLock that a failed round
