@@ -64,13 +64,13 @@ const (
 // member's fixed lease ran out meanwhile (a short lease, TryLock's lease > 0) has nothing to
 // give back and is no failure. A give-back that fails
 // (Redis unreachable for the whole cleanup timeout, say) is joined to the error returned; a
-// member of this package then stops being counted and renewed by its Client, as the grant of
-// a caller that has gone does, and Redis lets its hold expire with its lease, or, when another
-// call of the member's owner kept the member busy all that time (nothing was sent), is given
-// back in the background once that call is done (another Locker's, a user's type that embeds
-// a lock of this package included, is given back by its Unlock and left as that leaves it; so
-// is a [RedLock] member, for now: when another call of its owner keeps it busy for the whole
-// cleanup timeout, its Unlock sends nothing, and it stays held).
+// member of this package then stops being counted and renewed by its Client (a [RedLock]
+// member, by the Clients of the instances whose give-back failed), as the grant of a caller
+// that has gone does, and Redis lets its hold expire with its lease, or, when another call of
+// the member's owner kept the member busy all that time (nothing was sent), is given back in
+// the background once that call is done, unless its tenure ended meanwhile (another Locker's,
+// a user's type that embeds a lock of this package included, is given back by its Unlock and
+// left as that leaves it).
 //
 // The first round takes the members in the order of their Redis keys when every member has a
 // Key method (every lock of this package has but a [ReadLocker] and a nested MultiLock), members of equal keys (one name on different
@@ -466,7 +466,8 @@ func (ml *MultiLock) giveBackEach(ctx context.Context, taken []int, give func(Lo
 }
 
 // multiLocker is a member that can give back a hold a failed round took so that, if the
-// give-back fails, nothing goes on holding it (Mutex.giveBackTaken): the locks of this package.
+// give-back fails, nothing goes on holding it (Mutex.giveBackTaken, RedLock.giveBackTaken):
+// the locks of this package.
 type multiLocker interface {
 	giveBackTaken(ctx context.Context) error
 }

@@ -48,7 +48,9 @@ import (
 //  5. an error wrapping [context.DeadlineExceeded] when another call of the same owner on
 //     the lock (another goroutine sharing the handle or the context owner) kept the hold's
 //     operations busy for the whole cleanup timeout (that of the first open Client): nothing
-//     was sent, and the hold is still counted (call Unlock again), as at [Mutex.Unlock].
+//     was sent, and the hold is still counted (call Unlock again), as at [Mutex.Unlock]. (A
+//     [MultiLock] whose failed round took the hold gives it back in the background once that
+//     call is done, as it does a Mutex member: see [MultiLock].)
 //
 // The end of a hold that was lost, ran to the end of its fixed lease or was ended by Close
 // is reported by the owner's next Unlock (as case 1 or 3), which gives back what the open
