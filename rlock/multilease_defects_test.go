@@ -124,3 +124,20 @@ func TestMultiLock_failedWatchdogRoundTurnsHeldMembersToWatchdogMode(t *testing.
 		require.Zero(t, n64, "its Unlock frees it")
 	}
 }
+
+// TestReadLocker_keyAndName: a ReadLocker has the Key and Name of its RWMutex (MultiLock
+// orders members by Key: without it, a MultiLock with a ReadLocker member kept the given
+// order), and a nil one answers "" rather than panic.
+func TestReadLocker_keyAndName(t *testing.T) {
+	_, rc := redistest.Miniredis(t)
+	c, err := rlock.New(rc)
+	require.NoError(t, err)
+	defer c.Close()
+	rw := c.RWMutex("a")
+	require.Equal(t, rw.Key(), rw.RLocker().Key())
+	require.Equal(t, "a", rw.RLocker().Name())
+	var nilRL *rlock.ReadLocker
+	require.Equal(t, "", nilRL.Key())
+	require.Equal(t, "", nilRL.Name())
+	require.Equal(t, "", (*rlock.RWMutex)(nil).RLocker().Key())
+}

@@ -73,7 +73,8 @@ const (
 // left as that leaves it).
 //
 // The first round takes the members in the order of their Redis keys when every member has a
-// Key method (every lock of this package has but a [ReadLocker] and a nested MultiLock), members of equal keys (one name on different
+// Key method (every lock of this package has but a [RedLock], whose instances have a key each,
+// and a nested MultiLock), members of equal keys (one name on different
 // servers) in the given order; otherwise it takes them in the given order. Sorting makes
 // MultiLocks that share members agree on the order whatever order they were given in, so
 // under contention they queue on the first shared member instead of clashing (a clash costs

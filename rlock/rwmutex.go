@@ -529,6 +529,13 @@ func (rw *RWMutex) force(ctx context.Context, seen []string) (bool, error) {
 	return n == 1, nil
 }
 
+// Name is the read-write lock's name: [RWMutex.Name].
+func (l *ReadLocker) Name() string { return l.rwm().Name() }
+
+// Key is the Redis key of the read-write lock's hash: [RWMutex.Key]. A [MultiLock] orders its
+// members by it.
+func (l *ReadLocker) Key() string { return l.rwm().Key() }
+
 // Lock blocks until the caller's owner holds a read hold: [RWMutex.RLock].
 func (l *ReadLocker) Lock(ctx context.Context) error { return l.rwm().RLock(ctx) }
 
