@@ -141,3 +141,31 @@ func TestReadLocker_keyAndName(t *testing.T) {
 	require.Equal(t, "", nilRL.Name())
 	require.Equal(t, "", (*rlock.RWMutex)(nil).RLocker().Key())
 }
+
+// TestMultiLock_lockInANestedMultiLockAndBesideItIsRefused: NewMultiLock refuses the same lock
+// twice; a lock listed both inside a nested MultiLock and beside it is the same lock twice
+// (before, accepted: taken twice by one owner, a re-entry for a Mutex, ErrUpgrade every round
+// for a read side then the write side).
+func TestMultiLock_lockInANestedMultiLockAndBesideItIsRefused(t *testing.T) {
+	_, rc := redistest.Miniredis(t)
+	c, err := rlock.New(rc)
+	require.NoError(t, err)
+	defer c.Close()
+	a, b := c.Mutex("a"), c.Mutex("b")
+	rw := c.RWMutex("rw")
+	inner := rlock.NewMultiLock(a, b)
+	for what, ml := range map[string]*rlock.MultiLock{
+		"handle inside and beside":       rlock.NewMultiLock(inner, a),
+		"handle beside and inside":       rlock.NewMultiLock(b, inner),
+		"another handle of the name":     rlock.NewMultiLock(inner, c.Mutex("a")),
+		"two levels deep":                rlock.NewMultiLock(rlock.NewMultiLock(inner, c.Mutex("x")), c.SpinMutex("b")),
+		"read side inside, write beside": rlock.NewMultiLock(rlock.NewMultiLock(rw.RLocker(), a), rw),
+		"one nested MultiLock twice":     rlock.NewMultiLock(inner, inner),
+		"two nested sharing one lock":    rlock.NewMultiLock(inner, rlock.NewMultiLock(c.Mutex("y"), c.Mutex("b"))),
+	} {
+		require.ErrorIs(t, ml.Lock(bg), rlock.ErrInvalid, what)
+	}
+	ml := rlock.NewMultiLock(inner, c.Mutex("z"))
+	require.NoError(t, ml.Lock(bg), "disjoint members")
+	require.NoError(t, ml.Unlock(bg))
+}

@@ -155,7 +155,8 @@ func (ml *MultiLock) observer() *observer {
 
 // NewMultiLock returns a MultiLock of locks (see [MultiLock] for the order it takes them
 // in). It sends nothing to Redis. No member, a nil member, or the same lock twice (the same
-// handle, or two handles of one Client on one lock name) makes a MultiLock whose every
+// handle, or two handles of one Client on one lock name, both sides of an RWMutex, also when
+// one of the two is a member of a nested MultiLock) makes a MultiLock whose every
 // method returns an error wrapping [ErrInvalid], as does a nil or zero *MultiLock (not made
 // by NewMultiLock or [Client.MultiLock]). Errors name a member by its index in locks.
 func NewMultiLock(locks ...Locker) *MultiLock {
@@ -243,28 +244,50 @@ func validateMembers(locks []Locker) error {
 		if v := reflect.ValueOf(l); v.Kind() == reflect.Pointer && v.IsNil() {
 			return invalid("multi-lock member %d is a nil %T", i, l)
 		}
-		var ids []any
-		if hashable(l) {
-			ids = append(ids, l)
-		}
-		if mm, ok := l.(interface{ multiMember() any }); ok {
-			id := mm.multiMember()
-			if id == nil {
-				return invalid("multi-lock member %d is a %T not made by a Client", i, l)
-			}
-			if m, ok := l.(interface{ Name() string }); ok && m.Name() == "" {
-				return invalid("multi-lock member %d has an empty name", i)
-			}
-			ids = append(ids, id)
+		ids, err := memberIDs(l, i)
+		if err != nil {
+			return err
 		}
 		for _, id := range ids {
 			if j, dup := seen[id]; dup {
-				return invalid("multi-lock members %d and %d are the same lock", j, i)
+				return invalid("multi-lock members %d and %d are the same lock (or hold one: a nested MultiLock's members count as its own)", j, i)
 			}
 			seen[id] = i
 		}
 	}
 	return nil
+}
+
+// memberIDs returns the identities of member i, l: the value itself when hashable, the lock it
+// is (multiMember), and, for a nested MultiLock (valid: its own members were checked), those
+// of its members, so that a lock listed both in a nested MultiLock and beside it is refused as
+// a lock listed twice is (both would be taken by one owner: a re-entry for a Mutex, an
+// upgrade refused every round for a read side then the write side).
+func memberIDs(l Locker, i int) ([]any, error) {
+	var ids []any
+	if hashable(l) {
+		ids = append(ids, l)
+	}
+	if mm, ok := l.(interface{ multiMember() any }); ok {
+		id := mm.multiMember()
+		if id == nil {
+			return nil, invalid("multi-lock member %d is a %T not made by a Client", i, l)
+		}
+		if m, ok := l.(interface{ Name() string }); ok && m.Name() == "" {
+			return nil, invalid("multi-lock member %d has an empty name", i)
+		}
+		ids = append(ids, id)
+	}
+	if ml, ok := l.(*MultiLock); ok && ml.err == nil {
+		for _, m := range ml.locks {
+			sub, err := memberIDs(m, i)
+			if err != nil {
+				return nil, err
+			}
+			ids = append(ids, sub...)
+		}
+	}
+	return ids, nil
 }
 
 // Lock blocks until every member is held (each in watchdog mode), taking them in rounds as
