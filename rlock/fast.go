@@ -2,6 +2,7 @@ package rlock
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"time"
 
@@ -140,6 +141,18 @@ func (c *Client) execFast(ctx context.Context, s *lua.Script, keys, args []strin
 		// script's own error, a fence of another type, undoes the form itself; an outcome
 		// already unknown is replayed anyway.)
 		err = errorf("%w: %w", ErrUnknownOutcome, err)
+	}
+	var re *rueidis.RedisError
+	if err != nil && wrote && errors.As(err, &re) && !transient(err) && !answers(re) {
+		// Redis declined to run the script (OOM on a server that filled meanwhile, a
+		// refused command), which wrote nothing: the transaction's form is held for nobody.
+		// It is given back at once by fast_release.lua (which runs on a full server), if it
+		// is still this one; if that fails too, it expires with its lease (the call's error is
+		// the script's all the same). Before, it was always left to its lease
+		// (TestFastGrant_followUpDeclinedLeavesNoHold).
+		cctx, cancel := c.cleanupCtx(ctx)
+		_ = c.execServed(cctx, lua.FastRelease, keys[:1], []string{args[1], args[2], ""}).Error()
+		cancel()
 	}
 	return vals, false, err
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/redis/rueidis"
 	"github.com/stretchr/testify/require"
@@ -53,4 +54,39 @@ func TestFastGrant_followUpRefusedLeavesNoHold(t *testing.T) {
 		}
 		require.False(t, b.exists(t, m.Key()), "the lock is left held")
 	})
+}
+
+// A fast grant's follow-up script (acquire.lua after an INCR that gave no token) that Redis
+// declines to run (an OOM reply: the server filled after the transaction; a refused command)
+// wrote nothing, and the transaction's fast form is held for nobody: the acquire returns the
+// error, and the form must not stay held until its lease runs out.
+func TestFastGrant_followUpDeclinedLeavesNoHold(t *testing.T) {
+	b := realBackend(t)
+	hc := &hookClient{Client: b.rueidis(t)}
+	raw := b.rueidis(t)
+	var armed, declined atomic.Bool
+	hc.set(func(ctx context.Context, cmd hookCall, call func() rueidis.RedisResult) rueidis.RedisResult {
+		if armed.Load() && cmd.script == "acquire" && !cmd.fast && declined.CompareAndSwap(false, true) {
+			// A real error reply, as Redis sends it.
+			return raw.Do(ctx, raw.B().Eval().Script("return redis.error_reply('OOM command not allowed when used memory > maxmemory')").Numkeys(0).Build())
+		}
+		return call()
+	})
+	c, err := rlock.New(hc, rlock.WithWatchdogTimeout(time.Minute))
+	require.NoError(t, err)
+	defer c.Close()
+	rlock.SetFastAlways(c, true)
+	m := c.Mutex(redistest.Name(t))
+	// The fence holds a spent record (a replay's): INCR refuses it.
+	_, err = b.do(t, "SET", m.Key()+":fence", "1796446491015580/x.1/99999999999999", "PX", "60000")
+	require.NoError(t, err)
+	armed.Store(true)
+	ok, err := m.TryLock(bg, 0, 0)
+	require.True(t, declined.Load(), "the follow-up was sent and declined")
+	require.False(t, ok)
+	require.ErrorContains(t, err, "OOM")
+	n, herr := m.HoldCount(bg)
+	require.NoError(t, herr)
+	require.Zero(t, n, "TryLock failed, but Redis counts a hold of the owner")
+	require.False(t, b.exists(t, m.Key()), "the lock is left held (for the minute of its lease)")
 }
