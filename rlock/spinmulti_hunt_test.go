@@ -115,6 +115,13 @@ type mhCall struct {
 	// the next round starts (they were given back: a failed give-back ends the call) or when
 	// the call returns (its error tells how each went).
 	pending, giving map[int]int
+	// unreserved: the locks whose member Unlock, one the actor chose, has been booked, and
+	// whose reservation (step's o.releasing) went with it. Kept until the MultiLock's Unlock
+	// returned, the reservation counted that hold twice (gone from held, still releasing):
+	// another actor's member Unlock of the owner's last hold then saw none of its own and
+	// was taken for a stray one ("Unlock returned nil with no hold taken", seed
+	// 1796462483835348972 trial 34 replayed, CI-free run at df6cbdf).
+	unreserved map[int]bool
 }
 
 // mhMember is one member of an owner: a handle on one lock through one Client, and the
@@ -168,6 +175,17 @@ func (mm *mhMember) TryLock(ctx context.Context, wait, lease time.Duration) (boo
 				tr.violationLocked("exclusion: %s granted L%d while %s holds %d (by the API's returns)", id, mm.lock, p.key, p.live(mm.lock))
 			}
 		}
+		if o.live(mm.lock) <= 0 && o.hctx[mm.lock] != nil {
+			// Every hold booked is being given back by another actor of the owner: Redis may
+			// have counted those give-backs first (the hold's calls are serialized by the
+			// Client, but their returns reach the books in either order), the last one
+			// ending the tenure and its HoldContext (ErrNotHeld, as documented), and this
+			// grant began a fresh one. Seed 1796462483835348972 trial 34 (a run at
+			// df6cbdf): a4's Unlock of C's last hold of L0 and a5's TryLock of L0 overlapped,
+			// the grant booked first, and the old HoldContext was taken for live. It may
+			// now end released, not lost (the check).
+			o.hmay[mm.lock] = true
+		}
 		o.held[mm.lock]++
 		o.renew[mm.lock] = o.renew[mm.lock] || lease <= 0
 		if o.ctxOwn == "" {
@@ -213,6 +231,10 @@ func (mm *mhMember) Unlock(ctx context.Context) error {
 		o.releasing[mm.lock]--
 	}
 	gone := tr.bookUnlock(o, mm, id, mine, err)
+	if reserved && !call.unreserved[mm.lock] {
+		o.releasing[mm.lock]--
+		call.unreserved[mm.lock] = true
+	}
 	if call != nil {
 		call.calls = append(call.calls, fmt.Sprintf("L%d Unlock %v", mm.lock, err))
 		if gone {
@@ -344,6 +366,7 @@ type mhOwner struct {
 	renew                           map[int]bool
 	hctx                            map[int]context.Context
 	hcancel                         map[int]context.CancelFunc
+	hmay                            map[int]bool // hctx may end released (a grant overlapped the last give-back)
 }
 
 func (o *mhOwner) live(l int) int { return o.held[l] - o.releasing[l] }
@@ -414,6 +437,7 @@ func (tr *mhTrial) booked(o *mhOwner, l, d int) {
 			c()
 			delete(o.hctx, l)
 			delete(o.hcancel, l)
+			delete(o.hmay, l)
 		}
 		if o.ctxOwn == "" && o.ambig[l] == 0 {
 			o.unknown[l] = 0 // the last Unlock finds a hold of an unknown outcome
@@ -550,7 +574,7 @@ func (tr *mhTrial) run(rng *rand.Rand, gave func(name, field string) int) {
 	owner := func(key, ctxOwn string, n int, ms ...mspec) {
 		o := &mhOwner{key: key, ctxOwn: ctxOwn, member: map[int]*mhMember{}, held: map[int]int{}, releasing: map[int]int{},
 			unknown: map[int]int{}, ambig: map[int]int{}, abandoned: map[int]int{}, renew: map[int]bool{}, hctx: map[int]context.Context{},
-			hcancel: map[int]context.CancelFunc{}}
+			hcancel: map[int]context.CancelFunc{}, hmay: map[int]bool{}}
 		var lks []rlock.Locker
 		var desc []string
 		for _, s := range ms {
@@ -673,7 +697,7 @@ func (tr *mhTrial) step(a *mhActor) {
 		}
 	}
 	tr.mu.Unlock()
-	call := &mhCall{a: a, back: map[int]int{}, failed: map[int]error{}, pending: map[int]int{}, giving: map[int]int{}}
+	call := &mhCall{a: a, back: map[int]int{}, failed: map[int]error{}, pending: map[int]int{}, giving: map[int]int{}, unreserved: map[int]bool{}}
 	if unlock {
 		ctx, cancel := context.WithCancel(bg)
 		defer cancel()
@@ -689,7 +713,9 @@ func (tr *mhTrial) step(a *mhActor) {
 		defer tr.mu.Unlock()
 		tr.noteLocked(fmt.Sprintf("%s Unlock -> %v (members: %v)", a.id, err, call.calls))
 		for l := range o.member {
-			o.releasing[l]--
+			if !call.unreserved[l] {
+				o.releasing[l]--
+			}
 		}
 		// The MultiLock's own return against its members': nil iff every member's Unlock
 		// returned nil, each member called once.
@@ -798,6 +824,15 @@ func (tr *mhTrial) quiescent(when string, gave func(name, field string) int, end
 				tr.violation("%s: gave back more holds of L%d than it took (%d)", o.key, l, held)
 			case held == 0 && !errors.Is(err, rlock.ErrNotHeld):
 				tr.violation("%s: holds none of L%d by its returns, Err says %v", o.key, l, err)
+			}
+			if h := o.hctx[l]; h != nil && h.Err() != nil && o.hmay[l] && errors.Is(context.Cause(h), rlock.ErrNotHeld) && !errors.Is(context.Cause(h), rlock.ErrLockLost) {
+				tr.note(fmt.Sprintf("%s: the HoldContext of L%d ended released (a grant overlapped the owner's last give-back)", o.key, l))
+				tr.mu.Lock()
+				o.hcancel[l]()
+				delete(o.hctx, l)
+				delete(o.hcancel, l)
+				delete(o.hmay, l)
+				tr.mu.Unlock()
 			}
 			if h := o.hctx[l]; h != nil && h.Err() != nil {
 				tr.violation("%s: the HoldContext of L%d ended (%v) while it holds %d", o.key, l, context.Cause(h), o.held[l])
