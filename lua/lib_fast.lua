@@ -43,9 +43,11 @@ local function fastHash(lock)
   local ttl = redis.call('pttl', lock)
   redis.call('hset', tmp, 'token', v)
   -- A refused PEXPIRE or RENAME (an ACL without it) takes the temporary key back: no key is
-  -- left without an expiry (review19).
-  if ttl > 0 then
-    local r = redis.pcall('pexpire', tmp, ttl) if type(r) == 'table' and r.err then undo() error(r) end
+  -- left without an expiry (review19). PTTL counts from the clock, while the script reads
+  -- keys at its start: a form met in the last millisecond of its lease is there with a PTTL
+  -- of 0, and keeps 1 ms (before, it was given none, and held the lock for good).
+  if ttl >= 0 then
+    local r = redis.pcall('pexpire', tmp, math.max(ttl, 1)) if type(r) == 'table' and r.err then undo() error(r) end
   end
   local r = redis.pcall('rename', tmp, lock) if type(r) == 'table' and r.err then undo() error(r) end
   return true
