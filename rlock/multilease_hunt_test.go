@@ -491,6 +491,13 @@ func (tr *mlTrial) acquire(a *mlActor) {
 		switch {
 		case err == nil, errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
 		case errors.Is(err, rlock.ErrLeaseExpired) && len(exp)+len(unsure) > 0:
+		case errors.Is(err, rlock.ErrLeaseExpired) && lease > 0 && ret.Sub(call) > lease-(lease/100+2*time.Millisecond):
+			// A grant that came back after its own fixed lease ran out on the Client's
+			// conservative clock (lease - 1% - 2 ms after its send) is given back, and a wait
+			// that ends that way returns ErrLeaseExpired (TryLock's godoc): possible only in a
+			// call that lasted that long. Seed 1796464068677464101 trial 46 (a run at 02f0cb7):
+			// the trial's first TryLocks took 158 ms and 161 ms for leases of 122 ms and 162 ms
+			// (a stalled machine), and their read side's grant came back too late.
 		default:
 			tr.violation("%s: acquire failed with %v (leaves that may have ended: %v)", a.id, err, exp)
 		}
