@@ -36,8 +36,11 @@ func TestContracts_fixedLeaseEndAcrossKinds(t *testing.T) {
 					if ctxOwner {
 						ctx = rlock.WithOwner(bg, "o-"+lname)
 					}
-					require.NoError(t, l.LockLease(ctx, 200*time.Millisecond))
-					require.NoError(t, l.LockLease(ctx, 200*time.Millisecond))
+					// 1s: the re-entry must join the first tenure, before its lease ends, on a
+					// loaded machine (200ms: a stall of that much between the two made the
+					// re-entry a fresh tenure, whose first Unlock said nil).
+					require.NoError(t, l.LockLease(ctx, time.Second))
+					require.NoError(t, l.LockLease(ctx, time.Second))
 					hctx, cancel := l.HoldContext(ctx)
 					defer cancel()
 					within(t, 5*time.Second, "the fixed lease's end", l.Done(ctx))

@@ -179,8 +179,10 @@ func TestContractsRed_fixedLeaseEndWithNestedHolds(t *testing.T) {
 			t.Run(then+"/"+ownerName(ctxOwner), func(t *testing.T) {
 				t.Parallel()
 				r, _, name, ctx := s.lock(t, ctxOwner)
-				require.NoError(t, r.LockLease(ctx, 200*time.Millisecond))
-				require.NoError(t, r.LockLease(ctx, 200*time.Millisecond))
+				// 1s: the re-entry must join the first tenure on every instance before its lease
+				// ends, on a loaded machine (200ms left a stall of that much no room).
+				require.NoError(t, r.LockLease(ctx, time.Second))
+				require.NoError(t, r.LockLease(ctx, time.Second))
 				hctx, cancel := r.HoldContext(ctx)
 				defer cancel()
 				within(t, 5*time.Second, "the fixed lease's end", r.Done(ctx))
@@ -215,8 +217,9 @@ func TestContractsRed_fixedLeaseEndWithNestedHolds(t *testing.T) {
 }
 
 // A re-entry never shortens the lease in force (RedLock has "the Mutex's surface"; Mutex's
-// Leases): over a fixed lease of 200ms, a re-entry with a 3s fixed lease, or in watchdog
-// mode, keeps the hold past 200ms.
+// Leases): over a fixed lease of 1s, a re-entry with a 6s fixed lease, or in watchdog
+// mode, keeps the hold past 1s. (The re-entry must be granted before the first lease ends:
+// 200ms, as first written, left a loaded machine's stall no room.)
 func TestContractsRed_reentryDoesNotShortenTheLease(t *testing.T) {
 	t.Parallel()
 	s := newRedContractSetup(t)
@@ -224,13 +227,13 @@ func TestContractsRed_reentryDoesNotShortenTheLease(t *testing.T) {
 		t.Run(second, func(t *testing.T) {
 			t.Parallel()
 			r, _, _, ctx := s.lock(t, false)
-			require.NoError(t, r.LockLease(ctx, 200*time.Millisecond))
+			require.NoError(t, r.LockLease(ctx, time.Second))
 			if second == "watchdog" {
 				require.NoError(t, r.Lock(ctx))
 			} else {
-				require.NoError(t, r.LockLease(ctx, 3*time.Second))
+				require.NoError(t, r.LockLease(ctx, 6*time.Second))
 			}
-			time.Sleep(600 * time.Millisecond)
+			time.Sleep(2 * time.Second) // past the first lease's end, well before the second's
 			require.NoError(t, r.Err(ctx))
 			locked, err := r.IsLocked(bg)
 			require.NoError(t, err)

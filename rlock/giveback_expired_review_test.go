@@ -114,8 +114,9 @@ func TestSharedOwner_secondUnlockOfEndedHoldsTakesNoOtherClientsHold(t *testing.
 				if story == "keptByRenewals" {
 					require.NoError(t, ma.Lock(ctx))
 				}
-				require.NoError(t, mb.LockLease(ctx, 200*time.Millisecond))
-				require.NoError(t, mb.LockLease(ctx, 200*time.Millisecond))
+				// 1s: the re-entry must join B's first tenure before its lease ends, under load.
+				require.NoError(t, mb.LockLease(ctx, time.Second))
+				require.NoError(t, mb.LockLease(ctx, time.Second))
 				within(t, 5*time.Second, "B's fixed lease to end", mb.Done(ctx))
 				if story == "keptByRenewals" {
 					redistest.WaitFor(t, 5*time.Second, "B's Client to give its ended holds back", func() bool {
