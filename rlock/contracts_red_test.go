@@ -11,9 +11,15 @@ import (
 	"github.com/relock-go/relock/rlock"
 )
 
-// redContractLease is the watchdog timeout of the RedLock contract tests: renewed every
-// 200ms, a loss is told within about a third of a second.
-const redContractLease = 300 * time.Millisecond
+// redContractLease is the watchdog timeout of the RedLock contract tests, renewed every
+// redContractRenewFraction of it (225ms): a loss is told within about a quarter of a second,
+// and a renewal has about 575ms to be confirmed before the lease's latest renewal. (300ms at
+// the default fraction, as first written, left it under 100ms: a stall of that much on a
+// loaded machine, with a minority's instances gone, lost the hold the tests keep.)
+const (
+	redContractLease         = 900 * time.Millisecond
+	redContractRenewFraction = 0.25
+)
 
 // redContractSetup is three servers shared by a RedLock contract test's subtests (each on a
 // name of its own), with a forcer Client per server.
@@ -30,7 +36,7 @@ func newRedContractSetup(t *testing.T) *redContractSetup {
 // lock returns a RedLock on a fresh name over three Clients of its own (one per server, in
 // the servers' order), the name, and the owner's ctx (a context owner when ctxOwner).
 func (s *redContractSetup) lock(t *testing.T, ctxOwner bool) (*rlock.RedLock, []*rlock.Client, string, context.Context) {
-	cs := redClients(t, addrsOf(s.ss), rlock.WithWatchdogTimeout(redContractLease))
+	cs := redClients(t, addrsOf(s.ss), rlock.WithWatchdogTimeout(redContractLease), rlock.WithRenewFraction(redContractRenewFraction))
 	name := redistest.Name(t)
 	ctx := bg
 	if ctxOwner {
