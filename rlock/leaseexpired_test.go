@@ -18,9 +18,10 @@ func TestMutex_Err_leaseExpired(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
 		c := b.client(t)
 		m := c.Mutex(redistest.Name(t))
-		tryInTime(t, func() (bool, error) { return m.TryLock(bg, 0, 100*time.Millisecond) })
+		// 1s: Err must still find the hold after the grant's round trip on a loaded machine.
+		tryInTime(t, func() (bool, error) { return m.TryLock(bg, 0, time.Second) })
 		require.NoError(t, m.Err(bg))
-		within(t, 2*time.Second, "the end of the fixed lease", m.Done(bg))
+		within(t, 5*time.Second, "the end of the fixed lease", m.Done(bg))
 		require.Eventually(t, func() bool { return rlock.HoldEntries(c) == 0 }, 2*time.Second, time.Millisecond,
 			"a hold that ended by itself leaves the table")
 
