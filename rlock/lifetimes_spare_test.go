@@ -51,9 +51,13 @@ func TestLifetimes_ownOwnersUnlockAfterLeaseEndSaysNilOnceSpareIsTaken(t *testin
 	c := b.client(t)
 	for _, served := range []bool{false, true} {
 		m := c.Mutex(redistest.Name(t) + map[bool]string{false: "-kept", true: "-taken"}[served])
-		require.NoError(t, m.LockLease(bg, 100*time.Millisecond))
-		_, err := b.do(t, "PEXPIRE", m.Key(), "60000") // Redis's end comes later than the Client's
+		// 1s: the PEXPIRE must reach Redis before the lease ends there, on a loaded machine.
+		require.NoError(t, m.LockLease(bg, time.Second))
+		res, err := b.do(t, "PEXPIRE", m.Key(), "60000") // Redis's end comes later than the Client's
 		require.NoError(t, err)
+		set, err := res.AsInt64()
+		require.NoError(t, err)
+		require.EqualValues(t, 1, set, "the PEXPIRE found the held key")
 		within(t, 5*time.Second, "the fixed lease to end here", m.Done(bg))
 		require.ErrorIs(t, m.Err(bg), rlock.ErrLeaseExpired)
 		if served {
