@@ -4100,7 +4100,7 @@ func TestModelRegression_failedGiveBackOfReentryReportsLoss(t *testing.T) {
 // the re-entry's watchdog lease could end it.
 func TestModelRegression_lateReentryReplyLeavesGhost(t *testing.T) {
 	b := realBackend(t)
-	const watchdogTTL = 5 * time.Second
+	const watchdogTTL = 10 * time.Second
 	c, err := rlock.New(newModelFaults(b.rueidis(t), nil).hc, rlock.WithWatchdogTimeout(watchdogTTL))
 	if err != nil {
 		t.Fatal(err)
@@ -4121,12 +4121,15 @@ func TestModelRegression_lateReentryReplyLeavesGhost(t *testing.T) {
 			if err := m.Unlock(ctx); err != nil {
 				t.Fatal(err)
 			}
-			tryInTime(t, func() (bool, error) { return m.TryLock(ctx, 0, 50*time.Millisecond) })
+			// A fixed lease of 500ms: the re-entry below must be sent within it on a loaded
+			// machine (50ms, as first written, left a stall no room: the re-entry then went
+			// after the lease's end and was granted afresh).
+			tryInTime(t, func() (bool, error) { return m.TryLock(ctx, 0, 500*time.Millisecond) })
 			// A re-entry in watchdog mode, sent at once (Redis joins it to the fixed lease
-			// and extends the key to the watchdog's lease), whose reply comes 100ms later,
+			// and extends the key to the watchdog's lease), whose reply comes 1s later,
 			// after the fixed lease ran out on the Client's clock.
 			start := time.Now()
-			late := withFault(ctx, &opFault{stages: []faultStage{{kind: fDelay, n: 1, delay: 100 * time.Millisecond}}})
+			late := withFault(ctx, &opFault{stages: []faultStage{{kind: fDelay, n: 1, delay: time.Second}}})
 			if ok, err := m.TryLock(late, 0, 0); ok || !errors.Is(err, rlock.ErrLeaseExpired) {
 				t.Fatalf("the re-entry: %v %v, want ErrLeaseExpired", ok, err)
 			}
