@@ -28,14 +28,16 @@ func TestRedLock_holdTableLifetime(t *testing.T) {
 	sd := seed(t)
 	rng := rand.New(rand.NewPCG(sd, sd^0x9e3779b97f4a7c15))
 	ss := redServers(t, 3)
-	// Renewed about every 270ms: a loss is seen quickly. (150ms made the default per-instance
-	// timeout 15ms, which a -race run on 2 busy cores overran: "re-entry granted by 0 of 3
-	// instances", 2 runs in 40 beside two helpers.)
-	const lease = 400 * time.Millisecond
+	// Renewed every 225ms: a loss is seen quickly, and each renewal has about 575ms before
+	// the lease's latest renewal (a 150ms lease renewed every 100ms left a loaded machine's
+	// stall about 30ms: the released and kept holds must last through the test; and its
+	// default per-instance timeout, 15ms, a -race run on 2 busy cores overran: "re-entry
+	// granted by 0 of 3 instances", 2 runs in 40 beside two helpers).
+	const lease, renewFraction = 900 * time.Millisecond, 0.25
 	const sets = 4
 	var cs [][]*rlock.Client
 	for range sets {
-		cs = append(cs, redClients(t, addrsOf(ss), rlock.WithWatchdogTimeout(lease)))
+		cs = append(cs, redClients(t, addrsOf(ss), rlock.WithWatchdogTimeout(lease), rlock.WithRenewFraction(renewFraction)))
 	}
 	forcer := redClients(t, addrsOf(ss))
 	prefix := redistest.Name(t)
