@@ -201,7 +201,10 @@ func TestTryDo(t *testing.T) {
 // Do does not take it for a loss of its own lock.
 func TestDo_nestedReportsEachLossOnce(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
-		c := b.client(t, rlock.WithWatchdogTimeout(300*time.Millisecond))
+		// Renewed every 250ms (the outer loss is told as soon as with 300ms at the default
+		// fraction), each renewal with about 640ms to be confirmed: the inner hold must last
+		// on a loaded machine (300ms left under 100ms, and a missed renewal lost it).
+		c := b.client(t, rlock.WithWatchdogTimeout(time.Second), rlock.WithRenewFraction(0.25))
 		outer, inner := c.Mutex(redistest.Name(t)+"-outer"), c.Mutex(redistest.Name(t)+"-inner")
 		var innerErr error
 		err := rlock.Do(bg, outer, func(ctx context.Context) error {
