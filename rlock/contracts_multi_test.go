@@ -41,7 +41,10 @@ func TestContractsMulti_memberLostWithNestedHolds(t *testing.T) {
 		for _, ctxOwner := range []bool{false, true} {
 			t.Run([]string{"first", "middle", "last"}[lost]+"/"+ownerName(ctxOwner), func(t *testing.T) {
 				t.Parallel()
-				c := b.client(t, rlock.WithWatchdogTimeout(300*time.Millisecond))
+				// Renewed every 250ms (a loss is told as soon as with 300ms at the default
+				// fraction), each renewal with about 640ms to be confirmed: the members not
+				// forced must stay held on a loaded machine (300ms left under 100ms).
+				c := b.client(t, rlock.WithWatchdogTimeout(time.Second), rlock.WithRenewFraction(0.25))
 				other := b.client(t)
 				ns := names(t, 3)
 				ms := []*rlock.Mutex{c.Mutex(ns[2]), c.Mutex(ns[0]), c.Mutex(ns[1])} // given out of key order
