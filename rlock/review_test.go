@@ -361,15 +361,19 @@ func TestReview_FamilyLockOutlivesCtxByTwoGracePeriods(t *testing.T) {
 					lock = w.Lock
 				}
 				stuck.Store(true) // Redis stops answering
+				stalled := watchStalls(nil)
 				ctx, cancel := context.WithTimeout(bg, 150*time.Millisecond)
 				defer cancel()
 				err = lock(ctx)
 				dl, _ := ctx.Deadline()
-				late := time.Since(dl)
+				now := time.Now()
+				late, stall := now.Sub(dl), stalled(dl, now)
 				stuck.Store(false)
-				t.Logf("Lock returned %v after its ctx ended: %v", late.Round(time.Millisecond), err)
+				t.Logf("Lock returned %v after its ctx ended (the process stalled %v of it): %v", late.Round(time.Millisecond), stall.Round(time.Millisecond), err)
 				require.ErrorIs(t, err, context.DeadlineExceeded)
-				require.Less(t, late, 170*time.Millisecond,
+				// Less what this process stalled meanwhile: other packages' tests share the
+				// cores under go test ./... -race.
+				require.Less(t, late-stall, 170*time.Millisecond,
 					"Lock outlived its ctx by %v (README: within 100ms of its context's end even while Redis does not answer)", late.Round(time.Millisecond))
 			})
 		})
