@@ -19,6 +19,11 @@ import (
 const (
 	redContractLease         = 900 * time.Millisecond
 	redContractRenewFraction = 0.25
+	// redContractInstanceTimeout is the RedLocks' instance timeout: a round under -race with
+	// the subtests in parallel may take longer than a tenth of a lease. (100ms, as first
+	// written, was not enough on a loaded machine: "re-entry granted by 1 of 3 instances, 2
+	// needed: ... instance 1: outcome unknown: no answer within the instance timeout (100ms)".)
+	redContractInstanceTimeout = 250 * time.Millisecond
 )
 
 // redContractSetup is three servers shared by a RedLock contract test's subtests (each on a
@@ -42,9 +47,7 @@ func (s *redContractSetup) lock(t *testing.T, ctxOwner bool) (*rlock.RedLock, []
 	if ctxOwner {
 		ctx = rlock.WithOwner(bg, "o-"+name)
 	}
-	// An instance timeout of 100ms, not a tenth of the lease (20-30ms here): a round under
-	// -race with the subtests in parallel may take longer than that.
-	return rlock.NewRedLock(name, cs, rlock.WithInstanceTimeout(100*time.Millisecond)), cs, name, ctx
+	return rlock.NewRedLock(name, cs, rlock.WithInstanceTimeout(redContractInstanceTimeout)), cs, name, ctx
 }
 
 // ownerHoldsEverywhere are the holds Redis counts for the lock on each server.
@@ -308,7 +311,7 @@ func TestContractsRed_contextOwnerAcrossHandles(t *testing.T) {
 		t.Run(end, func(t *testing.T) {
 			t.Parallel()
 			r1, cs, name, ctx := s.lock(t, true)
-			r2 := rlock.NewRedLock(name, []*rlock.Client{cs[2], cs[0], cs[1]}, rlock.WithInstanceTimeout(100*time.Millisecond))
+			r2 := rlock.NewRedLock(name, []*rlock.Client{cs[2], cs[0], cs[1]}, rlock.WithInstanceTimeout(redContractInstanceTimeout))
 			require.NoError(t, r1.Lock(ctx))
 			start := time.Now()
 			ok, err := r2.TryLock(ctx, 0, 0)
@@ -375,7 +378,7 @@ func TestContractsRed_ctxEnded(t *testing.T) {
 			cancel()
 			switch tc {
 			case "waiting", "waitingTryLock":
-				other := rlock.NewRedLock(name, cs, rlock.WithInstanceTimeout(100*time.Millisecond)) // its own owner
+				other := rlock.NewRedLock(name, cs, rlock.WithInstanceTimeout(redContractInstanceTimeout)) // its own owner
 				require.NoError(t, other.Lock(bg))
 				stalled := watchStalls(nil)
 				wctx, wcancel := context.WithTimeout(ctx, 300*time.Millisecond)
@@ -394,7 +397,7 @@ func TestContractsRed_ctxEnded(t *testing.T) {
 				t.Logf("took %v (the process stalled %v of it): %v", took, stall, err)
 				require.ErrorIs(t, err, context.DeadlineExceeded)
 				// Less what this process stalled meanwhile (parallel subtests under -race).
-				require.Less(t, took-stall, 300*time.Millisecond+100*time.Millisecond+50*time.Millisecond)
+				require.Less(t, took-stall, 300*time.Millisecond+redContractInstanceTimeout+50*time.Millisecond)
 				require.ErrorIs(t, r.Err(ctx), rlock.ErrNotHeld)
 				require.NoError(t, other.Unlock(bg))
 				settled(t, r, other)
