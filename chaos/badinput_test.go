@@ -177,7 +177,10 @@ func TestBadInput(t *testing.T) {
 		result(t, row{order: "bad input", fault: "Redis `maxmemory` full with `noeviction` (OOM on acquire)",
 			expected: "Lock fails with a clear OOM error and writes nothing; a held lock still renews and unlocks"})
 		s := redistest.Start(t, redistest.WithArgs("--maxmemory-policy", "noeviction"))
-		lc := relock(t, s, s.Addr(), rlock.WithWatchdogTimeout(300*time.Millisecond))
+		// Renewed every 250ms (four renewals in the second watched below), each with about
+		// 640ms to be confirmed: 300ms at the default fraction left under 100ms, and a stall
+		// of that much on a loaded machine lost the held lock for no fault of the full server.
+		lc := relock(t, s, s.Addr(), rlock.WithWatchdogTimeout(time.Second), rlock.WithRenewFraction(0.25))
 		held := lc.Mutex(base + "-held")
 		must(t, held.Lock(bg))
 		info := s.Do(t, "INFO", "memory")
@@ -199,7 +202,7 @@ func TestBadInput(t *testing.T) {
 		}
 		hctx, cancel := held.HoldContext(bg)
 		defer cancel()
-		timer := time.NewTimer(time.Second) // three renewal intervals
+		timer := time.NewTimer(time.Second) // four renewal intervals
 		select {
 		case <-hctx.Done():
 			t.Errorf("a held lock was lost on a full server: %v", context.Cause(hctx))

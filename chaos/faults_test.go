@@ -157,7 +157,10 @@ func TestFault7_scriptFlushMidRun(t *testing.T) {
 	p := r.spawn(srv.Addr(), "-names", strings.Join(ns, ","), "-iters", "40", "-workers", "2", "-wait", "10s")
 	var clients []*rlock.Client
 	for i := 0; i < 3; i++ {
-		clients = append(clients, relock(t, srv, srv.Addr(), rlock.WithWatchdogTimeout(300*time.Millisecond)))
+		// Renewed every 250ms, each renewal with about 640ms to be confirmed (300ms at the
+		// default fraction left under 100ms: a stall of that much on a loaded machine is a
+		// loss the row would put down to SCRIPT FLUSH).
+		clients = append(clients, relock(t, srv, srv.Addr(), rlock.WithWatchdogTimeout(time.Second), rlock.WithRenewFraction(0.25)))
 	}
 	stop := every(20*time.Millisecond, 2000, func() { srv.Do(t, "SCRIPT", "FLUSH") })
 	r.goroutines(clients, worker.Config{Names: ns, Iters: 40, Wait: 10 * time.Second, Work: time.Millisecond})
