@@ -22,9 +22,11 @@ func TestReview21_unlockAfterFixedLeaseEndWithLateWatchdogIsNotALoss(t *testing.
 	t.Parallel()
 	b := realBackend(t)
 	nameA, nameB := redistest.Name(t)+"-a", redistest.Name(t)+"-b"
+	caughtUp := make(chan struct{}) // closed when the hook lets the watchdog's goroutine go
 	obs := &rlock.Observer{HoldEnd: func(e rlock.HoldEndInfo) {
 		if e.Name == nameB {
 			time.Sleep(600 * time.Millisecond) // holds the watchdog's goroutine
+			close(caughtUp)
 		}
 	}}
 	c := b.client(t, rlock.WithObserver(obs))
@@ -38,13 +40,15 @@ func TestReview21_unlockAfterFixedLeaseEndWithLateWatchdogIsNotALoss(t *testing.
 	if err := mb.LockLease(bg, 100*time.Millisecond); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(time.Until(start.Add(420 * time.Millisecond))) // A's lease over in Redis too
-	if b.exists(t, ma.Key()) {
-		t.Fatal("premise: A's key outlived its lease in Redis")
-	}
+	// A's lease over in Redis too: waited for, not slept for (a stall that delayed the
+	// re-entry's send, which extends the lease, kept the key past a fixed 420ms on a loaded
+	// machine). The hook holds the watchdog until about 700ms.
+	redistest.WaitFor(t, 5*time.Second, "premise: A's key to end with its lease in Redis", func() bool { return !b.exists(t, ma.Key()) })
+	t.Logf("A's key gone %v after the first LockLease", time.Since(start).Round(time.Millisecond))
 	uerr := ma.Unlock(bg)
 	t.Logf("first Unlock after the lease's end: %v", uerr)
-	time.Sleep(time.Until(start.Add(900 * time.Millisecond))) // the watchdog has caught up
+	within(t, 5*time.Second, "the hook to let the watchdog go", caughtUp)
+	time.Sleep(300 * time.Millisecond) // the watchdog has caught up
 	eerr := ma.Err(bg)
 	t.Logf("Err: %v", eerr)
 	ok, terr := ma.TryLock(bg, 0, time.Second)
