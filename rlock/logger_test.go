@@ -74,7 +74,10 @@ func TestWithLogger_hotPathIsSilent(t *testing.T) {
 func TestWithLogger_loss(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
 		l, lb := newTestLogger(slog.LevelInfo)
-		c := b.client(t, rlock.WithLogger(l), rlock.WithWatchdogTimeout(300*time.Millisecond))
+		// Renewed every 250ms (the loss found as soon as with 300ms at two thirds), each
+		// renewal with about 640ms to be confirmed: 300ms left under 100ms, and a stall of that
+		// much on a loaded machine ended the hold by its deadline (no renewal's Warn line).
+		c := b.client(t, rlock.WithLogger(l), rlock.WithWatchdogTimeout(time.Second), rlock.WithRenewFraction(0.25))
 		name := redistest.Name(t)
 		m := c.Mutex(name)
 		require.NoError(t, m.Lock(bg))
@@ -188,7 +191,8 @@ func TestWithLogger_redLockLoss(t *testing.T) {
 		addrs = append(addrs, m.Addr())
 	}
 	l, lb := newTestLogger(slog.LevelError)
-	cs := redClients(t, addrs, rlock.WithLogger(l), rlock.WithWatchdogTimeout(300*time.Millisecond))
+	// As TestWithLogger_loss: renewals every 250ms, each with about 640ms to be confirmed.
+	cs := redClients(t, addrs, rlock.WithLogger(l), rlock.WithWatchdogTimeout(time.Second), rlock.WithRenewFraction(0.25))
 	name := redistest.Name(t)
 	rl := rlock.NewRedLock(name, cs)
 	require.NoError(t, rl.Lock(bg))
