@@ -4194,14 +4194,17 @@ func TestModelRegression_reentryGrantedAfterLossWipesHolds(t *testing.T) {
 	}
 	mf.refuseRenewals.Store(true) // the watchdog lease is lost ~300ms from now
 	// A re-entry with a fixed lease, applied at once (Redis extends the key's TTL: the
-	// owner's hold stays there), whose reply comes after the watchdog reported the loss.
-	late := withFault(bg, &opFault{stages: []faultStage{{kind: fDelay, n: 1, delay: 500 * time.Millisecond}}})
-	ok, err := m.TryLock(late, 0, time.Second)
+	// owner's hold stays there), whose reply comes after the watchdog reported the loss:
+	// 1.5 s, about 1.2 s after it, so that a stall of the process across both moments does
+	// not deliver the reply first (a 500ms delay, 200ms after the loss, did under a stall
+	// injector), and within the re-entry's fixed lease (3 s).
+	late := withFault(bg, &opFault{stages: []faultStage{{kind: fDelay, n: 1, delay: 1500 * time.Millisecond}}})
+	ok, err := m.TryLock(late, 0, 3*time.Second)
 	mf.refuseRenewals.Store(false)
 	if ok || !errors.Is(err, rlock.ErrLockLost) {
 		t.Errorf("a re-entry answered after the owner's hold was reported lost: %v %v, want ErrLockLost", ok, err)
 	}
-	time.Sleep(1200 * time.Millisecond) // past the re-entry's fixed lease
+	time.Sleep(2200 * time.Millisecond) // past the re-entry's fixed lease
 	if mh := rlock.ModelMutexHold(m, bg); !mh.Present || mh.Count != 1 || mh.Lost == nil {
 		t.Errorf("the owner has not unlocked its lost hold, yet the Client's hold table has %+v, want 1 hold, lost", mh)
 	}
