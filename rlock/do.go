@@ -119,13 +119,10 @@ func runHeld(ctx context.Context, l Holder, fn func(context.Context) error) (err
 	return errors.Join(ferr, loss, uerr)
 }
 
-// holderName is the name of l's lock, when it tells it.
+// holderName is the name of l's lock, when it tells it (every lock of this package does).
 func holderName(l Holder) (string, bool) {
-	switch l := l.(type) {
-	case interface{ Name() string }:
-		return l.Name(), true
-	case *ReadLocker:
-		return l.rwm().Name(), true
+	if n, ok := l.(interface{ Name() string }); ok {
+		return n.Name(), true
 	}
 	return "", false
 }
