@@ -15,6 +15,7 @@ import (
 // ErrLeaseExpired, which still is ErrNotHeld, until the owner locks again or unlocks; the
 // record survives the hold leaving the Client's table.
 func TestMutex_Err_leaseExpired(t *testing.T) {
+	t.Parallel() // its own servers; it waits out leases
 	eachBackend(t, func(t *testing.T, b *backend) {
 		c := b.client(t)
 		m := c.Mutex(redistest.Name(t))

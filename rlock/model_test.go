@@ -4099,6 +4099,7 @@ func TestModelRegression_failedGiveBackOfReentryReportsLoss(t *testing.T) {
 // gives back every hold Redis counts of this Client's now, and this test looks well before
 // the re-entry's watchdog lease could end it.
 func TestModelRegression_lateReentryReplyLeavesGhost(t *testing.T) {
+	t.Parallel() // its own servers; it waits out leases
 	b := realBackend(t)
 	const watchdogTTL = 10 * time.Second
 	c, err := rlock.New(newModelFaults(b.rueidis(t), nil).hc, rlock.WithWatchdogTimeout(watchdogTTL))

@@ -85,6 +85,7 @@ func TestRedLock_failedGiveBackIsNotRenewed(t *testing.T) {
 // The same after the owner's last Unlock: an instance whose give-back failed is forgotten by
 // the RedLock (a majority freed the lock, Unlock succeeded), so its hold must not be renewed.
 func TestRedLock_failedUnlockIsNotRenewed(t *testing.T) {
+	t.Parallel() // its own servers; it waits out leases
 	ss := redServers(t, 3)
 	const lease = time.Second
 	opts := []rlock.Option{rlock.WithWatchdogTimeout(lease), rlock.WithCleanupTimeout(100 * time.Millisecond)}

@@ -213,6 +213,7 @@ func TestReview18_forcedFastTenureReleaseReplayTellsTheLoss(t *testing.T) {
 // HoldCount call free, and the loss is never told (Err nil; Unlock frees the ghost and
 // answers nil).
 func TestReview18_renewalOfTheOwnersOwnGhostTellsTheLoss(t *testing.T) {
+	t.Parallel() // its own servers; it waits out leases
 	eachBackend(t, func(t *testing.T, b *backend) {
 		for _, ghost := range []bool{false, true} { // false: the control, the tenure lost alone
 			c := b.client(t, rlock.WithWatchdogTimeout(300*time.Millisecond))

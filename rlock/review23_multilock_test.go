@@ -40,6 +40,7 @@ func (m *countedMutex) Unlock(ctx context.Context) error {
 // Locker's is left as its Unlock leaves it"), even when the Locker embeds a lock of this
 // package: the promoted unexported giveBackTaken must not bypass the user's Unlock.
 func TestMultiLock_roundGiveBackCallsForeignLockersUnlock(t *testing.T) {
+	t.Parallel() // its own servers and hooks
 	srv := redistest.Start(t)
 	c, err := rlock.New(srv.Client(t))
 	require.NoError(t, err)
@@ -70,6 +71,7 @@ func TestMultiLock_roundGiveBackCallsForeignLockersUnlock(t *testing.T) {
 // (GiveBack, GiveBackCanceled), as a Mutex member's is. It failed before RedLock.giveBackTaken:
 // the RedLock stayed held on all 3 instances, renewed.
 func TestMultiLock_redLockMemberGiveBackBusyBehindOwnersOtherCall(t *testing.T) {
+	t.Parallel() // its own servers and hooks
 	testRedLockMemberBusyGiveBack(t, false)
 }
 
@@ -80,6 +82,7 @@ func TestMultiLock_redLockMemberGiveBackBusyBehindOwnersOtherCall(t *testing.T) 
 // give-back (RedLock.giveBackAfter hands it to the next open Client). Ended at that Close,
 // the RedLock stayed held on the other two, renewed.
 func TestMultiLock_redLockMemberGiveBackBusyOutlivesCloseOfItsWaiter(t *testing.T) {
+	t.Parallel() // its own servers and hooks
 	testRedLockMemberBusyGiveBack(t, true)
 }
 
@@ -178,6 +181,7 @@ func testRedLockMemberBusyGiveBack(t *testing.T, closeWaiter bool) {
 // ReleaseDone of kind multi_lock) as its TryLock was (AcquireDone, acquired); the round's
 // Mutex members' give-backs are still reported as releases (Mutex.unlockObserved).
 func TestMultiLock_nestedGiveBackOfARoundIsObserved(t *testing.T) {
+	t.Parallel() // its own servers and hooks
 	srv := redistest.Start(t)
 	var acquired, released atomic.Int64
 	obs := &rlock.Observer{

@@ -252,6 +252,7 @@ func TestDial(t *testing.T) {
 // before the replay (ending the lease): the replay was sent before the deadline known at the
 // first send, so the Unlock succeeded (issue 10 review).
 func TestRelease_renewalBetweenFirstSendAndReplay(t *testing.T) {
+	t.Parallel() // its own servers; it waits out leases
 	eachBackend(t, func(t *testing.T, b *backend) {
 		// 1s: renewed at 667ms, the replay that follows it has about 300ms before the
 		// deadline on a loaded machine (300ms left it about 90ms).

@@ -24,6 +24,7 @@ import (
 // the Client must not count it (Err, HoldCount) nor renew it, and Redis must let it go
 // within its lease.
 func TestMultiLock_failedGiveBackOfARoundLeavesNothingHeld(t *testing.T) {
+	t.Parallel() // its own servers and hooks
 	srv := redistest.Start(t)
 	var refuse atomic.Bool
 	hc := &hookClient{Client: srv.Client(t)}
@@ -72,6 +73,7 @@ type busyKey struct{}
 // godoc): that goroutine holds A until its Unlock, which returns nil; after it, nothing is
 // held by the Client, and Redis lets A go within its lease, nobody renewing it.
 func TestMultiLock_giveBackBusyBehindOwnersOtherCall(t *testing.T) {
+	t.Parallel() // its own servers and hooks
 	srv := redistest.Start(t)
 	name := redistest.Name(t)
 	keyA, keyB := "", ""
@@ -145,6 +147,7 @@ func TestMultiLock_giveBackBusyBehindOwnersOtherCall(t *testing.T) {
 // members (RWMutex.giveBackTaken and ReadLocker.giveBackTaken): the round takes the write
 // side of one lock and the read side of another, held for writing by another Client.
 func TestMultiLock_failedGiveBackOfARoundLeavesNothingHeld_rw(t *testing.T) {
+	t.Parallel() // its own servers and hooks
 	for _, readFirst := range []bool{false, true} {
 		t.Run(map[bool]string{false: "write", true: "read"}[readFirst], func(t *testing.T) {
 			srv := redistest.Start(t)
