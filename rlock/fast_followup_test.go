@@ -23,23 +23,9 @@ import (
 // trial 35, "HoldCount 1, booked 0").
 func TestFastGrant_followUpRefusedLeavesNoHold(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
-		hc := &hookClient{Client: b.rueidis(t)}
-		var armed, refused atomic.Bool
-		hc.set(func(ctx context.Context, cmd hookCall, call func() rueidis.RedisResult) rueidis.RedisResult {
-			if armed.Load() && cmd.script == "acquire" && !cmd.fast && refused.CompareAndSwap(false, true) {
-				return hardRefused() // the follow-up of the transaction
-			}
-			return call()
+		m, refused := followUpSetup(t, b, func(context.Context) rueidis.RedisResult {
+			return hardRefused()
 		})
-		c, err := rlock.New(hc)
-		require.NoError(t, err)
-		defer c.Close()
-		rlock.SetFastAlways(c, true)
-		m := c.Mutex(redistest.Name(t))
-		// The fence holds a spent record (a replay's): INCR refuses it.
-		_, err = b.do(t, "SET", m.Key()+":fence", "1796446491015580/x.1/99999999999999", "PX", "60000")
-		require.NoError(t, err)
-		armed.Store(true)
 		// One attempt (a Lock would try again after the refused dial, and its next attempt
 		// find the form).
 		ok, err := m.TryLock(bg, 0, 0)
@@ -56,31 +42,42 @@ func TestFastGrant_followUpRefusedLeavesNoHold(t *testing.T) {
 	})
 }
 
+// followUpSetup returns a Mutex of a Client of b whose fast grants' follow-up script
+// (acquire.lua after the transaction) is answered once by reply, on a name whose fence holds
+// a spent record (a replay's), which INCR refuses, so that the next fresh acquire's
+// transaction writes the fast form and needs the follow-up; hit reports that it was sent.
+func followUpSetup(t *testing.T, b *backend, reply func(context.Context) rueidis.RedisResult) (*rlock.Mutex, *atomic.Bool) {
+	t.Helper()
+	hc := &hookClient{Client: b.rueidis(t)}
+	var armed, hit atomic.Bool
+	hc.set(func(ctx context.Context, cmd hookCall, call func() rueidis.RedisResult) rueidis.RedisResult {
+		if armed.Load() && cmd.script == "acquire" && !cmd.fast && hit.CompareAndSwap(false, true) {
+			return reply(ctx)
+		}
+		return call()
+	})
+	c, err := rlock.New(hc, rlock.WithWatchdogTimeout(time.Minute))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+	rlock.SetFastAlways(c, true)
+	m := c.Mutex(redistest.Name(t))
+	_, err = b.do(t, "SET", m.Key()+":fence", "1796446491015580/x.1/99999999999999", "PX", "60000")
+	require.NoError(t, err)
+	armed.Store(true)
+	return m, &hit
+}
+
 // A fast grant's follow-up script (acquire.lua after an INCR that gave no token) that Redis
 // declines to run (an OOM reply: the server filled after the transaction; a refused command)
 // wrote nothing, and the transaction's fast form is held for nobody: the acquire returns the
 // error, and the form must not stay held until its lease runs out.
 func TestFastGrant_followUpDeclinedLeavesNoHold(t *testing.T) {
 	b := realBackend(t)
-	hc := &hookClient{Client: b.rueidis(t)}
 	raw := b.rueidis(t)
-	var armed, declined atomic.Bool
-	hc.set(func(ctx context.Context, cmd hookCall, call func() rueidis.RedisResult) rueidis.RedisResult {
-		if armed.Load() && cmd.script == "acquire" && !cmd.fast && declined.CompareAndSwap(false, true) {
-			// A real error reply, as Redis sends it.
-			return raw.Do(ctx, raw.B().Eval().Script("return redis.error_reply('OOM command not allowed when used memory > maxmemory')").Numkeys(0).Build())
-		}
-		return call()
+	m, declined := followUpSetup(t, b, func(ctx context.Context) rueidis.RedisResult {
+		// A real error reply, as Redis sends it.
+		return raw.Do(ctx, raw.B().Eval().Script("return redis.error_reply('OOM command not allowed when used memory > maxmemory')").Numkeys(0).Build())
 	})
-	c, err := rlock.New(hc, rlock.WithWatchdogTimeout(time.Minute))
-	require.NoError(t, err)
-	defer c.Close()
-	rlock.SetFastAlways(c, true)
-	m := c.Mutex(redistest.Name(t))
-	// The fence holds a spent record (a replay's): INCR refuses it.
-	_, err = b.do(t, "SET", m.Key()+":fence", "1796446491015580/x.1/99999999999999", "PX", "60000")
-	require.NoError(t, err)
-	armed.Store(true)
 	ok, err := m.TryLock(bg, 0, 0)
 	require.True(t, declined.Load(), "the follow-up was sent and declined")
 	require.False(t, ok)
