@@ -56,7 +56,11 @@ func TestGhostReentry_lossAfterDeleteWithRepliesLostIsTold(t *testing.T) {
 			t.Run(fmt.Sprintf("%s/holds%d", k.name, holds), func(t *testing.T) {
 				t.Parallel()
 				b := realBackend(t)
-				hc, c := hardSetup(t, b, rlock.WithWatchdogTimeout(300*time.Millisecond),
+				// A 1-s lease renewed every quarter: a loss is seen within 250ms, and a stall of
+				// the loaded process (-race, parallel subtests) does not end the tenure before the
+				// DEL (300ms at two thirds failed the first Lock's re-entry under a SIGSTOP
+				// pattern of 250ms every 500ms, helper flaky23).
+				hc, c := hardSetup(t, b, rlock.WithWatchdogTimeout(time.Second), rlock.WithRenewFraction(0.25),
 					rlock.WithCleanupTimeout(300*time.Millisecond))
 				m := k.mk(c, redistest.Name(t))
 				for i := 0; i < holds; i++ {
@@ -98,7 +102,7 @@ func TestGhostReentry_lossAfterDeleteWithRepliesLostIsTold(t *testing.T) {
 					require.ErrorIs(t, m.Err(bg), rlock.ErrLockLost, "the key is gone: only a loss told already explains it")
 				}
 
-				// The owner must learn of the loss: several renewal periods (100 ms each) and
+				// The owner must learn of the loss: several renewal periods (250 ms each) and
 				// the cleanup timeout are ample.
 				lostWithin := 2 * time.Second
 				deadline := time.Now().Add(lostWithin)
