@@ -563,7 +563,11 @@ func TestRWMutex_watchdogRenewsBothKinds(t *testing.T) {
 func TestRWMutex_forceUnlock(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
 		name := redistest.Name(t)
-		c := b.client(t, rlock.WithWatchdogTimeout(300*time.Millisecond))
+		// A 1-s lease renewed every quarter: the loss is seen within 250ms, and a stall of the
+		// loaded process does not let the write hold run out before the force (300ms at two
+		// thirds: the force found nothing under a SIGSTOP pattern of 250ms every 500ms,
+		// helper flaky23).
+		c := b.client(t, rlock.WithWatchdogTimeout(time.Second), rlock.WithRenewFraction(0.25))
 		rw := c.RWMutex(name)
 		admin := b.client(t).RWMutex(name)
 		ok, err := admin.ForceUnlock(bg)
