@@ -252,7 +252,11 @@ func checkLease(what string, lease time.Duration) error {
 //  1. [ErrNotHeld] when the owner holds no hold: never locked, already unlocked, expired or
 //     taken by another (the loss cause is joined when the owner was told of a loss; after a
 //     fixed lease ran its course, the error wraps [ErrLeaseExpired], even when Redis still
-//     had the hold for the drift allowance and Unlock gave it back there);
+//     had the hold for the drift allowance and Unlock gave it back there). One exception: a
+//     handle's uncontended acquire whose request reached Redis only after the Client had
+//     resolved it as refused, and after the lock was freed, leaves a hold nobody has (free
+//     to every other owner and reader) until the lease it asked for ends; an Unlock of that
+//     handle meanwhile gives it back and returns nil;
 //  2. [ErrWrongType], [ErrClosed], [ErrInvalid], or a Redis error, wrapped. A give-back that
 //     Redis cannot serve yet (unreachable, loading, a Cluster slot being migrated or a
 //     master failing over: nothing was applied) is sent again with backoff, and its error
