@@ -3,8 +3,11 @@ package bench
 import (
 	"crypto/sha1"
 	"encoding/hex"
+	"fmt"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/redis/rueidis"
@@ -82,6 +85,8 @@ redis.call('del', KEYS[1]) return 0`)
 	hashRel := load(`if redis.call('hget', KEYS[1], 'o') ~= ARGV[1] then return -1 end
 redis.call('del', KEYS[1]) return 0`)
 	empty := load(`return 0`)
+	fastRel := load(lua.FastRelease.Text(true))
+	fastAcq := load("#!lua\nif redis.call('set', KEYS[1], ARGV[1], 'nx', 'px', ARGV[2]) then return redis.call('incr', KEYS[2]) end return 0")
 	strRel := load(`local v = redis.call('get', KEYS[1]) redis.call('del', KEYS[1]) return 0`)
 	peerRel := load(`if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0`)
 	// seq is the i-th operation's sequence number, as a Client numbers them.
@@ -129,6 +134,20 @@ redis.call('del', KEYS[1]) return 0`)
 				c.B().Exec().Build(),
 				evalsha(hashRel, keys[:1], owner+"|"+seq(2*i), seq(2*i+1))}
 		}},
+		// fast-multi: the fast grant as it is sent (MULTI, SET NX PX of the fast form, the
+		// fence's INCR, EXEC), and its release by fast_release.lua.
+		{"fast-multi", func(i int) []rueidis.Completed {
+			return []rueidis.Completed{c.B().Multi().Build(),
+				c.B().Arbitrary("SET").Keys(keys[0]).Args("~"+owner+" "+seq(2*i), "NX", "PX", "30000").Build(),
+				c.B().Incr().Key(keys[1]).Build(),
+				c.B().Exec().Build(),
+				evalsha(fastRel, keys[:1], owner, seq(2*i), "")}
+		}},
+		// fast-script: the same grant as one small script (SET NX PX, then INCR when it
+		// granted), the same release.
+		{"fast-script", func(i int) []rueidis.Completed {
+			return []rueidis.Completed{evalsha(fastAcq, keys, "~"+owner+" "+seq(2*i), "30000"), evalsha(fastRel, keys[:1], owner, seq(2*i), "")}
+		}},
 		// empty-pair: two scripts that call nothing: what running a script costs by itself.
 		{"empty-pair", func(i int) []rueidis.Completed {
 			return []rueidis.Completed{evalsha(empty, keys, "30000", owner, seq(2*i)), evalsha(empty, keys[:1], owner, seq(2*i+1))}
@@ -165,11 +184,13 @@ redis.call('del', KEYS[1]) return 0`)
 				run(i)
 			}
 			srv.ResetStats(b)
+			cpu0 := serverCPU(b, srv)
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
 				run(i)
 			}
 			b.StopTimer()
+			b.ReportMetric(float64((serverCPU(b, srv)-cpu0).Nanoseconds())/1e3/float64(b.N), "server_cpu_us/op")
 			sent := map[string]int64{}
 			inMulti := false
 			for _, cmd := range p.cycle(0) {
@@ -212,4 +233,117 @@ func sentUsec(b *testing.B, srv *redistest.Server, sent map[string]int64) float6
 		}
 	}
 	return sum
+}
+
+// BenchmarkFastGrantShape weighs the fast grant's two atomic shapes under rueidis's
+// auto-pipelining, where a server's CPU goes to executing and parsing commands rather than to a
+// round trip each (BenchmarkScriptCycle is one goroutine on the synchronous path): g
+// goroutines, each with a lock of its own, run acquire+release cycles as the transaction
+// (fast-multi: MULTI, SET NX PX, INCR, EXEC; 4 commands parsed and answered) or as one small
+// script (fast-script: EVALSHA running SET NX PX and INCR), the release by fast_release.lua
+// either way, beside the peers' shape (setnx+eval). It reports the client's and the server's
+// CPU per cycle (getrusage, INFO cpu) and Redis's own time (commandstats usec, redis_us/op).
+func BenchmarkFastGrantShape(b *testing.B) {
+	srv := redistest.Start(b)
+	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr()}, DisableCache: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(c.Close)
+	load := func(src string) string {
+		if err := c.Do(bg, c.B().ScriptLoad().Script(src).Build()).Error(); err != nil {
+			b.Fatal(err)
+		}
+		sum := sha1.Sum([]byte(src))
+		return hex.EncodeToString(sum[:])
+	}
+	evalsha := func(sha string, keys []string, args ...string) rueidis.Completed {
+		return c.B().Evalsha().Sha1(sha).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build()
+	}
+	fastRel := load(lua.FastRelease.Text(true))
+	fastAcq := load("if redis.call('set', KEYS[1], ARGV[1], 'nx', 'px', ARGV[2]) then return redis.call('incr', KEYS[2]) end return 0")
+	peerRel := load(`if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0`)
+	const owner = "h:0b8d9c1e7f1a4a559a3e1d2c3b4a5f60:1"
+	shapes := []struct {
+		name string
+		sent map[string]int64 // top-level commands per cycle
+		run  func(keys []string, i int) error
+	}{
+		{"fast-multi", map[string]int64{"exec": 1, "evalsha": 1}, func(keys []string, i int) error {
+			v := "~" + owner + " " + strconv.Itoa(i)
+			for _, r := range c.DoMulti(bg, c.B().Multi().Build(),
+				c.B().Arbitrary("SET").Keys(keys[0]).Args(v, "NX", "PX", "30000").Build(),
+				c.B().Incr().Key(keys[1]).Build(),
+				c.B().Exec().Build()) {
+				if err := r.Error(); err != nil {
+					return err
+				}
+			}
+			return c.Do(bg, evalsha(fastRel, keys[:1], owner, strconv.Itoa(i), "")).Error()
+		}},
+		{"fast-script", map[string]int64{"evalsha": 2}, func(keys []string, i int) error {
+			v := "~" + owner + " " + strconv.Itoa(i)
+			if err := c.Do(bg, evalsha(fastAcq, keys, v, "30000")).Error(); err != nil {
+				return err
+			}
+			return c.Do(bg, evalsha(fastRel, keys[:1], owner, strconv.Itoa(i), "")).Error()
+		}},
+		{"setnx+eval", map[string]int64{"set": 1, "evalsha": 1}, func(keys []string, _ int) error {
+			if err := c.Do(bg, c.B().Set().Key(keys[0]).Value(owner).Nx().PxMilliseconds(30000).Build()).Error(); err != nil {
+				return err
+			}
+			return c.Do(bg, evalsha(peerRel, keys[:1], owner)).Error()
+		}},
+	}
+	for _, g := range []int{1, 8, 64} {
+		for _, p := range shapes {
+			b.Run(fmt.Sprintf("%s/g=%d", p.name, g), func(b *testing.B) {
+				var next atomic.Int64
+				work := func(id, n int) {
+					keys := []string{fmt.Sprintf("{shape-%d}", id), fmt.Sprintf("{shape-%d}:fence", id)}
+					for i := 0; i < n; i++ {
+						if err := p.run(keys, i); err != nil {
+							b.Error(err)
+							return
+						}
+					}
+				}
+				var wg sync.WaitGroup
+				for id := range g { // warm-up
+					wg.Add(1)
+					go func() { defer wg.Done(); work(id, 50) }()
+				}
+				wg.Wait()
+				srv.ResetStats(b)
+				c0, s0 := processCPU(), serverCPU(b, srv)
+				b.ResetTimer()
+				for id := range g {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						keys := []string{fmt.Sprintf("{shape-%d}", id), fmt.Sprintf("{shape-%d}:fence", id)}
+						for i := 0; ; i++ {
+							if next.Add(1) > int64(b.N) {
+								return
+							}
+							if err := p.run(keys, i); err != nil {
+								b.Error(err)
+								return
+							}
+						}
+					}()
+				}
+				wg.Wait()
+				b.StopTimer()
+				c1, s1 := processCPU(), serverCPU(b, srv)
+				b.ReportMetric(float64((c1-c0).Nanoseconds())/1e3/float64(b.N), "client_cpu_us/op")
+				b.ReportMetric(float64((s1-s0).Nanoseconds())/1e3/float64(b.N), "server_cpu_us/op")
+				sent := map[string]int64{}
+				for k, v := range p.sent {
+					sent[k] = v * int64(b.N)
+				}
+				b.ReportMetric(sentUsec(b, srv, sent)/float64(b.N), "redis_us/op")
+			})
+		}
+	}
 }

@@ -163,3 +163,50 @@ func cpuMeter(b *testing.B, srv *redistest.Server) func() {
 		b.ReportMetric(float64((s1-s0).Microseconds())/float64(b.N), "server-cpu-us/op")
 	}
 }
+
+// BenchmarkFirstSendPaths weighs the ways a lone request can be sent so that its caller may
+// leave at a cancel (README guarantee 6), two PINGs per op on one goroutine: on the caller's
+// goroutine with context.Background() (sync-bg: rueidis's synchronous path, which heeds no
+// cancel), from a goroutine of its own with a deadline while the caller waits for it or the
+// cancel (goroutine-deadline: what inflight.go does), through rueidis's own cancel path, a
+// context with a Done channel and no deadline (queue-cancel: rueidis moves the connection to
+// its pipelining mode for good and heeds the cancel, dropping the reply), and
+// context.Background() on a connection rueidis has moved so (sync-bg-after-queue).
+func BenchmarkFirstSendPaths(b *testing.B) {
+	for _, mode := range []string{"sync-bg", "goroutine-deadline", "queue-cancel", "sync-bg-after-queue"} {
+		b.Run(mode, func(b *testing.B) {
+			srv := redistest.Start(b)
+			rc := srv.Client(b)
+			cmd := func() error { return rc.Do(bg, rc.B().Ping().Build()).Error() }
+			cctx, cancel := context.WithCancel(bg)
+			defer cancel()
+			if mode == "sync-bg-after-queue" {
+				_ = rc.Do(cctx, rc.B().Ping().Build()).Error()
+			}
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				switch mode {
+				case "sync-bg", "sync-bg-after-queue":
+					_ = cmd()
+					_ = cmd()
+				case "goroutine-deadline":
+					for range 2 {
+						done := make(chan error, 1)
+						go func() {
+							dctx, c := context.WithDeadline(bg, time.Now().Add(5*time.Second))
+							done <- rc.Do(dctx, rc.B().Ping().Build()).Error()
+							c()
+						}()
+						select {
+						case <-done:
+						case <-cctx.Done():
+						}
+					}
+				case "queue-cancel":
+					_ = rc.Do(cctx, rc.B().Ping().Build()).Error()
+					_ = rc.Do(cctx, rc.B().Ping().Build()).Error()
+				}
+			}
+		})
+	}
+}
