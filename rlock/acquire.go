@@ -363,11 +363,11 @@ func (m *Mutex) attempt(ctx context.Context, h *hold, lease time.Duration, renew
 	site := replaySite{kind: m.v.obs, name: m.name, owner: h.owner, op: "acquire"}
 	if ctx.Done() == nil || b.direct {
 		if fastVal != "" {
-			vals, isFast, err = m.c.execFast(ctx, m.v.acquire, keys, args, fastVal, &b.cmds, b.vals[:0])
+			vals, isFast, err = m.c.execFast(ctx, m.v.acquire, keys, args, fastVal, m.keys.pub, &b.cmds, b.vals[:0])
 		} else {
 			vals, acked, err = m.c.execAcquire(ctx, m.v.acquire, keys, args, b.vals[:0])
 		}
-	} else if f := m.c.send(ctx, sent, true, m.v.acquire, keys, args, fastVal, b.firstSend()); f.await(ctx) {
+	} else if f := m.c.send(ctx, sent, true, m.v.acquire, keys, args, fastVal, m.keys.pub, b.firstSend()); f.await(ctx) {
 		// A ctx that can end: the caller must be able to leave (see inflight).
 		vals, acked, err, isFast = append(b.vals[:0], f.vals...), f.acked, f.err, f.isFast
 	} else {

@@ -91,8 +91,9 @@ func (m *Mutex) fastRecord(h *hold, within *tenure, waiting bool, vals []int64, 
 //
 // value is the token field the transaction writes, '~<owner> <seq>' (newFastRequest); its
 // SET's PX is args[0], the lease in milliseconds as the script takes it. cmds is memory of
-// the caller's for the four commands (it allocates none).
-func (c *Client) execFast(ctx context.Context, s *lua.Script, keys, args []string, value string, cmds *[4]rueidis.Completed, buf []int64) (vals []int64, fast bool, err error) {
+// the caller's for the four commands (it allocates none). pub is the lock's release channel
+// as the scripts take it: a give-back of the form (below) tells the waiters that marked it.
+func (c *Client) execFast(ctx context.Context, s *lua.Script, keys, args []string, value, pub string, cmds *[4]rueidis.Completed, buf []int64) (vals []int64, fast bool, err error) {
 	rc := c.rc
 	*cmds = [4]rueidis.Completed{
 		rc.B().Multi().Build(),
@@ -151,7 +152,7 @@ func (c *Client) execFast(ctx context.Context, s *lua.Script, keys, args []strin
 		// the script's all the same). Before, it was always left to its lease
 		// (TestFastGrant_followUpDeclinedLeavesNoHold).
 		cctx, cancel := c.cleanupCtx(ctx)
-		_ = c.execServed(cctx, lua.FastRelease, keys[:1], []string{args[1], args[2], ""}).Error()
+		_ = c.execServed(cctx, lua.FastRelease, keys[:1], []string{args[1], args[2], pub}).Error()
 		cancel()
 	}
 	return vals, false, err

@@ -87,3 +87,65 @@ func TestFastGrant_followUpDeclinedLeavesNoHold(t *testing.T) {
 	require.Zero(t, n, "TryLock failed, but Redis counts a hold of the owner")
 	require.False(t, b.exists(t, m.Key()), "the lock is left held (for the minute of its lease)")
 }
+
+// The give-back of a declined follow-up's fast form (above) tells the waiters that marked the
+// lock meanwhile: a waiter of another Client that met the form, marked it and parked must be
+// woken when it goes, not left to wait out the form's lease (a minute here). Before, the
+// give-back published on no channel.
+func TestFastGrant_followUpDeclinedWakesMarkedWaiter(t *testing.T) {
+	b := realBackend(t)
+	raw := b.rueidis(t)
+	// The waiter's Client counts its acquires' answers: its first marks the lock, and a
+	// second follows its subscription (the channel was not live at its mark: section 7 of
+	// the design); after that it sleeps until a wake-up or the form's lease.
+	whc := &hookClient{Client: b.rueidis(t)}
+	answered := make(chan struct{}, 16)
+	whc.set(func(ctx context.Context, cmd hookCall, call func() rueidis.RedisResult) rueidis.RedisResult {
+		r := call()
+		if cmd.script == "acquire" {
+			answered <- struct{}{}
+		}
+		return r
+	})
+	other, err := rlock.New(whc, rlock.WithWatchdogTimeout(time.Minute))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = other.Close() })
+	var waiter *rlock.Mutex
+	waited := make(chan error, 1)
+	m, declined := followUpSetup(t, b, func(ctx context.Context) rueidis.RedisResult {
+		// The form is in Redis (the transaction wrote it): a waiter meets it, marks it and
+		// parks.
+		go func() {
+			ctx, cancel := context.WithTimeout(bg, 20*time.Second)
+			defer cancel()
+			err := waiter.Lock(ctx)
+			if err == nil {
+				err = waiter.Unlock(bg)
+			}
+			waited <- err
+		}()
+		for i := 0; i < 2; i++ {
+			select {
+			case <-answered:
+			case <-time.After(10 * time.Second):
+				t.Errorf("the waiter's attempt %d was not answered", i+1)
+			}
+		}
+		w, err := raw.Do(ctx, raw.B().Hexists().Key(waiter.Key()).Field("w").Build()).AsBool()
+		require.NoError(t, err)
+		require.True(t, w, "the waiter did not mark the lock")
+		return raw.Do(ctx, raw.B().Eval().Script("return redis.error_reply('OOM command not allowed when used memory > maxmemory')").Numkeys(0).Build())
+	})
+	waiter = other.Mutex(m.Name())
+	ok, err := m.TryLock(bg, 0, 0)
+	require.True(t, declined.Load(), "the follow-up was sent and declined")
+	require.False(t, ok)
+	require.ErrorContains(t, err, "OOM")
+	start := time.Now()
+	select {
+	case err := <-waited:
+		require.NoError(t, err, "the waiter's Lock")
+	case <-time.After(15 * time.Second):
+		t.Fatalf("the marked waiter was not woken by the give-back (waited %v; the form's lease is a minute)", time.Since(start))
+	}
+}

@@ -37,6 +37,7 @@ type inflight struct {
 	// execFast (vals, isFast).
 	acquire bool
 	fastVal string
+	pub     string // the lock's release channel (execFast's give-back tells its waiters)
 	isFast  bool
 	cmds    [4]rueidis.Completed // execFast's
 
@@ -52,14 +53,15 @@ type inflight struct {
 // outcome await and wait give. The send's context keeps ctx's values and ends at sent plus
 // the cleanup timeout, or with the Client (Close; rueidis may heed only the deadline).
 //
-// fastVal, when set, sends an acquire as a fast grant (execFast). into, when not nil, is
+// fastVal, when set, sends an acquire as a fast grant (execFast), pub its lock's release
+// channel as the scripts take it. into, when not nil, is
 // zeroed memory of the caller's for the send, never used before.
-func (c *Client) send(ctx context.Context, sent time.Time, acquire bool, s *lua.Script, keys, args []string, fastVal string, into *inflight) *inflight {
+func (c *Client) send(ctx context.Context, sent time.Time, acquire bool, s *lua.Script, keys, args []string, fastVal, pub string, into *inflight) *inflight {
 	f := into
 	if f == nil {
 		f = new(inflight)
 	}
-	f.c, f.s, f.acquire, f.fastVal, f.done = c, s, acquire, fastVal, make(chan struct{}, 1)
+	f.c, f.s, f.acquire, f.fastVal, f.pub, f.done = c, s, acquire, fastVal, pub, make(chan struct{}, 1)
 	if len(keys)+len(args) <= len(f.kv) {
 		n := copy(f.kv[:], keys)
 		copy(f.kv[n:], args)
@@ -74,7 +76,7 @@ func (c *Client) send(ctx context.Context, sent time.Time, acquire bool, s *lua.
 
 func (f *inflight) run() {
 	if f.fastVal != "" {
-		f.vals, f.isFast, f.err = f.c.execFast(f.ctx, f.s, f.keys, f.args, f.fastVal, &f.cmds, f.buf[:0])
+		f.vals, f.isFast, f.err = f.c.execFast(f.ctx, f.s, f.keys, f.args, f.fastVal, f.pub, &f.cmds, f.buf[:0])
 	} else if f.acquire {
 		f.vals, f.acked, f.err = f.c.execAcquire(f.ctx, f.s, f.keys, f.args, f.buf[:0])
 	} else {

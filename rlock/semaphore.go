@@ -642,7 +642,7 @@ func (c *Client) semAcquire(ctx context.Context, site replaySite, lasting bool, 
 			}
 		}()
 	}
-	f := c.send(ctx, time.Now(), false, s, keys, args, "", nil)
+	f := c.send(ctx, time.Now(), false, s, keys, args, "", "", nil)
 	if counted && !f.awaitOpen(ctx) || !counted && !f.await(ctx) {
 		keys, args = f.keys, f.args // the send's copies: the caller's may be reused
 		// ctx ended, or (counted only) Close came: the caller gets ctx's error, or ErrClosed,
