@@ -287,7 +287,10 @@ func (r *RedLock) instanceTimeout(lease time.Duration) time.Duration {
 // of a grant to an instance that did not answer it within the per-instance timeout, go on in
 // the background, within the Clients' cleanup timeouts; a grant whose give-back fails expires
 // with its lease), and it returns:
-//  1. ctx's error, wrapped, when ctx ends first (within 100ms of its end, as a Mutex);
+//  1. ctx's error, wrapped, when ctx ends first (within 100ms of its end, as a Mutex),
+//     joined with the last round's failure when that round was not answered by a majority
+//     in time (errors.Is finds ctx's error and the instances' errors, or [ErrLeaseExpired]
+//     for a majority's grant that came too late);
 //  2. [ErrLockLost] when the owner's earlier hold was lost and not yet unlocked;
 //  3. [ErrInvalid] for an invalid handle or owner, or two Clients on one server;
 //  4. an error that makes a majority impossible, wrapped: [ErrWrongType] or [ErrClosed] on

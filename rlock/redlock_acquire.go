@@ -158,6 +158,16 @@ func (r *RedLock) fresh(ctx context.Context, rh *redHold, owner string, wait tim
 		}
 	}()
 	closedErr := func() error { return errorf("red lock %q: %w", r.name, ErrClosed) }
+	// last is the last round's passing failure (instances that did not answer, a majority's
+	// grant too late for its lease), nil once a round's majority answered in time: a wait that
+	// ends at ctx's end returns ctx's error joined with it, as Mutex's wait loop does.
+	var last error
+	ended := func(err error) error {
+		if last == nil {
+			return err
+		}
+		return errors.Join(err, last)
+	}
 	step := redRetryMin
 	waiting := false
 	var timer *time.Timer
@@ -226,7 +236,7 @@ func (r *RedLock) fresh(ctx context.Context, rh *redHold, owner string, wait tim
 		r.giveBackRound(ctx, got, abandonAll, tmo)
 		if err := ctx.Err(); err != nil {
 			pass()
-			return false, errorf("red lock %q: %w", r.name, err)
+			return false, ended(errorf("red lock %q: %w", r.name, err))
 		}
 		if n-len(hardErrs) < r.quorum {
 			pass()
@@ -239,6 +249,7 @@ func (r *RedLock) fresh(ctx context.Context, rh *redHold, owner string, wait tim
 		case len(got)+late >= r.quorum:
 			passing = errorf("red lock %q: %w: a majority granted it after %v of a %v lease", r.name, errLateGrant, time.Since(start), least)
 		}
+		last = passing
 		if wait == 0 {
 			return false, passing
 		}
@@ -287,7 +298,7 @@ func (r *RedLock) fresh(ctx context.Context, rh *redHold, owner string, wait tim
 				}
 				if err := r.confirm(ctx, timer, watchers, consumed, bound); err != nil {
 					pass()
-					return false, err
+					return false, ended(err)
 				}
 			}
 			if retry {
@@ -341,7 +352,7 @@ func (r *RedLock) fresh(ctx context.Context, rh *redHold, owner string, wait tim
 			timer.Reset(sleepFor)
 		}
 		if err := r.sleep(ctx, timer, watchers, listen, consumed); err != nil {
-			return false, err
+			return false, ended(err)
 		}
 		// The random pause after a wake-up spreads out contenders woken by one release
 		// and lets the releaser's other instances answer.
@@ -350,7 +361,7 @@ func (r *RedLock) fresh(ctx context.Context, rh *redHold, owner string, wait tim
 		case <-timer.C:
 		case <-ctx.Done():
 			pass()
-			return false, errorf("red lock %q: %w", r.name, ctx.Err())
+			return false, ended(errorf("red lock %q: %w", r.name, ctx.Err()))
 		}
 		closed := 0
 		for _, m := range r.insts {

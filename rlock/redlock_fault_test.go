@@ -409,3 +409,24 @@ func TestRedLock_cancelDuringRoundGiveBackWithinOneGrace(t *testing.T) {
 	}
 	require.Less(t, best, 140*time.Millisecond, "the acquire outlived its ctx by two graces")
 }
+
+// A RedLock wait that rode out instances that cannot be reached and then ends at ctx's end
+// reports ctx's error joined with the last round's failure, as a Mutex's wait does
+// (TestWait_ctxEndSeenByAnAttemptKeepsThePassingFailure): the caller learns why it waited.
+// Before, the round's failure was dropped: the error was ctx's alone.
+func TestRedLock_ctxEndKeepsTheLastRoundsFailure(t *testing.T) {
+	t.Parallel()
+	ss := redServers(t, 3)
+	cs := redClients(t, addrsOf(ss))
+	r := rlock.NewRedLock(redistest.Name(t), cs)
+	require.NoError(t, r.Lock(bg)) // the scripts loaded, the servers checked
+	require.NoError(t, r.Unlock(bg))
+	settled(t, r)
+	ss[0].Stop(t)
+	ss[1].Stop(t)
+	ctx, cancel := context.WithTimeout(bg, 500*time.Millisecond)
+	defer cancel()
+	err := r.Lock(ctx)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.ErrorContains(t, err, "1 of 3 instances answered", "the last round's failure is not in the error")
+}
