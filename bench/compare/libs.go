@@ -60,6 +60,12 @@ var libs = []lib{
 		open:    openRelockNew,
 	},
 	{
+		name:    "relock-nocancel",
+		config:  "relock as \"relock\", each Lock given context.WithoutCancel(ctx): a context that cannot end, so that Lock sends on the caller's goroutine, without the hand-over to a goroutine of its own that bounds a cancellable Lock by its context's end (README guarantee 6; the peers give no such bound): what that bound costs, in the same run",
+		renewal: "built-in watchdog: one goroutine per Client, batched renew scripts",
+		open:    openRelockNoCancel,
+	},
+	{
 		name:    "redsync-default",
 		config:  "redsync v4 on a go-redis v9 pool, default options: 32 tries, 50-250 ms random retry delay, 8 s expiry",
 		renewal: "none built in: one goroutine per lock calling ExtendContext (user code)",
@@ -103,6 +109,8 @@ var libs = []lib{
 type relockInst struct {
 	rc rueidis.Client // the caller's client (rlock.New), nil when the Client owns it (rlock.Dial)
 	c  *rlock.Client
+	// noCancel: Lock is given context.WithoutCancel(ctx) (relock-nocancel).
+	noCancel bool
 }
 
 func relockOpts(o openOpts) []rlock.Option {
@@ -137,7 +145,19 @@ func openRelockNew(addr string, o openOpts) (instance, error) {
 	return &relockInst{rc: rc, c: c}, nil
 }
 
-func (i *relockInst) handle(key string) handle { return relockHandle{i.c.Mutex(key)} }
+// openRelockNoCancel is openRelockDial whose handles lock with a context that cannot end.
+func openRelockNoCancel(addr string, o openOpts) (instance, error) {
+	inst, err := openRelockDial(addr, o)
+	if err != nil {
+		return nil, err
+	}
+	inst.(*relockInst).noCancel = true
+	return inst, nil
+}
+
+func (i *relockInst) handle(key string) handle {
+	return relockHandle{m: i.c.Mutex(key), noCancel: i.noCancel}
+}
 func (i *relockInst) renewPeriod(lease time.Duration) time.Duration {
 	return time.Duration(float64(lease) * rlock.DefaultRenewFraction)
 }
@@ -148,9 +168,17 @@ func (i *relockInst) close() {
 	}
 }
 
-type relockHandle struct{ m *rlock.Mutex }
+type relockHandle struct {
+	m        *rlock.Mutex
+	noCancel bool
+}
 
-func (h relockHandle) lock(ctx context.Context) error   { return h.m.Lock(ctx) }
+func (h relockHandle) lock(ctx context.Context) error {
+	if h.noCancel {
+		return h.m.Lock(context.WithoutCancel(ctx))
+	}
+	return h.m.Lock(ctx)
+}
 func (h relockHandle) unlock(ctx context.Context) error { return h.m.Unlock(ctx) }
 func (h relockHandle) held() bool                       { return h.m.Err(context.Background()) == nil }
 

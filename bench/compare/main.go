@@ -487,7 +487,7 @@ func runRTTs(results []*result) (hot, cold time.Duration) {
 
 // writeTargets compares each relock configuration with the best peer on each target figure.
 func writeTargets(out io.Writer, results []*result) {
-	for _, mine := range []string{"relock", "relock-new"} {
+	for _, mine := range []string{"relock", "relock-new", "relock-nocancel"} {
 		writeTargetsOf(out, results, mine)
 	}
 }
