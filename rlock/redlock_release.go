@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"slices"
-	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -237,28 +236,33 @@ func (r *RedLock) unlockHeld(ctx context.Context, rh *redHold) error {
 		need = min(need, len(idx))
 	}
 	ok, heard := 0, 0
-	var failed []error
 	for _, i := range idx {
-		switch {
-		case !answered[i]:
-			failed = append(failed, errorf("instance %d: no answer yet", i))
-			continue
-		case errors.Is(errs[i], ErrUnknownOutcome):
-			// Not an answer: the give-back may or may not have been applied.
-			failed = append(failed, errs[i])
+		// An unknown outcome is not an answer: the give-back may or may not have been applied.
+		if !answered[i] || errors.Is(errs[i], ErrUnknownOutcome) {
 			continue
 		}
 		heard++
 		if errs[i] == nil || (count > 1 && errors.Is(errs[i], ErrNotHeld)) {
 			ok++
-		} else {
+		}
+	}
+	if ok >= need {
+		return nil
+	}
+	// The errors, in the instances' order, only for an Unlock that reports them.
+	var failed []error
+	for _, i := range idx {
+		switch {
+		case !answered[i]:
+			failed = append(failed, errorf("instance %d: no answer yet", i))
+		case errors.Is(errs[i], ErrUnknownOutcome):
+			failed = append(failed, errs[i])
+		case errs[i] == nil || (count > 1 && errors.Is(errs[i], ErrNotHeld)):
+		default:
 			failed = append(failed, errs[i])
 		}
 	}
-	switch {
-	case ok >= need:
-		return nil
-	case heard >= need:
+	if heard >= need {
 		return errorf("unlock red lock %q: %w: given back by %d of %d instances (%w)", r.name, ErrNotHeld, ok, len(r.insts), errors.Join(failed...))
 	}
 	return errorf("unlock red lock %q: %d of %d instances answered: %w", r.name, heard, len(r.insts), errors.Join(failed...))
@@ -412,7 +416,7 @@ type givenBack struct {
 // starts if nobody has (g.end), so that this wait and the caller's later ones (giveBack's)
 // add up to one returnGrace after the ctx's end, not one each.
 func (r *RedLock) sendGiveBacks(ctx context.Context, idx []int, times []int, fail giveBackFail, gone <-chan struct{}, g *grace) <-chan givenBack {
-	ctx = context.WithoutCancel(ctx)
+	ctx = withoutCancel(ctx)
 	ch := make(chan givenBack, len(idx))
 	// begun: each give-back has taken its instance hold's operation lock (or given up), so
 	// it goes before any later request of the owner there from this Client. The caller waits
@@ -454,7 +458,14 @@ func (r *RedLock) sendGiveBacks(ctx context.Context, idx []int, times []int, fai
 		r.inflight.Add(1)
 		m.c.spare(func() {
 			defer r.inflight.Add(-1)
-			held := sync.OnceFunc(func() { begun <- struct{}{} })
+			// Told once, by this goroutine alone (its give-backs, then the deferred call).
+			told := false
+			held := func() {
+				if !told {
+					told = true
+					begun <- struct{}{}
+				}
+			}
 			defer held() // n == 0, or a give-back that gave up before its hold's op
 			var err error
 			for k := 0; k < n; k++ {
@@ -484,8 +495,20 @@ func (r *RedLock) sendGiveBacks(ctx context.Context, idx []int, times []int, fai
 // Client's cleanup timeout. A give-back that fails leaves the hold to expire with its
 // lease: this Client stops counting and renewing it (hold.abandon).
 func (m *Mutex) giveBackLate(ctx context.Context) {
-	_, _ = m.giveBackInst(context.WithoutCancel(ctx), abandonOne, nil)
+	_, _ = m.giveBackInst(withoutCancel(ctx), abandonOne, nil)
 }
+
+// withoutCancel is [context.WithoutCancel] of ctx under a value context of its own, for a
+// context whose values are looked up several times: a Value look-up made on
+// context.WithoutCancel's context itself boxes that context (one allocation per look-up,
+// Go 1.26), one made from a context above it walks the chain without. Each give-back of a
+// RedLock looks its owner up twice (Mutex.ownerOf).
+func withoutCancel(ctx context.Context) context.Context {
+	return context.WithValue(context.WithoutCancel(ctx), withoutCancelKey{}, nil)
+}
+
+// withoutCancelKey is the key of withoutCancel's value context: nothing reads it.
+type withoutCancelKey struct{}
 
 // giveBackInst gives back one hold of the caller's owner on instance m, as Unlock does (the
 // instances report no events), and returns Unlock's error, and whether this Client still

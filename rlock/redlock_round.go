@@ -166,11 +166,28 @@ func (r *RedLock) decide(ctx context.Context, st *roundState, idx []int, tmo tim
 		} else {
 			// The round's bound or its decision, not the caller's deadline: say so, without
 			// wrapping context.DeadlineExceeded.
-			st.res[i].err = errorf("red lock %q: instance %d: %w: no answer within the instance timeout (%v), or not needed", r.name, i, ErrUnknownOutcome, tmo)
+			st.res[i].err = &unanswered{name: r.name, i: i, tmo: tmo}
 		}
 	}
 	return st.res
 }
+
+// unanswered is the error of instance i that had not answered when a round of the RedLock
+// name was decided (its instance timeout tmo ran out, or a majority granted without it): it
+// wraps ErrUnknownOutcome. Its text is made when read (errorf's): a won round, the common
+// case, reads none (formatted at once, the instance left out cost fmt's work and four
+// allocations on every won round).
+type unanswered struct {
+	name string
+	i    int
+	tmo  time.Duration
+}
+
+func (e *unanswered) Error() string {
+	return errorf("red lock %q: instance %d: %w: no answer within the instance timeout (%v), or not needed", e.name, e.i, ErrUnknownOutcome, e.tmo).Error()
+}
+
+func (e *unanswered) Unwrap() error { return ErrUnknownOutcome }
 
 // redSilentFor is how long a server whose request in a RedLock round got no answer within
 // the instance timeout is not waited for in a split round (see round), unless it answers

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -82,10 +81,13 @@ type relTrace struct{ freed, handedOff bool }
 func (m *Mutex) unlock(ctx context.Context, owner string, rt *relTrace, failed func(h *hold, err error), held func()) error {
 	if held != nil {
 		// Told once h.op is taken (the give-back is then ahead of any later request of the
-		// owner on this lock from this Client), or when unlock gives up before.
-		once := sync.OnceFunc(held)
-		held = once
-		defer once()
+		// owner on this lock from this Client), or when unlock gives up before (this
+		// deferred call); held is nil once told.
+		defer func() {
+			if held != nil {
+				held()
+			}
+		}()
 	}
 	h, err := m.c.ref(m, owner)
 	if err != nil {
@@ -116,6 +118,7 @@ func (m *Mutex) unlock(ctx context.Context, owner string, rt *relTrace, failed f
 	defer h.unlockOp()
 	if held != nil {
 		held()
+		held = nil
 	}
 	err = m.release(ctx, h, rt)
 	if errors.Is(err, ErrNoPermission) || errors.Is(err, ErrUnknownOutcome) && h.holds() > 0 {
