@@ -123,6 +123,7 @@ const (
 type RedLock struct {
 	name       string
 	insts      []*Mutex // one per Client, in the order of the Clients' ids; one owner id on all
+	allIdx     []int    // 0 to len(insts)-1, read only (all)
 	owner      string
 	quorum     int
 	timeout    time.Duration // per instance; unset: a tenth of the lease, within redTimeoutMin..Max
@@ -200,6 +201,7 @@ func NewRedLock(name string, clients []*Client, opts ...RedLockOption) *RedLock 
 	}
 	r.set = strings.Join(ids, ",")
 	r.quorum = len(cs)/2 + 1
+	r.allIdx = r.all()
 	return r
 }
 

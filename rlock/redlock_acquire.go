@@ -138,7 +138,10 @@ func (r *RedLock) fresh(ctx context.Context, rh *redHold, owner string, wait tim
 	n := len(r.insts)
 	var watchers []*pubsub.Waiter // nil until the first wait; nil for an instance whose Client is closed
 	var marks []pubsub.Mark
-	consumed := make([]bool, n) // a wake-up of the instance's watcher was taken and not yet used up
+	var markRoom [5]pubsub.Mark // room for up to five instances' marks, allocated with fresh
+	// consumed: a wake-up of the instance's watcher was taken and not yet used up (made with
+	// watchers).
+	var consumed []bool
 	// pass hands on the wake-ups taken and not used for a successful round (a caller that
 	// leaves on an error, ctx's end or the wait's end), so that another waiter of the same
 	// Client is not left asleep.
@@ -173,7 +176,7 @@ func (r *RedLock) fresh(ctx context.Context, rh *redHold, owner string, wait tim
 	var timer *time.Timer
 	for {
 		if watchers == nil && wait != 0 {
-			marks = marks[:0]
+			marks = markRoom[:0]
 			for _, m := range r.insts {
 				marks = append(marks, m.c.sub.Mark(m.keys.channel))
 			}
@@ -263,6 +266,7 @@ func (r *RedLock) fresh(ctx context.Context, rh *redHold, owner string, wait tim
 		waiting = true
 		if watchers == nil {
 			watchers = make([]*pubsub.Waiter, n)
+			consumed = make([]bool, n)
 			usable := 0
 			for i, m := range r.insts {
 				if w, err := m.c.sub.Watch(m.keys.channel); err == nil {
@@ -376,7 +380,11 @@ func (r *RedLock) fresh(ctx context.Context, rh *redHold, owner string, wait tim
 	}
 }
 
+// all is every instance's index, 0 to N-1 (shared: read only).
 func (r *RedLock) all() []int {
+	if len(r.allIdx) == len(r.insts) {
+		return r.allIdx
+	}
 	idx := make([]int, len(r.insts))
 	for i := range idx {
 		idx[i] = i
