@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -27,21 +28,30 @@ type server struct {
 	admin rueidis.Client // not counted: its commands are the harness's, not a library's
 }
 
+// startServer starts a redis-server on a free port (or uses REDIS_ADDR's) and waits until it
+// answers. The port is found by listening on port 0 and closing: until redis-server binds it,
+// another process (another of the harness's servers, started in parallel) may take it, and
+// the redis-server then fails to start while the readiness check reaches the other one. So
+// a server is taken only once it answers with its own process id; otherwise another port is
+// tried (a run of the RedLock comparison once failed with two servers on one address).
 func startServer(ctx context.Context) (*server, error) {
-	s := &server{}
 	if addr := os.Getenv("REDIS_ADDR"); addr != "" {
-		s.addr = addr
-	} else {
-		bin, err := exec.LookPath("redis-server")
-		if err != nil {
-			return nil, fmt.Errorf("redis-server not found on PATH (install it, or set REDIS_ADDR): %w", err)
+		s := &server{addr: addr}
+		if err := s.waitReady(ctx, 0); err != nil {
+			return nil, err
 		}
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+		return s, nil
+	}
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		return nil, fmt.Errorf("redis-server not found on PATH (install it, or set REDIS_ADDR): %w", err)
+	}
+	for try := 1; ; try++ {
+		s := &server{}
+		port, err := freePort()
 		if err != nil {
 			return nil, err
 		}
-		port := l.Addr().(*net.TCPAddr).Port
-		_ = l.Close()
 		if s.dir, err = os.MkdirTemp("", "relock-compare-"); err != nil {
 			return nil, err
 		}
@@ -52,9 +62,38 @@ func startServer(ctx context.Context) (*server, error) {
 			"--maxclients", "10000")
 		setPdeathsig(s.cmd)
 		if err := s.cmd.Start(); err != nil {
+			_ = os.RemoveAll(s.dir)
+			return nil, err
+		}
+		err = s.waitReady(ctx, s.cmd.Process.Pid)
+		if err == nil {
+			return s, nil
+		}
+		if !errors.Is(err, errNotOurs) || try == 5 {
 			return nil, err
 		}
 	}
+}
+
+// freePort returns a port that was free a moment ago (a variable: a test makes it answer a
+// port in use).
+var freePort = func() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	_ = l.Close()
+	return port, nil
+}
+
+// errNotOurs: the server that answered on a started server's port is another process.
+var errNotOurs = errors.New("another process answers on the port")
+
+// waitReady waits until the server at s.addr answers a PING, within 10 s, and makes s.admin.
+// pid, when not 0, is the process that must be answering (INFO server's process_id);
+// otherwise s is stopped and the error wraps errNotOurs. On an error s is stopped.
+func (s *server) waitReady(ctx context.Context, pid int) error {
 	var err error
 	deadline := time.Now().Add(10 * time.Second)
 	for {
@@ -68,17 +107,28 @@ func startServer(ctx context.Context) (*server, error) {
 		if err == nil {
 			err = s.admin.Do(ctx, s.admin.B().Ping().Build()).Error()
 			if err == nil {
-				break
+				if pid == 0 {
+					return nil
+				}
+				var info string
+				if info, err = s.admin.Do(ctx, s.admin.B().Info().Section("server").Build()).ToString(); err == nil {
+					if strings.Contains(info, "\nprocess_id:"+strconv.Itoa(pid)+"\r") {
+						return nil
+					}
+					err = fmt.Errorf("redis at %s: %w (not pid %d)", s.addr, errNotOurs, pid)
+					s.stop()
+					return err
+				}
 			}
 			s.admin.Close()
+			s.admin = nil
 		}
 		if time.Now().After(deadline) {
 			s.stop()
-			return nil, fmt.Errorf("redis at %s not ready: %w", s.addr, err)
+			return fmt.Errorf("redis at %s not ready: %w", s.addr, err)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	return s, nil
 }
 
 func (s *server) stop() {
