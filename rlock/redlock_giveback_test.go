@@ -47,8 +47,12 @@ func (f *failingScripts) hook(_ context.Context, cmd hookCall, call func() rueid
 func TestRedLock_failedGiveBackIsNotRenewed(t *testing.T) {
 	t.Parallel()
 	ss := redServers(t, 3)
-	const lease = time.Second
-	opts := []rlock.Option{rlock.WithWatchdogTimeout(lease), rlock.WithCleanupTimeout(100 * time.Millisecond)}
+	// The cleanup timeout bounds the failing instance's replays, and every other request's
+	// too: 100 ms once ran out on a loaded machine while a live instance's connection was being
+	// dialled again ("given back by 1 of 3 instances ... dial tcp: i/o timeout", a CI proof
+	// beside a helper's explorers). The lease outlasts the failing replays with room.
+	const lease = 3 * time.Second
+	opts := []rlock.Option{rlock.WithWatchdogTimeout(lease), rlock.WithCleanupTimeout(500 * time.Millisecond)}
 	cs, fs := failingFirstClients(t, ss, opts...)
 	name := redistest.Name(t)
 	key := redKey(name)
@@ -87,8 +91,12 @@ func TestRedLock_failedGiveBackIsNotRenewed(t *testing.T) {
 func TestRedLock_failedUnlockIsNotRenewed(t *testing.T) {
 	t.Parallel() // its own servers; it waits out leases
 	ss := redServers(t, 3)
-	const lease = time.Second
-	opts := []rlock.Option{rlock.WithWatchdogTimeout(lease), rlock.WithCleanupTimeout(100 * time.Millisecond)}
+	// The cleanup timeout bounds the failing instance's replays, and every other request's
+	// too: 100 ms once ran out on a loaded machine while a live instance's connection was being
+	// dialled again ("given back by 1 of 3 instances ... dial tcp: i/o timeout", a CI proof
+	// beside a helper's explorers). The lease outlasts the failing replays with room.
+	const lease = 3 * time.Second
+	opts := []rlock.Option{rlock.WithWatchdogTimeout(lease), rlock.WithCleanupTimeout(500 * time.Millisecond)}
 	cs, fs := failingFirstClients(t, ss, opts...)
 	name := redistest.Name(t)
 	key := redKey(name)
