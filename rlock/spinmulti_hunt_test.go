@@ -594,7 +594,11 @@ func (tr *mhTrial) run(rng *rand.Rand, gave func(name, field string) int) {
 			o.actors = append(o.actors, a)
 			tr.actors = append(tr.actors, a)
 		}
+		// Under tr.mu, as in driftTrial.run: an earlier trial's background replay can reach
+		// unresolved, which reads tr.owners, while this trial is being set up.
+		tr.mu.Lock()
 		tr.owners = append(tr.owners, o)
+		tr.mu.Unlock()
 		tr.note(fmt.Sprintf("owner %s: members %v, %d actor(s)", key, desc, n))
 	}
 	// Handle owners: at most one handle per Client and lock (fieldOf tells them by Client).
