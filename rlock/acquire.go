@@ -92,10 +92,12 @@ func (m *Mutex) waitForHold(ctx context.Context, owner string, wait, lease time.
 	// A re-entry never waits: an owner that holds the lock through this Client goes to Redis
 	// at once, ahead of every waiter, and never parks as a hand-off candidate.
 	reentry := h.holds() > 0
-	if wait > 0 && !reentry {
+	if wait >= 0 && !reentry {
 		// No attempt begins after the wait bound, nor waits past it for its turn (h.op)
 		// behind another call of the owner (a sibling goroutine's, or work one left to the
-		// background). waitLoop's own deadline, taken just after, is no earlier. A
+		// background); wait 0 included: its single attempt goes out only if the turn is
+		// free (before, it waited within ctx: the model test's FairMutex seed
+		// 16508855005855110138). waitLoop's own deadline, taken just after, is no earlier. A
 		// re-entry, sure to be granted, waits for its turn within ctx only, as Lock's.
 		a.until = time.Now().Add(wait)
 	}

@@ -981,8 +981,9 @@ func (s *mseq) repliesLost(g *mgor, f *opFault) *opFault {
 		return f
 	}
 	// Its calls replay for a cleanup timeout, and may first wait for a sibling's call (a
-	// shared handle, a context owner's other goroutine) that does the same: Lock, a re-entry
-	// and TryLock with wait 0 within ctx, another TryLock within its wait. A writer's (or a
+	// shared handle, a context owner's other goroutine) that does the same: Lock and a
+	// re-entry within ctx, TryLock within its wait (wait 0 included since FairMutex seed
+	// 16508855005855110138: it sends nothing while the turn is taken). A writer's (or a
 	// fair waiter's) leave after its own replays may wait for the sibling's turn, within a
 	// cleanup timeout (RWMutex seed 10071870183985473747 sent its attempt 450 ms past a
 	// 53 ms wait, behind the sibling's, and returned 1.45 s past its bound).

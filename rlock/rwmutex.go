@@ -254,8 +254,8 @@ func (rw *RWMutex) LockLease(ctx context.Context, lease time.Duration) error {
 	return err
 }
 
-// TryLock tries to take the write hold within wait. wait 0 makes exactly one attempt and
-// claims nothing. lease > 0 holds it for that fixed lease, never renewed; lease <= 0 holds
+// TryLock tries to take the write hold within wait. wait 0 makes one attempt (none behind
+// another call of the owner's, as at [Mutex.TryLock]) and claims nothing. lease > 0 holds it for that fixed lease, never renewed; lease <= 0 holds
 // it in watchdog mode, like Lock.
 //
 // TryLock returns (true, nil) when the write hold is held, (false, nil) when wait ran out
@@ -350,12 +350,13 @@ func (rw *RWMutex) RLockLease(ctx context.Context, lease time.Duration) error {
 	return err
 }
 
-// TryRLock tries to take a read hold within wait. wait 0 makes exactly one attempt. lease
-// > 0 holds it for that fixed lease, never renewed; lease <= 0 holds it in watchdog mode,
-// like RLock.
+// TryRLock tries to take a read hold within wait. wait 0 makes one attempt (none behind
+// another call of the owner's, as at [Mutex.TryLock]). lease > 0 holds it for that fixed
+// lease, never renewed; lease <= 0 holds it in watchdog mode, like RLock.
 //
 // TryRLock returns (true, nil) when the read hold is held, (false, nil) when wait ran out
-// with the lock written or a writer waiting, and (false, err) for the failures listed at
+// with the lock written or a writer waiting (or behind the turn of another call of the
+// owner's, as at [Mutex.TryLock]), and (false, err) for the failures listed at
 // [Mutex.Lock]. A negative wait is an error wrapping [ErrInvalid].
 func (rw *RWMutex) TryRLock(ctx context.Context, wait, lease time.Duration) (bool, error) {
 	if wait < 0 {

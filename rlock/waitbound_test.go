@@ -212,6 +212,13 @@ func TestMutex_Lock_ackAfterReplayHeedsCancel(t *testing.T) {
 // replayed its own for another, then waited for its claim's withdrawal behind g4's next
 // call: it returned 1.45 s past its bound). A re-entry still waits for its turn (within ctx)
 // and is granted: the owner holds the lock, and (false, nil) would tell otherwise.
+//
+// wait 0 too: its single attempt goes out only when the owner's turn is free. Before, it
+// waited for its turn within ctx only (the bound was set for wait > 0): the model test met
+// it, FairMutex seed 16508855005855110138 (replies-lost: g7's Lock with a 20 ms ctx left its
+// acquire's replays to the background for the cleanup timeout, and g7's next call,
+// TryLock(wait 0), waited 400 ms for that work's turn, then replayed its own attempt for
+// another cleanup timeout: 900 ms for a call whose bound is its start).
 func TestMutex_TryLock_ownersOtherCallBoundedByWait(t *testing.T) {
 	t.Parallel() // its own Clients and names: it runs beside the others
 	type locker interface {
@@ -233,8 +240,12 @@ func TestMutex_TryLock_ownersOtherCallBoundedByWait(t *testing.T) {
 	acquires := map[string]bool{"acquire": true, "fair_acquire": true, "rw_acquire": true}
 	eachBackend(t, func(t *testing.T, b *backend) {
 		for _, k := range kinds {
-			for _, reentry := range []bool{false, true} {
-				t.Run(fmt.Sprintf("%s/reentry=%v", k.name, reentry), func(t *testing.T) {
+			for _, tc := range []struct {
+				reentry bool
+				wait    time.Duration
+			}{{false, 100 * time.Millisecond}, {true, 100 * time.Millisecond}, {false, 0}, {true, 0}} {
+				reentry, wait := tc.reentry, tc.wait
+				t.Run(fmt.Sprintf("%s/reentry=%v/wait=%v", k.name, reentry, wait), func(t *testing.T) {
 					hc, c := hardSetup(t, b)
 					name := redistest.Name(t)
 					shared := k.mk(c, name) // one handle, two goroutines
@@ -250,7 +261,7 @@ func TestMutex_TryLock_ownersOtherCallBoundedByWait(t *testing.T) {
 						_, _ = shared.TryLock(bg, 0, 0) // the script is loaded: the next send is the attempt
 					}
 
-					const wait, gate = 100 * time.Millisecond, 400 * time.Millisecond
+					const gate = 400 * time.Millisecond
 					var sends atomic.Int32
 					held, done := make(chan struct{}), make(chan struct{})
 					hc.set(func(_ context.Context, cmd hookCall, call func() rueidis.RedisResult) rueidis.RedisResult {
