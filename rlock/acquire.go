@@ -92,13 +92,21 @@ func (m *Mutex) waitForHold(ctx context.Context, owner string, wait, lease time.
 	// A re-entry never waits: an owner that holds the lock through this Client goes to Redis
 	// at once, ahead of every waiter, and never parks as a hand-off candidate.
 	reentry := h.holds() > 0
-	if wait >= 0 && !reentry {
+	sure := reentry // granted for sure: a re-entry, or a writer's read acquire (sureWith)
+	if !sure && m.v.sureWith != nil {
+		if wh := m.c.peek(m.keys, m.v.sureWith, owner); wh != nil && wh.holds() > 0 {
+			sure = true
+		}
+	}
+	if wait >= 0 && !sure {
 		// No attempt begins after the wait bound, nor waits past it for its turn (h.op)
 		// behind another call of the owner (a sibling goroutine's, or work one left to the
 		// background); wait 0 included: its single attempt goes out only if the turn is
 		// free (before, it waited within ctx: the model test's FairMutex seed
 		// 16508855005855110138). waitLoop's own deadline, taken just after, is no earlier. A
-		// re-entry, sure to be granted, waits for its turn within ctx only, as Lock's.
+		// re-entry, or a writer's read acquire, sure to be granted, waits for its turn within
+		// ctx only, as Lock's (a writer's read acquire did not until RWMutex seed
+		// 5722753596065657270: TestRWMutex_TryRLock_writersReadWaitsForItsTurn).
 		a.until = time.Now().Add(wait)
 	}
 	spec := waitSpec{op: "lock", name: m.name, channel: m.keys.channel, queue: m.v.queue && !reentry, spin: m.v.spin,

@@ -146,7 +146,7 @@ var (
 	rwReadVariant = &variant{
 		kind: "read-write lock", obs: KindReadLock, acquire: lua.RWAcquire, release: lua.RWRelease, renew: lua.RWRenewRead,
 		forceMessage: pubsub.WakeAll, acquireExtra: rwAcquireExtra("r"), releaseExtra: rwReleaseExtra("r"),
-		renewKeys: rwRenewKeys, holdSuffix: ":r",
+		renewKeys: rwRenewKeys, holdSuffix: ":r", sureWith: rwWriteVariant,
 	}
 )
 
@@ -352,7 +352,10 @@ func (rw *RWMutex) RLockLease(ctx context.Context, lease time.Duration) error {
 
 // TryRLock tries to take a read hold within wait. wait 0 makes one attempt (none behind
 // another call of the owner's, as at [Mutex.TryLock]). lease > 0 holds it for that fixed
-// lease, never renewed; lease <= 0 holds it in watchdog mode, like RLock.
+// lease, never renewed; lease <= 0 holds it in watchdog mode, like RLock. An owner that
+// holds a read hold or the write hold through this Client is sure to be granted: like a
+// re-entry at [Mutex.TryLock], it waits for its turn behind the owner's other calls within
+// ctx only.
 //
 // TryRLock returns (true, nil) when the read hold is held, (false, nil) when wait ran out
 // with the lock written or a writer waiting (or behind the turn of another call of the

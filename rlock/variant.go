@@ -63,6 +63,11 @@ type variant struct {
 	// acquireErr, when set, turns an acquire's error into the one the call returns (the
 	// write side's UPGRADE refusal into ErrUpgrade).
 	acquireErr func(name string, err error) error
+	// sureWith, when set, is the variant of the same lock whose hold by the owner through
+	// this Client makes an acquire of this one sure to be granted, as a re-entry is (the
+	// write side for the read side: a writer's read hold). Such an acquire waits for its
+	// turn (h.op) within ctx only, not within a TryLock's wait.
+	sureWith *variant
 	// leave, when set, runs when a wait gives up after attempts that may have registered
 	// the waiter in Redis (a fair queue slot).
 	leave func(ctx context.Context, m *Mutex, owner string)

@@ -2,6 +2,7 @@ package rlock_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync/atomic"
 	"testing"
@@ -317,6 +318,65 @@ func TestMutex_TryLock_ownersOtherCallBoundedByWait(t *testing.T) {
 					require.NoError(t, shared.Unlock(bg))
 				})
 			}
+		}
+	})
+}
+
+// A writer's read acquire is sure to be granted (the write hold admits the owner's read
+// holds), so, like a re-entry, it waits for its turn behind another call of the owner on the
+// read side within ctx only, and is granted: (false, nil) would tell a writer that its read
+// was refused. Before, only a hold of the read side itself counted: behind a sibling's read
+// acquire whose send took 400 ms, the writer's TryRLock with a 100 ms wait returned (false,
+// nil) at its bound, and, once wait 0 was bounded too, TryRLock(0) did at once (the model
+// test, RWMutex seed 5722753596065657270: g1 held the write hold, its TryLock[r] with wait 0
+// returned false while g2's read acquire had the turn).
+func TestRWMutex_TryRLock_writersReadWaitsForItsTurn(t *testing.T) {
+	t.Parallel()
+	eachBackend(t, func(t *testing.T, b *backend) {
+		for _, wait := range []time.Duration{0, 100 * time.Millisecond} {
+			t.Run(fmt.Sprintf("wait=%v", wait), func(t *testing.T) {
+				hc, c := hardSetup(t, b)
+				shared := c.RWMutex(redistest.Name(t)) // one handle, two goroutines
+				require.NoError(t, shared.Lock(bg))
+				const gate = 400 * time.Millisecond
+				var sends atomic.Int32
+				held, done := make(chan struct{}), make(chan struct{})
+				hc.set(func(_ context.Context, cmd hookCall, call func() rueidis.RedisResult) rueidis.RedisResult {
+					if cmd.multi || cmd.script != "rw_acquire" {
+						return call()
+					}
+					if sends.Add(1) == 1 {
+						// The sibling's read acquire: its send takes gate (or until the call
+						// under test returned), its call holding the read side's turn.
+						close(held)
+						select {
+						case <-time.After(gate):
+						case <-done:
+						}
+					}
+					return call()
+				})
+				first := make(chan error, 1)
+				go func() {
+					ok, err := shared.TryRLock(bg, 0, 0)
+					if err == nil && !ok {
+						err = errors.New("the sibling's read acquire was refused")
+					}
+					first <- err
+				}()
+				<-held
+				ok, err := shared.TryRLock(bg, wait, 0)
+				close(done)
+				require.NoError(t, await(t, first, 10*time.Second, "the sibling's TryRLock"))
+				hc.set(nil)
+				require.NoError(t, err)
+				require.True(t, ok, "a writer's read acquire waits for its turn and is granted")
+				require.EqualValues(t, 2, sends.Load())
+				require.NoError(t, shared.RUnlock(bg))
+				require.NoError(t, shared.RUnlock(bg))
+				require.NoError(t, shared.Unlock(bg))
+				require.ErrorIs(t, shared.Unlock(bg), rlock.ErrNotHeld)
+			})
 		}
 	})
 }
