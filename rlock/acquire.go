@@ -98,15 +98,14 @@ func (m *Mutex) waitForHold(ctx context.Context, owner string, wait, lease time.
 			sure = true
 		}
 	}
-	if wait >= 0 && !sure {
+	if wait > 0 && !sure {
 		// No attempt begins after the wait bound, nor waits past it for its turn (h.op)
 		// behind another call of the owner (a sibling goroutine's, or work one left to the
-		// background); wait 0 included: its single attempt goes out only if the turn is
-		// free (before, it waited within ctx: the model test's FairMutex seed
-		// 16508855005855110138). waitLoop's own deadline, taken just after, is no earlier. A
+		// background). waitLoop's own deadline, taken just after, is no earlier. A
 		// re-entry, or a writer's read acquire, sure to be granted, waits for its turn within
 		// ctx only, as Lock's (a writer's read acquire did not until RWMutex seed
-		// 5722753596065657270: TestRWMutex_TryRLock_writersReadWaitsForItsTurn).
+		// 5722753596065657270: TestRWMutex_TryRLock_writersReadWaitsForItsTurn). wait 0
+		// makes exactly one attempt: it waits for its turn within ctx.
 		a.until = time.Now().Add(wait)
 	}
 	spec := waitSpec{op: "lock", name: m.name, channel: m.keys.channel, queue: m.v.queue && !reentry, spin: m.v.spin,

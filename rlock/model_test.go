@@ -981,13 +981,18 @@ func (s *mseq) repliesLost(g *mgor, f *opFault) *opFault {
 		return f
 	}
 	// Its calls replay for a cleanup timeout, and may first wait for a sibling's call (a
-	// shared handle, a context owner's other goroutine) that does the same: Lock and a
-	// re-entry within ctx, TryLock within its wait (wait 0 included since FairMutex seed
-	// 16508855005855110138: it sends nothing while the turn is taken). A writer's (or a
+	// shared handle, a context owner's other goroutine) that does the same: Lock, a re-entry
+	// and TryLock with wait 0 within ctx, another TryLock within its wait; or for work that
+	// an earlier call of the owner, the goroutine's own included, left to the background (a
+	// cancelled Lock's replays), hence one more cleanup timeout than the owner has goroutines
+	// (FairMutex seed 16508855005855110138: g7, its owner's only goroutine, whose Lock with a
+	// 20 ms ctx left its replays to the background, then ran TryLock with wait 0, which
+	// waited 400 ms for that work's turn and replayed for a cleanup timeout: 900 ms past its
+	// start, the allowance 400 + 500). A writer's (or a
 	// fair waiter's) leave after its own replays may wait for the sibling's turn, within a
 	// cleanup timeout (RWMutex seed 10071870183985473747 sent its attempt 450 ms past a
 	// 53 ms wait, behind the sibling's, and returned 1.45 s past its bound).
-	return &opFault{stages: []faultStage{{kind: fDrop, n: 1 << 30}}, allLost: time.Duration(len(g.o.gors)) * g.o.cl.cleanup}
+	return &opFault{stages: []faultStage{{kind: fDrop, n: 1 << 30}}, allLost: time.Duration(len(g.o.gors)+1) * g.o.cl.cleanup}
 }
 
 func drift(lease time.Duration) time.Duration { return lease/100 + 2*time.Millisecond }

@@ -202,8 +202,7 @@ func (m *Mutex) LockLease(ctx context.Context, lease time.Duration) error {
 	return err
 }
 
-// TryLock tries to take the lock within wait. wait 0 makes one attempt (none when another
-// call of the owner on the lock has its turn, below: then it returns (false, nil)). lease > 0
+// TryLock tries to take the lock within wait. wait 0 makes exactly one attempt. lease > 0
 // holds the lock for that fixed lease, never renewed; lease <= 0 holds it in watchdog mode,
 // like Lock.
 //
@@ -221,9 +220,9 @@ func (m *Mutex) LockLease(ctx context.Context, lease time.Duration) error {
 // two: the release's, then the hand-off's replay). Only ctx bounds the call as Lock's. An
 // attempt that must wait for its turn behind another call of the owner on the lock (the
 // goroutines sharing a handle or a context owner take turns, with the work their calls left
-// to the background) waits within wait too, wait 0 included: when wait runs out first,
-// nothing is sent and TryLock returns (false, nil); a re-entry waits for its turn within ctx
-// only, and is granted.
+// to the background) waits within wait too: when wait runs out first, nothing is sent and
+// TryLock returns (false, nil); a re-entry waits for its turn within ctx only, and is
+// granted.
 func (m *Mutex) TryLock(ctx context.Context, wait, lease time.Duration) (bool, error) {
 	if wait < 0 {
 		return false, invalid("negative wait %v", wait)

@@ -254,8 +254,8 @@ func (rw *RWMutex) LockLease(ctx context.Context, lease time.Duration) error {
 	return err
 }
 
-// TryLock tries to take the write hold within wait. wait 0 makes one attempt (none behind
-// another call of the owner's, as at [Mutex.TryLock]) and claims nothing. lease > 0 holds it for that fixed lease, never renewed; lease <= 0 holds
+// TryLock tries to take the write hold within wait. wait 0 makes exactly one attempt and
+// claims nothing. lease > 0 holds it for that fixed lease, never renewed; lease <= 0 holds
 // it in watchdog mode, like Lock.
 //
 // TryLock returns (true, nil) when the write hold is held, (false, nil) when wait ran out
@@ -350,12 +350,11 @@ func (rw *RWMutex) RLockLease(ctx context.Context, lease time.Duration) error {
 	return err
 }
 
-// TryRLock tries to take a read hold within wait. wait 0 makes one attempt (none behind
-// another call of the owner's, as at [Mutex.TryLock]). lease > 0 holds it for that fixed
-// lease, never renewed; lease <= 0 holds it in watchdog mode, like RLock. An owner that
-// holds a read hold or the write hold through this Client is sure to be granted: like a
-// re-entry at [Mutex.TryLock], it waits for its turn behind the owner's other calls within
-// ctx only.
+// TryRLock tries to take a read hold within wait. wait 0 makes exactly one attempt. lease
+// > 0 holds it for that fixed lease, never renewed; lease <= 0 holds it in watchdog mode,
+// like RLock. An owner that holds a read hold or the write hold through this Client is sure
+// to be granted: like a re-entry at [Mutex.TryLock], it waits for its turn behind the
+// owner's other calls within ctx only.
 //
 // TryRLock returns (true, nil) when the read hold is held, (false, nil) when wait ran out
 // with the lock written or a writer waiting (or behind the turn of another call of the
