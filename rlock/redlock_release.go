@@ -235,15 +235,17 @@ func (r *RedLock) unlockHeld(ctx context.Context, rh *redHold) error {
 	if count > 1 {
 		need = min(need, len(idx))
 	}
+	// heardFrom: instance i answered (an unknown outcome is not an answer: the give-back may
+	// or may not have been applied); gaveBack: its answer counts as given back.
+	heardFrom := func(i int) bool { return answered[i] && !errors.Is(errs[i], ErrUnknownOutcome) }
+	gaveBack := func(i int) bool { return errs[i] == nil || (count > 1 && errors.Is(errs[i], ErrNotHeld)) }
 	ok, heard := 0, 0
 	for _, i := range idx {
-		// An unknown outcome is not an answer: the give-back may or may not have been applied.
-		if !answered[i] || errors.Is(errs[i], ErrUnknownOutcome) {
-			continue
-		}
-		heard++
-		if errs[i] == nil || (count > 1 && errors.Is(errs[i], ErrNotHeld)) {
-			ok++
+		if heardFrom(i) {
+			heard++
+			if gaveBack(i) {
+				ok++
+			}
 		}
 	}
 	if ok >= need {
@@ -255,10 +257,7 @@ func (r *RedLock) unlockHeld(ctx context.Context, rh *redHold) error {
 		switch {
 		case !answered[i]:
 			failed = append(failed, errorf("instance %d: no answer yet", i))
-		case errors.Is(errs[i], ErrUnknownOutcome):
-			failed = append(failed, errs[i])
-		case errs[i] == nil || (count > 1 && errors.Is(errs[i], ErrNotHeld)):
-		default:
+		case !heardFrom(i) || !gaveBack(i):
 			failed = append(failed, errs[i])
 		}
 	}

@@ -252,23 +252,9 @@ func TestMutex_TryLock_ownersOtherCallBoundedByWait(t *testing.T) {
 					}
 
 					const wait, gate = 100 * time.Millisecond, 400 * time.Millisecond
-					var sends atomic.Int32
-					held, done := make(chan struct{}), make(chan struct{})
-					hc.set(func(_ context.Context, cmd hookCall, call func() rueidis.RedisResult) rueidis.RedisResult {
-						if cmd.multi || !acquires[cmd.script] {
-							return call()
-						}
-						if sends.Add(1) == 1 {
-							// The sibling's attempt: its send takes gate (or until the TryLock
-							// under test returned), its call holding the owner's turn meanwhile.
-							close(held)
-							select {
-							case <-time.After(gate):
-							case <-done:
-							}
-						}
-						return call()
-					})
+					// The sibling's attempt: its send takes gate (or until the TryLock under
+					// test returned), its call holding the owner's turn meanwhile.
+					sends, held, done := gateFirstSend(hc, func(script string) bool { return acquires[script] }, gate)
 					first := make(chan error, 1)
 					go func() {
 						_, err := shared.TryLock(bg, 0, 0)
@@ -328,23 +314,9 @@ func TestRWMutex_TryRLock_writersReadWaitsForItsTurn(t *testing.T) {
 				shared := c.RWMutex(redistest.Name(t)) // one handle, two goroutines
 				require.NoError(t, shared.Lock(bg))
 				const gate = 400 * time.Millisecond
-				var sends atomic.Int32
-				held, done := make(chan struct{}), make(chan struct{})
-				hc.set(func(_ context.Context, cmd hookCall, call func() rueidis.RedisResult) rueidis.RedisResult {
-					if cmd.multi || cmd.script != "rw_acquire" {
-						return call()
-					}
-					if sends.Add(1) == 1 {
-						// The sibling's read acquire: its send takes gate (or until the call
-						// under test returned), its call holding the read side's turn.
-						close(held)
-						select {
-						case <-time.After(gate):
-						case <-done:
-						}
-					}
-					return call()
-				})
+				// The sibling's read acquire: its send takes gate (or until the call under
+				// test returned), its call holding the read side's turn.
+				sends, held, done := gateFirstSend(hc, func(script string) bool { return script == "rw_acquire" }, gate)
 				first := make(chan error, 1)
 				go func() {
 					ok, err := shared.TryRLock(bg, 0, 0)
@@ -368,4 +340,26 @@ func TestRWMutex_TryRLock_writersReadWaitsForItsTurn(t *testing.T) {
 			})
 		}
 	})
+}
+
+// gateFirstSend sets hc's hook so that the first script call (not in a pipeline) that match
+// names is held up to gate, or until done is closed, before it is sent; held is closed as it
+// is held, and sends counts the matching calls.
+func gateFirstSend(hc *hookClient, match func(script string) bool, gate time.Duration) (sends *atomic.Int32, held, done chan struct{}) {
+	sends = new(atomic.Int32)
+	held, done = make(chan struct{}), make(chan struct{})
+	hc.set(func(_ context.Context, cmd hookCall, call func() rueidis.RedisResult) rueidis.RedisResult {
+		if cmd.multi || !match(cmd.script) {
+			return call()
+		}
+		if sends.Add(1) == 1 {
+			close(held)
+			select {
+			case <-time.After(gate):
+			case <-done:
+			}
+		}
+		return call()
+	})
+	return sends, held, done
 }
