@@ -109,12 +109,18 @@
 //
 // # Goroutines
 //
-// A Client starts at most four goroutines, and only when needed: the watchdog scheduler,
-// one renewal goroutine while renewals are on the wire, and the subscriber of the shared
-// pub/sub connection with a watcher of that connection (rueidis runs its own for the
-// connections it opens). No goroutine is started per lock or per waiter. [WithClientInfo]
-// adds one, started by New, that keeps the Client's record. [Client.Close] stops them all
-// and waits.
+// A Client keeps at most four goroutines of its own, started when needed: the watchdog
+// scheduler, one renewal goroutine while renewals are on the wire, and the subscriber of the
+// shared pub/sub connection with a watcher of that connection (rueidis runs its own for the
+// connections it opens); [WithClientInfo] adds one, started by New, that keeps the Client's
+// record. No goroutine lives per lock held or per waiter. Calls use short-lived ones: a
+// call bound to return at its context's end (README guarantee 6: acquires, waits, the
+// semaphores' and the latch's calls) sends its request, when that context can end, from a
+// goroutine that ends with the request; work that goes on after its caller returned
+// (resolving an outcome its caller did not wait for, giving back a grant nobody keeps) runs
+// on one; a [RedLock] asks its instances from workers that exit after a second without
+// work. [Client.Close] stops them and waits for them, except for a request already on the
+// wire, which ends with its own context (at most the cleanup timeout).
 //
 // # Inspecting
 //
