@@ -55,7 +55,9 @@ const maxPermits = 1 << 50
 // gives them back, in the background (see below) when Redis does not answer that at once. A resend that is refused (too few permits) is remembered
 // as refused, so that the first send, should it reach Redis after the resend (rueidis spreads
 // a client's commands over several connections, and a reply lost to a timeout says nothing
-// of the request), takes nothing either; an Acquire that still waits tries again under a new
+// of the request), takes nothing either (a best effort: a server that refuses writes, one
+// out of memory say, keeps no such record, and a first send that reaches it later and finds
+// permits takes them unknown to anyone); an Acquire that still waits tries again under a new
 // id. When
 // the outcome cannot be learned within the cleanup
 // timeout the error wraps [ErrUnknownOutcome]: the request may have been applied, and here,
