@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/rueidis"
 	"github.com/stretchr/testify/require"
 
 	"github.com/relock-go/relock/internal/redistest"
@@ -461,7 +462,12 @@ func TestClient_manyHeldLocksNoGoroutinePerLock(t *testing.T) {
 		for i := range locks {
 			locks[i] = c.Mutex(fmt.Sprintf("%s-%d", redistest.Name(t), i))
 		}
+		// The admin connection that reads the leases' TTLs below is up before the count.
+		adm := b.rueidis(t)
+		require.NoError(t, adm.Do(bg, adm.B().Ping().Build()).Error())
+		taken := make([]time.Time, n) // when each Lock returned: its first lease began before
 		require.NoError(t, locks[0].Lock(bg))
+		taken[0] = time.Now()
 		base := runtimeGoroutines()
 		var wg sync.WaitGroup
 		for w := 0; w < 8; w++ {
@@ -471,13 +477,49 @@ func TestClient_manyHeldLocksNoGoroutinePerLock(t *testing.T) {
 				for i := w; i < n; i += 8 {
 					if i > 0 {
 						require.NoError(t, locks[i].Lock(bg))
+						taken[i] = time.Now()
 					}
 				}
 			}(w)
 		}
 		wg.Wait()
 		require.LessOrEqual(t, runtimeGoroutines(), base+20, "goroutines grew with held locks")
-		time.Sleep(lease * 3 / 2) // every lease renewed at least once (at two thirds of it)
+		// Every lease renewed at least once (at two thirds of it), seen in Redis rather than
+		// slept for: a key whose PTTL is above what is left of its first lease (less a
+		// margin for miniredis's clock, which follows real time in 2ms steps) was renewed.
+		// And every hold outlives its first lease.
+		lastTaken := taken[0]
+		for _, at := range taken {
+			if at.After(lastTaken) {
+				lastTaken = at
+			}
+		}
+		pending := make([]int, n)
+		for i := range pending {
+			pending[i] = i
+		}
+		for end := time.Now().Add(30 * time.Second); len(pending) > 0 || time.Since(lastTaken) < lease; {
+			require.True(t, time.Now().Before(end), "%d of %d leases not renewed in Redis", len(pending), n)
+			time.Sleep(100 * time.Millisecond)
+			if len(pending) == 0 {
+				continue
+			}
+			now := time.Now() // before the reads: a lease not renewed has at most lease - now.Sub(taken) left
+			cmds := make(rueidis.Commands, len(pending))
+			for j, i := range pending {
+				cmds[j] = adm.B().Pttl().Key(locks[i].Key()).Build()
+			}
+			var still []int
+			for j, res := range adm.DoMulti(bg, cmds...) {
+				ms, err := res.AsInt64()
+				require.NoError(t, err)
+				i := pending[j]
+				if time.Duration(ms)*time.Millisecond <= lease-now.Sub(taken[i])+lease/6 {
+					still = append(still, i)
+				}
+			}
+			pending = still
+		}
 		for _, m := range locks {
 			require.NoError(t, m.Err(bg))
 		}
