@@ -49,6 +49,7 @@ func TestGuarantee6_margin(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel() // servers of its own; the test itself stays serial, beside no other test
 			fastest := time.Hour
 			for i := 0; i < 3; i++ {
 				b := realBackend(t)
