@@ -83,8 +83,6 @@ type Client struct {
 	life    context.Context
 	endLife context.CancelCauseFunc
 	bg      sync.WaitGroup
-	// sendq hands a first send to a sender waiting for one (inflight.go); unbuffered.
-	sendq chan *inflight
 	// late counts the Semaphore acquires whose outcome is not known yet (lateBegin): Close
 	// sets lateShut (guarded by mu; no more are counted), waits for them instead of ending
 	// them, until closeBy (the cleanup timeout after Close began; set by Close, guarded by
@@ -135,7 +133,6 @@ func New(client rueidis.Client, opts ...Option) (*Client, error) {
 	c.obs = newObserver(o.observers)
 	c.wdLease = strconv.FormatInt(o.watchdogTimeout.Milliseconds(), 10)
 	c.life, c.endLife = context.WithCancelCause(context.Background())
-	c.sendq = make(chan *inflight)
 	c.drain, c.endDrain = context.WithCancelCause(context.Background())
 	c.flags.Store(true)
 	if c.wd, err = watchdog.New(renewer{c}, watchdog.WithRenewFraction(o.renewFraction)); err != nil {

@@ -115,14 +115,12 @@
 // connections it opens); [WithClientInfo] adds one, started by New, that keeps the Client's
 // record. No goroutine lives per lock held or per waiter. Calls use short-lived ones: a
 // call bound to return at its context's end (README guarantee 6: acquires, waits, the
-// semaphores' and the latch's calls) sends its request, when that context can end, from
-// another goroutine (an acquire's or a semaphore write's first send from a sender, which
-// then waits for the Client's next one and exits after a second or two without one); work
-// that goes on after its caller returned (resolving an outcome its caller did not wait for,
-// giving back a grant nobody keeps) runs on one; a [RedLock] asks its instances from
-// workers that exit after a second without work. [Client.Close] stops them and waits for
-// them, except for a request already on the wire, which ends with its own context (at most
-// the cleanup timeout).
+// semaphores' and the latch's calls) sends its request, when that context can end, from a
+// goroutine that ends with the request; work that goes on after its caller returned
+// (resolving an outcome its caller did not wait for, giving back a grant nobody keeps) runs
+// on one; a [RedLock] asks its instances from workers that exit after a second without
+// work. [Client.Close] stops them and waits for them, except for a request already on the
+// wire, which ends with its own context (at most the cleanup timeout).
 //
 // # Inspecting
 //

@@ -13,10 +13,9 @@ import (
 // deadline on the caller's goroutine and heeds only that deadline, not a cancel (a context
 // cancelled before its deadline, or one given a deadline to stay on that fast path): a caller
 // waiting on it would outlive its ctx while Redis does not answer (README guarantee 6). So a
-// call whose ctx can end sends its first request from another goroutine (a sender, below:
-// one the last send left waiting when there is one), on a context that keeps ctx's values
-// and is bounded by the cleanup timeout (a sendCtx), and waits for the answer or ctx's end,
-// whichever comes first. A caller that leaves hands the
+// call whose ctx can end sends its first request from a goroutine of its own, on a context
+// that keeps ctx's values and is bounded by the cleanup timeout (a sendCtx), and
+// waits for the answer or ctx's end, whichever comes first. A caller that leaves hands the
 // send over to the work that resolves it (Mutex.later, semaphores' background), which waits
 // for the send's answer before it replays: a replay never overtakes its own first send.
 
@@ -50,8 +49,7 @@ type inflight struct {
 	done  chan struct{} // receives once when the outcome is written
 }
 
-// send starts s with keys and args on a sender (a goroutine other than the caller's); it
-// returns the send, whose
+// send starts s with keys and args on a goroutine of its own; it returns the send, whose
 // outcome await and wait give. The send's context keeps ctx's values and ends at sent plus
 // the cleanup timeout, or with the Client (Close; rueidis may heed only the deadline).
 //
@@ -72,42 +70,8 @@ func (c *Client) send(ctx context.Context, sent time.Time, acquire bool, s *lua.
 		f.keys, f.args = append([]string(nil), keys...), append([]string(nil), args...)
 	}
 	f.ctx, f.stop = c.firstSendCtxIn(ctx, sent, &f.sc)
-	select {
-	case c.sendq <- f: // a sender that is waiting for work runs it
-	default:
-		go c.sender(f)
-	}
+	go f.run()
 	return f
-}
-
-// senderIdle is how long a sender waits for another send before it exits: between one and
-// two of it after its last.
-const senderIdle = time.Second
-
-// sender is a goroutine that runs first sends (send), f first, and then waits for more on
-// c.sendq until senderIdle passes without one or the Client closes. A fresh goroutine grows
-// its stack by copying as the request goes down through rueidis, on every Lock; a sender's
-// stack stays grown. Close does not wait for a sender: a send on its way ends with its own
-// context (the cleanup timeout, or rueidis's answer), as a goroutine of its own would.
-func (c *Client) sender(f *inflight) {
-	t := time.NewTicker(senderIdle)
-	defer t.Stop()
-	for busy := false; ; {
-		if f != nil {
-			f.run()
-			f, busy = nil, true // the send's memory is not kept while the sender waits
-		}
-		select {
-		case f = <-c.sendq:
-		case <-t.C:
-			if !busy {
-				return
-			}
-			busy = false
-		case <-c.life.Done():
-			return
-		}
-	}
 }
 
 func (f *inflight) run() {

@@ -155,8 +155,8 @@ func (m *Mutex) ownerOf(ctx context.Context) (string, error) {
 // to do when ctx ends (resolving an acquire whose reply was lost, giving back a grant that
 // reached a caller that had gone) goes on in the background, within the cleanup timeout
 // ([WithCleanupTimeout]); [Client.Close] ends it and waits for it. To keep that bound while
-// Redis does not answer, an acquire whose ctx can end is sent from another goroutine (one the
-// Client's last such send left waiting, when there is one); one whose ctx cannot end (context.Background, [context.WithoutCancel]) is sent on the caller's
+// Redis does not answer, an acquire whose ctx can end is sent from a goroutine of its own; one
+// whose ctx cannot end (context.Background, [context.WithoutCancel]) is sent on the caller's
 // goroutine, which saves a hand-over between goroutines per attempt (BenchmarkMutex_Uncontended
 // against BenchmarkMutex_UncontendedBackground in bench/).
 //
