@@ -85,9 +85,12 @@ import (
 // Environment:
 //
 //	RELOCK_REDLOCK_SEED=<n>             replay one sequence (printed when it fails)
-//	RELOCK_REDLOCK_EXPLORE_SECONDS=<s>  budget: sequences start while it lasts (default 14
-//	                                    with RELOCK_FULL=1, as .ci/run sets it, else 4; the
-//	                                    test takes ~25s at 14). -short skips it unless set.
+//	RELOCK_REDLOCK_EXPLORE_SECONDS=<s>  budget: a sequence starts while it lasts and the
+//	                                    longest one so far would end within it (default 14
+//	                                    with RELOCK_FULL=1, as .ci/run sets it, else 4: one
+//	                                    sequence of 3-4.5 s, where a second one used to start
+//	                                    at 3.9 s and run the test to 8.5). -short skips it
+//	                                    unless set.
 //	RELOCK_REDLOCK_LOG=1                print a sequence's log when it passes too
 const (
 	envRedExploreSeed    = "RELOCK_REDLOCK_SEED"
@@ -127,6 +130,7 @@ func TestRedLock_explore(t *testing.T) {
 	}
 	end := time.Now().Add(budget)
 	n := 0
+	var longest time.Duration // of the sequences run: a sequence not sure to end by end is not begun
 	for k := 0; ; k++ {
 		var sd uint64
 		if seeds != nil {
@@ -135,13 +139,15 @@ func TestRedLock_explore(t *testing.T) {
 			}
 			sd = seeds[k]
 		} else {
-			if k > 0 && time.Now().After(end) {
+			if k > 0 && time.Now().Add(longest).After(end) {
 				break
 			}
 			sd = rand.Uint64()
 		}
 		n++
+		began := time.Now()
 		ok := t.Run(fmt.Sprintf("seed=%d", sd), func(t *testing.T) { exploreRedLock(t, ss, px, sd) })
+		longest = max(longest, time.Since(began))
 		if !ok {
 			t.Logf("sequence failed: replay with %s=%d", envRedExploreSeed, sd)
 			break
