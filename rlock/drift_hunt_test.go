@@ -322,38 +322,79 @@ type driftTrial struct {
 	keys    []string
 	owners  []*driftOwner
 	actors  []*driftActor
-	start   time.Time
 	cross   bool // a context owner is shared by two Clients
 	// mk makes the actors' handles (Client.Mutex; a SpinMutex's in spinmulti_hunt_test.go).
 	mk func(c *rlock.Client, name string) *rlock.Mutex
 
+	trialLog // start; the history and findings, under mu
+}
+
+// trialLog is a hunt trial's history and findings (the drift, multi-lock and semaphore
+// hunts): start is when the trial began; mu guards the history and findings, and whatever
+// else of the trial the hunt says it guards.
+type trialLog struct {
+	start   time.Time
 	mu      sync.Mutex
 	hist    []string
 	fail    []string
 	windows []string
 }
 
-func (tr *driftTrial) note(s string) {
+func (tr *trialLog) note(s string) {
 	tr.mu.Lock()
 	defer tr.mu.Unlock()
 	tr.noteLocked(s)
 }
 
-func (tr *driftTrial) noteLocked(s string) {
+func (tr *trialLog) noteLocked(s string) {
 	tr.hist = append(tr.hist, fmt.Sprintf("%7.1fms %s", float64(time.Since(tr.start).Microseconds())/1000, s))
 }
 
 // violationLocked records a violation; tr.mu is held.
-func (tr *driftTrial) violationLocked(format string, args ...any) {
+func (tr *trialLog) violationLocked(format string, args ...any) {
 	s := fmt.Sprintf(format, args...)
 	tr.noteLocked("VIOLATION " + s)
 	tr.fail = append(tr.fail, s)
 }
 
-func (tr *driftTrial) violation(format string, args ...any) {
+func (tr *trialLog) violation(format string, args ...any) {
 	tr.mu.Lock()
 	defer tr.mu.Unlock()
 	tr.violationLocked(format, args...)
+}
+
+// reportTrial logs trial i's history (with <env>_LOG=1) and its documented windows, and fails
+// the test with its violations, the seed and trial that replay its plan, and the last 400
+// lines of its history.
+func reportTrial(t *testing.T, hunt, env string, seed uint64, i int, tr *trialLog) {
+	t.Helper()
+	if os.Getenv(env+"_LOG") == "1" {
+		t.Logf("trial %d history:\n%s", i, strings.Join(tr.hist, "\n"))
+	}
+	for _, w := range tr.windows {
+		t.Logf("trial %d: documented window: %s", i, w)
+	}
+	if len(tr.fail) > 0 {
+		hist := tr.hist
+		if len(hist) > 400 {
+			hist = append([]string{fmt.Sprintf("(%d earlier lines left out)", len(hist)-400)}, hist[len(hist)-400:]...)
+		}
+		t.Fatalf("%s: seed %d trial %d (%s_SEED=%d %s_TRIAL=%d replays its plan):\n%s\nhistory:\n%s",
+			hunt, seed, i, env, seed, env, i, strings.Join(tr.fail, "\n"), strings.Join(hist, "\n"))
+	}
+}
+
+// faultsApplied says how often each fault was applied by dcs.
+func faultsApplied(dcs []*driftFaults) string {
+	var faults []string
+	for f := dfaultDropReply; f < dfaultCount; f++ {
+		n := int64(0)
+		for _, dc := range dcs {
+			n += dc.faults[f].Load()
+		}
+		faults = append(faults, fmt.Sprintf("%s %d", f, n))
+	}
+	return strings.Join(faults, ", ")
 }
 
 // TestDriftHunt runs drift trials for the budget (see the comment above). Its context
@@ -441,7 +482,7 @@ func driftHuntOf(t *testing.T, cross bool, env string, def, full time.Duration, 
 	begin := time.Now()
 	trials := 0
 	for i := range trialIndices(begin, only, budget) {
-		tr := &driftTrial{t: t, idx: i, clients: clients, dcs: dcs, srv: srv, start: time.Now(), cross: cross, mk: mk}
+		tr := &driftTrial{t: t, idx: i, clients: clients, dcs: dcs, srv: srv, cross: cross, mk: mk, trialLog: trialLog{start: time.Now()}}
 		cur.Store(tr)
 		tr.run(rand.New(rand.NewPCG(seed, uint64(i))), func(name, field string) int {
 			gmu.Lock()
@@ -450,38 +491,15 @@ func driftHuntOf(t *testing.T, cross bool, env string, def, full time.Duration, 
 		})
 		cur.Store(nil)
 		trials++
-		if os.Getenv(env+"_LOG") == "1" {
-			t.Logf("trial %d history:\n%s", i, strings.Join(tr.hist, "\n"))
-		}
-		for _, w := range tr.windows {
-			t.Logf("trial %d: documented window: %s", i, w)
-		}
-		if len(tr.fail) > 0 {
-			hist := tr.hist
-			if len(hist) > 400 {
-				hist = append([]string{fmt.Sprintf("(%d earlier lines left out)", len(hist)-400)}, hist[len(hist)-400:]...)
-			}
-			t.Fatalf("drift hunt: seed %d trial %d (%s_SEED=%d %s_TRIAL=%d replays its plan):\n%s\nhistory:\n%s",
-				seed, i, env, seed, env, i, strings.Join(tr.fail, "\n"), strings.Join(hist, "\n"))
-		}
+		reportTrial(t, "drift hunt", env, seed, i, &tr.trialLog)
 	}
-	var renew int64
-	var faults []string
-	for f := dfaultDropReply; f < dfaultCount; f++ {
-		n := int64(0)
-		for _, dc := range dcs {
-			n += dc.faults[f].Load()
-		}
-		faults = append(faults, fmt.Sprintf("%s %d", f, n))
-	}
-	var storms int64
+	var renew, storms int64
 	for _, dc := range dcs {
 		renew += dc.renew.Load()
 		storms += dc.storms.Load()
 	}
-	faults = append(faults, fmt.Sprintf("storm calls %d", storms))
-	t.Logf("%d trials in %v; faults applied: %s; %d renewal faults", trials, time.Since(begin).Round(time.Millisecond),
-		strings.Join(faults, ", "), renew)
+	t.Logf("%d trials in %v; faults applied: %s, storm calls %d; %d renewal faults", trials, time.Since(begin).Round(time.Millisecond),
+		faultsApplied(dcs), storms, renew)
 }
 
 // run plays one trial; gave tells how many give-backs of an owner field on a lock name the

@@ -5,9 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -81,33 +79,12 @@ func TestSemHunt(t *testing.T) {
 	begin := time.Now()
 	trials := 0
 	for i := range trialIndices(begin, only, budget) {
-		tr := &semTrial{t: t, idx: i, dcs: dcs, admin: admin, start: time.Now(), stalls: stalls}
+		tr := &semTrial{t: t, idx: i, dcs: dcs, admin: admin, stalls: stalls, trialLog: trialLog{start: time.Now()}}
 		tr.run(rand.New(rand.NewPCG(seed, uint64(i))))
 		trials++
-		if os.Getenv(env+"_LOG") == "1" {
-			t.Logf("trial %d history:\n%s", i, strings.Join(tr.hist, "\n"))
-		}
-		for _, w := range tr.windows {
-			t.Logf("trial %d: documented window: %s", i, w)
-		}
-		if len(tr.fail) > 0 {
-			hist := tr.hist
-			if len(hist) > 400 {
-				hist = append([]string{fmt.Sprintf("(%d earlier lines left out)", len(hist)-400)}, hist[len(hist)-400:]...)
-			}
-			t.Fatalf("semaphore hunt: seed %d trial %d (%s_SEED=%d %s_TRIAL=%d replays its plan):\n%s\nhistory:\n%s",
-				seed, i, env, seed, env, i, strings.Join(tr.fail, "\n"), strings.Join(hist, "\n"))
-		}
+		reportTrial(t, "semaphore hunt", env, seed, i, &tr.trialLog)
 	}
-	var faults []string
-	for f := dfaultDropReply; f < dfaultCount; f++ {
-		n := int64(0)
-		for _, dc := range dcs {
-			n += dc.faults[f].Load()
-		}
-		faults = append(faults, fmt.Sprintf("%s %d", f, n))
-	}
-	t.Logf("%d trials in %v; faults applied: %s", trials, time.Since(begin).Round(time.Millisecond), strings.Join(faults, ", "))
+	t.Logf("%d trials in %v; faults applied: %s", trials, time.Since(begin).Round(time.Millisecond), faultsApplied(dcs))
 }
 
 type semActor struct {
@@ -131,13 +108,12 @@ type semTrial struct {
 	clients []*rlock.Client
 	name    string
 	key     string
-	start   time.Time
 	stalls  func(start, end time.Time) time.Duration
 
-	mu     sync.Mutex
-	closed []bool // Client i was closed
-	total  int    // the count with nothing held
-	actors []*semActor
+	trialLog        // start; the history and findings, and the fields below, under mu
+	closed   []bool // Client i was closed
+	total    int    // the count with nothing held
+	actors   []*semActor
 	// The count's lower bound from the returns: total - held - taking - bg - ambig, or none
 	// while a drain is in flight.
 	taking int // permits of acquires in flight
@@ -147,31 +123,6 @@ type semTrial struct {
 	// drainUnknown: a drain's outcome is unknown, or its give-back failed (how many: unknown).
 	drainUnknown bool
 	tries        map[*semTry]bool
-	hist         []string
-	fail         []string
-	windows      []string
-}
-
-func (tr *semTrial) note(s string) {
-	tr.mu.Lock()
-	defer tr.mu.Unlock()
-	tr.noteLocked(s)
-}
-
-func (tr *semTrial) noteLocked(s string) {
-	tr.hist = append(tr.hist, fmt.Sprintf("%7.1fms %s", float64(time.Since(tr.start).Microseconds())/1000, s))
-}
-
-func (tr *semTrial) violationLocked(format string, args ...any) {
-	s := fmt.Sprintf(format, args...)
-	tr.noteLocked("VIOLATION " + s)
-	tr.fail = append(tr.fail, s)
-}
-
-func (tr *semTrial) violation(format string, args ...any) {
-	tr.mu.Lock()
-	defer tr.mu.Unlock()
-	tr.violationLocked(format, args...)
 }
 
 func (tr *semTrial) heldLocked() int {

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -399,34 +398,8 @@ type mhTrial struct {
 	keys    []string
 	owners  []*mhOwner
 	actors  []*mhActor
-	start   time.Time
 
-	mu      sync.Mutex
-	hist    []string
-	fail    []string
-	windows []string
-}
-
-func (tr *mhTrial) note(s string) {
-	tr.mu.Lock()
-	defer tr.mu.Unlock()
-	tr.noteLocked(s)
-}
-
-func (tr *mhTrial) noteLocked(s string) {
-	tr.hist = append(tr.hist, fmt.Sprintf("%7.1fms %s", float64(time.Since(tr.start).Microseconds())/1000, s))
-}
-
-func (tr *mhTrial) violationLocked(format string, args ...any) {
-	s := fmt.Sprintf(format, args...)
-	tr.noteLocked("VIOLATION " + s)
-	tr.fail = append(tr.fail, s)
-}
-
-func (tr *mhTrial) violation(format string, args ...any) {
-	tr.mu.Lock()
-	defer tr.mu.Unlock()
-	tr.violationLocked(format, args...)
+	trialLog // start; the history and findings, under mu
 }
 
 // booked adds d to o's holds of lock l; tr.mu is held.
@@ -498,7 +471,7 @@ func TestSpinMultiHunt_multiLock(t *testing.T) {
 	begin := time.Now()
 	trials := 0
 	for i := range trialIndices(begin, only, budget) {
-		tr := &mhTrial{t: t, idx: i, clients: clients, dcs: dcs, srv: srv, start: time.Now()}
+		tr := &mhTrial{t: t, idx: i, clients: clients, dcs: dcs, srv: srv, trialLog: trialLog{start: time.Now()}}
 		cur.Store(tr)
 		tr.run(rand.New(rand.NewPCG(seed, uint64(i))), func(name, field string) int {
 			gmu.Lock()
@@ -507,30 +480,9 @@ func TestSpinMultiHunt_multiLock(t *testing.T) {
 		})
 		cur.Store(nil)
 		trials++
-		if os.Getenv(env+"_LOG") == "1" {
-			t.Logf("trial %d history:\n%s", i, strings.Join(tr.hist, "\n"))
-		}
-		for _, w := range tr.windows {
-			t.Logf("trial %d: documented window: %s", i, w)
-		}
-		if len(tr.fail) > 0 {
-			hist := tr.hist
-			if len(hist) > 400 {
-				hist = append([]string{fmt.Sprintf("(%d earlier lines left out)", len(hist)-400)}, hist[len(hist)-400:]...)
-			}
-			t.Fatalf("multi-lock hunt: seed %d trial %d (%s_SEED=%d %s_TRIAL=%d replays its plan):\n%s\nhistory:\n%s",
-				seed, i, env, seed, env, i, strings.Join(tr.fail, "\n"), strings.Join(hist, "\n"))
-		}
+		reportTrial(t, "multi-lock hunt", env, seed, i, &tr.trialLog)
 	}
-	var faults []string
-	for f := dfaultDropReply; f < dfaultCount; f++ {
-		n := int64(0)
-		for _, dc := range dcs {
-			n += dc.faults[f].Load()
-		}
-		faults = append(faults, fmt.Sprintf("%s %d", f, n))
-	}
-	t.Logf("%d trials in %v; faults applied: %s", trials, time.Since(begin).Round(time.Millisecond), strings.Join(faults, ", "))
+	t.Logf("%d trials in %v; faults applied: %s", trials, time.Since(begin).Round(time.Millisecond), faultsApplied(dcs))
 }
 
 // unresolved counts an acquire of owner id on the lock called name whose outcome stayed
