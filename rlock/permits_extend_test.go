@@ -244,8 +244,12 @@ const envPsemExtendSeed = "RELOCK_PSEM_EXTEND_SEED"
 // (Permit.Expires, then the deadline of the last Extend answered: its start plus its lease
 // less the drift allowance; an Extend that failed lowers it to its own when that is
 // earlier, as Extend's godoc tells), and that no second Client gets a permit of the
-// semaphore of one while that deadline lasts. A failure prints the seed to replay
-// (RELOCK_PSEM_EXTEND_SEED=<n>).
+// semaphore of one while that deadline lasts: a grant answered before it. (Redis grants
+// anywhere between the send and the answer, so the send's time bounds nothing: on a loaded
+// machine a send went before the deadline and reached Redis after it, seeds
+// 1796484721207415579 and 1796487834325186131. The second Client's send is held back past
+// the deadline at some steps where it is near, as load would.) A failure prints the seed to
+// replay (RELOCK_PSEM_EXTEND_SEED=<n>).
 func TestPermitSemaphore_Extend_lateSendsExplore(t *testing.T) {
 	t.Parallel()
 	seeds := []uint64{uint64(time.Now().UnixNano()), uint64(time.Now().UnixNano()) + 1, uint64(time.Now().UnixNano()) + 2}
@@ -271,7 +275,27 @@ func exploreLateExtends(t *testing.T, b *backend, seed uint64) bool {
 	defer c.Close()
 	name := redistest.Name(t) + "-" + strconv.FormatUint(seed, 16)
 	p := c.PermitSemaphore(name)
-	other := b.client(t).PermitSemaphore(name)
+	// The second Client's acquires wait in held's hook until holdUntil (zero: none), as a
+	// send slow to reach Redis on a loaded machine would. Whether and how long to hold are
+	// drawn from a generator of their own (lag), so that a seed's plan of Extends is the one
+	// it had before the holds.
+	held := &hookClient{Client: b.rueidis(t)}
+	var holdMu sync.Mutex
+	var holdUntil time.Time
+	held.set(func(_ context.Context, cmd hookCall, call func() rueidis.RedisResult) rueidis.RedisResult {
+		holdMu.Lock()
+		until := holdUntil
+		holdMu.Unlock()
+		if cmd.script == "psem_acquire" {
+			time.Sleep(time.Until(until))
+		}
+		return call()
+	})
+	oc, err := rlock.New(held)
+	require.NoError(t, err)
+	defer oc.Close()
+	other := oc.PermitSemaphore(name)
+	lag := rand.New(rand.NewPCG(seed^0x9e3779b97f4a7c15, seed>>3|1))
 	setPermits(t, p, 1)
 	var log []string
 	t0 := time.Now()
@@ -365,12 +389,27 @@ func exploreLateExtends(t *testing.T, b *backend, seed uint64) bool {
 			return fail("the lease ends in Redis by %s, before %s that its holder counts on", fmtDur(after.Add(ttl+time.Millisecond).Sub(t0)), fmtDur(deadline.Sub(t0)))
 		}
 		sent := time.Now()
+		holdMu.Lock()
+		holdUntil = time.Time{}
+		if left := deadline.Sub(sent); left > 0 && left < 30*time.Millisecond && lag.IntN(2) == 0 {
+			holdUntil = deadline.Add(time.Duration(10+lag.IntN(10)) * time.Millisecond)
+		}
+		until := holdUntil
+		holdMu.Unlock()
 		got, ok, err := other.TryAcquire(bg, 0, time.Minute)
+		answered := time.Now()
 		require.NoError(t, err)
+		if !until.IsZero() {
+			logf("a second Client's acquire sent at %s, held back to %s: granted %v", fmtDur(sent.Sub(t0)), fmtDur(until.Sub(t0)), ok)
+		}
 		if ok {
 			_ = other.Release(bg, got.ID)
-			if sent.Before(deadline) {
-				return fail("a second Client got a permit of 1 at %s; the holder counts on its own to %s", fmtDur(sent.Sub(t0)), fmtDur(deadline.Sub(t0)))
+			// Redis granted it at the answer at the latest, perhaps long after the send: only
+			// a grant answered before the deadline took the holder's permit while it counted
+			// on it.
+			if answered.Before(deadline) {
+				return fail("a second Client got a permit of 1, answered at %s (sent at %s); the holder counts on its own to %s",
+					fmtDur(answered.Sub(t0)), fmtDur(sent.Sub(t0)), fmtDur(deadline.Sub(t0)))
 			}
 		}
 	}
