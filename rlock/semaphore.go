@@ -359,9 +359,14 @@ func (s *Semaphore) Acquire(ctx context.Context, n int) error {
 }
 
 // TryAcquire is [Semaphore.Acquire] bounded by wait: wait 0 makes exactly one attempt. It
-// returns (true, nil) when the n permits are taken, (false, nil) when wait ran out first (no
-// permit is left taken), and (false, err) for the failures listed at Acquire (a ctx that ends
-// before wait does is such a failure). A negative wait is an error wrapping [ErrInvalid].
+// returns (true, nil) when the n permits are taken, (false, nil) when no attempt took them
+// before wait ran out (with wait 0: the one attempt found fewer than n), no permit being left
+// taken, and (false, err) for the failures listed at Acquire (a ctx that ends before wait
+// does is such a failure). A negative wait is an error wrapping [ErrInvalid].
+//
+// wait bounds when attempts begin, not when the call returns: an attempt in flight as wait
+// ends is seen to its outcome while ctx lives (its resends, when replies are lost, for up to
+// the cleanup timeout). Only ctx bounds the call as Acquire's.
 func (s *Semaphore) TryAcquire(ctx context.Context, n int, wait time.Duration) (bool, error) {
 	if wait < 0 {
 		return false, invalid("negative wait %v", wait)
