@@ -1225,6 +1225,7 @@ type mseq struct {
 	roundDestroy bool
 	roundDisturb bool
 	idleStalled  bool // the process stalled between rounds: the next round is disturbed
+	inRound      bool // a round runs (runRound), its disturbances not yet applied to the sides
 	destroyedAny bool
 	leaveMayFail bool // a waiter that gave up may have failed to leave (a fault, a pause)
 	maxLease     time.Duration
@@ -1490,7 +1491,9 @@ func (s *mseq) build() {
 		// d3de481: Mutex seed 4962524923238436907, a loss-spurious with neither stall watcher
 		// firing, not reproduced in 15 replays).
 		idx := i
+		wdc := newWDClock(cl.wd)
 		obs := rlock.WithObserver(&rlock.Observer{RenewalRound: func(e rlock.RenewalRoundInfo) {
+			wdc.round(time.Now(), e)
 			s.logf("c%d renewal round: %d lease(s), %d script(s), %d failed, %d lost, took %v, err %v", idx, e.Leases, e.Scripts, e.Failures, e.Lost, e.Took.Round(100*time.Microsecond), e.Err)
 			if e.Lost > 0 {
 				s.snapAtLoss(idx)
@@ -1506,6 +1509,19 @@ func (s *mseq) build() {
 				s.roundDisturb = true
 				s.rstalls = append(s.rstalls, [2]time.Time{now.Add(-e.Took), now})
 				s.mu.Unlock()
+			}
+		}, AcquireDone: func(_ context.Context, e rlock.AcquireDoneInfo) {
+			wdc.acquired(time.Now(), e)
+		}, HoldEnd: func(e rlock.HoldEndInfo) {
+			// A lease declared lost by expiry well after its end: the watchdog's goroutines
+			// were not run at its renewal nor at its deadline (wdClock), a disturbance of the
+			// machine as a slow round is (the 600 s run of session 25: Mutex seed
+			// 4615490555978934774, c2's rounds 530 ms apart with a 200 ms renewal period).
+			now := time.Now()
+			if from, by, ok := wdc.late(now, e, stallThreshold); ok {
+				s.fault("renewal-late")
+				s.logf("c%d watchdog late: %s/%s lost by expiry %v past its lease's latest end (renewal due by %s)", idx, e.Name, e.Owner, by.Round(100*time.Microsecond), fmtDur(from.Sub(s.t0)))
+				s.disturbNow(from, now)
 			}
 		}})
 		opts := append([]rlock.Option{rlock.WithWatchdogTimeout(cl.wd), rlock.WithCleanupTimeout(cl.cleanup),
@@ -1595,6 +1611,24 @@ func (s *mseq) stallOverlap(start, end time.Time) time.Duration {
 	return overlap(s.stalls, start, end)
 }
 
+// disturbNow records [from, to] as a window in which Redis may have let leases run out unseen
+// (as a Redis stall), and disturbs the round under way, or, between rounds, every side now
+// (a loss told before the next quiescent point) and the next round.
+func (s *mseq) disturbNow(from, to time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.rstalls = append(s.rstalls, [2]time.Time{from, to})
+	if s.inRound {
+		s.roundDisturb = true
+		return
+	}
+	s.idleStalled = true
+	for _, ms := range s.sides {
+		ms.disturbed = true
+	}
+	s.leaveMayFail = true
+}
+
 // overlap is how much of [start, end] the windows cover.
 func overlap(windows [][2]time.Time, start, end time.Time) time.Duration {
 	var d time.Duration
@@ -1621,6 +1655,7 @@ func (s *mseq) runRound(r int) {
 	s.roundStart = time.Now()
 	s.roundDestroy, s.roundDisturb = false, s.idleStalled
 	s.idleStalled = false
+	s.inRound = true
 	s.mu.Unlock()
 	d := draws(s.rng, 9)
 	var fw sync.WaitGroup
@@ -1812,6 +1847,7 @@ func (s *mseq) runRound(r int) {
 	}
 	s.mu.Lock()
 	destroy, disturb := s.roundDestroy, s.roundDisturb
+	s.inRound = false
 	s.mu.Unlock()
 	if destroy || disturb {
 		s.mu.Lock()
