@@ -87,9 +87,12 @@ import (
 //	                      the pauses (a lost hold is no longer renewed); at the end of a
 //	                      sequence the check waits for the bound
 //	loss-spurious         a loss notice (ErrLockLost from a call or from Err, a tenure ended
-//	                      lost) that no DEL, ForceUnlock, pause, stall, refused renewal or
-//	                      unknown outcome explains; loss-abandon: one from a failed give-back;
-//	                      loss-at-expiry: an Unlock racing its fixed lease's end told a loss
+//	                      lost) that no DEL, ForceUnlock, pause, stall (of this process, of
+//	                      Redis, of a renewal round: renewal-slow, of the watchdog, which
+//	                      declared an expiry past the lease's end: renewal-late, wdClock),
+//	                      refused renewal or unknown outcome explains; loss-abandon: one from
+//	                      a failed give-back; loss-at-expiry: an Unlock racing its fixed
+//	                      lease's end told a loss
 //	loss-unnoticed        a holder in watchdog mode not told of a DEL within its lease
 //	reentry, upgrade      a re-entry that waited or failed; a refused upgrade not refused
 //	acquire-not-held,     a successful acquire the Client does not record; an Unlock of a
