@@ -12,6 +12,7 @@ import (
 
 	"github.com/relock-go/relock/internal/redistest"
 	"github.com/relock-go/relock/rlock"
+	"github.com/relock-go/relock/watchdog"
 )
 
 // Grants the Client refuses and gives back (Mutex.grant): a grant after the owner's tenure
@@ -286,7 +287,7 @@ func TestRefusedGrant_canceledWatchdogReentryLeavesFixedLease(t *testing.T) {
 
 // TestRefusedGrant_reentryAfterFixedLeaseEndLeavesNoHold is
 // TestModelRegression_lateReentryReplyLeavesGhost on every kind: a re-entry in watchdog mode,
-// applied in Redis while the owner's 50ms fixed lease still runs (the key's lease raised to the
+// applied in Redis while the owner's fixed lease still runs (the key's lease raised to the
 // watchdog's), answered after that lease ended on the Client's clock, is refused
 // (errReentryEnded, wrapping ErrLeaseExpired). Redis must count none of the owner's holds
 // long before the watchdog lease would end them.
@@ -294,7 +295,7 @@ func TestRefusedGrant_reentryAfterFixedLeaseEndLeavesNoHold(t *testing.T) {
 	t.Parallel() // servers and Clients of its own
 	b := realBackend(t)
 	rc := b.rueidis(t)
-	const watchdogTTL = 5 * time.Second
+	const watchdogTTL = 15 * time.Second
 	c, err := rlock.New(newModelFaults(rc, nil).hc, rlock.WithWatchdogTimeout(watchdogTTL))
 	if err != nil {
 		t.Fatal(err)
@@ -303,13 +304,33 @@ func TestRefusedGrant_reentryAfterFixedLeaseEndLeavesNoHold(t *testing.T) {
 	forRefusedKinds(t, rc, func(t *testing.T, k refusedKind, ctx context.Context) {
 		h := k.api.handle(c, redistest.Name(t))
 		loadScripts(t, k, h, ctx)
-		tryInTime(t, func() (bool, error) { return k.api.acquire(h, ctx, k.side, 0, 50*time.Millisecond, false) })
-		start := time.Now()
-		late := withFault(ctx, &opFault{stages: []faultStage{{kind: fDelay, n: 1, delay: 100 * time.Millisecond}}})
-		if ok, err := k.api.acquire(h, late, k.side, 0, 0, false); ok || !errors.Is(err, rlock.ErrLeaseExpired) {
-			t.Fatalf("the re-entry: %v %v, want ErrLeaseExpired", ok, err)
+		// The re-entry must go while the fixed lease runs on the Client's clock: sent after its
+		// end, it is a fresh acquire and rightly granted. A fixed lease of 500ms (50ms, as
+		// first written, left a loaded machine no room between the grant and the re-entry),
+		// and a try again when the re-entry was granted having gone no sooner than the
+		// lease's earliest end here (the grant's send, no sooner than t0, plus the lease less
+		// the drift allowance): a re-entry granted that went before it is the defect.
+		const lease = 500 * time.Millisecond
+		for try := 1; ; try++ {
+			var t0 time.Time
+			tryInTime(t, func() (bool, error) { t0 = time.Now(); return k.api.acquire(h, ctx, k.side, 0, lease, false) })
+			start := time.Now()
+			// Its reply comes back 2 leases after its send: after the fixed lease's end here.
+			f := &opFault{stages: []faultStage{{kind: fDelay, n: 1, delay: 2 * lease}}}
+			ok, err := k.api.acquire(h, withFault(ctx, f), k.side, 0, 0, false)
+			if earliestEnd := t0.Add(lease - watchdog.Drift(lease)); ok && err == nil && !f.firstSend().Before(earliestEnd) && try < 5 {
+				t.Logf("try %d: the re-entry went %v after the fixed-lease grant was sent, at or past its end here, and was granted afresh; again", try, f.firstSend().Sub(t0).Round(time.Millisecond))
+				if err := k.api.release(h, ctx, k.side); err != nil {
+					t.Fatal(err)
+				}
+				continue
+			}
+			if ok || !errors.Is(err, rlock.ErrLeaseExpired) {
+				t.Fatalf("the re-entry, sent %v after the fixed-lease grant: %v %v, want ErrLeaseExpired", f.firstSend().Sub(t0).Round(time.Millisecond), ok, err)
+			}
+			settleRedis(t, k, h, ctx, start.Add(watchdogTTL/3), "a re-entry refused for the end of its tenure's fixed lease", start)
+			break
 		}
-		settleRedis(t, k, h, ctx, start.Add(watchdogTTL/3), "a re-entry refused for the end of its tenure's fixed lease", start)
 		if err := k.api.release(h, ctx, k.side); !errors.Is(err, rlock.ErrLeaseExpired) {
 			t.Errorf("the Unlock of the hold whose fixed lease ran out: %v, want ErrLeaseExpired", err)
 		}
