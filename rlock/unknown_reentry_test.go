@@ -28,7 +28,11 @@ func TestMutex_unknownReentryIsGivenBackAtTheNextRenewal(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			eachBackend(t, func(t *testing.T, b *backend) {
-				hc, c := hardSetup(t, b, rlock.WithWatchdogTimeout(time.Second), rlock.WithCleanupTimeout(300*time.Millisecond))
+				// A watchdog timeout and a cleanup timeout that a loaded machine's stalls do
+				// not run out (1s and 300ms, as first written, did: the owner's hold expired
+				// between renewals, or an Unlock ended with its outcome unknown).
+				const watchdogTTL = 3 * time.Second
+				hc, c := hardSetup(t, b, rlock.WithWatchdogTimeout(watchdogTTL), rlock.WithCleanupTimeout(2*time.Second))
 				m := c.Mutex(redistest.Name(t))
 				require.NoError(t, m.Lock(bg))
 				var armed atomic.Bool
@@ -52,7 +56,7 @@ func TestMutex_unknownReentryIsGivenBackAtTheNextRenewal(t *testing.T) {
 					require.Equal(t, 2, n, "the re-entry was applied (the test's premise)")
 				}
 				// The first renewal comes within a third of the watchdog timeout.
-				redistest.WaitFor(t, 3*time.Second, "HoldCount to count the owner's one hold", func() bool {
+				redistest.WaitFor(t, 2*watchdogTTL, "HoldCount to count the owner's one hold", func() bool {
 					n, err := m.HoldCount(bg)
 					return err == nil && n == want
 				})
