@@ -411,12 +411,28 @@ func TestSharedOwner_renewalsOfEveryKindKeepTheHold(t *testing.T) {
 // The same for RedLock's instances, held by a context owner.
 func TestSharedOwner_redLockRenewalsKeepTheHold(t *testing.T) {
 	t.Parallel()
-	const wd = time.Second
-	cs := redClients(t, addrsOf(redServers(t, 3)), rlock.WithWatchdogTimeout(wd))
+	// A 3-s lease renewed every second (renew fraction 1/3: 2 s for a renewal to land), and a
+	// wait for renewals rather than a sleep: a 1-s lease (renewed every 667 ms) ran out for real on a machine at a load of 13-18 on 2
+	// cores ("a renewal reported a live RedLock hold lost"), as it had for
+	// TestSharedOwner_renewalsOfEveryKindKeepTheHold.
+	const wd = 3 * time.Second
+	var renewed [3]atomic.Int64 // leases each instance's Client renewed
+	var cs []*rlock.Client
+	for i, a := range addrsOf(redServers(t, 3)) {
+		obs := &rlock.Observer{RenewalRound: func(e rlock.RenewalRoundInfo) { renewed[i].Add(int64(e.Leases - e.Failures)) }}
+		cs = append(cs, redClients(t, []string{a}, rlock.WithWatchdogTimeout(wd), rlock.WithRenewFraction(1.0/3), rlock.WithObserver(obs))...)
+	}
 	r := rlock.NewRedLock(redistest.Name(t), cs)
 	ctx := rlock.WithOwner(bg, "red-"+redistest.Name(t))
 	require.NoError(t, r.Lock(ctx))
-	time.Sleep(3 * wd)
+	redistest.WaitFor(t, 10*wd, "three renewals on each instance", func() bool {
+		for i := range renewed {
+			if renewed[i].Load() < 3 {
+				return false
+			}
+		}
+		return true
+	})
 	require.NoError(t, r.Err(ctx), "a renewal reported a live RedLock hold lost")
 	require.NoError(t, r.Unlock(ctx))
 }
