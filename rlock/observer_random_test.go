@@ -313,7 +313,12 @@ func TestObserver_randomRedLock(t *testing.T) {
 				}
 			}
 			inv := newInvariants()
-			cs := redClients(t, addrs, rlock.WithObserver(inv.observer()), rlock.WithWatchdogTimeout(400*time.Millisecond),
+			// A 2-s watchdog timeout: the per-instance timeout of a watchdog-mode round is a
+			// tenth of it by default, and 40 ms (a 400-ms watchdog) let no instance answer on a
+			// machine at a load of 13-18 on 2 cores, nor pinned to a core beside a burner at
+			// nice 5: every round failed and the run took no lock ("the run took both names
+			// with several owners", seed 1796484754258558606, 0 tenures).
+			cs := redClients(t, addrs, rlock.WithObserver(inv.observer()), rlock.WithWatchdogTimeout(2*time.Second),
 				rlock.WithCleanupTimeout(time.Second))
 			admin := redClients(t, addrs) // unobserved: its forced unlocks are not told
 			base := redistest.Name(t)
