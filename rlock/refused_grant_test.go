@@ -239,7 +239,7 @@ func TestRefusedGrant_canceledWatchdogReentryLeavesFixedLease(t *testing.T) {
 	b := realBackend(t)
 	rc := b.rueidis(t)
 	mf := newModelFaults(rc, nil)
-	const watchdogTTL = 600 * time.Millisecond
+	const watchdogTTL = time.Second
 	c, err := rlock.New(mf.hc, rlock.WithWatchdogTimeout(watchdogTTL))
 	if err != nil {
 		t.Fatal(err)
@@ -249,19 +249,23 @@ func TestRefusedGrant_canceledWatchdogReentryLeavesFixedLease(t *testing.T) {
 		h := k.api.handle(c, redistest.Name(t))
 		loadScripts(t, k, h, ctx)
 		const lease = 400 * time.Millisecond
-		start := time.Now()
-		if ok, err := k.api.acquire(h, ctx, k.side, 0, lease, false); !ok || err != nil {
-			t.Fatal(ok, err)
-		}
-		gone, cancel := context.WithTimeout(withFault(ctx, &opFault{stages: []faultStage{{kind: fDelay, n: 1, delay: 200 * time.Millisecond}}}), 50*time.Millisecond)
+		var start time.Time // no later than the fixed-lease grant's send
+		tryInTime(t, func() (bool, error) { start = time.Now(); return k.api.acquire(h, ctx, k.side, 0, lease, false) })
+		f := &opFault{stages: []faultStage{{kind: fDelay, n: 1, delay: 200 * time.Millisecond}}}
+		gone, cancel := context.WithTimeout(withFault(ctx, f), 50*time.Millisecond)
 		ok, err := k.api.acquire(h, gone, k.side, 0, 0, false)
 		cancel()
 		if ok || !errors.Is(err, context.DeadlineExceeded) {
 			t.Fatalf("a re-entry whose caller left before its reply: %v %v, want DeadlineExceeded", ok, err)
 		}
-		// Past the fixed lease and the re-entry's watchdog lease in Redis, with a margin of a
-		// watchdog timeout: renewals would have kept the hold by now.
-		by := start.Add(lease + 2*watchdogTTL)
+		// Past the fixed lease and the re-entry's watchdog lease in Redis (from its send, which
+		// a loaded machine can hold back), with a margin of a watchdog timeout: renewals would
+		// have kept the hold by now.
+		by := start.Add(lease + watchdogTTL)
+		if sent := f.firstSend(); sent.Add(watchdogTTL).After(by) {
+			by = sent.Add(watchdogTTL)
+		}
+		by = by.Add(watchdogTTL)
 		for {
 			n, ttl, err := k.redisHolds(h, ctx)
 			if err != nil {
