@@ -32,7 +32,11 @@ func TestRedLock_holdTableLifetime(t *testing.T) {
 	// the lease's latest renewal (a 150ms lease renewed every 100ms left a loaded machine's
 	// stall about 30ms: the released and kept holds must last through the test; and its
 	// default per-instance timeout, 15ms, a -race run on 2 busy cores overran: "re-entry
-	// granted by 0 of 3 instances", 2 runs in 40 beside two helpers).
+	// granted by 0 of 3 instances", 2 runs in 40 beside two helpers). Its per-instance
+	// timeout is a third of the lease: the default, a tenth (90ms), was overrun on a machine at
+	// a load of 13-18 on 2 cores, and pinned to a core beside a burner at nice 10 ("re-entry
+	// granted by 1 of 3 instances ... no answer within the instance timeout (90ms)", 2 runs
+	// in 2).
 	const lease, renewFraction = 900 * time.Millisecond, 0.25
 	const sets = 4
 	var cs [][]*rlock.Client
@@ -57,7 +61,7 @@ func TestRedLock_holdTableLifetime(t *testing.T) {
 	kept := 0 // entries expected to stay until their Clients close
 	for k := range 40 {
 		o := op{name: fmt.Sprintf("%s-%d", prefix, k), owner: fmt.Sprintf("owner-%d", k), set: rng.IntN(sets), kind: rng.IntN(4)}
-		o.r = rlock.NewRedLock(o.name, cs[o.set])
+		o.r = rlock.NewRedLock(o.name, cs[o.set], rlock.WithInstanceTimeout(lease/3))
 		ctx := rlock.WithOwner(bg, o.owner)
 		holds := 1 + rng.IntN(3)
 		for range holds {
