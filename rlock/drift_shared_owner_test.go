@@ -412,9 +412,9 @@ func TestSharedOwner_renewalsOfEveryKindKeepTheHold(t *testing.T) {
 func TestSharedOwner_redLockRenewalsKeepTheHold(t *testing.T) {
 	t.Parallel()
 	// A 3-s lease renewed every second (renew fraction 1/3: 2 s for a renewal to land), and a
-	// wait for renewals rather than a sleep: a 1-s lease (renewed every 667 ms) ran out for real on a machine at a load of 13-18 on 2
-	// cores ("a renewal reported a live RedLock hold lost"), as it had for
-	// TestSharedOwner_renewalsOfEveryKindKeepTheHold.
+	// wait for renewals rather than a sleep: a 1-s lease (renewed every 667 ms) ran out for
+	// real on a machine at a load of 13-18 on 2 cores ("a renewal reported a live RedLock hold
+	// lost"), as it had for TestSharedOwner_renewalsOfEveryKindKeepTheHold.
 	const wd = 3 * time.Second
 	var renewed [3]atomic.Int64 // leases each instance's Client renewed
 	var cs []*rlock.Client

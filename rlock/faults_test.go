@@ -3,6 +3,7 @@ package rlock_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -488,12 +489,7 @@ func TestClient_manyHeldLocksNoGoroutinePerLock(t *testing.T) {
 		// slept for: a key whose PTTL is above what is left of its first lease (less a
 		// margin for miniredis's clock, which follows real time in 2ms steps) was renewed.
 		// And every hold outlives its first lease.
-		lastTaken := taken[0]
-		for _, at := range taken {
-			if at.After(lastTaken) {
-				lastTaken = at
-			}
-		}
+		lastTaken := slices.MaxFunc(taken, time.Time.Compare)
 		pending := make([]int, n)
 		for i := range pending {
 			pending[i] = i

@@ -1370,10 +1370,7 @@ func runSequence(t *testing.T, cfg modelConfig, subj subject, srv *redistest.Ser
 	s.mu.Lock()
 	if s.idleStalled {
 		s.idleStalled = false
-		for _, ms := range s.sides {
-			ms.disturbed = true
-		}
-		s.leaveMayFail = true
+		s.disturbAllLocked()
 	}
 	s.mu.Unlock()
 	for _, g := range s.gors {
@@ -1626,6 +1623,12 @@ func (s *mseq) disturbNow(from, to time.Time) {
 		return
 	}
 	s.idleStalled = true
+	s.disturbAllLocked()
+}
+
+// disturbAllLocked marks every side disturbed (a loss it is told of may come from a
+// disturbance) and lets a waiter's leave fail; s.mu is held.
+func (s *mseq) disturbAllLocked() {
 	for _, ms := range s.sides {
 		ms.disturbed = true
 	}

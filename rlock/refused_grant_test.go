@@ -261,11 +261,7 @@ func TestRefusedGrant_canceledWatchdogReentryLeavesFixedLease(t *testing.T) {
 		// Past the fixed lease and the re-entry's watchdog lease in Redis (from its send, which
 		// a loaded machine can hold back), with a margin of a watchdog timeout: renewals would
 		// have kept the hold by now.
-		by := start.Add(lease + watchdogTTL)
-		if sent := f.firstSend(); sent.Add(watchdogTTL).After(by) {
-			by = sent.Add(watchdogTTL)
-		}
-		by = by.Add(watchdogTTL)
+		by := maxTime(start.Add(lease), f.firstSend()).Add(2 * watchdogTTL)
 		for {
 			n, ttl, err := k.redisHolds(h, ctx)
 			if err != nil {
