@@ -603,6 +603,7 @@ func (m *Mutex) grant(ctx context.Context, h *hold, within *tenure, vals []int64
 	// another Client took for a context owner (the same id through several Clients), which
 	// an unconditional give-back would take.
 	keep := 0
+	var t *tenure // the tenure whose orphans the give-back takes (nil: a refused grant)
 	switch {
 	case errors.Is(err, ErrLockLost):
 		extra, reason = max(1, mine), GiveBackLost
@@ -612,6 +613,7 @@ func (m *Mutex) grant(ctx context.Context, h *hold, within *tenure, vals []int64
 		return err
 	default:
 		tr.granted(fresh, vals[1])
+		t, _ = h.snapshot()
 		keep = h.holds()
 	}
 	if extra <= 0 {
@@ -619,10 +621,14 @@ func (m *Mutex) grant(ctx context.Context, h *hold, within *tenure, vals []int64
 	}
 	giveBack := func() {
 		// Orphans: each gives back one hold while Redis counts more of this Client's than
-		// keep, so never this grant's, and the lock stays held. One that fails leaves the
-		// orphan to the end of this tenure, whose last Unlock gives back what Redis still
-		// counts of this Client's (hold.released).
-		_, rerr := m.giveBackOrphans(ctx, h.owner, keep, extra)
+		// keep, so never this grant's, and the lock stays held. Those a give-back that
+		// failed did not take are the tenure's orphans again (hold.unsettled), given back
+		// at its next confirmed renewal. (They were left to the tenure's last Unlock, renewed
+		// with it meanwhile: TestMutex_orphanWhoseGiveBackAtAGrantFailedIsSettledAtTheNextRenewal.)
+		given, rerr := m.giveBackOrphans(ctx, h.owner, keep, extra)
+		if rerr != nil {
+			h.unsettled(t, extra-given)
+		}
 		if m.c.obs != nil && m.v.obs != "" {
 			// Holds: how many were to be given back (GiveBackInfo), as Redis may have let
 			// some expire meanwhile (a late grant's fixed lease).

@@ -627,6 +627,19 @@ func (h *hold) unknownAcquire() {
 	h.mu.Unlock()
 }
 
+// unsettled records n holds that a give-back of tenure t's orphans at a grant did not take
+// (it failed, or got no answer: Redis may still count them) as t's orphans again, while t is
+// current: given back at its next confirmed renewal (settleOrphans), its next grant or its
+// last hold, never beyond what Redis counts of this Client's beyond the owner's own holds.
+// Once t has ended, nothing renews them, and Redis lets them expire within their lease.
+func (h *hold) unsettled(t *tenure, n int64) {
+	h.mu.Lock()
+	if t != nil && h.cur == t && n > 0 {
+		h.orphans += int(n)
+	}
+	h.mu.Unlock()
+}
+
 // tenureOf returns the fencing token of the tenure whose lease l is, or 0 when l is no
 // longer the lease of the tenure in force (it ended, or a re-entry replaced the lease: the
 // watchdog drops l soon).

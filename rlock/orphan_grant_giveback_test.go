@@ -1,0 +1,86 @@
+package rlock_test
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/rueidis"
+	"github.com/stretchr/testify/require"
+
+	"github.com/relock-go/relock/internal/redistest"
+	"github.com/relock-go/relock/rlock"
+)
+
+// A grant that finds orphans of the owner's tenure in Redis (a re-entry whose outcome stayed
+// unknown, applied) gives them back (Mutex.grant). When that give-back failed, the Client
+// forgot them all the same: Redis counted one more hold than the owner took, the watchdog
+// renewed it with the tenure, and HoldCount said 3 for two holds until the last Unlock
+// (TestRedOrphanHunt, CI of 0a409bf: "Redis 3, RedLock 2, Client 2 (orphans 0)" on a
+// followed instance of a live hold). A give-back that fails now leaves them orphans of the
+// tenure, given back at its next confirmed renewal.
+func TestMutex_orphanWhoseGiveBackAtAGrantFailedIsSettledAtTheNextRenewal(t *testing.T) {
+	t.Parallel()
+	eachBackend(t, func(t *testing.T, b *backend) {
+		t.Parallel()
+		// Renewals every 2 s, refused until the premise is set: the lease (6 s) outlasts
+		// the setup's two cleanup timeouts on a loaded machine.
+		const watchdogTTL = 6 * time.Second
+		name := redistest.Name(t)
+		gave := make(chan rlock.GiveBackInfo, 8)
+		obs := &rlock.Observer{GiveBack: func(e rlock.GiveBackInfo) {
+			if e.Name == name {
+				gave <- e
+			}
+		}}
+		hc, c := hardSetup(t, b, rlock.WithWatchdogTimeout(watchdogTTL), rlock.WithCleanupTimeout(500*time.Millisecond), rlock.WithObserver(obs))
+		m := c.Mutex(name)
+		require.NoError(t, m.Lock(bg))
+		const (
+			normal = iota
+			reentryLost
+			giveBackRefused
+		)
+		var phase atomic.Int32
+		hc.set(func(_ context.Context, cmd hookCall, call func() rueidis.RedisResult) rueidis.RedisResult {
+			p := phase.Load()
+			switch {
+			case p == normal || cmd.multi:
+				return call()
+			case cmd.script == "renew":
+				return refusedResult() // no confirmed renewal settles the orphan meanwhile
+			case p == reentryLost && cmd.script == "acquire":
+				call() // applied; its reply, and every replay's, lost
+				return hardLost()
+			case p == giveBackRefused && cmd.script == "release":
+				return refusedResult()
+			}
+			return call()
+		})
+		phase.Store(reentryLost)
+		require.ErrorIs(t, m.Lock(bg), rlock.ErrUnknownOutcome)
+		phase.Store(giveBackRefused)
+		require.NoError(t, m.Lock(bg), "a re-entry, which finds the orphan")
+		var e rlock.GiveBackInfo
+		select {
+		case e = <-gave:
+		case <-time.After(10 * time.Second):
+			t.Fatal("no GiveBack of the orphan within 10s")
+		}
+		require.Equal(t, rlock.GiveBackOrphan, e.Reason)
+		require.Error(t, e.Err, "the test's premise: the give-back was refused")
+		n, err := m.HoldCount(bg)
+		require.NoError(t, err)
+		require.Equal(t, 3, n, "the test's premise: Redis counts the orphan with the owner's two holds")
+		phase.Store(normal)
+		redistest.WaitFor(t, 3*watchdogTTL/3+2*time.Second, "HoldCount to count the owner's two holds (the next confirmed renewal gives the orphan back)", func() bool {
+			n, err := m.HoldCount(bg)
+			return err == nil && n == 2
+		})
+		require.NoError(t, m.Err(bg), "the lock is not lost")
+		require.NoError(t, m.Unlock(bg))
+		require.NoError(t, m.Unlock(bg))
+		require.False(t, b.exists(t, m.Key()), "the last Unlock frees the lock")
+	})
+}
