@@ -3,7 +3,9 @@ package rlock_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"runtime"
+	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -20,6 +22,17 @@ import (
 // handed over to the background at once, and the permit it took given back there. The
 // wait is held, woken, before its next attempt (rlock.LockClient), while ctx is cancelled;
 // no acquire script may go out after that.
+//
+// The Client's mutex is taken while the wait sleeps (its goroutine parked in waitLoop's
+// select, seen with the mutex held): whatever wakes it then stops it in isClosed. Taken once
+// the count of sends said the wait had begun, it could come as the wait, woken by the
+// subscription's confirmation, had passed isClosed for its next attempt: that attempt then
+// waited for the mutex itself (a Semaphore's lateBegin) and the test waited 10 s for a stop
+// that never came (a loaded CI run), or it went out and took the released permit. And the
+// stop is this wait's own (its goroutine's id): any goroutine's stop in isClosed counted, a
+// parallel subtest's included, and the cancel then came while this wait's attempt was on
+// its way, which handed it over and spent its permit id (an acquire script sent after ctx's
+// end, for a PermitSemaphore: 3 of 720 subtests pinned beside a burner).
 func TestSemaphores_wakeAfterCancelSendsNoAttempt(t *testing.T) {
 	t.Parallel()
 	// take has holder take the one permit and returns its release.
@@ -56,19 +69,33 @@ func TestSemaphores_wakeAfterCancelSendsNoAttempt(t *testing.T) {
 			ctx, cancel := context.WithCancel(bg)
 			defer cancel()
 			got := make(chan error, 1)
-			go func() { got <- tc.acq(ctx, c, name) }()
+			var waiter atomic.Int64 // the wait's goroutine
+			go func() {
+				waiter.Store(goroutineID())
+				got <- tc.acq(ctx, c, name)
+			}()
 			// The first attempt, refused, and the one after the subscription (not live yet):
 			// the wait has begun.
 			redistest.WaitFor(t, 10*time.Second, "two refused attempts", func() bool { return sends.Load() >= 2 })
-			unlock := rlock.LockClient(c)
+			var unlock func()
+			redistest.WaitFor(t, 10*time.Second, "the wait to sleep, the Client's mutex held", func() bool {
+				unlock = rlock.LockClient(c)
+				if goroutineAt(waiter.Load(), "select", "rlock.(*Client).waitLoop(") {
+					return true
+				}
+				unlock() // the wait is between its wake-up and its sleep: let it go on
+				return false
+			})
 			locked := true
 			defer func() {
 				if locked {
 					unlock()
 				}
 			}()
-			release() // publishes: the wait wakes (or the subscription's confirmation woke it)
-			redistest.WaitFor(t, 10*time.Second, "the woken wait to stop before its next attempt", waitHeldBeforeAttempt)
+			release() // publishes: the wait wakes (or the subscription's confirmation does)
+			redistest.WaitFor(t, 10*time.Second, "the woken wait to stop before its next attempt", func() bool {
+				return goroutineAt(waiter.Load(), "sync.Mutex.Lock", "rlock.(*Client).isClosed(", "rlock.(*Client).waitLoop(")
+			})
 			before := sends.Load()
 			cancel()
 			locked = false
@@ -86,9 +113,23 @@ func TestSemaphores_wakeAfterCancelSendsNoAttempt(t *testing.T) {
 	}
 }
 
-// waitHeldBeforeAttempt reports whether a goroutine waits, in waitLoop, for the Client's
-// mutex (isClosed, asked after a wake-up and before the next attempt).
-func waitHeldBeforeAttempt() bool {
+// goroutineID is the id of the calling goroutine, as its stack trace gives it.
+func goroutineID() int64 {
+	buf := make([]byte, 64)
+	buf = buf[:runtime.Stack(buf, false)]
+	f := bytes.Fields(buf) // "goroutine", id, "[running]:", ...
+	id, err := strconv.ParseInt(string(f[1]), 10, 64)
+	if err != nil {
+		panic(fmt.Sprintf("goroutine id in %q: %v", buf, err))
+	}
+	return id
+}
+
+// goroutineAt reports whether goroutine id is parked in state (its stack trace's wait
+// reason: "select", "sync.Mutex.Lock") with frames (prefixes, innermost first) as the
+// innermost frames of relock's functions on its stack. Reading stacks orders nothing for the
+// race detector.
+func goroutineAt(id int64, state string, frames ...string) bool {
 	buf := make([]byte, 1<<20)
 	for {
 		n := runtime.Stack(buf, true)
@@ -98,10 +139,28 @@ func waitHeldBeforeAttempt() bool {
 		}
 		buf = make([]byte, 2*len(buf))
 	}
+	head := fmt.Sprintf("goroutine %d [", id)
 	for _, g := range bytes.Split(buf, []byte("\n\n")) {
-		if bytes.Contains(g, []byte("rlock.(*Client).isClosed")) && bytes.Contains(g, []byte("rlock.(*Client).waitLoop")) {
-			return true
+		rest, ok := bytes.CutPrefix(g, []byte(head))
+		if !ok {
+			continue
 		}
+		// The wait reason, then ", N minutes" when long, then "]:".
+		if !bytes.HasPrefix(rest, []byte(state+"]")) && !bytes.HasPrefix(rest, []byte(state+",")) {
+			return false
+		}
+		i := 0
+		for _, line := range bytes.Split(rest, []byte("\n")) {
+			fn, ok := bytes.CutPrefix(line, []byte("github.com/relock-go/relock/"))
+			if !ok {
+				continue
+			}
+			if i == len(frames) || !bytes.HasPrefix(fn, []byte(frames[i])) {
+				return i == len(frames)
+			}
+			i++
+		}
+		return i == len(frames)
 	}
 	return false
 }
