@@ -47,3 +47,21 @@ func HoldRedInstanceOpOf(r *RedLock, ctx context.Context, c *Client) (release fu
 	}
 	return nil, false
 }
+
+// RedInstanceTenures tells, for the instance of each Client, whether the Client has a live
+// tenure of the caller's owner there (its lease renewed or within its fixed end).
+func RedInstanceTenures(r *RedLock, ctx context.Context) map[*Client]bool {
+	owner, err := r.ownerOf(ctx)
+	if err != nil {
+		return nil
+	}
+	live := make(map[*Client]bool)
+	for _, m := range r.insts {
+		if h := m.instHold(owner); h != nil {
+			h.mu.Lock()
+			live[m.c] = h.cur != nil
+			h.mu.Unlock()
+		}
+	}
+	return live
+}
