@@ -218,13 +218,36 @@ func TestFairMutex_Lock_manyWaitersAllAcquire(t *testing.T) {
 		// Heartbeats every 20s (none in a normal run) and a long cleanup timeout: on a loaded
 		// machine under -race, 500 waiters' heartbeats every 3.3s can swamp miniredis.
 		opts := []rlock.Option{rlock.WithWaiterTimeout(time.Minute), rlock.WithCleanupTimeout(30 * time.Second)}
-		clients := []*rlock.Client{b.client(t, opts...), b.client(t, opts...), b.client(t, opts...), b.client(t, opts...)}
+		client := func() *rlock.Client { return b.client(t, opts...) }
+		waiters := 500
+		if b.mr != nil {
+			// miniredis compiles every script it runs anew (a Lua state per call), under the
+			// process's -race. On a loaded machine (the test at nice 10 beside a burner on
+			// one core) 500 waiters' first attempts, and the second each makes at once while
+			// its subscription is not yet live, queued about 1,000 scripts answered more than
+			// a second late, and the first holder's Unlock, behind them on its connection,
+			// ran out of its 30-s cleanup timeout; rueidis also cut connections whose
+			// replies were 10 s late (ConnWriteTimeout: i/o timeouts on 550 acquires, no
+			// waiter served for 160 s). Here 150 waiters (500 on redis-server, where a
+			// script costs little), on connections that wait for slow replies.
+			waiters = 150
+			client = func() *rlock.Client {
+				rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{b.mr.Addr()},
+					DisableCache: true, AlwaysRESP2: true, ForceSingleClient: true, ConnWriteTimeout: 2 * time.Minute})
+				require.NoError(t, err)
+				t.Cleanup(rc.Close)
+				c, err := rlock.New(rc, opts...)
+				require.NoError(t, err)
+				t.Cleanup(func() { _ = c.Close() })
+				return c
+			}
+		}
+		clients := []*rlock.Client{client(), client(), client(), client()}
 		name := redistest.Name(t)
-		const waiters = 500
 		var inside, served atomic.Int32
 		errs := make(chan error, waiters)
 		var wg sync.WaitGroup
-		for i := 0; i < waiters; i++ {
+		for i := range waiters {
 			m := clients[i%len(clients)].FairMutex(name)
 			wg.Add(1)
 			go func() {
