@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -47,12 +48,24 @@ func TestGhost_lateFirstSendAfterItsReplay(t *testing.T) {
 				eachBackend(t, func(t *testing.T, b *backend) {
 					gave := make(chan rlock.GiveBackInfo, 4)
 					replayed := make(chan rlock.ReplayInfo, 8)
+					var lastReplayErr atomic.Pointer[error] // a replay that stayed unknown: why
 					hc := keepSend(b.rueidis(t))
-					c, err := rlock.New(hc, rlock.WithObserver(&rlock.Observer{
+					// A cleanup timeout that a loaded machine's stalls do not run out: the
+					// background resolution replays within it, and the test needs it answered
+					// (the default 5 s ran out beside TestFairMutex_Lock_manyWaitersAllAcquire
+					// with the test at nice 10 beside a burner on one core). The waits below
+					// are hang guards of more than that timeout.
+					const cleanup = 30 * time.Second
+					c, err := rlock.New(hc, rlock.WithCleanupTimeout(cleanup), rlock.WithObserver(&rlock.Observer{
 						GiveBack: func(e rlock.GiveBackInfo) { gave <- e },
 						Replay: func(e rlock.ReplayInfo) {
-							if e.Op == "acquire" && e.Err == nil {
+							if e.Op != "acquire" {
+								return
+							}
+							if e.Err == nil {
 								replayed <- e
+							} else {
+								lastReplayErr.Store(&e.Err)
 							}
 						},
 					}))
@@ -84,15 +97,19 @@ func TestGhost_lateFirstSendAfterItsReplay(t *testing.T) {
 					// The replay, in the background, resolves the request.
 					select {
 					case <-replayed:
-					case <-time.After(10 * time.Second):
-						t.Fatal("the acquire was not resolved by a replay")
+					case <-time.After(cleanup + 10*time.Second):
+						var why error
+						if p := lastReplayErr.Load(); p != nil {
+							why = *p
+						}
+						t.Fatalf("the acquire was not resolved by a replay (last failed replay: %v)", why)
 					}
 					if sc != "refused" {
 						select {
 						case e := <-gave:
 							require.Equal(t, rlock.GiveBackCanceled, e.Reason)
 							require.NoError(t, e.Err)
-						case <-time.After(10 * time.Second):
+						case <-time.After(cleanup + 10*time.Second):
 							t.Fatal("the replay's grant was not given back")
 						}
 					}
