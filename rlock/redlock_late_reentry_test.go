@@ -1,6 +1,7 @@
 package rlock_test
 
 import (
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"testing"
@@ -42,8 +43,15 @@ func TestRedLock_lateReentryGrantCounted(t *testing.T) {
 		t.Skip("slow proxy")
 	}
 	const (
-		tmo     = 50 * time.Millisecond
-		lease   = 1500 * time.Millisecond
+		tmo = 50 * time.Millisecond
+		// A lease that outlives a loaded machine's stalls: with 1.5 s, under extreme load
+		// (the test at nice 10 beside a burner on one core,
+		// TestFairMutex_Lock_manyWaitersAllAcquire beside it) an instance's hold was gone
+		// from Redis and its tenure ended, most likely expired between late renewals
+		// ("instance 2: Redis 0, RedLock 1 (followed false), Client 1", 1 of 3 runs; not
+		// traced). The orphans that the test is about are settled at the next confirmed
+		// renewal, a third of it.
+		lease   = 3 * time.Second
 		cleanup = 3 * tmo
 		iters   = 6
 	)
@@ -97,12 +105,34 @@ func TestRedLock_lateReentryGrantCounted(t *testing.T) {
 			it, oneWay, err, adopted, returned)
 
 		if err == nil {
-			require.NoError(t, r.Unlock(bg), "iteration %d: the re-entry's Unlock", it)
+			unlockOrRunOut(t, r, cleanup, fmt.Sprintf("iteration %d: the re-entry's Unlock", it))
 			require.Empty(t, agree(), "iteration %d: after the re-entry's Unlock", it)
 		}
-		require.NoError(t, r.Unlock(bg), "iteration %d: the last Unlock", it)
+		unlockOrRunOut(t, r, cleanup, fmt.Sprintf("iteration %d: the last Unlock", it))
 		settled(t, r)
 		idle(r, cs)
-		redistest.WaitFor(t, 3*time.Second, "released everywhere", func() bool { return holdersOn(t, ss, key) == 0 })
+		// Two leases: a hold whose give-back went unanswered (unlockOrRunOut) expires with its lease.
+		redistest.WaitFor(t, 2*lease, "released everywhere", func() bool { return holdersOn(t, ss, key) == 0 })
 	}
+}
+
+// unlockOrRunOut is r.Unlock(bg), required to succeed unless its outcome stayed unknown once the
+// Clients' cleanup timeout had run out: the short cleanup timeout that
+// TestRedLock_lateReentryGrantCounted explores bounds its Unlocks too, and on a loaded machine
+// (the test at nice 10 beside a burner on one core) an instance's give-back went unanswered
+// within it ("1 of 3 instances answered"), although no proxy delayed it; on a quiet one it is
+// answered at once. Such a hold is given up as Unlock's godoc says: an instance that
+// counts another hold keeps it as an orphan, given back at its next confirmed renewal (the
+// test's agree then waits for it), and the last hold, no longer renewed, expires with its
+// lease (the test's wait for nothing left is two leases). What the test checks (Redis agrees
+// with the RedLock, nothing is left) stays as it was.
+func unlockOrRunOut(t *testing.T, r *rlock.RedLock, cleanup time.Duration, what string) {
+	t.Helper()
+	start := time.Now()
+	err := r.Unlock(bg)
+	if took := time.Since(start); errors.Is(err, rlock.ErrUnknownOutcome) && took >= cleanup {
+		t.Logf("%s: outcome unknown after %v (the cleanup timeout ran out): %v", what, took, err)
+		return
+	}
+	require.NoError(t, err, what)
 }
