@@ -33,7 +33,7 @@ import (
 // runs one trial alone.
 func TestCloseHunt(t *testing.T) {
 	seed := seedOf(t, "RELOCK_CLOSEHUNT_SEED")
-	budget := budgetOf(t, "RELOCK_CLOSEHUNT_SECONDS", 4*time.Second, 30*time.Second)
+	budget := budgetOf(t, "RELOCK_CLOSEHUNT_SECONDS", 2*time.Second, 30*time.Second)
 	only := trialOf(t, "RELOCK_CLOSEHUNT_TRIAL")
 	srvs := redistest.StartN(t, 3)
 	start := time.Now()

@@ -127,7 +127,7 @@ import (
 //
 //	RELOCK_MODEL_SEED=<n>     replay one sequence (its seed is printed when it fails)
 //	RELOCK_MODEL_SECONDS=<s>  each kind's budget, the kinds side by side (default 42 with RELOCK_FULL=1, as
-//	                          .ci/run sets it, else 12; the sequences
+//	                          .ci/run sets it, else 6; the sequences
 //	                          running when it ends finish: the test takes ~60s). -short skips
 //	                          the test unless this is set (RELOCK_MODEL_SECONDS=4 -short: a
 //	                          smoke run of shorter sequences)
@@ -203,7 +203,7 @@ type modelConfig struct {
 func loadModelConfig(t *testing.T) modelConfig {
 	c := modelConfig{total: 42 * time.Second, workers: 4, known: true}
 	if !fullRun() {
-		c.total = 12 * time.Second // RELOCK_FULL=1 (.ci/run) runs the full 42 s
+		c.total = 6 * time.Second // RELOCK_FULL=1 (.ci/run) runs the full 42 s
 	}
 	if testing.Short() {
 		// A smoke run: shorter sequences (the same draws, cut after two rounds and without

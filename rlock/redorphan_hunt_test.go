@@ -46,7 +46,7 @@ import (
 //
 // RELOCK_REDORPHAN_SEED replays a run's plan (goroutine timing is not replayed),
 // RELOCK_REDORPHAN_TRIAL=<n> runs trial n alone, RELOCK_REDORPHAN_BUDGET sets the run time
-// (default 2 s; RELOCK_FULL 20 s: it runs beside rlock's other explorers). Skipped under -short.
+// (default 1 s; RELOCK_FULL 20 s: it runs beside rlock's other explorers). Skipped under -short.
 func TestRedOrphanHunt(t *testing.T) {
 	if testing.Short() {
 		t.Skip("explorer")
@@ -58,7 +58,7 @@ func TestRedOrphanHunt(t *testing.T) {
 		tmo     = 40 * time.Millisecond
 	)
 	seedV := seedOf(t, "RELOCK_REDORPHAN_SEED")
-	budget := budgetOf(t, "RELOCK_REDORPHAN_BUDGET", 2*time.Second, 20*time.Second)
+	budget := budgetOf(t, "RELOCK_REDORPHAN_BUDGET", time.Second, 20*time.Second)
 	only := trialOf(t, "RELOCK_REDORPHAN_TRIAL")
 	ss := redServers(t, 3)
 	faults := make([]*orphFaults, len(ss))
