@@ -584,7 +584,8 @@ func (h *hold) giveBackExpired(n int) {
 // whose give-back was applied after all costs nothing, and, for a context owner, another
 // Client's hold is never taken), and the owner is told nothing (its lock is not lost).
 // Otherwise the tenure, if any, ends (cause ErrNotHeld: the caller that took the hold has
-// gone), nothing renews the hold any more, and Redis lets it expire within its lease, unless
+// gone), nothing of this Client's renews the hold any more (another Client's renewals of a
+// context owner's tenure do: Mutex.Unlock), and Redis lets it expire within its lease, unless
 // the owner's next grant through this Client finds it first (granted's extra) and gives it
 // back.
 func (h *hold) abandon() {
