@@ -84,3 +84,87 @@ func TestMutex_orphanWhoseGiveBackAtAGrantFailedIsSettledAtTheNextRenewal(t *tes
 		require.False(t, b.exists(t, m.Key()), "the last Unlock frees the lock")
 	})
 }
+
+// The same through a RedLock, whose instance grants go through Mutex.grant: the CI failure's
+// shape ("Redis 3, RedLock 2, Client 2 (orphans 0)" on every instance of a live hold) until
+// the last Unlock before, each instance back to the owner's two holds at its next confirmed
+// renewal after.
+func TestRedLock_orphanWhoseGiveBackAtAGrantFailedIsSettledAtTheNextRenewal(t *testing.T) {
+	t.Parallel()
+	const watchdogTTL = 6 * time.Second
+	name := redistest.Name(t)
+	const (
+		normal = iota
+		reentryLost
+		giveBackRefused
+	)
+	var phase atomic.Int32
+	hook := func(_ context.Context, cmd hookCall, call func() rueidis.RedisResult) rueidis.RedisResult {
+		p := phase.Load()
+		switch {
+		case p == normal || cmd.multi:
+			return call()
+		case cmd.script == "renew":
+			return refusedResult()
+		case p == reentryLost && cmd.script == "acquire":
+			call()
+			return hardLost()
+		case p == giveBackRefused && cmd.script == "release":
+			return refusedResult()
+		}
+		return call()
+	}
+	var cs []*rlock.Client
+	var bs []*backend
+	for range 3 {
+		b := realBackend(t)
+		hc, c := hardSetup(t, b, rlock.WithWatchdogTimeout(watchdogTTL), rlock.WithCleanupTimeout(500*time.Millisecond))
+		hc.set(hook)
+		cs, bs = append(cs, c), append(bs, b)
+	}
+	// An instance timeout beyond the cleanup timeout: each instance's request is resolved
+	// (its outcome unknown, its orphan counted) before the round's decision.
+	r := rlock.NewRedLock(name, cs, rlock.WithInstanceTimeout(2*time.Second))
+	require.NoError(t, r.Lock(bg))
+	holds := func() []int {
+		var n []int
+		for _, b := range bs {
+			n = append(n, ownerHoldsOn(t, b.srv, redKey(name)))
+		}
+		return n
+	}
+	// beyond is, per instance, what Redis counts beyond the RedLock's holds there.
+	beyond := func() []int {
+		n, _ := rlock.RedInstanceHolds(r, bg)
+		red := holds()
+		var d []int
+		for i, c := range cs {
+			d = append(d, red[i]-n[c])
+		}
+		return d
+	}
+	phase.Store(reentryLost)
+	require.Error(t, r.Lock(bg), "the re-entry's outcome is unknown on every instance")
+	settled(t, r)
+	idle(r, cs)
+	phase.Store(giveBackRefused)
+	require.NoError(t, r.Lock(bg), "a re-entry, which finds the orphans")
+	settled(t, r)
+	idle(r, cs) // the grants' give-backs, refused, are over
+	orphaned := 0
+	for _, d := range beyond() {
+		if d > 0 {
+			orphaned++
+		}
+	}
+	require.GreaterOrEqual(t, orphaned, 2, "the test's premise: a majority of the instances count an orphan beyond the RedLock's holds (%v)", beyond())
+	phase.Store(normal)
+	redistest.WaitFor(t, 3*watchdogTTL/3+2*time.Second, "every instance to count the RedLock's holds (its next confirmed renewal gives the orphan back)", func() bool {
+		d := beyond()
+		return d[0] == 0 && d[1] == 0 && d[2] == 0
+	})
+	require.NoError(t, r.Err(bg))
+	require.NoError(t, r.Unlock(bg))
+	require.NoError(t, r.Unlock(bg))
+	require.Equal(t, []int{0, 0, 0}, holds(), "the last Unlock frees every instance")
+}
