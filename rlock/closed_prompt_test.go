@@ -104,7 +104,7 @@ func TestClosedPrompt_claimedWaiter(t *testing.T) {
 		err := await(t, got, 20*time.Second, "the waiter's Lock to return")
 		late := time.Since(ended)
 		stall := stalled(ended, time.Now())
-		require.Less(t, late-stall, slack, "Lock outlived its ctx by %v (the process stalled %v of it; returnGrace is 80ms): %v",
+		require.Less(t, late-stall, slack, "Lock outlived its ctx by %v (the process stalled %v of it; returnGrace is 50ms): %v",
 			late.Round(time.Millisecond), stall.Round(time.Millisecond), err)
 		require.Error(t, err)
 		_ = await(t, unlocked, 20*time.Second, "Unlock to return")
@@ -121,7 +121,7 @@ func TestClosedPrompt_claimedWaiter(t *testing.T) {
 		err := await(t, got, 20*time.Second, "the waiter's Lock to return")
 		late := time.Since(ended)
 		stall := stalled(ended, time.Now())
-		require.Less(t, late-stall, slack, "Lock outlived its ctx by %v (the process stalled %v of it; returnGrace is 80ms): %v",
+		require.Less(t, late-stall, slack, "Lock outlived its ctx by %v (the process stalled %v of it; returnGrace is 50ms): %v",
 			late.Round(time.Millisecond), stall.Round(time.Millisecond), err)
 		require.ErrorIs(t, err, context.Canceled)
 		// The claim's outcome is awaited in the background; Close ends that wait rather than
