@@ -37,30 +37,11 @@ func TestMutex_orphanWhoseGiveBackAtAGrantFailedIsSettledAtTheNextRenewal(t *tes
 		hc, c := hardSetup(t, b, rlock.WithWatchdogTimeout(watchdogTTL), rlock.WithCleanupTimeout(500*time.Millisecond), rlock.WithObserver(obs))
 		m := c.Mutex(name)
 		require.NoError(t, m.Lock(bg))
-		const (
-			normal = iota
-			reentryLost
-			giveBackRefused
-		)
 		var phase atomic.Int32
-		hc.set(func(_ context.Context, cmd hookCall, call func() rueidis.RedisResult) rueidis.RedisResult {
-			p := phase.Load()
-			switch {
-			case p == normal || cmd.multi:
-				return call()
-			case cmd.script == "renew":
-				return refusedResult() // no confirmed renewal settles the orphan meanwhile
-			case p == reentryLost && cmd.script == "acquire":
-				call() // applied; its reply, and every replay's, lost
-				return hardLost()
-			case p == giveBackRefused && cmd.script == "release":
-				return refusedResult()
-			}
-			return call()
-		})
-		phase.Store(reentryLost)
+		hc.set(orphanGrantPhases(&phase))
+		phase.Store(phaseReentryLost)
 		require.ErrorIs(t, m.Lock(bg), rlock.ErrUnknownOutcome)
-		phase.Store(giveBackRefused)
+		phase.Store(phaseGiveBackRefused)
 		require.NoError(t, m.Lock(bg), "a re-entry, which finds the orphan")
 		var e rlock.GiveBackInfo
 		select {
@@ -73,7 +54,7 @@ func TestMutex_orphanWhoseGiveBackAtAGrantFailedIsSettledAtTheNextRenewal(t *tes
 		n, err := m.HoldCount(bg)
 		require.NoError(t, err)
 		require.Equal(t, 3, n, "the test's premise: Redis counts the orphan with the owner's two holds")
-		phase.Store(normal)
+		phase.Store(phaseNormal)
 		redistest.WaitFor(t, 3*watchdogTTL/3+2*time.Second, "HoldCount to count the owner's two holds (the next confirmed renewal gives the orphan back)", func() bool {
 			n, err := m.HoldCount(bg)
 			return err == nil && n == 2
@@ -93,33 +74,13 @@ func TestRedLock_orphanWhoseGiveBackAtAGrantFailedIsSettledAtTheNextRenewal(t *t
 	t.Parallel()
 	const watchdogTTL = 6 * time.Second
 	name := redistest.Name(t)
-	const (
-		normal = iota
-		reentryLost
-		giveBackRefused
-	)
 	var phase atomic.Int32
-	hook := func(_ context.Context, cmd hookCall, call func() rueidis.RedisResult) rueidis.RedisResult {
-		p := phase.Load()
-		switch {
-		case p == normal || cmd.multi:
-			return call()
-		case cmd.script == "renew":
-			return refusedResult()
-		case p == reentryLost && cmd.script == "acquire":
-			call()
-			return hardLost()
-		case p == giveBackRefused && cmd.script == "release":
-			return refusedResult()
-		}
-		return call()
-	}
 	var cs []*rlock.Client
 	var bs []*backend
 	for range 3 {
 		b := realBackend(t)
 		hc, c := hardSetup(t, b, rlock.WithWatchdogTimeout(watchdogTTL), rlock.WithCleanupTimeout(500*time.Millisecond))
-		hc.set(hook)
+		hc.set(orphanGrantPhases(&phase))
 		cs, bs = append(cs, c), append(bs, b)
 	}
 	// An instance timeout beyond the cleanup timeout: each instance's request is resolved
@@ -143,11 +104,11 @@ func TestRedLock_orphanWhoseGiveBackAtAGrantFailedIsSettledAtTheNextRenewal(t *t
 		}
 		return d
 	}
-	phase.Store(reentryLost)
+	phase.Store(phaseReentryLost)
 	require.Error(t, r.Lock(bg), "the re-entry's outcome is unknown on every instance")
 	settled(t, r)
 	idle(r, cs)
-	phase.Store(giveBackRefused)
+	phase.Store(phaseGiveBackRefused)
 	require.NoError(t, r.Lock(bg), "a re-entry, which finds the orphans")
 	settled(t, r)
 	idle(r, cs) // the grants' give-backs, refused, are over
@@ -158,7 +119,7 @@ func TestRedLock_orphanWhoseGiveBackAtAGrantFailedIsSettledAtTheNextRenewal(t *t
 		}
 	}
 	require.GreaterOrEqual(t, orphaned, 2, "the test's premise: a majority of the instances count an orphan beyond the RedLock's holds (%v)", beyond())
-	phase.Store(normal)
+	phase.Store(phaseNormal)
 	redistest.WaitFor(t, 3*watchdogTTL/3+2*time.Second, "every instance to count the RedLock's holds (its next confirmed renewal gives the orphan back)", func() bool {
 		d := beyond()
 		return d[0] == 0 && d[1] == 0 && d[2] == 0
@@ -167,4 +128,32 @@ func TestRedLock_orphanWhoseGiveBackAtAGrantFailedIsSettledAtTheNextRenewal(t *t
 	require.NoError(t, r.Unlock(bg))
 	require.NoError(t, r.Unlock(bg))
 	require.Equal(t, []int{0, 0, 0}, holds(), "the last Unlock frees every instance")
+}
+
+// The phases of the orphan-grant tests' faults: none (phaseNormal); a re-entry applied with
+// every reply lost (phaseReentryLost); every release refused (phaseGiveBackRefused). Renewals
+// are refused in the two fault phases, so that no confirmed renewal settles the orphan
+// meanwhile.
+const (
+	phaseNormal = iota
+	phaseReentryLost
+	phaseGiveBackRefused
+)
+
+func orphanGrantPhases(phase *atomic.Int32) scriptHook {
+	return func(_ context.Context, cmd hookCall, call func() rueidis.RedisResult) rueidis.RedisResult {
+		p := phase.Load()
+		switch {
+		case p == phaseNormal || cmd.multi:
+			return call()
+		case cmd.script == "renew":
+			return refusedResult()
+		case p == phaseReentryLost && cmd.script == "acquire":
+			call() // applied; its reply, and every replay's, lost
+			return hardLost()
+		case p == phaseGiveBackRefused && cmd.script == "release":
+			return refusedResult()
+		}
+		return call()
+	}
 }
