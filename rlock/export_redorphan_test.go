@@ -3,13 +3,14 @@ package rlock
 import "context"
 
 // RedInstanceClientHolds is, for the instance of each Client, the holds the Client counts
-// for the caller's owner and the orphans of its tenure (-1, -1: no hold).
-func RedInstanceClientHolds(r *RedLock, ctx context.Context) (count, orphans map[*Client]int) {
+// for the caller's owner and the orphans of its tenure (-1, -1: no hold), and whether a tenure
+// of the owner lives there (its lease renewed or within its fixed end), read together.
+func RedInstanceClientHolds(r *RedLock, ctx context.Context) (count, orphans map[*Client]int, tenure map[*Client]bool) {
 	owner, err := r.ownerOf(ctx)
 	if err != nil {
-		return nil, nil
+		return nil, nil, nil
 	}
-	count, orphans = make(map[*Client]int), make(map[*Client]int)
+	count, orphans, tenure = make(map[*Client]int), make(map[*Client]int), make(map[*Client]bool)
 	for _, m := range r.insts {
 		h := m.instHold(owner)
 		if h == nil {
@@ -17,10 +18,10 @@ func RedInstanceClientHolds(r *RedLock, ctx context.Context) (count, orphans map
 			continue
 		}
 		h.mu.Lock()
-		count[m.c], orphans[m.c] = h.count, h.orphans
+		count[m.c], orphans[m.c], tenure[m.c] = h.count, h.orphans, h.cur != nil
 		h.mu.Unlock()
 	}
-	return count, orphans
+	return count, orphans, tenure
 }
 
 // RedOwnerField is the hash field of the caller's owner on r's instances ("" when invalid).
@@ -46,22 +47,4 @@ func HoldRedInstanceOpOf(r *RedLock, ctx context.Context, c *Client) (release fu
 		return h.unlockOp, true
 	}
 	return nil, false
-}
-
-// RedInstanceTenures tells, for the instance of each Client, whether the Client has a live
-// tenure of the caller's owner there (its lease renewed or within its fixed end).
-func RedInstanceTenures(r *RedLock, ctx context.Context) map[*Client]bool {
-	owner, err := r.ownerOf(ctx)
-	if err != nil {
-		return nil
-	}
-	live := make(map[*Client]bool)
-	for _, m := range r.insts {
-		if h := m.instHold(owner); h != nil {
-			h.mu.Lock()
-			live[m.c] = h.cur != nil
-			h.mu.Unlock()
-		}
-	}
-	return live
 }

@@ -75,7 +75,7 @@ func TestRedLock_lateReentryGrantCounted(t *testing.T) {
 			deadline := time.Now().Add(lease + time.Second)
 			for {
 				n, watched := rlock.RedInstanceHolds(r, bg)
-				cl, orph := rlock.RedInstanceClientHolds(r, bg)
+				cl, orph, _ := rlock.RedInstanceClientHolds(r, bg)
 				diff := ""
 				for i, c := range cs {
 					if red := ownerHoldsOn(t, ss[i], key); red != n[c] {

@@ -679,8 +679,7 @@ func (h *orphTrial) diff() (diff, strict string, held, abandoned bool, renewed t
 	for _, x := range h.actors {
 		field := rlock.RedOwnerField(x.rs[0], x.ctx)
 		n, watched := rlock.RedInstanceHolds(x.rs[0], x.ctx)
-		cl, orph := rlock.RedInstanceClientHolds(x.rs[0], x.ctx)
-		tenures := rlock.RedInstanceTenures(x.rs[0], x.ctx)
+		cl, orph, tenures := rlock.RedInstanceClientHolds(x.rs[0], x.ctx)
 		for _, o := range orph {
 			if o > 0 {
 				h.st.orphans++
