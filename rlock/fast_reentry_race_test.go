@@ -135,20 +135,23 @@ func TestFastReentry_conversionRecordedBeforeOrphanGiveBack(t *testing.T) {
 	require.False(t, b.exists(t, m.Key()), "free after the owner's last Unlock")
 }
 
-// goroutineWith reports whether the stack of some goroutine holds every one of parts. Reading
-// stacks orders nothing for the race detector.
-func goroutineWith(parts ...string) bool {
+// goroutineStacks is the stack trace of every goroutine, one each.
+func goroutineStacks() [][]byte {
 	buf := make([]byte, 1<<20)
 	for {
 		n := runtime.Stack(buf, true)
 		if n < len(buf) {
-			buf = buf[:n]
-			break
+			return bytes.Split(buf[:n], []byte("\n\n"))
 		}
 		buf = make([]byte, 2*len(buf))
 	}
+}
+
+// goroutineWith reports whether the stack of some goroutine holds every one of parts. Reading
+// stacks orders nothing for the race detector.
+func goroutineWith(parts ...string) bool {
 next:
-	for _, g := range bytes.Split(buf, []byte("\n\n")) {
+	for _, g := range goroutineStacks() {
 		for _, p := range parts {
 			if !bytes.Contains(g, []byte(p)) {
 				continue next

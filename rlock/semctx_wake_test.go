@@ -130,17 +130,8 @@ func goroutineID() int64 {
 // innermost frames of relock's functions on its stack. Reading stacks orders nothing for the
 // race detector.
 func goroutineAt(id int64, state string, frames ...string) bool {
-	buf := make([]byte, 1<<20)
-	for {
-		n := runtime.Stack(buf, true)
-		if n < len(buf) {
-			buf = buf[:n]
-			break
-		}
-		buf = make([]byte, 2*len(buf))
-	}
 	head := fmt.Sprintf("goroutine %d [", id)
-	for _, g := range bytes.Split(buf, []byte("\n\n")) {
+	for _, g := range goroutineStacks() {
 		rest, ok := bytes.CutPrefix(g, []byte(head))
 		if !ok {
 			continue
