@@ -24,6 +24,9 @@ type backend struct {
 	srv  *redistest.Server    // nil for miniredis
 	cl   *redistest.Cluster   // a real Redis Cluster (then srv and mr are nil)
 	rc   rueidis.Client       // cl's admin client
+	// mrWriteTimeout, when set, is the ConnWriteTimeout of the rueidis clients to miniredis
+	// (rueidis cuts a connection whose replies are that late; its default is 10 s).
+	mrWriteTimeout time.Duration
 }
 
 // eachBackend runs fn as a subtest against miniredis and against a real redis-server that
@@ -106,6 +109,7 @@ func (b *backend) rueidis(t *testing.T) rueidis.Client {
 		DisableCache:      true,
 		AlwaysRESP2:       true,
 		ForceSingleClient: true,
+		ConnWriteTimeout:  b.mrWriteTimeout,
 	})
 	if err != nil {
 		t.Fatalf("rueidis client to miniredis: %v", err)

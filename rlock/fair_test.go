@@ -218,7 +218,6 @@ func TestFairMutex_Lock_manyWaitersAllAcquire(t *testing.T) {
 		// Heartbeats every 20s (none in a normal run) and a long cleanup timeout: on a loaded
 		// machine under -race, 500 waiters' heartbeats every 3.3s can swamp miniredis.
 		opts := []rlock.Option{rlock.WithWaiterTimeout(time.Minute), rlock.WithCleanupTimeout(30 * time.Second)}
-		client := func() *rlock.Client { return b.client(t, opts...) }
 		waiters := 500
 		if b.mr != nil {
 			// miniredis compiles every script it runs anew (a Lua state per call), under the
@@ -231,18 +230,9 @@ func TestFairMutex_Lock_manyWaitersAllAcquire(t *testing.T) {
 			// waiter served for 160 s). Here 150 waiters (500 on redis-server, where a
 			// script costs little), on connections that wait for slow replies.
 			waiters = 150
-			client = func() *rlock.Client {
-				rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{b.mr.Addr()},
-					DisableCache: true, AlwaysRESP2: true, ForceSingleClient: true, ConnWriteTimeout: 2 * time.Minute})
-				require.NoError(t, err)
-				t.Cleanup(rc.Close)
-				c, err := rlock.New(rc, opts...)
-				require.NoError(t, err)
-				t.Cleanup(func() { _ = c.Close() })
-				return c
-			}
+			b.mrWriteTimeout = 2 * time.Minute
 		}
-		clients := []*rlock.Client{client(), client(), client(), client()}
+		clients := []*rlock.Client{b.client(t, opts...), b.client(t, opts...), b.client(t, opts...), b.client(t, opts...)}
 		name := redistest.Name(t)
 		var inside, served atomic.Int32
 		errs := make(chan error, waiters)
