@@ -59,6 +59,16 @@ func ownerHoldsEverywhere(t *testing.T, ss []*redistest.Server, name string) []i
 	return out
 }
 
+// redLockHolds are the holds r counts for the caller's owner on the instance of each of cs.
+func redLockHolds(r *rlock.RedLock, cs []*rlock.Client) []int {
+	n, _ := rlock.RedInstanceHolds(r, bg)
+	out := make([]int, len(cs))
+	for i, c := range cs {
+		out[i] = n[c]
+	}
+	return out
+}
+
 func ownerName(ctxOwner bool) string { return map[bool]string{false: "own", true: "ctx"}[ctxOwner] }
 
 // A RedLock held with two holds (a re-entry) loses instances: forced or deleted on a

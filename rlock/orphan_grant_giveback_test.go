@@ -76,33 +76,24 @@ func TestRedLock_orphanWhoseGiveBackAtAGrantFailedIsSettledAtTheNextRenewal(t *t
 	name := redistest.Name(t)
 	var phase atomic.Int32
 	var cs []*rlock.Client
-	var bs []*backend
+	var ss []*redistest.Server
 	for range 3 {
 		b := realBackend(t)
 		hc, c := hardSetup(t, b, rlock.WithWatchdogTimeout(watchdogTTL), rlock.WithCleanupTimeout(500*time.Millisecond))
 		hc.set(orphanGrantPhases(&phase))
-		cs, bs = append(cs, c), append(bs, b)
+		cs, ss = append(cs, c), append(ss, b.srv)
 	}
 	// An instance timeout beyond the cleanup timeout: each instance's request is resolved
 	// (its outcome unknown, its orphan counted) before the round's decision.
 	r := rlock.NewRedLock(name, cs, rlock.WithInstanceTimeout(2*time.Second))
 	require.NoError(t, r.Lock(bg))
-	holds := func() []int {
-		var n []int
-		for _, b := range bs {
-			n = append(n, ownerHoldsOn(t, b.srv, redKey(name)))
-		}
-		return n
-	}
 	// beyond is, per instance, what Redis counts beyond the RedLock's holds there.
 	beyond := func() []int {
-		n, _ := rlock.RedInstanceHolds(r, bg)
-		red := holds()
-		var d []int
-		for i, c := range cs {
-			d = append(d, red[i]-n[c])
+		n, red := redLockHolds(r, cs), ownerHoldsEverywhere(t, ss, name)
+		for i := range red {
+			red[i] -= n[i]
 		}
-		return d
+		return red
 	}
 	phase.Store(phaseReentryLost)
 	require.Error(t, r.Lock(bg), "the re-entry's outcome is unknown on every instance")
@@ -127,7 +118,7 @@ func TestRedLock_orphanWhoseGiveBackAtAGrantFailedIsSettledAtTheNextRenewal(t *t
 	require.NoError(t, r.Err(bg))
 	require.NoError(t, r.Unlock(bg))
 	require.NoError(t, r.Unlock(bg))
-	require.Equal(t, []int{0, 0, 0}, holds(), "the last Unlock frees every instance")
+	require.Equal(t, []int{0, 0, 0}, ownerHoldsEverywhere(t, ss, name), "the last Unlock frees every instance")
 }
 
 // The phases of the orphan-grant tests' faults: none (phaseNormal); a re-entry applied with

@@ -23,7 +23,7 @@ func TestRedLock_minorityGrantAdoptedAfterAReentryIsGivenBackByTheUnlocks(t *tes
 	const tmo = 100 * time.Millisecond
 	name := redistest.Name(t)
 	var cs []*rlock.Client
-	var bs []*backend
+	var ss []*redistest.Server
 	var late atomic.Bool // instance 2's next acquire answers after the instance timeout
 	arrived := make(chan struct{}, 1)
 	for i := range 3 {
@@ -40,19 +40,13 @@ func TestRedLock_minorityGrantAdoptedAfterAReentryIsGivenBackByTheUnlocks(t *tes
 				return res
 			})
 		}
-		cs, bs = append(cs, c), append(bs, b)
+		cs, ss = append(cs, c), append(ss, b.srv)
 	}
 	r := rlock.NewRedLock(name, cs, rlock.WithInstanceTimeout(tmo))
 	check := func(what string, want []int) {
 		t.Helper()
-		n, _ := rlock.RedInstanceHolds(r, bg)
-		var got, red []int
-		for i, c := range cs {
-			got = append(got, n[c])
-			red = append(red, ownerHoldsOn(t, bs[i].srv, redKey(name)))
-		}
-		require.Equal(t, want, got, "%s: the RedLock's holds per instance", what)
-		require.Equal(t, want, red, "%s: Redis's holds per instance", what)
+		require.Equal(t, want, redLockHolds(r, cs), "%s: the RedLock's holds per instance", what)
+		require.Equal(t, want, ownerHoldsEverywhere(t, ss, name), "%s: Redis's holds per instance", what)
 	}
 	late.Store(true)
 	require.NoError(t, r.Lock(bg), "granted by instances 0 and 1")
@@ -78,7 +72,7 @@ func TestRedLock_minorityGrantAdoptedAfterAReentryIsGivenBackByTheUnlocks(t *tes
 	require.NoError(t, r.Unlock(bg))
 	settled(t, r)
 	check("after the last Unlock", []int{0, 0, 0})
-	for i, b := range bs {
-		require.False(t, b.exists(t, redKey(name)), "instance %d: the last Unlock frees the lock", i)
+	for i, s := range ss {
+		require.False(t, existsOn(t, s, redKey(name)), "instance %d: the last Unlock frees the lock", i)
 	}
 }
