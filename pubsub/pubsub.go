@@ -23,7 +23,7 @@
 // rueidis hook that delivers messages never blocks: a wake-up is a non-blocking send into a
 // channel of capacity one.
 //
-// Loss: when the connection fails, the goroutine reconnects with backoff and subscribes
+// Loss: when the connection fails, the goroutine reconnects with jittered backoff and subscribes
 // again, and when Redis confirms a subscription every waiter of that channel is woken, since
 // messages sent while it was down are lost. The failure itself wakes nobody: the server may
 // have just died, and a waiter woken then would send its next attempt at that very moment,
@@ -53,6 +53,7 @@ import (
 
 	"github.com/redis/rueidis"
 
+	"github.com/relock-go/relock/internal/backoff"
 	"github.com/relock-go/relock/internal/hashslot"
 )
 
@@ -555,7 +556,7 @@ func (s *Subscriber) subscription(cn *conn, gen uint64, e rueidis.PubSubSubscrip
 // the cluster cannot say (a failover in progress) or a node cannot be reached.
 func (s *Subscriber) router() {
 	defer s.exit()
-	backoff := 10 * time.Millisecond
+	pauses := backoff.New(10*time.Millisecond, time.Second)
 	for {
 		select {
 		case <-s.ctx.Done():
@@ -580,13 +581,12 @@ func (s *Subscriber) router() {
 		}
 		s.mu.Unlock()
 		if !homeless {
-			backoff = 10 * time.Millisecond
+			pauses.Reset()
 			continue
 		}
-		if !s.sleep(backoff) {
+		if !s.sleep(pauses.Next()) {
 			return
 		}
-		backoff = min(2*backoff, time.Second)
 		select {
 		case s.route <- struct{}{}:
 		default:
@@ -659,7 +659,7 @@ func (s *Subscriber) sleep(d time.Duration) bool {
 func (s *Subscriber) loop(cn *conn) {
 	defer s.exit()
 	if s.sharded {
-		if cn.backoff > 0 && !s.sleep(cn.backoff) {
+		if cn.backoff > 0 && !s.sleep(backoff.Jitter(cn.backoff)) {
 			return
 		}
 		start := time.Now()
@@ -682,7 +682,7 @@ func (s *Subscriber) loop(cn *conn) {
 		}
 		return
 	}
-	backoff := 10 * time.Millisecond
+	pauses := backoff.New(10*time.Millisecond, time.Second)
 	for s.ctx.Err() == nil {
 		start := time.Now()
 		s.serve(cn)
@@ -690,12 +690,11 @@ func (s *Subscriber) loop(cn *conn) {
 			return
 		}
 		if time.Since(start) > time.Second {
-			backoff = 10 * time.Millisecond
+			pauses.Reset()
 		}
-		if !s.sleep(backoff) {
+		if !s.sleep(pauses.Next()) {
 			return
 		}
-		backoff = min(2*backoff, time.Second)
 	}
 }
 

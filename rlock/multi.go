@@ -6,25 +6,25 @@ import (
 
 	"github.com/redis/rueidis"
 
+	"github.com/relock-go/relock/internal/backoff"
 	"github.com/relock-go/relock/lua"
 )
 
 // execServed runs s as exec does and, while Redis answers that it cannot serve the script
 // yet (unreachable, loading, busy, a slot being migrated, a Cluster failover: transient
-// errors, which prove that nothing was applied), sends it again with backoff (5 ms doubling
+// errors, which prove that nothing was applied), sends it again with jittered backoff (5 ms doubling
 // up to 250 ms) until ctx ends; it then returns the last result. On Cluster rueidis
 // refreshes its slot map after such an error, so a send after a failover reaches the
 // promoted replica. For the requests that give something back (a release), which must not
 // fail because of a passing outage while their cleanup timeout lasts.
 func (c *Client) execServed(ctx context.Context, s *lua.Script, keys, args []string) rueidis.RedisResult {
 	res := c.exec(ctx, s, keys, args)
-	backoff := 5 * time.Millisecond
+	pauses := backoff.New(5*time.Millisecond, 250*time.Millisecond)
 	// transient's errors.As targets escape: it is asked only about an error.
 	for res.Error() != nil && transient(res.Error()) {
-		if sleep(ctx, backoff) != nil {
+		if sleep(ctx, pauses.Next()) != nil {
 			return res
 		}
-		backoff = min(2*backoff, 250*time.Millisecond)
 		res = c.exec(ctx, s, keys, args)
 	}
 	return res

@@ -3,12 +3,13 @@ package rlock
 import (
 	"context"
 	"errors"
-	"math/rand/v2"
 	"reflect"
 	"sort"
 	"strings"
 	"sync/atomic"
 	"time"
+
+	"github.com/relock-go/relock/internal/backoff"
 )
 
 // Locker is a lock that a [MultiLock] can hold: [Mutex], [SpinMutex] and the other
@@ -375,7 +376,7 @@ func (ml *MultiLock) acquireAs(ctx context.Context, wait, lease time.Duration, t
 		return max(time.Until(deadline), 0)
 	}
 	order := append([]int(nil), ml.order...) // the members in this round's order
-	step := multiBackoffMin
+	pauses := backoff.New(multiBackoffMin, multiBackoffMax)
 	var timer *time.Timer
 	for {
 		blocker, err := ml.round(ctx, order, left, lease, tr)
@@ -393,8 +394,7 @@ func (ml *MultiLock) acquireAs(ctx context.Context, wait, lease time.Duration, t
 			tr.waited = true
 		}
 		// Pause, jittered, so that MultiLocks that stopped each other spread out.
-		pause := step/2 + rand.N(step/2+1)
-		step = min(2*step, multiBackoffMax)
+		pause := pauses.Next()
 		if rem > 0 {
 			pause = min(pause, rem)
 		}
@@ -429,7 +429,7 @@ func (ml *MultiLock) round(ctx context.Context, order []int, left func() time.Du
 		rem := left()
 		w := rem
 		if k > 0 {
-			if short := multiMemberWait/2 + rand.N(multiMemberWait/2+1); rem < 0 || rem > short {
+			if short := backoff.Jitter(multiMemberWait); rem < 0 || rem > short {
 				w = short
 			}
 		}

@@ -4,12 +4,12 @@ import (
 	"cmp"
 	"context"
 	"errors"
-	"math/rand/v2"
 	"reflect"
 	"slices"
 	"sync/atomic"
 	"time"
 
+	"github.com/relock-go/relock/internal/backoff"
 	"github.com/relock-go/relock/pubsub"
 	"github.com/relock-go/relock/watchdog"
 )
@@ -317,7 +317,7 @@ func (r *RedLock) fresh(ctx context.Context, rh *redHold, owner string, wait tim
 		} else {
 			step = min(2*step, redRetryMax)
 		}
-		pause := step/2 + rand.N(step/2+1)
+		pause := backoff.Jitter(step)
 		sleepFor := pttl
 		var listen []int // the instances whose release wakes the caller; nil: all
 		switch {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/redis/rueidis"
 
+	"github.com/relock-go/relock/internal/backoff"
 	"github.com/relock-go/relock/lua"
 )
 
@@ -69,7 +70,7 @@ func (c *Client) replayAt(ctx, caller context.Context, site replaySite, s *lua.S
 func (c *Client) replayLoop(ctx, caller context.Context, s *lua.Script, keys, args []string, first error, sends *int) (rueidis.RedisResult, time.Time, error) {
 	rctx, cancel := context.WithCancelCause(ctx) // ctx is a cleanupCtx: it ends with Close
 	defer cancel(nil)
-	backoff := 5 * time.Millisecond
+	pauses := backoff.New(5*time.Millisecond, 250*time.Millisecond)
 	last := first
 	unknown := func() (rueidis.RedisResult, time.Time, error) {
 		return rueidis.RedisResult{}, time.Time{}, errorf("%w: %w (last error: %w)", ErrUnknownOutcome, context.Cause(rctx), last)
@@ -78,10 +79,9 @@ func (c *Client) replayLoop(ctx, caller context.Context, s *lua.Script, keys, ar
 		if errors.Is(last, rueidis.ErrClosing) {
 			return rueidis.RedisResult{}, time.Time{}, errorf("%w: %w: the rueidis client is closed (%w)", ErrUnknownOutcome, ErrClosed, last)
 		}
-		if err := sleep(rctx, backoff); err != nil {
+		if err := sleep(rctx, pauses.Next()); err != nil {
 			return unknown()
 		}
-		backoff = min(2*backoff, 250*time.Millisecond)
 		sent := time.Now()
 		if sends != nil {
 			*sends++

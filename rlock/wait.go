@@ -3,8 +3,9 @@ package rlock
 import (
 	"context"
 	"errors"
-	"math/rand/v2"
 	"time"
+
+	"github.com/relock-go/relock/internal/backoff"
 )
 
 // waitSpec says how a blocking acquisition waits between attempts.
@@ -90,7 +91,7 @@ func (c *Client) waitLoop(ctx context.Context, wait time.Duration, spec waitSpec
 	sub := c.sub
 	pttl := time.Duration(-1) // unknown until an attempt tells
 	var passing error         // why the last attempt failed, when it failed for a passing reason
-	backoff := outageRetry
+	outage := backoff.New(outageRetry, time.Second)
 	// try makes one attempt; done says whether the wait ends with its result.
 	try := func(waiting bool) (ok bool, err error, done bool) {
 		ok, ttl, err := att.attempt(waiting)
@@ -104,7 +105,8 @@ func (c *Client) waitLoop(ctx context.Context, wait time.Duration, spec waitSpec
 		switch {
 		case err == nil:
 			// Redis answered: an earlier passing failure is over.
-			passing, backoff = nil, outageRetry
+			passing = nil
+			outage.Reset()
 		case wait == 0:
 		case passing != nil && ctx.Err() != nil && errors.Is(err, ctx.Err()):
 			// The attempt saw ctx's end (it sends nothing then, or left its send to the
@@ -116,9 +118,9 @@ func (c *Client) waitLoop(ctx context.Context, wait time.Duration, spec waitSpec
 		case transient(err), errors.Is(err, errLateGrant):
 			// Redis is unreachable or not ready, or answered too slowly for the lease asked
 			// for (the grant was given back): a waiter rides it out within its wait, as the
-			// holder's renewals do, trying again with backoff.
-			passing, ttl, err = err, backoff, nil
-			backoff = min(2*backoff, time.Second)
+			// holder's renewals do, trying again with backoff, jittered: the waiters that
+			// failed together (every waiter of a Redis that went away) come back apart.
+			passing, ttl, err = err, outage.Next(), nil
 		}
 		pttl = ttl
 		return ok, err, ok || err != nil
@@ -243,11 +245,10 @@ func (c *Client) spinLoop(ctx context.Context, deadline time.Time, wait time.Dur
 	}
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
-	step := spinMin
+	spin := backoff.New(spinMin, spinMax)
 	for {
-		// Full jitter over the upper half: contenders that failed together spread out.
-		sleepFor := step/2 + rand.N(step/2+1)
-		step = min(2*step, spinMax)
+		// Jittered: contenders that failed together spread out.
+		sleepFor := spin.Next()
 		if *pttl >= 0 {
 			sleepFor = min(sleepFor, max(*pttl, time.Millisecond))
 		}
