@@ -62,7 +62,10 @@ func (c *Client) execMulti(ctx context.Context, calls []scriptCall) []rueidis.Re
 	var refused []scriptCall
 	var at []int
 	for i, r := range res {
-		if lua.IsShebangError(r.Error()) {
+		// Only a script sent with flags can have been refused for them: miniredis words a
+		// script's runtime errors as compile errors too, and a script that ran must not run
+		// again.
+		if calls[i].s.HasFlags() && lua.IsShebangError(r.Error()) {
 			refused, at = append(refused, calls[i]), append(at, i)
 		}
 	}
