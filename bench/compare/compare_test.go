@@ -89,7 +89,8 @@ func TestSmoke(t *testing.T) {
 		"Cycle of uncontended-rtt, 1 goroutine through a proxy adding 1ms", "| relock-new | ",
 		"| uncontended, 8 goroutine(s): ops/s >= 1.3x |", "| (context) uncontended through a 1ms round trip, 1 goroutine",
 		"| uncontended-rtt, 1 goroutine: cycle p50 <= 1.2x two back-to-back PINGs through a 1ms round trip",
-		"| uncontended, 1 goroutine: Redis usec per cycle <= 2x the cheapest peer's |", "| uncontended, 1 goroutine: <= 6 server calls per cycle |"} {
+		"| uncontended, 1 goroutine: Redis usec per cycle <= 2x the cheapest peer's |", "| uncontended, 1 goroutine: <= 6 server calls per cycle |",
+		"| relock | uncontended, 64 goroutine(s) | 1 |", "| relock | hotkey, 16 goroutine(s) | 1 |"} {
 		if !strings.Contains(md.String(), want) {
 			t.Errorf("Markdown output lacks %q:\n%s", want, md.String())
 		}
@@ -218,4 +219,33 @@ func readCSV(t *testing.T, path string) [][]string {
 		t.Fatal(err)
 	}
 	return recs
+}
+
+// TestWriteRoundRatios: each round's ratio is relock's ops/s over the best peer's of that
+// round (relock's other configurations are not peers), and the median, min and max are
+// over the rounds.
+func TestWriteRoundRatios(t *testing.T) {
+	k := roundKey("uncontended", 8)
+	per := map[string][]map[string]float64{k: {
+		{"relock": 90, "relock-nocancel": 500, "redsync-tuned": 100, "redislock-default": 80},
+		{"relock": 120, "relock-nocancel": 500, "redsync-tuned": 90, "redislock-default": 100},
+		{"relock": 200, "relock-nocancel": 500, "redsync-tuned": 210, "redislock-default": 200},
+	}}
+	var out bytes.Buffer
+	writeRoundRatios(&out, per)
+	want := "| relock | uncontended, 8 goroutine(s) | 3 | 0.95x | 0.90x | 1.20x | 0.90x (redsync-tuned), 1.20x (redislock-default), 0.95x (redsync-tuned) |"
+	if !strings.Contains(out.String(), want) {
+		t.Fatalf("output lacks\n%s\n:\n%s", want, out.String())
+	}
+	if !strings.Contains(out.String(), "| relock-nocancel | uncontended, 8 goroutine(s) | 3 | 5.00x |") {
+		t.Fatalf("relock-nocancel's row (against the peers, not relock):\n%s", out.String())
+	}
+	if got := median([]float64{1, 2, 3, 4}); got != 2.5 {
+		t.Fatalf("median of 1..4 = %v", got)
+	}
+	out.Reset()
+	writeRoundRatios(&out, map[string][]map[string]float64{k: {{"redsync-tuned": 100}}})
+	if out.Len() != 0 {
+		t.Fatalf("no relock configuration: want nothing written, got %q", out.String())
+	}
 }

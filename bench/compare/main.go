@@ -28,12 +28,20 @@ func main() {
 	rtt := flag.Duration("rtt", defaultRTT, "the round trip the uncontended-rtt scenario adds between every library and Redis (0 leaves the scenario out); "+
 		"with -redlock (default 0 there): reach every server through a proxy that delays each direction by at least half this, as servers on other hosts would. "+
 		"The two-PING figures of those rows show the round trip made")
+	rounds := flag.Int("rounds", 0, "turns of every library at each scenario (default 3, 1 with -quick): more rounds narrow the per-round ratios' spread")
 	flag.Parse()
 	rttSet := false
 	flag.Visit(func(f *flag.Flag) { rttSet = rttSet || f.Name == "rtt" })
 	s := fullRun
 	if *quick {
 		s = quickRun
+	}
+	if *rounds < 0 {
+		fmt.Fprintf(os.Stderr, "compare: -rounds %d: takes a number >= 1 (0: the default)\n", *rounds)
+		os.Exit(2)
+	}
+	if *rounds > 0 {
+		s.rounds = *rounds
 	}
 	var err error
 	if s.rtt, err = rttOf(*red, rttSet, *rtt); err != nil {
@@ -98,6 +106,8 @@ func run(ctx context.Context, out io.Writer, sel []lib, s settings, csvPath, png
 	// Scenario-major order: every library runs a scenario before the next scenario starts,
 	// so that the figures compared with each other were taken close together in time.
 	var results []*result
+	// Each round's ops/s per library, by scenario and goroutines (writeRoundRatios).
+	perRound := map[string][]map[string]float64{}
 	// Warm-up: every library runs the first scenario once, unmeasured, before any round
 	// counts (a fresh server, process and machine made the first library of the first
 	// round 10-20% slower than its later rounds: relock, 6,585 cycles/s against 7,981 and
@@ -115,6 +125,7 @@ func run(ctx context.Context, out io.Writer, sel []lib, s settings, csvPath, png
 		scBegin := time.Now()
 		byLib := map[string]*result{}
 		for round := range sc.rounds {
+			var ops map[string]float64
 			for k := range sel {
 				l := sel[(k+round)%len(sel)]
 				r, err := sc.run(ctx, srv, l)
@@ -130,6 +141,12 @@ func run(ctx context.Context, out io.Writer, sel []lib, s settings, csvPath, png
 					fmt.Fprintf(os.Stderr, " cycle p50=%v two-PING p50=%v", quantile(r.cycles, 0.5), quantile(r.pingPairs, 0.5))
 				}
 				fmt.Fprintln(os.Stderr)
+				if ops == nil {
+					ops = map[string]float64{}
+					key := roundKey(r.scenario, r.goroutines)
+					perRound[key] = append(perRound[key], ops)
+				}
+				ops[l.name] = r.opsPerSec()
 				if prev := byLib[l.name]; prev != nil {
 					prev.merge(r)
 				} else {
@@ -145,6 +162,7 @@ func run(ctx context.Context, out io.Writer, sel []lib, s settings, csvPath, png
 		}
 	}
 	writeMarkdown(out, results, sel, version, time.Since(begin))
+	writeRoundRatios(out, perRound)
 	if csvPath != "" {
 		if err := writeCSV(csvPath, results); err != nil {
 			return err
@@ -605,4 +623,64 @@ func writeTargetsOf(out io.Writer, results []*result, mine string) {
 			fmt.Fprintf(out, "| hand-off median <= 3 PING round trips (PING after the same idle park) | %.1f RTT (%s us; RTT %s us) | | | %s |\n", rtts, us(h.pct(0.5)), us(cold), verdict(rtts <= 3))
 		}
 	}
+}
+
+// roundKey names a scenario's rounds in writeRoundRatios.
+func roundKey(scenario string, g int) string { return fmt.Sprintf("%s, %d goroutine(s)", scenario, g) }
+
+// writeRoundRatios writes, for each relock configuration and throughput target, its ops/s
+// over the best peer's in the same round, round by round: the libraries of one round run
+// one after another within seconds, so a ratio taken within a round shares the machine's
+// speed of the moment, which moves between rounds by more than the differences measured
+// (issue 23: a run's merged figure passed or missed 1.0x with the VM's speed). The median
+// over the rounds is the figure to compare with a target; the range shows the noise.
+func writeRoundRatios(out io.Writer, perRound map[string][]map[string]float64) {
+	keys := []string{roundKey("uncontended", 1), roundKey("uncontended", 8), roundKey("uncontended", 64),
+		roundKey("uncontended-rtt", 1), roundKey("hotkey", 16)}
+	header := false
+	for _, mine := range []string{"relock", "relock-new", "relock-nocancel"} {
+		for _, key := range keys {
+			var ratios []float64
+			var bests []string
+			for _, ops := range perRound[key] {
+				me, ok := ops[mine]
+				var best float64
+				var who string
+				for lib, v := range ops {
+					if !ours(lib) && (who == "" || v > best || v == best && lib < who) {
+						best, who = v, lib
+					}
+				}
+				if !ok || who == "" || best <= 0 {
+					continue
+				}
+				ratios = append(ratios, me/best)
+				bests = append(bests, fmt.Sprintf("%.2fx (%s)", me/best, who))
+			}
+			if len(ratios) == 0 {
+				continue
+			}
+			if !header {
+				fmt.Fprint(out, "\nRound by round: each relock configuration's ops/s over the best peer's in the same round "+
+					"(the libraries of a round run back to back, so each ratio shares the machine's speed of that moment); "+
+					"the median is the figure to hold a target to, the range is the run's noise:\n\n")
+				fmt.Fprintln(out, "| lib | scenario | rounds | median ratio | min | max | each round (best peer) |")
+				fmt.Fprintln(out, "|---|---|---|---|---|---|---|")
+				header = true
+			}
+			sorted := slices.Clone(ratios)
+			slices.Sort(sorted)
+			fmt.Fprintf(out, "| %s | %s | %d | %.2fx | %.2fx | %.2fx | %s |\n", mine, key, len(ratios), median(sorted),
+				sorted[0], sorted[len(sorted)-1], strings.Join(bests, ", "))
+		}
+	}
+}
+
+// median of sorted values (the mean of the middle two for an even count).
+func median(sorted []float64) float64 {
+	n := len(sorted)
+	if n%2 == 1 {
+		return sorted[n/2]
+	}
+	return (sorted[n/2-1] + sorted[n/2]) / 2
 }
