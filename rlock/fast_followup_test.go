@@ -96,8 +96,8 @@ func TestFastGrant_followUpDeclinedWakesMarkedWaiter(t *testing.T) {
 	b := realBackend(t)
 	raw := b.rueidis(t)
 	// The waiter's Client counts its acquires' answers: its first marks the lock, and a
-	// second follows its subscription (the channel was not live at its mark: section 7 of
-	// the design); after that it sleeps until a wake-up or the form's lease.
+	// second follows its subscription's confirmation (which wakes it: section 7 of the
+	// design); after that it sleeps until a wake-up or the form's lease.
 	whc := &hookClient{Client: b.rueidis(t)}
 	answered := make(chan struct{}, 16)
 	whc.set(func(ctx context.Context, cmd hookCall, call func() rueidis.RedisResult) rueidis.RedisResult {

@@ -74,8 +74,8 @@ func TestSemaphores_wakeAfterCancelSendsNoAttempt(t *testing.T) {
 				waiter.Store(goroutineID())
 				got <- tc.acq(ctx, c, name)
 			}()
-			// The first attempt, refused, and the one after the subscription (not live yet):
-			// the wait has begun.
+			// The first attempt, refused, and the one at the subscription's confirmation: the
+			// wait has begun.
 			redistest.WaitFor(t, 10*time.Second, "two refused attempts", func() bool { return sends.Load() >= 2 })
 			var unlock func()
 			redistest.WaitFor(t, 10*time.Second, "the wait to sleep, the Client's mutex held", func() bool {

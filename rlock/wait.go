@@ -147,11 +147,16 @@ func (c *Client) waitLoop(ctx context.Context, wait time.Duration, spec waitSpec
 	}
 	// Try (again) now unless a release is sure to wake some waiter of this Client: when the
 	// waiters we queued behind are gone, or when a release may have been published between
-	// the first attempt and the subscription. Not once the wait bound has run out (the first
-	// attempt was answered after it): no attempt begins after the bound, and the loop below
-	// ends the wait (TestMutex_TryLock_firstReplyAfterWaitMakesNoOtherAttempt; before, this
-	// attempt took the lock 300 ms into a 100 ms wait).
-	if ((queued && w.Ahead() == 0) || (!queued && !w.Live(mark))) && (deadline.IsZero() || time.Until(deadline) > 0) {
+	// the first attempt and the subscription. A channel not subscribed yet needs no attempt
+	// now: Redis's confirmation wakes every waiter registered on it, this one included, and
+	// the attempt follows that wake-up (before, one was made here and another at the
+	// confirmation: three attempts where two do; RedLock's rounds wait for it too). Not once
+	// the wait bound has run out (the first attempt was answered after it): no attempt
+	// begins after the bound, and the loop below ends the wait
+	// (TestMutex_TryLock_firstReplyAfterWaitMakesNoOtherAttempt; before, this attempt took
+	// the lock 300 ms into a 100 ms wait).
+	pending := !queued && !sub.Live(spec.channel) // after WatchTag: its confirmation wakes w
+	if ((queued && w.Ahead() == 0) || (!queued && !pending && !w.Live(mark))) && (deadline.IsZero() || time.Until(deadline) > 0) {
 		if ok, err, done := try(true); done {
 			if ok && spec.passOnGrant {
 				w.Pass() // a waiter that joined behind meanwhile learns this grant's end
