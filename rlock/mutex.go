@@ -709,12 +709,17 @@ func (m *Mutex) Token(ctx context.Context) (int64, error) {
 // returns (an Unlock that found the lock gone has set the cause [ErrLockLost] by the time it
 // returns ErrNotHeld), so calling cancel right after never hides the cause. Run the guarded work under it to stop as soon as
 // the lock is lost. When the owner holds no hold, the context is already cancelled, with
-// the reason [Mutex.Err] gives as cause. Call cancel when done with it.
+// the reason [Mutex.Err] gives as cause; so it is for a nil ctx (on context.Background,
+// with a cause wrapping [ErrInvalid]), even while the handle's owner holds the lock. Call
+// cancel when done with it.
 func (m *Mutex) HoldContext(ctx context.Context) (context.Context, context.CancelFunc) {
-	if ctx == nil {
-		ctx = context.Background() // the error says nil context
+	parent := ctx
+	if parent == nil {
+		parent = context.Background()
 	}
-	hctx, cancel := context.WithCancelCause(ctx)
+	hctx, cancel := context.WithCancelCause(parent)
+	// Asked with ctx itself: a nil ctx is the cause, ErrInvalid, also while the handle's
+	// owner holds the lock (asked with Background, it was a live context of the hold).
 	t, err := m.tenure(ctx)
 	switch {
 	case err != nil:

@@ -546,14 +546,16 @@ func (r *RedLock) Done(ctx context.Context) <-chan struct{} {
 // HoldContext returns a copy of ctx that is also cancelled when the caller's owner's current
 // hold ends; [context.Cause] then tells why: an error wrapping [ErrLockLost] (a majority
 // lost), [ErrLeaseExpired], [ErrNotHeld] (released by Unlock) or [ErrClosed]. When the owner
-// holds no hold, it is already cancelled with the reason [RedLock.Err] gives. Run the
-// guarded work under it; call cancel when done.
+// holds no hold, it is already cancelled with the reason [RedLock.Err] gives; so it is for a
+// nil ctx (on context.Background, with a cause wrapping [ErrInvalid]), even while the
+// handle's owner holds the lock. Run the guarded work under it; call cancel when done.
 func (r *RedLock) HoldContext(ctx context.Context) (context.Context, context.CancelFunc) {
-	if ctx == nil {
-		ctx = context.Background()
+	parent := ctx
+	if parent == nil {
+		parent = context.Background()
 	}
-	hctx, cancel := context.WithCancelCause(ctx)
-	owner, err := r.ownerOf(ctx)
+	hctx, cancel := context.WithCancelCause(parent)
+	owner, err := r.ownerOf(ctx) // a nil ctx is the cause, ErrInvalid (as Mutex.HoldContext)
 	var rh *redHold
 	if err == nil {
 		if rh = peekRed(r.key(owner)); rh == nil {
