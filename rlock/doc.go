@@ -35,7 +35,8 @@
 //
 // One name is one primitive: the kinds share key names, so a Semaphore and a Mutex called
 // "x" collide (a lock of another kind at the key is reported as [ErrWrongType] where the
-// types differ).
+// types differ; where both are hashes, a Mutex takes an [RWMutex]'s or a [PermitSemaphore]'s
+// for a lock held by another, and waits).
 //
 // # Guarantees
 //
