@@ -170,8 +170,10 @@ func New(client rueidis.Client, opts ...Option) (*Client, error) {
 // request is written and read on the caller's goroutine (bench/compare measures both). It also spares the lock user the
 // CLIENT TRACKING right. Every other field of opt is used as given.
 //
-// Dial returns an error wrapping [ErrInvalid] for an invalid option (nothing is dialled),
-// or rueidis's error when it cannot connect (as [rueidis.NewClient] does, it dials at once,
+// Dial returns an error wrapping [ErrInvalid] for an invalid option (nothing is dialled, but
+// for [PubSubSharded], which only the dial tells to be invalid when the server is not a
+// Cluster: the rueidis client made is closed before Dial returns), or rueidis's error when it
+// cannot connect (as [rueidis.NewClient] does, it dials at once,
 // bounded by opt's own timeouts; [DialContext] bounds it by a context).
 func Dial(opt rueidis.ClientOption, opts ...Option) (*Client, error) {
 	return DialContext(context.Background(), opt, opts...)

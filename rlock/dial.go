@@ -18,8 +18,10 @@ import (
 // set up.
 //
 // DialContext returns an error wrapping [ErrInvalid] for a nil ctx (or one [WithOwner] made
-// from a nil parent) or an invalid option (nothing is dialled), ctx's cause when ctx ends first, or rueidis's error when it cannot
-// connect or authenticate.
+// from a nil parent) or an invalid option (nothing is dialled; [PubSubSharded] on a server
+// that is not a Cluster is found invalid once dialled, and the rueidis client made is
+// closed), ctx's cause when ctx ends first, or rueidis's error when it cannot connect or
+// authenticate.
 func DialContext(ctx context.Context, opt rueidis.ClientOption, opts ...Option) (*Client, error) {
 	if err := ctxError(ctx); err != nil {
 		return nil, err

@@ -249,7 +249,8 @@ const (
 	// its lock's shard (its hash slot's master and replicas), and the Client keeps one
 	// subscription connection per master that serves a lock a waiter waits for. When a
 	// slot moves or its master fails over, the subscription follows it and the waiters
-	// are woken to look at the lock again. New refuses it for a client not in Cluster mode.
+	// are woken to look at the lock again. New refuses it for a client not in Cluster mode
+	// (so does Dial, once it has dialled a server that is not a Cluster).
 	PubSubSharded
 )
 
