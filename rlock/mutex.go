@@ -705,7 +705,8 @@ func (m *Mutex) Token(ctx context.Context) (int64, error) {
 
 // HoldContext returns a copy of ctx that is also cancelled when the caller's owner's current
 // hold ends; [context.Cause] then tells why: an error wrapping [ErrLockLost], [ErrNotHeld]
-// (released by Unlock) or [ErrClosed]. It is cancelled before the call that ended the hold
+// (released by Unlock), [ErrLeaseExpired] (a fixed lease ran its course; it wraps
+// ErrNotHeld, so test for it first) or [ErrClosed]. It is cancelled before the call that ended the hold
 // returns (an Unlock that found the lock gone has set the cause [ErrLockLost] by the time it
 // returns ErrNotHeld), so calling cancel right after never hides the cause. Run the guarded work under it to stop as soon as
 // the lock is lost. When the owner holds no hold, the context is already cancelled, with
