@@ -30,12 +30,17 @@ var (
 	// value is left untouched.
 	ErrWrongType = errors.New("rlock: key holds a value that is not a lock")
 	// ErrUnknownOutcome: a request's reply was lost and the outcome could not be learned
-	// within the cleanup timeout. A hold it may have granted expires with its lease.
+	// within the cleanup timeout. A lock's hold or a PermitSemaphore's permit it may have
+	// granted expires with its lease; a [Semaphore]'s permits it may have taken do not come
+	// back by themselves (see Replays at Semaphore).
 	ErrUnknownOutcome = errors.New("rlock: outcome unknown")
 	// ErrNoReplicaAck: with [WithReplicaAck], a grant was not acknowledged by enough replicas
 	// in time and was given back.
 	ErrNoReplicaAck = errors.New("rlock: grant not acknowledged by enough replicas")
-	// ErrInvalid: an argument is out of range (empty name, negative duration, nil client).
+	// ErrInvalid: an argument is out of range or missing: an empty name, a negative wait, a
+	// fixed lease below 10ms, a permit count out of its range, a nil client, handle or ctx,
+	// an invalid option. (A lease <= 0 given to TryLock is not one: it asks for watchdog
+	// mode.)
 	ErrInvalid = errors.New("rlock: invalid argument")
 	// ErrConflict: [Client.ForceUnlockSeen] found the lock held by a holder the caller had not
 	// seen, or in another tenure (another fencing token), and changed nothing.
