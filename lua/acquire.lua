@@ -49,7 +49,8 @@
 --         {0, pttl}          held by another owner; pttl is the lock's remaining lease (-1: no
 --                            expiry); 0 for a refused sequence number (spent or superseded)
 --         a WRONGTYPE error, with nothing written, when the lock or the fence holds another type
---         (or the fence a string that is not a fence value)
+--         (or the fence a string that is not a fence value), or the lock is another kind's
+--         hash (a read-write lock's field mode, a permit semaphore's permits)
 -- A fresh grant's token is the fence's INCR; a missing fence is seeded from the server's
 -- clock in microseconds and counts for a second (lib_fence.lua), so tokens keep rising when
 -- it expired or was lost, and stay within a second of the clock at their grant.
@@ -124,7 +125,7 @@ end
 local exists = redis.call('exists', lock) == 1
 local got, fastMine, ghostW
 if exists then
-  local g = redis.pcall('hmget', lock, owner, seqField, 'token', 'w') if type(g) == 'table' and g.err and string.sub(g.err, 1, 10) ~= 'WRONGTYPE ' then error(g) end
+  local g = redis.pcall('hmget', lock, owner, seqField, 'token', 'w', 'mode', 'permits') if type(g) == 'table' and g.err and string.sub(g.err, 1, 10) ~= 'WRONGTYPE ' then error(g) end
   got = g
   if got.err then
     -- A string: the fast grant's (lib_fast.lua), made a hash here; else (a user's value)
@@ -134,7 +135,13 @@ if exists then
       if ARGV[7] == 's' then r.fenceLife() end -- see ARGV[7] below
       return got
     end
-    got = redis.call('hmget', lock, owner, seqField, 'token', 'w')
+    got = redis.call('hmget', lock, owner, seqField, 'token', 'w', 'mode', 'permits')
+  end
+  if got[5] or got[6] then
+    -- A read-write lock's hash (rw_acquire.lua) or a permit semaphore's (psem_set.lua): the
+    -- name is another primitive's, as force_release.lua tells too. Nothing is written.
+    if ARGV[7] == 's' then rare().fenceLife() end -- see ARGV[7] below
+    return redis.error_reply('WRONGTYPE the key holds another kind of primitive, not a lock')
   end
   if got[3] and string.byte(got[3]) == 126 then -- '~'
     local r = rare()

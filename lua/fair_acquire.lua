@@ -30,7 +30,8 @@
 --                            more than the heartbeat); with ARGV[5] = '0', the lock's
 --                            remaining lease (-1: no expiry) or 0 when waiters go first
 --         a WRONGTYPE error, with nothing written, when a key holds another type (or the
---           fence a string that is not a token)
+--           fence a string that is not a token), or the lock is another kind's hash (a
+--           read-write lock's field mode, a permit semaphore's permits)
 -- A dead waiter's place (alive score in the past, or no alive score) is purged first.
 -- A plain lock's fast form (lib_fast.lua; docs/DESIGN.md section 5: token '~<owner> <seq>',
 -- <owner> holding one hold) is held by another owner, as a full-form hash is (a fast owner is
@@ -148,7 +149,12 @@ local function ungrant()
   redis.call('del', lock)
 end
 
-local got = redis.call('hmget', lock, owner, reqField, 'token')
+local got = redis.call('hmget', lock, owner, reqField, 'token', 'mode', 'permits')
+if got[4] or got[5] then
+  -- A read-write lock's hash (rw_acquire.lua) or a permit semaphore's (psem_set.lua): the
+  -- name is another primitive's, as force_release.lua tells too. Nothing is written.
+  return redis.error_reply('WRONGTYPE the key holds another kind of primitive, not a lock')
+end
 local holds = got[1]
 local last, mine = seqLast(owner, got[2], req)
 if holds then

@@ -34,9 +34,9 @@
 //     let a second holder in.
 //
 // One name is one primitive: the kinds share key names, so a Semaphore and a Mutex called
-// "x" collide (a lock of another kind at the key is reported as [ErrWrongType] where the
-// types differ; where both are hashes, a Mutex takes an [RWMutex]'s or a [PermitSemaphore]'s
-// for a lock held by another, and waits).
+// "x" collide: a lock of another kind at the key is reported as [ErrWrongType] where the
+// types differ, and where both are hashes a Mutex's, FairMutex's or SpinMutex's acquire
+// tells an [RWMutex]'s or a [PermitSemaphore]'s hash by its fields, with ErrWrongType too.
 //
 // # Guarantees
 //

@@ -111,12 +111,9 @@ var ErrUpgrade = errors.New("rlock: cannot upgrade a read hold to the write hold
 // # Mixing kinds, and Redis keys
 //
 // An RWMutex and a [Mutex] (or another kind of lock) must not share a name: the RWMutex's
-// operations on another lock's hash fail with [ErrWrongType] and leave it untouched. The
-// other way round is not seen: a Mutex, [FairMutex] or [SpinMutex] takes a held RWMutex's
-// hash for a lock held by another owner (TryLock returns (false, nil), Lock waits until the
-// read-write lock is free, IsLocked reports it held); only its ForceUnlock refuses it, with
-// ErrWrongType. The
-// lock's hash (Key) holds a mode field ("write" or "read", which also marks the hash as a
+// operations on another lock's hash fail with [ErrWrongType] and leave it untouched, and so
+// do a Mutex's, [FairMutex]'s or [SpinMutex]'s acquires and ForceUnlock on a held RWMutex's
+// hash (its IsLocked reports it held). The lock's hash (Key) holds a mode field ("write" or "read", which also marks the hash as a
 // read-write lock), the write holder's id and fencing token, and per owner its write and
 // read hold counts; Key()+":leases" is a sorted set of every hold's lease end,
 // Key()+":writers" one of the waiting writers' claims. They share the hash tag of the
