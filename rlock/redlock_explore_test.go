@@ -104,6 +104,10 @@ func TestRedLock_explore(t *testing.T) {
 	if testing.Short() && budgetEnv == "" && seedEnv == "" {
 		t.Skip("explorer: set " + envRedExploreSeconds + " to run under -short")
 	}
+	// Beside the other parallel tests: its servers, proxies, Clients and names are its own
+	// (RedHolds is read for its prefix), and its time bounds and loss check allow for this
+	// process's stalls and the servers' slow answers.
+	t.Parallel()
 	budget := 14 * time.Second
 	if !fullRun() {
 		budget = 4 * time.Second // RELOCK_FULL=1 (.ci/run) runs the full 14 s

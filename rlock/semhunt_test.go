@@ -62,6 +62,9 @@ func TestSemHunt(t *testing.T) {
 	if testing.Short() {
 		t.Skip("short")
 	}
+	// Beside the other parallel tests, as the drift hunt whose faults it uses: its server,
+	// Clients and names are its own, and its time bounds allow for this process's stalls.
+	t.Parallel()
 	const env = "RELOCK_SEMHUNT"
 	seed := seedOf(t, env+"_SEED")
 	budget := budgetOf(t, env+"_BUDGET", time.Second, 30*time.Second)
