@@ -3988,6 +3988,7 @@ func (ps *permitSubject) finish(s *mseq) {
 // A BUSY (transient: Redis ran nothing) is since sent again within the cleanup timeout
 // (execServed): here every send is refused, so the Unlock fails when that timeout ends.
 func TestModelRegression_refusedReleaseEndsParkedWaiter(t *testing.T) {
+	t.Parallel() // its own server, Client and names; load only lengthens its waits
 	b := realBackend(t)
 	mf := newModelFaults(b.rueidis(t), nil)
 	c, err := rlock.New(mf.hc, rlock.WithCleanupTimeout(300*time.Millisecond))

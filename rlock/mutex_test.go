@@ -142,7 +142,8 @@ func TestMutex_ForceUnlock_freesAndWakes(t *testing.T) {
 }
 
 func TestMutex_TryLock_fixedLeaseExpiresWithoutPublish(t *testing.T) {
-	eachBackend(t, func(t *testing.T, b *backend) {
+	t.Parallel() // it waits out a lease (bounds of a second and more); its own servers and names
+	eachBackendParallel(t, func(t *testing.T, b *backend) {
 		name := redistest.Name(t)
 		holder := b.client(t).Mutex(name)
 		ok, err := holder.TryLock(bg, 0, 300*time.Millisecond)

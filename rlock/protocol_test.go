@@ -152,6 +152,7 @@ func TestProtocol_v1Data(t *testing.T) {
 // one renewal period, not only after the last Unlock (issue 23: HoldCount equals the holds
 // taken, but for a bounded window).
 func TestMutex_orphanGivenBackOnceRedisAnswers(t *testing.T) {
+	t.Parallel() // its own server, Client and names; it waits out a renewal period
 	b := realBackend(t)
 	// One armed acquire's reply comes 300ms after Redis applied it; while refusing, every
 	// release is answered as a lost reply, unsent.

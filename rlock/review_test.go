@@ -224,7 +224,8 @@ func TestReview_UnknownOutcomeOfContextOwnerDriftsAtNextGrant(t *testing.T) {
 // The other outcome (the release not applied: the replay refused, the wait going on) is
 // TestMutex_unknownHandoffNotAppliedWaitsOn.
 func TestReview_UnknownHandoffOfContextOwnerIsResolvedForTheWaitingCaller(t *testing.T) {
-	eachBackend(t, func(t *testing.T, b *backend) {
+	t.Parallel() // a server, Client and names of its own per case; no time bound
+	eachBackendParallel(t, func(t *testing.T, b *backend) {
 		hc := &hookClient{Client: b.rueidis(t)}
 		c, err := rlock.New(hc, rlock.WithCleanupTimeout(300*time.Millisecond))
 		require.NoError(t, err)
@@ -329,9 +330,13 @@ func TestReview_WaiterThatGivesUpLeavesBeforeReturning(t *testing.T) {
 // (Mutex.later via Client.soon), then the wait's leave waits returnGrace again (spec.leave via
 // Client.soon): the two grace periods add up.
 func TestReview_FamilyLockOutlivesCtxByTwoGracePeriods(t *testing.T) {
+	// Beside the other parallel tests, its cases side by side: each has a server and names of
+	// its own, and its bound subtracts what this process stalled.
+	t.Parallel()
 	for _, kind := range []string{"fair", "rw-write"} {
 		t.Run(kind, func(t *testing.T) {
-			eachBackend(t, func(t *testing.T, b *backend) {
+			t.Parallel()
+			eachBackendParallel(t, func(t *testing.T, b *backend) {
 				sc := &hookClient{Client: b.rueidis(t)}
 				var stuck atomic.Bool // Redis stops answering the scripts of the acquire and the leave
 				sc.set(func(ctx context.Context, cmd hookCall, call func() rueidis.RedisResult) rueidis.RedisResult {

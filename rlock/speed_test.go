@@ -109,7 +109,8 @@ func TestRelease_replayAfterForceUnlock(t *testing.T) {
 // that the first send freed the lock rather than the lease running out: it reports the hold
 // as not held.
 func TestRelease_replayAfterDeadlineIsNotHeld(t *testing.T) {
-	eachBackend(t, func(t *testing.T, b *backend) {
+	t.Parallel() // it waits out a lease; a server, Client and names of its own per case
+	eachBackendParallel(t, func(t *testing.T, b *backend) {
 		hc, c := hardSetup(t, b, rlock.WithCleanupTimeout(2*time.Second))
 		m := c.Mutex(redistest.Name(t))
 		const lease = 150 * time.Millisecond
