@@ -315,6 +315,7 @@ var (
 )
 
 func TestBoundsHunt_mutex(t *testing.T) {
+	t.Parallel() // its own server(s), Clients and names; its ctx bounds and 4 s hang guard are generous
 	mb := strings.Repeat("n", 1<<20)
 	cases := []boundsCase{
 		{"lease 1ns", tryCycle("x", 0, 1), "invalid"}, // lease <= 0 is watchdog mode; 1ns > 0 is a fixed lease below 10ms
@@ -425,6 +426,7 @@ func latchCase(f func(e *boundsEnv, l *rlock.CountDownLatch) (string, error)) fu
 }
 
 func TestBoundsHunt_semaphores(t *testing.T) {
+	t.Parallel() // its own server(s), Clients and names; its ctx bounds and 4 s hang guard are generous
 	cases := []boundsCase{
 		{"sem Acquire 0", semCase(func(e *boundsEnv, s *rlock.Semaphore) (string, error) { return "", s.Acquire(bg, 0) }), "invalid"},
 		{"sem Acquire -1", semCase(func(e *boundsEnv, s *rlock.Semaphore) (string, error) { return "", s.Acquire(bg, -1) }), "invalid"},
@@ -598,6 +600,7 @@ func TestBoundsHunt_semaphores(t *testing.T) {
 }
 
 func TestBoundsHunt_family(t *testing.T) {
+	t.Parallel() // its own server(s), Clients and names; its ctx bounds and 4 s hang guard are generous
 	cases := []boundsCase{
 		{"rw TryLock lease 9ms", func(e *boundsEnv) (string, error) {
 			_, err := e.mustClient().RWMutex("x").TryLock(bg, 0, 9*time.Millisecond)
@@ -832,6 +835,7 @@ func TestBoundsHunt_family(t *testing.T) {
 }
 
 func TestBoundsHunt_redlock(t *testing.T) {
+	t.Parallel() // its own server(s), Clients and names; its ctx bounds and 4 s hang guard are generous
 	srvs := redistest.StartN(t, 3)
 	mk := func(t *testing.T, i int, opts ...rlock.Option) *rlock.Client {
 		c, err := rlock.New(srvs[i].Client(t), opts...)
