@@ -31,6 +31,9 @@ import (
 // free to another Client once those leases end. RELOCK_CLOSEHUNT_SEED replays a run's
 // choices (not its timing), RELOCK_CLOSEHUNT_SECONDS sets its budget, RELOCK_CLOSEHUNT_TRIAL
 // runs one trial alone.
+//
+// Serial: its bounds (Close within the cleanup timeout + 0.4 s, calls within two cleanup
+// timeouts + 2 s of Close) allow nothing for this process's stalls.
 func TestCloseHunt(t *testing.T) {
 	seed := seedOf(t, "RELOCK_CLOSEHUNT_SEED")
 	budget := budgetOf(t, "RELOCK_CLOSEHUNT_SECONDS", 2*time.Second, 30*time.Second)

@@ -442,6 +442,7 @@ func TestMutex_uncontendedCycleIsTwoScripts(t *testing.T) {
 	}
 }
 
+// Serial: it counts the process's goroutines.
 func TestClient_manyHeldLocksNoGoroutinePerLock(t *testing.T) {
 	if testing.Short() {
 		t.Skip("long: holds 10,000 locks across renewal periods (run without -short)")

@@ -52,6 +52,8 @@ func (c *lateDeadlineCtx) Err() error {
 // returnGrace from the deadline (TestExplore_WaitBound, seed 1796396775267609403: a FairMutex
 // LockLease returned 104 ms after its deadline). The fastest of three runs must return within
 // 100 ms.
+//
+// Serial: the 100 ms bound subtracts no stalls of this process.
 func TestGuarantee6_deadlineSeenLate(t *testing.T) {
 	const (
 		lease = 150 * time.Millisecond // the holder's; it runs out, unreleased

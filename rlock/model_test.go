@@ -4368,6 +4368,8 @@ func TestModelRegression_notHeldExtendEndedByItsOwnLease(t *testing.T) {
 // the lock (a re-entry, its reply delayed by a fault) held the lock's operations until the
 // lease had ended: its ErrNotHeld is Redis's state, not a hold wrongly denied. The model
 // judges a release by when its first send went out (releaseMetLease), not when it was called.
+//
+// Serial: its set-up must fit well within a 300 ms lease, or it skips.
 func TestModelRegression_unlockBehindOwnersDelayedCall(t *testing.T) {
 	b := realBackend(t)
 	c, err := rlock.New(newModelFaults(b.rueidis(t), nil).hc)

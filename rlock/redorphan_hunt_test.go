@@ -47,6 +47,8 @@ import (
 // RELOCK_REDORPHAN_SEED replays a run's plan (goroutine timing is not replayed),
 // RELOCK_REDORPHAN_TRIAL=<n> runs trial n alone, RELOCK_REDORPHAN_BUDGET sets the run time
 // (default 1 s; RELOCK_FULL 20 s: it runs beside rlock's other explorers). Skipped under -short.
+// Serial: its windows (a lease + the cleanup timeout + 300 ms) allow nothing for this
+// process's stalls.
 func TestRedOrphanHunt(t *testing.T) {
 	if testing.Short() {
 		t.Skip("explorer")
