@@ -104,10 +104,9 @@ func TestRedLock_explore(t *testing.T) {
 	if testing.Short() && budgetEnv == "" && seedEnv == "" {
 		t.Skip("explorer: set " + envRedExploreSeconds + " to run under -short")
 	}
-	// Beside the other parallel tests: its servers, proxies, Clients and names are its own
-	// (RedHolds is read for its prefix), and its time bounds and loss check allow for this
-	// process's stalls and the servers' slow answers.
-	t.Parallel()
+	// Serial: its errors are explained by the faults it injects, and the parallel tests' load
+	// is none of them (beside them, two unfaulted instances missed a 69 ms instance timeout:
+	// "unexpected-error", seed 16535941264602540909, with no stall of this process seen).
 	budget := 14 * time.Second
 	if !fullRun() {
 		budget = 4 * time.Second // RELOCK_FULL=1 (.ci/run) runs the full 14 s
