@@ -255,9 +255,9 @@ func TestBadInput_noPermission(t *testing.T) {
 	})
 
 	t.Run("renewal", func(t *testing.T) {
-		result(t, row{order: "bad input", fault: "ACL: the holder's user loses a command only the renew script uses (`ACL SETUSER <user> -hexists` after Lock, watchdog lease 1 s)",
+		result(t, row{order: "bad input", fault: "ACL: the holder's user loses a command the renew script uses (`ACL SETUSER <user> -pttl` after Lock, watchdog lease 1 s)",
 			expected: "the holder is told (Done closes, HoldContext's cause wraps ErrLockLost) within the lease + 0.5 s; the key expires; another owner gets it; the renewal is not retried in a tight loop (a handful of scripts)"})
-		c := aclLocker(t, srv, "nohexists", nil, rlock.WithWatchdogTimeout(lease))
+		c := aclLocker(t, srv, "nopttl", nil, rlock.WithWatchdogTimeout(lease))
 		m := c.Mutex(redistest.Name(t))
 		must(t, m.Lock(bg))
 		hctx, hcancel := m.HoldContext(bg)
@@ -265,7 +265,7 @@ func TestBadInput_noPermission(t *testing.T) {
 		done := m.Done(bg)
 		aclDo(t, srv, "ACL", "LOG", "RESET")
 		before := scriptsRun(t, srv)
-		aclDo(t, srv, "ACL", "SETUSER", "nohexists", "-hexists")
+		aclDo(t, srv, "ACL", "SETUSER", "nopttl", "-pttl")
 		start := time.Now()
 		var told time.Duration
 		select {

@@ -15,27 +15,32 @@
 -- ARGV[1+n+i] names; the renewal leaves it in that form. A tenure in the fast form that the
 -- owner's re-entry converted meanwhile (the owner's field present) is held as any.
 -- returns an array with one entry per key: 1 renewed, 0 the owner no longer holds it
--- Uses only TYPE, HEXISTS, HGET, PTTL and PEXPIRE, which a full (noeviction) server still
--- accepts.
+-- A held lock in the full form costs HMGET, PTTL and PEXPIRE (it cost TYPE, HEXISTS, HGET,
+-- PTTL and PEXPIRE before session 27), all commands a full (noeviction) server still
+-- accepts; the fast form's string GET instead of the hash's fields.
 local lease, n = ARGV[1], #KEYS
 local out = {}
 for i, lock in ipairs(KEYS) do
   local token = ARGV[1 + n + i]
-  -- A key of another type is reported as gone rather than failing the whole batch.
   local owner = ARGV[i + 1]
   local fast = token and string.byte(token) == 126 -- '~': the tenure's fast form
-  local t = redis.call('type', lock).ok
-  local held = t == 'hash'
-  if t == 'string' then
-    held = fast and redis.call('get', lock) == token
-    token = nil
-  elseif held and redis.call('hexists', lock, owner) == 0 then
-    held = fast and redis.call('hget', lock, 'token') == token
-    token = nil
-  elseif fast then
-    token = nil -- converted by the owner's re-entry: its field says it holds
+  local held
+  -- The owner's field and the tenure's token in one read; a missing key reads as neither.
+  local f = redis.pcall('hmget', lock, owner, 'token') if type(f) == 'table' and f.err and string.sub(f.err, 1, 10) ~= 'WRONGTYPE ' then error(f) end
+  if f.err then
+    -- Not a hash: the fast grant's string (lib_fast.lua) is held if it is the tenure's; a key
+    -- of another type is reported as gone rather than failing the whole batch (its GET's
+    -- error is no token).
+    held = fast and redis.pcall('get', lock) == token
+  elseif not f[1] then
+    -- No field of the owner: held only as the tenure's fast form (a hash with its token).
+    held = fast and f[2] == token
+  else
+    -- The owner's field: held while the tenure is the one named (a fast form converted by
+    -- the owner's re-entry is its tenure: its field says it holds).
+    held = fast or not token or token == '' or f[2] == token
   end
-  if held and (not token or token == '' or redis.call('hget', lock, 'token') == token) then
+  if held then
     -- Never shorten a lease that a re-entry with a longer fixed lease set.
     if redis.call('pttl', lock) < tonumber(lease) then
       redis.call('pexpire', lock, lease)

@@ -26,7 +26,7 @@ func noPermissionError(op, name string, re *rueidis.RedisError) error {
 
 // refusal is re, Redis refusing a renewal for want of ACL rights, shown with the command
 // refused and the script that called it named when Redis's message lets them be found
-// ("renew script's HEXISTS refused (<message>)"); it wraps re.
+// ("renew script's HMGET refused (<message>)"); it wraps re.
 func refusal(re *rueidis.RedisError) error {
 	what := refused(re.Error())
 	if what == "" {
