@@ -1,0 +1,52 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/relock-go/relock/internal/redistest"
+	"github.com/relock-go/relock/rlock"
+)
+
+// TestReview27_interruptAtThePrompt: force-unlock's question waits for the operator's answer,
+// and Ctrl-C (or SIGTERM: main's context) ends that wait: nothing is freed, "not confirmed"
+// is said, exit code 4. Before, the answer was read with no regard to the context: main
+// catches SIGINT and SIGTERM for that context, so the command ignored both and sat at the
+// prompt until standard input gave a line or closed.
+func TestReview27_interruptAtThePrompt(t *testing.T) {
+	srv := redistest.Start(t)
+	url := "redis://" + srv.Addr()
+	c, err := rlock.New(srv.Client(t))
+	require.NoError(t, err)
+	defer c.Close()
+	m := c.Mutex("held")
+	require.NoError(t, m.Lock(bg))
+
+	pr, pw := io.Pipe() // an operator who never answers
+	defer pw.Close()
+	stderr := &promptWriter{asked: make(chan struct{})}
+	var stdout bytes.Buffer
+	ctx, interrupt := context.WithCancel(bg)
+	defer interrupt()
+	code := make(chan int, 1)
+	go func() { code <- run(ctx, []string{"force-unlock", "--url", url, "held"}, pr, &stdout, stderr) }()
+	select {
+	case <-stderr.asked:
+	case <-time.After(20 * time.Second):
+		t.Fatal("never asked")
+	}
+	interrupt() // Ctrl-C
+	select {
+	case got := <-code:
+		require.Equal(t, exitAborted, got, stdout.String())
+	case <-time.After(20 * time.Second):
+		t.Fatal("Ctrl-C did not end the question: force-unlock still waits for an answer")
+	}
+	require.Contains(t, stdout.String(), "not confirmed: nothing freed")
+	require.NoError(t, m.Err(bg), "nothing freed")
+}
