@@ -60,7 +60,8 @@
 // watch never block or slow a lock, and need no more than rlock.InspectACLRule's rights.
 // force-unlock runs relock's force scripts, which publish on the lock's channel so that its
 // waiters (of every Client) wake and try again; it asks for confirmation on standard input
-// unless --yes is given, and prints what it freed. It frees only the holders it showed (or,
+// unless --yes is given (any answer but y or yes, the end of the input, Ctrl-C or SIGTERM
+// at the question frees nothing: exit code 4), and prints what it freed. It frees only the holders it showed (or,
 // with --yes, read): the force is conditional on their owners and fencing token
 // (rlock.Client.ForceUnlockSeen), so a lock that changed hands meanwhile, even in the
 // instant before the force, is left alone: taken by another owner, by the owner shown again
@@ -81,6 +82,6 @@
 //	2  bad usage: an unknown command or flag, a missing or extra argument
 //	3  nothing there: inspect of a name that holds nothing, force-unlock of a lock that
 //	   is not held
-//	4  force-unlock not confirmed, or the lock changed hands since its holders were read,
+//	4  force-unlock not confirmed (or interrupted at the question), or the lock changed hands since its holders were read,
 //	   or became another kind (nothing freed: run it again)
 package main

@@ -388,7 +388,11 @@ func (e *env) forceUnlock(parent context.Context, name string) int {
 			fmt.Fprintf(e.stderr, "  %s\n", describeHolder(h))
 		}
 		fmt.Fprintf(e.stderr, "Free it and wake its waiters? The holders learn of the loss at their next renewal. [y/N] ")
-		answer, _ := e.stdin.ReadString('\n')
+		answer, answered := e.readAnswer(parent)
+		if !answered {
+			fmt.Fprintln(e.stderr) // end the question's line
+			return e.nothingFreed(name, in.Kind, "interrupted before an answer: not confirmed: nothing freed", exitAborted)
+		}
 		answer = strings.ToLower(strings.TrimSpace(answer))
 		if answer != "y" && answer != "yes" {
 			return e.nothingFreed(name, in.Kind, "not confirmed: nothing freed", exitAborted)
@@ -435,6 +439,25 @@ func (e *env) forceUnlock(parent context.Context, name string) int {
 	}
 	fmt.Fprintf(e.stdout, "its waiters were told (Clients subscribed: %d)\n", in.Subscribers+in.ReadSubscribers)
 	return exitOK
+}
+
+// readAnswer reads the operator's answer, a line of standard input, and reports false when
+// ctx ends first: Ctrl-C or SIGTERM (main's context), which would otherwise leave the command
+// at the question until a line came or standard input closed. The read itself cannot be
+// interrupted: it goes on in a goroutine of its own, which ends with the line or the input's
+// end (a command exits right after).
+func (e *env) readAnswer(ctx context.Context) (string, bool) {
+	got := make(chan string, 1)
+	go func() {
+		s, _ := e.stdin.ReadString('\n')
+		got <- s
+	}()
+	select {
+	case s := <-got:
+		return s, true
+	case <-ctx.Done():
+		return "", false
+	}
 }
 
 // testHookListName, when set (by tests only), runs for each name list found, before it
