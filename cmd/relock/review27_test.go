@@ -50,3 +50,22 @@ func TestReview27_interruptAtThePrompt(t *testing.T) {
 	require.Contains(t, stdout.String(), "not confirmed: nothing freed")
 	require.NoError(t, m.Err(bg), "nothing freed")
 }
+
+// TestReview27_usageHidesTheEnvPassword: the flags' usage, printed for -h and for every bad
+// flag, does not show the password of $RELOCK_URL; the URL still reaches the server. Before,
+// --url's default was $RELOCK_URL itself, printed whole: `relock inspect --bogus x` put the
+// password on stderr (and in whatever log or chat the error was pasted into).
+func TestReview27_usageHidesTheEnvPassword(t *testing.T) {
+	t.Cleanup(redistest.WaitRueidisGoroutines) // the dial that fails below
+	t.Setenv(envURL, "redis://admin:s3cret-pw@127.0.0.1:1")
+	for _, args := range [][]string{{"inspect", "--bogus", "x"}, {"inspect", "-h"}, {"list", "--timeout", "x"}, {"force-unlock", "-help"}} {
+		_, errOut, _ := relock(t, "", args...)
+		require.Contains(t, errOut, "-url", "%q: the usage was printed", args)
+		require.NotContains(t, errOut, "s3cret-pw", "%q", args)
+	}
+	// The URL is still the one the environment gives.
+	_, errOut, code := relock(t, "", "inspect", "--timeout", "5s", "x")
+	require.Equal(t, exitFailed, code, errOut)
+	require.Contains(t, errOut, "127.0.0.1:1")
+	require.NotContains(t, errOut, "s3cret-pw")
+}
