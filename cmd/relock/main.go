@@ -136,11 +136,9 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 func (e *env) parse(cmd string, args []string) ([]string, error) {
 	fs := flag.NewFlagSet("relock "+cmd, flag.ContinueOnError)
 	fs.SetOutput(e.stderr)
-	url := os.Getenv(envURL)
-	if url == "" {
-		url = defaultURL
-	}
-	fs.StringVar(&e.cfg.url, "url", url, "the Redis to connect to: redis://[user:password@]host:port[/db], rediss:// for TLS, ?master_set=NAME for Sentinel (default $"+envURL+")")
+	// The flag's default is empty and filled in after parsing: the usage (-h, a bad flag)
+	// prints a flag's default, and $RELOCK_URL may hold a password.
+	fs.StringVar(&e.cfg.url, "url", "", "the Redis to connect to: redis://[user:password@]host:port[/db], rediss:// for TLS, ?master_set=NAME for Sentinel (default $"+envURL+", else "+defaultURL+")")
 	fs.StringVar(&e.cfg.cacert, "cacert", "", "PEM file of the CA that signed the server's certificate (rediss:// URLs; default: the system's)")
 	fs.StringVar(&e.cfg.prefix, "prefix", rlock.DefaultKeyPrefix, "the key prefix of the Clients that made the locks")
 	fs.StringVar(&e.cfg.pubsub, "pubsub", "auto", "the pub/sub mode of those Clients: auto, classic or sharded")
@@ -167,6 +165,12 @@ func (e *env) parse(cmd string, args []string) ([]string, error) {
 			break
 		}
 		pos, args = append(pos, args[0]), args[1:]
+	}
+	if e.cfg.url == "" {
+		e.cfg.url = os.Getenv(envURL)
+	}
+	if e.cfg.url == "" {
+		e.cfg.url = defaultURL
 	}
 	switch {
 	case e.cfg.timeout <= 0:
