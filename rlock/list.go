@@ -3,7 +3,9 @@ package rlock
 import (
 	"context"
 	"iter"
+	"maps"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -176,16 +178,33 @@ var braceUnescaper = strings.NewReplacer("%25", "%", "%7B", "{", "%7D", "}")
 
 // scanNodes returns the nodes to SCAN: the Client's rueidis client, or on a Cluster one
 // client per master that serves slots (found by CLUSTER SLOTS: rueidis's Nodes also lists
-// replicas).
+// replicas). CLUSTER SLOTS is asked of one node, the first of rueidis's in address order
+// that answers: a node that does not know its own address (the only node of a cluster, one
+// no peer has told it yet) gives its host as "", which stands for the address it was asked
+// at, as rueidis reads it.
 func (c *Client) scanNodes(ctx context.Context) ([]rueidis.Client, error) {
 	if c.rc.Mode() != rueidis.ClientModeCluster {
 		return []rueidis.Client{c.rc}, nil
 	}
-	slots, err := c.rc.Do(ctx, c.rc.B().ClusterSlots().Build()).ToArray()
+	nodes := c.rc.Nodes()
+	addrs := slices.Sorted(maps.Keys(nodes))
+	var slots []rueidis.RedisMessage
+	var from string
+	err := errorf("no node of the cluster is known")
+	for _, a := range addrs {
+		n := nodes[a]
+		slots, err = n.Do(ctx, n.B().ClusterSlots().Build()).ToArray()
+		if err == nil {
+			from = a
+			break
+		}
+		if _, refused := rueidis.IsRedisErr(err); refused || ctx.Err() != nil {
+			return nil, err // every node answers alike (an ACL), or the caller has gone
+		}
+	}
 	if err != nil {
 		return nil, err
 	}
-	nodes := c.rc.Nodes()
 	var out []rueidis.Client
 	seen := map[string]bool{}
 	for _, s := range slots {
@@ -199,6 +218,12 @@ func (c *Client) scanNodes(ctx context.Context) ([]rueidis.Client, error) {
 		}
 		host, _ := m[0].ToString()
 		port, _ := m[1].AsInt64()
+		switch host {
+		case "":
+			host, _, _ = net.SplitHostPort(from) // the node asked, which does not know its address
+		case "?":
+			return nil, errorf("a master of the cluster has no known endpoint (CLUSTER SLOTS gives \"?\" for it)")
+		}
 		addr := net.JoinHostPort(host, strconv.FormatInt(port, 10))
 		if seen[addr] {
 			continue
