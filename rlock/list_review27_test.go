@@ -66,3 +66,24 @@ func TestReview27_listOneNodeCluster(t *testing.T) {
 	}
 	require.Equal(t, []string{"one-node"}, names)
 }
+
+// TestReview27_inspectForeignHashHasNoKind: Inspect of a name whose key is a hash that no
+// relock primitive makes returns ErrWrongType with an Info whose Kind is empty (Name, Key and
+// Type set), as for a list or a string that is not a count. Before, Kind was KindMutex (set
+// before the hash's fields were found not to be a lock's), so `relock list`, which shows the
+// names Inspect refuses with ErrWrongType for what they are, listed it as a mutex.
+func TestReview27_inspectForeignHashHasNoKind(t *testing.T) {
+	srv := redistest.Start(t)
+	c, err := rlock.New(srv.Client(t))
+	require.NoError(t, err)
+	defer c.Close()
+	key := c.Mutex("foreign").Key()
+	msg := srv.Do(t, "HSET", key, "colour", "blue")
+	require.NoError(t, msg.Error())
+	in, err := c.Inspect(bg, "foreign")
+	require.ErrorIs(t, err, rlock.ErrWrongType)
+	require.Equal(t, rlock.Kind(""), in.Kind)
+	require.Equal(t, "hash", in.Type)
+	require.Equal(t, key, in.Key)
+	require.Empty(t, in.Holders)
+}

@@ -69,3 +69,22 @@ func TestReview27_usageHidesTheEnvPassword(t *testing.T) {
 	require.Contains(t, errOut, "127.0.0.1:1")
 	require.NotContains(t, errOut, "s3cret-pw")
 }
+
+// TestReview27_listForeignHash: relock list shows a key under the prefix that is a hash no
+// relock primitive makes as "not relock's: a hash" (with --json, kind ""), as it does a list;
+// inspect refuses it (exit 1). Before, list showed it as a free mutex.
+func TestReview27_listForeignHash(t *testing.T) {
+	srv := redistest.Start(t)
+	url := "redis://" + srv.Addr()
+	srv.Do(t, "HSET", "{relock:foreign}", "colour", "blue")
+	out, errOut, code := relock(t, "", "list", "--url", url)
+	require.Equal(t, exitOK, code, errOut)
+	require.Contains(t, out, "not relock's: a hash")
+	require.NotContains(t, out, "mutex")
+	out, errOut, code = relock(t, "", "list", "--json", "--url", url)
+	require.Equal(t, exitOK, code, errOut)
+	require.Contains(t, out, `"kind":"","type":"hash"`)
+	_, errOut, code = relock(t, "", "inspect", "--url", url, "foreign")
+	require.Equal(t, exitFailed, code)
+	require.Contains(t, errOut, "not a lock")
+}
