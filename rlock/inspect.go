@@ -133,7 +133,7 @@ type WaiterInfo struct {
 //  2. a closed Client: [ErrClosed];
 //  3. Key holds a value that no relock primitive makes (a list, a hash without a lock's
 //     fields, a string that is not an integer): an error wrapping [ErrWrongType], with
-//     Info's Name, Key and Type set;
+//     Info's Name, Key and Type set, and its Kind empty;
 //  4. a command refused for want of ACL rights: an error wrapping [ErrNoPermission] that
 //     names it;
 //  5. ctx's error, or the connection's, wrapped, with a zero Info.
@@ -359,6 +359,7 @@ func (c *Client) inspect(ctx context.Context, name string) (Info, error) {
 				in.Kind = KindFairMutex
 			}
 			if !readMutex(&in, fields) {
+				in.Kind = "" // not relock's, as error 3 of Inspect says
 				return in, errorf("hash without a lock's fields: %w", ErrWrongType)
 			}
 		}
