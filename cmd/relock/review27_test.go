@@ -88,3 +88,48 @@ func TestReview27_listForeignHash(t *testing.T) {
 	require.Equal(t, exitFailed, code)
 	require.Contains(t, errOut, "not a lock")
 }
+
+// TestReview27_semaphoreHoldersNotShownAsNone: a Semaphore's holders are not recorded in
+// Redis (only the count of available permits is), so inspect and list do not show it with
+// "0" holders: a semaphore whose every permit is taken read as one nobody held. inspect says
+// "not recorded" and shows the count as "available", list shows "?" (as for the waiters);
+// a permit semaphore whose permits were lowered below its live permits shows 0 available,
+// not a negative number.
+func TestReview27_semaphoreHoldersNotShownAsNone(t *testing.T) {
+	srv := redistest.Start(t)
+	url := "redis://" + srv.Addr()
+	c, err := rlock.New(srv.Client(t))
+	require.NoError(t, err)
+	defer c.Close()
+	s := c.Semaphore("busy")
+	ok, err := s.TrySetPermits(bg, 2)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.NoError(t, s.Acquire(bg, 2)) // every permit taken
+	p := c.PermitSemaphore("over")
+	ok, err = p.TrySetPermits(bg, 2)
+	require.NoError(t, err)
+	require.True(t, ok)
+	for range 2 {
+		_, err := p.Acquire(bg, time.Minute)
+		require.NoError(t, err)
+	}
+	require.NoError(t, p.AddPermits(bg, -1)) // 1 permit, 2 live
+
+	out, errOut, code := relock(t, "", "inspect", "--url", url, "busy")
+	require.Equal(t, exitOK, code, errOut)
+	got := normalise(out)
+	require.Contains(t, got, "\navailable  0\n")
+	require.NotContains(t, got, "holders  0")
+	require.Contains(t, got, "holders  not recorded in Redis for a semaphore")
+
+	out, errOut, code = relock(t, "", "inspect", "--url", url, "over")
+	require.Equal(t, exitOK, code, errOut)
+	got = normalise(out)
+	require.Contains(t, got, "\npermits  1\navailable  0\n")
+	require.Contains(t, got, "holders  2\n")
+
+	out, errOut, code = relock(t, "", "list", "--url", url, "busy")
+	require.Equal(t, exitOK, code, errOut)
+	require.Contains(t, normalise(out), "busy  semaphore  none  ?  ?  -\n")
+}
