@@ -37,8 +37,10 @@
 //	--yes              force-unlock: do not ask for confirmation
 //
 // list prints one line per name as it finds it (SCAN order: pipe it to sort), with its
-// kind, lease, holders and waiters ("?" where Redis does not record a kind's waiters: see
-// the subscribers of inspect), or one JSON object per line with --json. A name whose
+// kind, lease, holders and waiters ("?" where Redis does not record them: a semaphore's
+// holders, whose count of available permits inspect shows; the waiters of a kind without a
+// queue, see the subscribers of inspect), or one JSON object per line with --json (where a
+// semaphore's holders are [] for the same reason). A name whose
 // inspection takes longer than --timeout (a slow server, a key too large to read in time)
 // does not stall the listing: it is listed with "?" and "(not inspected within --timeout
 // D)", with --json as {"name":..., "error":"not inspected within --timeout D"}, told on

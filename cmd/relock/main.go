@@ -321,7 +321,7 @@ func (e *env) list(ctx context.Context, pattern string) int {
 			fmt.Fprintf(e.stdout, listFormat, quoteName(name), "?", "?", "?", "?", fmt.Sprintf("(not inspected within --timeout %v)", e.cfg.timeout))
 			continue
 		}
-		fmt.Fprintf(e.stdout, listFormat, quoteName(name), kindText(in), formatTTL(in), len(in.Holders), waiterCount(in), heldBy(in))
+		fmt.Fprintf(e.stdout, listFormat, quoteName(name), kindText(in), formatTTL(in), holderCount(in), waiterCount(in), heldBy(in))
 	}
 	return code
 }

@@ -29,7 +29,10 @@ func writeText(w io.Writer, in rlock.Info) error {
 		field("last token", tokenText(in.LastToken))
 	case rlock.KindPermitSemaphore:
 		field("permits", in.Count)
-		field("available", in.Count-int64(len(in.Holders)))
+		// Lowered below the live permits (AddPermits), none is available until enough end.
+		field("available", max(in.Count-int64(len(in.Holders)), 0))
+	case rlock.KindSemaphore:
+		field("available", in.Count)
 	default:
 		field("count", in.Count)
 	}
@@ -41,7 +44,11 @@ func writeText(w io.Writer, in rlock.Info) error {
 		field("read subscribers", in.ReadSubscribers)
 	}
 	field("server time", formatTime(in.ServerTime))
-	field("holders", len(in.Holders))
+	if holdersRecorded(in) {
+		field("holders", len(in.Holders))
+	} else {
+		field("holders", "not recorded in Redis for a "+string(in.Kind)+" (only the count above is)")
+	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
@@ -162,6 +169,21 @@ func heldBy(in rlock.Info) string {
 		s += fmt.Sprintf(" +%d", len(in.Holders)-1)
 	}
 	return s
+}
+
+// holdersRecorded reports whether Redis records in's holders: not for a Semaphore or what
+// may be one (KindCount), which keeps the count of available permits only, so that "0
+// holders" would show a semaphore whose every permit is taken as one nobody holds.
+func holdersRecorded(in rlock.Info) bool {
+	return in.Kind != rlock.KindSemaphore && in.Kind != rlock.KindCount
+}
+
+// holderCount is list's HOLDERS column: "?" where Redis does not record them.
+func holderCount(in rlock.Info) string {
+	if !holdersRecorded(in) {
+		return "?"
+	}
+	return strconv.Itoa(len(in.Holders))
 }
 
 func waiterCount(in rlock.Info) string {
