@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"strings"
 	"testing"
 	"time"
 
@@ -132,4 +133,30 @@ func TestReview27_semaphoreHoldersNotShownAsNone(t *testing.T) {
 	out, errOut, code = relock(t, "", "list", "--url", url, "busy")
 	require.Equal(t, exitOK, code, errOut)
 	require.Contains(t, normalise(out), "busy  semaphore  none  ?  ?  -\n")
+}
+
+// TestReview27_listEndsClearly: a list that --walk-timeout or Ctrl-C ends says so (the listing
+// is incomplete), exit code 1, instead of blaming the name being inspected at that moment.
+// Before, it said `relock: rlock: inspect "<name>": context deadline exceeded` (or `context
+// canceled`), which reads as that name's fault, or as --timeout's.
+func TestReview27_listEndsClearly(t *testing.T) {
+	srv := redistest.Start(t)
+	url := "redis://" + srv.Addr()
+	srv.Do(t, "SET", "{relock:a}", "3")
+	testHookListName = func(ctx context.Context, name string) { <-ctx.Done() }
+	defer func() { testHookListName = nil }()
+
+	_, errOut, code := relock(t, "", "list", "--url", url, "--walk-timeout", "200ms")
+	require.Equal(t, exitFailed, code, errOut)
+	require.Contains(t, errOut, "--walk-timeout 200ms reached: the listing is incomplete")
+	require.NotContains(t, errOut, `inspect "a"`)
+
+	ctx, interrupt := context.WithCancel(bg)
+	defer interrupt()
+	testHookListName = func(ictx context.Context, name string) { interrupt(); <-ictx.Done() } // Ctrl-C
+	var stdout, stderr bytes.Buffer
+	code = run(ctx, []string{"list", "--url", url}, strings.NewReader(""), &stdout, &stderr)
+	require.Equal(t, exitFailed, code, stderr.String())
+	require.Contains(t, stderr.String(), "interrupted: the listing is incomplete")
+	require.NotContains(t, stderr.String(), `inspect "a"`)
 }
