@@ -80,7 +80,8 @@
 //	0  done
 //	1  failed: Redis unreachable, a command refused (ACL), a key of another type, a name
 //	   that is not a lock given to force-unlock, a name that list could not inspect
-//	   within --timeout (the others listed)
+//	   within --timeout (the others listed), a list that --walk-timeout or Ctrl-C ended
+//	   ("the listing is incomplete": the names found until then listed)
 //	2  bad usage: an unknown command or flag, a missing or extra argument
 //	3  nothing there: inspect of a name that holds nothing, force-unlock of a lock that
 //	   is not held

@@ -276,16 +276,30 @@ func (e *env) show(in rlock.Info) error {
 // goes on, so that one slow name does not stall the listing; the exit code is then 1. The
 // walk ends when SCAN is done, at --walk-timeout if set, or when interrupted; a server that
 // stops answering fails it by the connection's own timeout (rueidis's ConnWriteTimeout).
-func (e *env) list(ctx context.Context, pattern string) int {
+func (e *env) list(parent context.Context, pattern string) int {
+	ctx := parent
 	if e.cfg.walkTimeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, e.cfg.walkTimeout)
 		defer cancel()
 	}
+	// walkEnded reports a walk that its own bound or Ctrl-C ended: not the fault of the name
+	// being read at that moment.
+	walkEnded := func() int {
+		if parent.Err() != nil {
+			fmt.Fprintf(e.stderr, "relock: list: interrupted: the listing is incomplete\n")
+		} else {
+			fmt.Fprintf(e.stderr, "relock: list: --walk-timeout %v reached: the listing is incomplete (%v)\n", e.cfg.walkTimeout, ctx.Err())
+		}
+		return exitFailed
+	}
 	header := false
 	code := exitOK
 	for name, err := range e.client.List(ctx, pattern) {
 		if err != nil {
+			if ctx.Err() != nil {
+				return walkEnded()
+			}
 			return e.fail(err)
 		}
 		ictx, cancel := context.WithTimeout(ctx, e.cfg.timeout)
@@ -296,6 +310,9 @@ func (e *env) list(ctx context.Context, pattern string) int {
 		timedOut := err != nil && ictx.Err() != nil && ctx.Err() == nil
 		cancel()
 		if err != nil && !timedOut && !errors.Is(err, rlock.ErrWrongType) {
+			if ctx.Err() != nil {
+				return walkEnded()
+			}
 			return e.fail(err)
 		}
 		if timedOut {
