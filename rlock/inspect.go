@@ -40,8 +40,9 @@ type Info struct {
 	Token, LastToken int64
 	// Holders are the holds in force: one per owner of a lock (one per owner and mode for a
 	// read-write lock: the write hold first, then the most holds first), one per permit of
-	// a permit semaphore. Holds whose own lease has ended, which the next call on the lock
-	// drops, are left out. A Mutex taken by a fast grant shows its owner with one hold and
+	// a permit semaphore; none for a Semaphore or a latch (KindSemaphore, KindCount), whose
+	// holders Redis does not record (only Count). Holds whose own lease has ended, which the
+	// next call on the lock drops, are left out. A Mutex taken by a fast grant shows its owner with one hold and
 	// no Since (Token 0); a fast grant whose sequence number the fence records as spent is
 	// a ghost (its owner had gone when Redis applied it), shown as no hold: the lock is free,
 	// and the next script that writes it deletes it.
