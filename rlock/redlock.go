@@ -468,16 +468,29 @@ func (r *RedLock) Token(ctx context.Context) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	rh := peekRed(r.key(owner))
-	if rh == nil {
-		return 0, errorf("token of red lock %q: %w", r.name, r.noHold())
-	}
-	rh.mu.Lock()
-	defer rh.mu.Unlock()
-	if err := rh.whyLocked(); err != nil {
+	token, err := r.held(peekRed(r.key(owner)))
+	if err != nil {
 		return 0, errorf("token of red lock %q: %w", r.name, err)
 	}
-	return rh.token, nil
+	return token, nil
+}
+
+// held returns the token of rh, the caller's owner's hold, or why it is not held: as
+// whyLocked, but a missing hold or a count of 0 (an acquire still under way) as noHold says
+// it (ErrClosed once fewer than a majority of the Clients are open, as Unlock says; before,
+// a count of 0 said ErrNotHeld there). noHold is asked with rh.mu released: it takes the
+// Clients' own mutexes.
+func (r *RedLock) held(rh *redHold) (int64, error) {
+	if rh == nil {
+		return 0, r.noHold()
+	}
+	rh.mu.Lock()
+	token, count, why := rh.token, rh.count, rh.whyLocked()
+	rh.mu.Unlock()
+	if count == 0 {
+		return 0, r.noHold()
+	}
+	return token, why
 }
 
 // Err is nil while the caller's owner holds the lock on a majority; otherwise it says why
@@ -489,13 +502,8 @@ func (r *RedLock) Err(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	rh := peekRed(r.key(owner))
-	if rh == nil {
-		return r.noHold()
-	}
-	rh.mu.Lock()
-	defer rh.mu.Unlock()
-	return rh.whyLocked()
+	_, err = r.held(peekRed(r.key(owner)))
+	return err
 }
 
 // noHold is why the caller's owner holds no hold that the RedLock knows of: ErrClosed when
@@ -568,7 +576,11 @@ func (r *RedLock) HoldContext(ctx context.Context) (context.Context, context.Can
 	}
 	rh.mu.Lock()
 	if why := rh.whyLocked(); why != nil {
+		zero := rh.count == 0
 		rh.mu.Unlock()
+		if zero {
+			why = r.noHold() // as Err says it (held)
+		}
 		cancel(why)
 		return hctx, func() { cancel(context.Canceled) }
 	}
