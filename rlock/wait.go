@@ -62,6 +62,14 @@ type attempter interface {
 	attempt(waiting bool) (ok bool, ttl time.Duration, err error)
 }
 
+// confirmWait bounds a waiter's first sleep on a channel whose subscription was not
+// confirmed when it watched it: the confirmation wakes it (and it attempts then), or, when
+// none comes meanwhile, it attempts at this bound. A Subscriber that works confirms within a
+// dial and a round trip; one that cannot (its connection hangs, or cannot be made while
+// commands are answered) would otherwise leave a release published between the waiter's
+// first attempt and its Watch unseen until the holder's lease end.
+const confirmWait = time.Second
+
 // Spin backoff bounds (SpinMutex and every spin wait).
 const (
 	spinMin = 2 * time.Millisecond
@@ -150,7 +158,12 @@ func (c *Client) waitLoop(ctx context.Context, wait time.Duration, spec waitSpec
 	// the first attempt and the subscription. A channel not subscribed yet needs no attempt
 	// now: Redis's confirmation wakes every waiter registered on it, this one included, and
 	// the attempt follows that wake-up (before, one was made here and another at the
-	// confirmation: three attempts where two do; RedLock's rounds wait for it too). Not once
+	// confirmation: three attempts where two do; RedLock's rounds wait for it too), or, when
+	// no confirmation comes within confirmWait (a subscription connection that hangs or
+	// cannot be made while commands are answered), the first sleep ends there and the loop
+	// attempts anyway: a release published before the subscription would otherwise leave
+	// this waiter asleep until the holder's lease end or its bound
+	// (TestWait_releaseBeforeWatchOnPendingChannel). Not once
 	// the wait bound has run out (the first attempt was answered after it): no attempt
 	// begins after the bound, and the loop below ends the wait
 	// (TestMutex_TryLock_firstReplyAfterWaitMakesNoOtherAttempt; before, this attempt took
@@ -182,6 +195,10 @@ func (c *Client) waitLoop(ctx context.Context, wait time.Duration, spec waitSpec
 			sleepFor = time.Millisecond
 		case pttl < 0: // no expiry, or not yet asked: a lease is at most this long
 			sleepFor = c.opts.watchdogTimeout
+		}
+		if pending {
+			// The first sleep on a channel still to be confirmed: at most confirmWait.
+			sleepFor, pending = min(sleepFor, confirmWait), false
 		}
 		if !deadline.IsZero() {
 			left := time.Until(deadline)
