@@ -15,7 +15,8 @@ import (
 // What it logs, with the attributes kind, name, owner, token and cause where they apply (the
 // owner never as its id, which is a capability: whoever knows it can unlock what it holds; a
 // handle's owner shows as "client:" and its Client's id, a context owner as "#" and a hash
-// of its id, enough to tell owners apart and to find one whose id you know):
+// of its id, enough to tell owners apart and to find one whose id you know; the lines of the
+// semaphores and the latch, which act for no owner, have no owner attribute):
 //   - Error "relock: lock lost": a tenure ended by a loss (cause "lost", with error: the
 //     loss as [Mutex.Err] reports it, and held: how long the tenure lasted);
 //   - Warn "relock: renewal failed": a watchdog round in which renewals failed (leases,
@@ -61,11 +62,11 @@ func logObserver(l *slog.Logger) *Observer {
 			if !l.Enabled(bg, level) {
 				return
 			}
-			l.LogAttrs(bg, level, msg,
-				slog.String("kind", string(e.Kind)), slog.String("name", e.Name),
-				ownerAttr(e.Owner), slog.Int64("token", e.Token),
+			attrs := withOwner([]slog.Attr{slog.String("kind", string(e.Kind)), slog.String("name", e.Name)}, e.Owner)
+			attrs = append(attrs, slog.Int64("token", e.Token),
 				slog.String("cause", string(e.Cause)), slog.Duration("held", e.Held),
 				slog.Any("error", e.Err))
+			l.LogAttrs(bg, level, msg, attrs...)
 		},
 		RenewalRound: func(e RenewalRoundInfo) {
 			if e.Failures == 0 || !l.Enabled(bg, slog.LevelWarn) {
@@ -83,8 +84,8 @@ func logObserver(l *slog.Logger) *Observer {
 			if !l.Enabled(bg, level) {
 				return
 			}
-			attrs := []slog.Attr{slog.String("kind", string(e.Kind)), slog.String("name", e.Name),
-				ownerAttr(e.Owner), slog.String("op", e.Op), slog.Int("sends", e.Sends)}
+			attrs := withOwner([]slog.Attr{slog.String("kind", string(e.Kind)), slog.String("name", e.Name)}, e.Owner)
+			attrs = append(attrs, slog.String("op", e.Op), slog.Int("sends", e.Sends))
 			if e.Err != nil {
 				attrs = append(attrs, slog.Any("error", e.Err))
 			}
@@ -98,9 +99,8 @@ func logObserver(l *slog.Logger) *Observer {
 			if !l.Enabled(bg, level) {
 				return
 			}
-			attrs := []slog.Attr{slog.String("kind", string(e.Kind)), slog.String("name", e.Name),
-				ownerAttr(e.Owner), slog.Int("holds", e.Holds),
-				slog.String("reason", string(e.Reason))}
+			attrs := withOwner([]slog.Attr{slog.String("kind", string(e.Kind)), slog.String("name", e.Name)}, e.Owner)
+			attrs = append(attrs, slog.Int("holds", e.Holds), slog.String("reason", string(e.Reason)))
 			if e.Err != nil {
 				attrs = append(attrs, slog.Any("error", e.Err))
 			}
@@ -114,6 +114,16 @@ func logObserver(l *slog.Logger) *Observer {
 			l.LogAttrs(bg, slog.LevelWarn, "relock: subscription lost", slog.String("channel", e.Channel), slog.Any("error", e.Err))
 		},
 	}
+}
+
+// withOwner appends to attrs the owner attribute of owner (ownerAttr), unless owner is ""
+// (the semaphores and the latch act for no owner: an attribute would show the hash of "",
+// the same for all of them, as if it were one context owner).
+func withOwner(attrs []slog.Attr, owner string) []slog.Attr {
+	if owner == "" {
+		return attrs
+	}
+	return append(attrs, ownerAttr(owner))
 }
 
 // ownerAttr names owner in a log line without its id (see WithLogger).
