@@ -177,17 +177,6 @@ func (h *closeHooks) run() {
 	}
 }
 
-// holdsOf is the owner's count of RedLock holds, and whether its tenure lasts.
-func (r *RedLock) holdsOf(owner string) (int, bool) {
-	rh := peekRed(r.key(owner))
-	if rh == nil {
-		return 0, false
-	}
-	rh.mu.Lock()
-	defer rh.mu.Unlock()
-	return rh.count, rh.ended == nil
-}
-
 // acquireObserved is acquire told to the observer, if any: AcquireStart, then AcquireDone
 // with the outcome, whether the call added a hold to a tenure rather than beginning one
 // (Reentered) and the token; a tenure it began is reported by HoldEnd when it ends. Attempts are not counted (0), nor is Waited known (false). A
@@ -229,9 +218,12 @@ func (r *RedLock) acquireObserved(ctx context.Context, wait, lease time.Duration
 }
 
 // observeUnlock tells the observer, if any, that an Unlock starts, and returns what tells
-// it that it is done (nil when nothing is told: no observer, or bad input). Freed: the owner
-// held one hold when the call began, and the call succeeded.
-func (r *RedLock) observeUnlock(ctx context.Context) func(error) {
+// it that it is done (nil when nothing is told: no observer, or bad input), with the call's
+// error and whether the hold it gave back was the owner's last (unlockHeld's last, read
+// under the owner's turn on the lock). Freed: that hold was the last, and the call
+// succeeded. (It was read as the call began, before its turn: a re-entry or another Unlock
+// of the owner that came first made it wrong: TestReview27_RedLock_releaseFreedIsTheUnlocks.)
+func (r *RedLock) observeUnlock(ctx context.Context) func(err error, last bool) {
 	if r.check(ctx) != nil {
 		return nil
 	}
@@ -244,10 +236,9 @@ func (r *RedLock) observeUnlock(ctx context.Context) func(error) {
 		return nil
 	}
 	si := ReleaseStartInfo{Kind: KindRedLock, Name: r.name, Owner: owner}
-	n, _ := r.holdsOf(owner)
 	start := o.now()
 	octx := o.releaseStart(ctx, si)
-	return func(err error) {
-		o.releaseDone(octx, ReleaseDoneInfo{ReleaseStartInfo: si, Err: err, Took: o.now() - start, Freed: n == 1 && err == nil})
+	return func(err error, last bool) {
+		o.releaseDone(octx, ReleaseDoneInfo{ReleaseStartInfo: si, Err: err, Took: o.now() - start, Freed: last && err == nil})
 	}
 }

@@ -57,10 +57,11 @@ import (
 // any: the RedLock then forgets the hold (as a Client forgets its Mutex holds at Close),
 // and Unlock reports ErrClosed, or ErrNotHeld while a majority of the Clients are open.
 func (r *RedLock) Unlock(ctx context.Context) (err error) {
+	var last bool
 	if done := r.observeUnlock(ctx); done != nil {
-		defer func() { done(err) }()
+		defer func() { done(err, last) }()
 	}
-	return r.unlock(ctx, false)
+	return r.unlock(ctx, false, &last)
 }
 
 // giveBackTaken is Unlock for a hold that a [MultiLock]'s failed round took (multiLocker):
@@ -72,16 +73,18 @@ func (r *RedLock) Unlock(ctx context.Context) (err error) {
 // (giveBackAfter), as Mutex.giveBackTaken's does. (Before, the hold stayed counted and
 // renewed with no caller: TestMultiLock_redLockMemberGiveBackBusyBehindOwnersOtherCall.)
 func (r *RedLock) giveBackTaken(ctx context.Context) (err error) {
+	var last bool
 	if done := r.observeUnlock(ctx); done != nil {
-		defer func() { done(err) }()
+		defer func() { done(err, last) }()
 	}
-	return r.unlock(ctx, true)
+	return r.unlock(ctx, true, &last)
 }
 
 // unlock is Unlock, untold to the observer. taken (giveBackTaken): when rh.op stays busy for
 // the whole cleanup timeout (nothing sent), the hold is given back in the background once it
-// is free, unless the tenure in force now has ended by then (giveBackAfter).
-func (r *RedLock) unlock(ctx context.Context, taken bool) error {
+// is free, unless the tenure in force now has ended by then (giveBackAfter). *last is set
+// as unlockHeld sets it (left false when the call gave nothing back).
+func (r *RedLock) unlock(ctx context.Context, taken bool, last *bool) error {
 	owner, err := r.ownerOf(ctx)
 	if err != nil {
 		return err
@@ -111,7 +114,7 @@ func (r *RedLock) unlock(ctx context.Context, taken bool) error {
 		return errorf("unlock red lock %q: %w", r.name, context.Cause(cctx))
 	}
 	defer rh.unlockOp()
-	return r.unlockHeld(ctx, rh)
+	return r.unlockHeld(ctx, rh, last)
 }
 
 // giveBackAfter gives back, in the background, one hold of owner's tenure gen of rh once the
@@ -149,7 +152,7 @@ func (r *RedLock) giveBackAfter(ctx context.Context, rh *redHold, owner string, 
 		if !current {
 			return
 		}
-		err := r.unlockHeld(values, rh)
+		err := r.unlockHeld(values, rh, nil)
 		if oc := r.observedBy(); oc != nil {
 			oc.gaveBack(KindRedLock, r.name, owner, 1, GiveBackCanceled, err)
 		}
@@ -157,11 +160,17 @@ func (r *RedLock) giveBackAfter(ctx context.Context, rh *redHold, owner string, 
 }
 
 // unlockHeld gives back one hold of rh as Unlock does, and returns Unlock's error. rh.op must
-// be held.
-func (r *RedLock) unlockHeld(ctx context.Context, rh *redHold) error {
+// be held. last, when not nil, is set to whether the hold was the owner's last: read under
+// rh.op, so that the owner's other calls on the lock (a re-entry, another Unlock) cannot
+// change it before the give-back, and with a nil error the call ended the tenure (the
+// observer's ReleaseDone.Freed).
+func (r *RedLock) unlockHeld(ctx context.Context, rh *redHold, last *bool) error {
 	rh.mu.Lock()
 	count, ended, done := rh.count, rh.ended, rh.done
 	rh.mu.Unlock()
+	if last != nil {
+		*last = count == 1
+	}
 	if ended != nil && done != nil {
 		// The end is reported once its HoldContexts are cancelled: a loss found by a renewal
 		// may be being told now (finishLocked), and the give-backs are not waited for.
