@@ -9,8 +9,10 @@
 //  2. deletes the lock's key behind the leader's back: its watchdog finds the lock gone at
 //     the next renewal, the job's context is cancelled with cause rlock.ErrLockLost, the
 //     leader steps down, and a replica takes over (the fencing token rises);
-//  3. shuts the new leader down: it gives the lock back, and a waiting replica takes over at
-//     once (a hand-off, not a lease running out);
+//  3. shuts the new leader down: it gives the lock back, and a waiting replica, woken by the
+//     release, takes over at once rather than after a lease runs out (the replicas are
+//     separate Clients, so the metrics count no hand-off: relock.handed_off is true only
+//     for a release passed to a waiter of the same Client);
 //  4. stops everything and prints the metrics: relock's, recorded by relockotel.Observer,
 //     and the job's own counter, through the stdout exporter
 //     (go.opentelemetry.io/otel/exporters/stdout/stdoutmetric) with a compact encoder.
