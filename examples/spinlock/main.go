@@ -59,8 +59,14 @@ func run() error {
 	if err := a.Lock(ctx); err != nil { // reentrant, as a Mutex
 		return err
 	}
-	holds, _ := a.HoldCount(ctx)
+	holds, err := a.HoldCount(ctx)
+	if err != nil {
+		return err
+	}
 	fmt.Printf("A: Lock, Lock -> held, HoldCount=%d\n", holds)
+	if holds != 2 {
+		return fmt.Errorf("HoldCount after two Locks is %d, want 2", holds)
+	}
 	start := time.Now()
 	ok, err := b.TryLock(ctx, 300*time.Millisecond, 0)
 	fmt.Printf("B: TryLock(wait 300ms) -> ok=%v err=%v after %v\n", ok, err, since(start))
@@ -71,8 +77,16 @@ func run() error {
 	fmt.Println("\n== 2. B spins in Lock; A's last Unlock lets it in at its next attempt")
 	got := make(chan error, 1)
 	go func() { got <- b.Lock(ctx) }()
-	time.Sleep(200 * time.Millisecond) // A's work; B polls meanwhile, backing off
-	_ = a.Unlock(ctx)
+	time.Sleep(200 * time.Millisecond)    // A's work; B polls meanwhile, backing off
+	if err := a.Unlock(ctx); err != nil { // A's first hold of two: the lock stays A's
+		return err
+	}
+	time.Sleep(200 * time.Millisecond) // B polls on
+	select {
+	case err := <-got:
+		return fmt.Errorf("waiter B: Lock returned (%v) while A still held the lock once", err)
+	default:
+	}
 	released := time.Now()
 	if err := a.Unlock(ctx); err != nil {
 		return err
@@ -80,7 +94,7 @@ func run() error {
 	if err := <-got; err != nil {
 		return err
 	}
-	fmt.Printf("A: Unlock, Unlock; B: Lock returned %v after the release (at most one pause of <=128ms)\n", since(released))
+	fmt.Printf("A: Unlock (B still spins: A holds it once more), Unlock; B: Lock returned %v after the release (at most one pause of <=128ms)\n", since(released))
 	token, err := b.Token(ctx)
 	if err != nil {
 		return err
