@@ -102,6 +102,11 @@ func run() error {
 	got := make(chan error, 1)
 	go func() { got <- a.Lock(ctx) }()
 	time.Sleep(200 * time.Millisecond)
+	select {
+	case err := <-got:
+		return fmt.Errorf("process A: Lock returned (%v) while B held a member", err)
+	default:
+	}
 	released := time.Now()
 	if err := held.Unlock(ctx); err != nil {
 		return err
@@ -109,7 +114,12 @@ func run() error {
 	if err := <-got; err != nil {
 		return err
 	}
-	fmt.Printf("B: Unlock; A: Lock returned %v later, holding all three\n", since(released))
+	fmt.Printf("B: Unlock; A: Lock returned %v later, holding all three\n", time.Since(released).Round(time.Millisecond))
+	for i := range 3 {
+		if locked, err := member(procB, i).IsLocked(ctx); err != nil || !locked {
+			return fmt.Errorf("server %d's member not locked after A's Lock: (%v, %v)", i, locked, err)
+		}
+	}
 	if err := a.Unlock(ctx); err != nil {
 		return err
 	}
