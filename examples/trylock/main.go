@@ -95,7 +95,11 @@ func run() error {
 	if err := b.Lock(ctx); err != nil {
 		return err
 	}
-	fmt.Printf("B: Lock returned %v after A's grant: A's lease ran out, nobody unlocked\n", since(granted))
+	waited := time.Since(granted)
+	fmt.Printf("B: Lock returned %v after A's grant: A's lease ran out, nobody unlocked\n", waited.Round(10*time.Millisecond))
+	if waited < lease-lease/10 {
+		return fmt.Errorf("waiter B got the lock %v after A's grant, before A's %v lease ended", waited, lease)
+	}
 	tokA, tokB := "-", "-"
 	if t, err := b.Token(ctx); err == nil {
 		tokB = fmt.Sprint(t)
