@@ -113,8 +113,14 @@ func run() error {
 		return fmt.Errorf("a reader inside could not re-enter: (%v, %v)", ok, err)
 	}
 	fmt.Println("A: TryRLock again -> true: a reader already inside may re-enter")
-	released := time.Now()
+	var released time.Time
 	for _, r := range []*rlock.RWMutex{r1, r1, r2} {
+		select {
+		case <-wrote:
+			return errors.New("the writer got the lock while a reader held it")
+		default:
+		}
+		released = time.Now() // the last one: the release that lets the writer in
 		if err := r.RUnlock(ctx); err != nil {
 			return err
 		}
@@ -150,6 +156,9 @@ func run() error {
 		}(waiting[i])
 	}
 	time.Sleep(200 * time.Millisecond) // let them queue up behind the writer
+	if len(in) > 0 {
+		return errors.New("a reader got the lock while the writer held it")
+	}
 	released = time.Now()
 	if err := w.Unlock(ctx); err != nil {
 		return err
@@ -192,6 +201,9 @@ func run() error {
 		return err
 	}
 	fmt.Printf("W: Lock, RLock, Unlock -> written=%v read=%v: still reading, others may read too\n", written, read)
+	if written || !read {
+		return fmt.Errorf("after a downgrade: write-locked %v, read-locked %v; want false, true", written, read)
+	}
 	err = w.Lock(ctx)
 	fmt.Printf("W: Lock while reading -> %v\n", err)
 	if !errors.Is(err, rlock.ErrUpgrade) {
@@ -218,7 +230,11 @@ func run() error {
 	if err := w.Lock(ctx); err != nil {
 		return err
 	}
-	fmt.Printf("W: Lock returned %v after the crash: the dead reader's lease ran out\n", since(crashed, time.Now()))
+	waited := time.Since(crashed)
+	fmt.Printf("W: Lock returned %v after the crash: the dead reader's lease ran out\n", waited.Round(time.Millisecond))
+	if waited < lease-lease/10 {
+		return fmt.Errorf("the writer got the lock %v after the crash, before the dead reader's %v lease ended", waited, lease)
+	}
 	return w.Unlock(ctx)
 }
 
