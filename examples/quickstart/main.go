@@ -138,8 +138,7 @@ func run() error {
 					return
 				}
 				n := inside.Add(1)
-				if n > maxInside.Load() {
-					maxInside.Store(n)
+				for m := maxInside.Load(); n > m && !maxInside.CompareAndSwap(m, n); m = maxInside.Load() {
 				}
 				increment(&guarded)
 				inside.Add(-1)
@@ -157,8 +156,9 @@ func run() error {
 	}
 	fmt.Printf("with the lock:    counter = %d (want %d), at most %d goroutine inside, %v\n",
 		guarded.Load(), workers*rounds, maxInside.Load(), time.Since(start).Round(time.Millisecond))
-	if guarded.Load() != workers*rounds {
-		return fmt.Errorf("counter is %d, want %d", guarded.Load(), workers*rounds)
+	if guarded.Load() != workers*rounds || maxInside.Load() != 1 {
+		return fmt.Errorf("counter is %d, want %d; %d goroutines were inside at once, want 1",
+			guarded.Load(), workers*rounds, maxInside.Load())
 	}
 
 	fmt.Println("\ndone")
