@@ -65,11 +65,17 @@ func run() error {
 		return err
 	}
 	fmt.Printf("A: TrySetPermits(2) -> %v\n", ok)
+	if !ok {
+		return fmt.Errorf("TrySetPermits on a new semaphore did not set it")
+	}
 	ok, err = b.TrySetPermits(ctx, 5)
 	if err != nil {
 		return err
 	}
 	fmt.Printf("B: TrySetPermits(5) -> %v (already set: only the first call sets)\n", ok)
+	if ok {
+		return fmt.Errorf("a second TrySetPermits set the count again")
+	}
 	var running, most atomic.Int32
 	var wg sync.WaitGroup
 	errs := make(chan error, 6)
@@ -112,7 +118,6 @@ func run() error {
 	}
 	fmt.Println("A: Acquire(2) -> both permits")
 	got := make(chan error, 1)
-	start := time.Now()
 	go func() { got <- b.Acquire(ctx, 2) }()
 	time.Sleep(100 * time.Millisecond)
 	if err := a.Release(ctx, 1); err != nil {
@@ -130,6 +135,10 @@ func run() error {
 	default:
 	}
 	fmt.Printf("B: still waiting; available = %d (B holds no partial count)\n", n)
+	if n != 1 {
+		return fmt.Errorf("available = %d while B waits for two, want 1", n)
+	}
+	start := time.Now()
 	if err := a.Release(ctx, 1); err != nil {
 		return err
 	}
@@ -137,7 +146,7 @@ func run() error {
 	if err := <-got; err != nil {
 		return err
 	}
-	fmt.Printf("B: Acquire(2) returned after %v, woken by the release (pub/sub)\n", since(start))
+	fmt.Printf("B: Acquire(2) returned %v after that release, woken by it (pub/sub)\n", time.Since(start).Round(time.Millisecond))
 
 	// 3. A bounded wait gives up with (false, nil).
 	fmt.Println("\n== 3. TryAcquire with a wait bound")
