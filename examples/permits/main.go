@@ -89,8 +89,14 @@ func run() error {
 	if !errors.Is(err, rlock.ErrNotHeld) {
 		return fmt.Errorf("late release returned %v, want ErrNotHeld", err)
 	}
-	held, _ := b.AcquiredPermits(ctx)
+	held, err := b.AcquiredPermits(ctx)
+	if err != nil {
+		return err
+	}
 	fmt.Printf("B: still holds its permit (acquired permits = %d)\n", held)
+	if held != 1 {
+		return fmt.Errorf("acquired permits = %d after the late release, want 1 (B's)", held)
+	}
 
 	// 2. A live permit's lease can be extended; an expired one cannot.
 	fmt.Println("\n== 2. Extend")
@@ -110,8 +116,14 @@ func run() error {
 	if err := b.Release(ctx, mine.ID); err != nil {
 		return err
 	}
-	n, _ := b.AvailablePermits(ctx)
+	n, err := b.AvailablePermits(ctx)
+	if err != nil {
+		return err
+	}
 	fmt.Printf("B: Release -> available = %d\n", n)
+	if n != 1 {
+		return fmt.Errorf("available = %d after B's Release, want 1", n)
+	}
 	_, err = b.Delete(ctx)
 	return err
 }
