@@ -24,6 +24,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 
@@ -72,13 +73,12 @@ func run(ctx context.Context) error {
 	if err := m.Lock(ctx); err != nil {
 		return err
 	}
-	defer m.Unlock(ctx)
 	next, err := m.Token(ctx)
 	if err != nil {
-		return err
+		return errors.Join(err, m.Unlock(ctx))
 	}
 	fmt.Printf("locked again, fencing token %d\n", next)
-	return nil
+	return m.Unlock(ctx) // an error wrapping rlock.ErrNotHeld: the lock was lost meanwhile
 }
 `
 

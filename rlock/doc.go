@@ -6,7 +6,8 @@
 //	c, err := rlock.New(rueidisClient)          // one per process; Close it when done
 //	m := c.Mutex("invoice:42")                  // a handle; the handle is an owner
 //	if err := m.Lock(ctx); err != nil { ... }   // blocks; the watchdog keeps it held
-//	defer m.Unlock(ctx)
+//	// ... the work ...
+//	err = m.Unlock(ctx)                         // wraps ErrNotHeld if the lock was lost meanwhile
 //
 // or, with the work cancelled when the lock is lost, the loss reported, and the hold always
 // given back:
