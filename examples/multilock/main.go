@@ -114,7 +114,7 @@ func run() error {
 	if err := <-got; err != nil {
 		return err
 	}
-	fmt.Printf("B: Unlock; A: Lock returned %v later, holding all three\n", time.Since(released).Round(time.Millisecond))
+	fmt.Printf("B: Unlock; A: Lock returned %v later, holding all three\n", time.Since(released).Round(100*time.Microsecond))
 	for i := range 3 {
 		if locked, err := member(procB, i).IsLocked(ctx); err != nil || !locked {
 			return fmt.Errorf("server %d's member not locked after A's Lock: (%v, %v)", i, locked, err)

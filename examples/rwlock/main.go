@@ -238,4 +238,4 @@ func run() error {
 	return w.Unlock(ctx)
 }
 
-func since(from, to time.Time) time.Duration { return to.Sub(from).Round(time.Millisecond) }
+func since(from, to time.Time) time.Duration { return to.Sub(from).Round(100 * time.Microsecond) }

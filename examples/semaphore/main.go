@@ -146,7 +146,7 @@ func run() error {
 	if err := <-got; err != nil {
 		return err
 	}
-	fmt.Printf("B: Acquire(2) returned %v after that release, woken by it (pub/sub)\n", time.Since(start).Round(time.Millisecond))
+	fmt.Printf("B: Acquire(2) returned %v after that release, woken by it (pub/sub)\n", time.Since(start).Round(100*time.Microsecond))
 
 	// 3. A bounded wait gives up with (false, nil).
 	fmt.Println("\n== 3. TryAcquire with a wait bound")
