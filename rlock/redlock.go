@@ -333,31 +333,30 @@ func (r *RedLock) TryLock(ctx context.Context, wait, lease time.Duration) (bool,
 }
 
 // ForceUnlock frees the lock on every instance, whoever holds it, and wakes a waiter on
-// each. It reports whether any instance had a lock to free. It returns an error (the
-// instances' errors joined) when fewer than a majority answered; the former holder learns
-// of the loss at its next renewals.
+// each. It reports whether any instance that answered had a lock to free. Each instance's
+// request is bounded by the instance timeout (see [RedLock.IsLocked]): one that has not
+// answered by then may or may not free the lock there later. It returns an error (the
+// instances' errors joined; one that did not answer in time wraps [ErrUnknownOutcome]) when
+// fewer than a majority answered; the former holder learns of the loss at its next
+// renewals.
 func (r *RedLock) ForceUnlock(ctx context.Context) (bool, error) {
 	if err := r.check(ctx); err != nil {
 		return false, err
 	}
-	type out struct {
-		ok  bool
-		err error
-	}
-	res := make([]out, len(r.insts))
-	r.each(func(i int, m *Mutex) {
-		ok, err := m.ForceUnlock(ctx)
-		res[i] = out{ok, err}
+	oks := make([]bool, len(r.insts))
+	res := r.eachWithin(ctx, "force unlock", func(ctx context.Context, i int, m *Mutex) (err error) {
+		oks[i], err = m.ForceUnlock(ctx)
+		return err
 	})
 	freed, answered := false, 0
 	var errs []error
-	for _, x := range res {
-		if x.err != nil {
-			errs = append(errs, x.err)
+	for i, err := range res {
+		if err != nil {
+			errs = append(errs, err)
 			continue
 		}
 		answered++
-		freed = freed || x.ok
+		freed = freed || oks[i]
 	}
 	if answered < r.quorum {
 		return freed, errorf("force unlock red lock %q: %d of %d instances answered: %w", r.name, answered, len(r.insts), errors.Join(errs...))
@@ -378,16 +377,50 @@ func (r *RedLock) each(f func(i int, m *Mutex)) {
 	wg.Wait()
 }
 
+// queryTimeout is the per-instance bound of IsLocked, TTL and ForceUnlock: the instance
+// timeout of a watchdog-mode acquire ([WithInstanceTimeout], else a tenth of the smallest
+// of the Clients' watchdog timeouts, within 5ms..250ms).
+func (r *RedLock) queryTimeout() time.Duration {
+	_, least := r.leases(0)
+	return r.instanceTimeout(least)
+}
+
+// eachWithin runs f for every instance at once, each on ctx bounded by queryTimeout, waits,
+// and returns each instance's error. An instance whose bound ran out (ctx alive) has the
+// error that says so, wrapping ErrUnknownOutcome rather than context.DeadlineExceeded: the
+// caller's deadline did not pass. what names the operation in that error.
+func (r *RedLock) eachWithin(ctx context.Context, what string, f func(ctx context.Context, i int, m *Mutex) error) []error {
+	tmo := r.queryTimeout()
+	errs := make([]error, len(r.insts))
+	r.each(func(i int, m *Mutex) {
+		ictx, cancel := context.WithTimeout(ctx, tmo)
+		defer cancel()
+		err := f(ictx, i, m)
+		if err != nil && errors.Is(err, context.DeadlineExceeded) && ictx.Err() != nil && ctx.Err() == nil {
+			err = errorf("red lock %q: %s: instance %d: %w: no answer within the instance timeout (%v)", r.name, what, i, ErrUnknownOutcome, tmo)
+		}
+		errs[i] = err
+	})
+	return errs
+}
+
 // IsLocked reports whether a majority of the instances say that some owner holds the lock.
 // When too few answer to tell (fewer than a majority say locked, and the silent ones could
-// make one), it returns the instances' errors joined.
+// make one), it returns the instances' errors joined. Each instance's request is bounded by
+// the instance timeout of a watchdog-mode acquire ([WithInstanceTimeout], else a tenth of
+// the smallest of the Clients' watchdog timeouts, within 5ms..250ms), as are
+// [RedLock.TTL]'s and [RedLock.ForceUnlock]'s: a silent minority (a server down or paused)
+// costs the call that timeout, not ctx's whole life; an instance that did not answer in time
+// counts as silent, its error wrapping [ErrUnknownOutcome].
 func (r *RedLock) IsLocked(ctx context.Context) (bool, error) {
 	if err := r.check(ctx); err != nil {
 		return false, err
 	}
 	locked := make([]bool, len(r.insts))
-	errs := make([]error, len(r.insts))
-	r.each(func(i int, m *Mutex) { locked[i], errs[i] = m.IsLocked(ctx) })
+	errs := r.eachWithin(ctx, "is locked", func(ctx context.Context, i int, m *Mutex) (err error) {
+		locked[i], err = m.IsLocked(ctx)
+		return err
+	})
 	yes, silent := 0, 0
 	for i := range r.insts {
 		switch {
@@ -412,7 +445,8 @@ func (r *RedLock) IsLocked(ctx context.Context) (bool, error) {
 // it only grows with renewals. Otherwise it is the majority's view in Redis, whoever holds
 // it: the time until fewer than a majority of the instances still have the lock's key
 // (their remaining leases, the N/2+1-th longest), 0 when fewer than a majority have it; with
-// too few answers to tell, the instances' errors joined.
+// too few answers to tell, the instances' errors joined. Each instance is asked within the
+// instance timeout, as at [RedLock.IsLocked].
 func (r *RedLock) TTL(ctx context.Context) (time.Duration, error) {
 	owner, err := r.ownerOf(ctx)
 	if err != nil {
@@ -424,8 +458,10 @@ func (r *RedLock) TTL(ctx context.Context) (time.Duration, error) {
 		}
 	}
 	ttls := make([]time.Duration, len(r.insts))
-	errs := make([]error, len(r.insts))
-	r.each(func(i int, m *Mutex) { ttls[i], errs[i] = m.TTL(ctx) })
+	errs := r.eachWithin(ctx, "ttl", func(ctx context.Context, i int, m *Mutex) (err error) {
+		ttls[i], err = m.TTL(ctx)
+		return err
+	})
 	var got []time.Duration
 	silent := 0
 	for i := range r.insts {
