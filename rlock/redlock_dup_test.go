@@ -87,3 +87,47 @@ func TestRedLock_duplicateServerRefused(t *testing.T) {
 		require.ErrorContains(t, err, "same server")
 	})
 }
+
+// A closed Client takes no part in the duplicate-server check (it never grants, so it
+// cannot make two grants of one server count twice): the check completes without it and
+// is not run again by every later acquire. Two open Clients on one server are still found
+// with a closed Client beside them. (Before, the closed Client's probe write failed without
+// a Redis reply, the check stayed incomplete, and each acquire wrote and read the probe keys
+// on every server again, two round trips more, for as long as the Client stayed closed.)
+func TestRedLock_closedClientLeavesDuplicateCheckComplete(t *testing.T) {
+	ss := redServers(t, 3)
+	name := redistest.Name(t)
+	probes := func() int {
+		n := 0
+		for _, s := range ss {
+			msg := s.Do(t, "KEYS", "*redlock-probe*")
+			keys, err := msg.AsStrSlice()
+			require.NoError(t, err)
+			n += len(keys)
+		}
+		return n
+	}
+	cs := redClients(t, addrsOf(ss))
+	require.NoError(t, cs[2].Close())
+	r := rlock.NewRedLock(name, cs)
+	require.NoError(t, r.Lock(bg), "a majority of the Clients open")
+	require.NoError(t, r.Unlock(bg))
+	require.Equal(t, 2, probes(), "the open Clients' probe keys")
+	for _, s := range ss {
+		s.Do(t, "FLUSHALL")
+	}
+	for range 3 {
+		require.NoError(t, r.Lock(bg))
+		require.NoError(t, r.Unlock(bg))
+		o := rlock.NewRedLock(name, cs) // another handle over the set
+		require.NoError(t, o.Lock(bg))
+		require.NoError(t, o.Unlock(bg))
+	}
+	require.Zero(t, probes(), "the check is complete: no acquire runs it again")
+
+	dup := redClients(t, []string{ss[0].Addr(), ss[1].Addr(), ss[0].Addr()})
+	require.NoError(t, dup[1].Close())
+	err := rlock.NewRedLock(name, dup).Lock(bg)
+	require.ErrorIs(t, err, rlock.ErrInvalid)
+	require.ErrorContains(t, err, "same server")
+}
