@@ -173,7 +173,7 @@ func WithInstanceTimeout(d time.Duration) RedLockOption {
 // with ErrInvalid and so does every later call of a handle over that set. A server that does
 // not answer leaves the check to the next acquire. Not compared: a pair whose write or read
 // Redis refuses (two Clients with different key prefixes, each under its own ACL rule, cannot
-// read each other's keys).
+// read each other's keys), and a closed Client (it never grants).
 func NewRedLock(name string, clients []*Client, opts ...RedLockOption) *RedLock {
 	r := &RedLock{name: name}
 	for i, o := range opts {

@@ -28,7 +28,7 @@ func (c *Client) probeKey() string {
 // that does not answer leaves the check incomplete, and the next acquire runs it again. A
 // pair that cannot be compared is not: an instance whose write is refused, a read refused
 // (an ACL user of one prefix cannot read another prefix's key: two Clients with different
-// key prefixes under ACL rules are not compared).
+// key prefixes under ACL rules are not compared), and a closed Client, which never grants.
 func (r *RedLock) verify(ctx context.Context, tmo time.Duration) error {
 	if r.verified.Load() {
 		return nil
@@ -51,13 +51,19 @@ func (r *RedLock) verify(ctx context.Context, tmo time.Duration) error {
 	state := make([]int, n)
 	r.each(func(i int, m *Mutex) {
 		c := m.c
+		if c.isClosed() {
+			// Never grants: it cannot count one server twice. Its probe would fail without a
+			// reply for good, and leave the check to every later acquire.
+			state[i] = refused
+			return
+		}
 		ictx, cancel := context.WithTimeout(ctx, tmo)
 		defer cancel()
 		err := c.rc.Do(ictx, c.rc.B().Set().Key(c.probeKey()).Value(c.id).PxMilliseconds(redProbeTTL.Milliseconds()).Build()).Error()
 		switch _, isReply := rueidis.IsRedisErr(err); {
 		case err == nil:
 			state[i] = wrote
-		case isReply:
+		case isReply, c.isClosed(): // refused, or closed meanwhile
 			state[i] = refused
 		}
 	})
@@ -80,6 +86,9 @@ func (r *RedLock) verify(ctx context.Context, tmo time.Duration) error {
 		if len(cmds) == 0 {
 			return
 		}
+		if c.isClosed() { // closed since its write: it reads nothing, and never grants
+			return
+		}
 		ictx, cancel := context.WithTimeout(ctx, tmo)
 		defer cancel()
 		for k, res := range c.rc.DoMulti(ictx, cmds...) {
@@ -90,8 +99,9 @@ func (r *RedLock) verify(ctx context.Context, tmo time.Duration) error {
 				mu.Lock()
 				found = append(found, [2]int{who[k], j})
 				mu.Unlock()
-			case err == nil, rueidis.IsRedisNil(err), isReply:
-				// another value, none, or refused: not the same server, or not compared
+			case err == nil, rueidis.IsRedisNil(err), isReply, c.isClosed():
+				// another value, none, or refused: not the same server, or not compared (a
+				// reader closed meanwhile never grants)
 			default:
 				mu.Lock()
 				complete = false // no answer: asked again by the next acquire
