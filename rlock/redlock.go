@@ -173,7 +173,10 @@ func WithInstanceTimeout(d time.Duration) RedLockOption {
 // with ErrInvalid and so does every later call of a handle over that set. A server that does
 // not answer leaves the check to the next acquire. Not compared: a pair whose write or read
 // Redis refuses (two Clients with different key prefixes, each under its own ACL rule, cannot
-// read each other's keys), and a closed Client (it never grants).
+// read each other's keys), and a closed Client (it never grants). Not found: two Clients on
+// one server in different databases (rueidis's SelectDB): keys are per database, so each
+// reads no probe of the other, and that server counts as two instances; give every Client
+// its own server.
 func NewRedLock(name string, clients []*Client, opts ...RedLockOption) *RedLock {
 	r := &RedLock{name: name}
 	for i, o := range opts {

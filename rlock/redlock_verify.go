@@ -29,6 +29,8 @@ func (c *Client) probeKey() string {
 // pair that cannot be compared is not: an instance whose write is refused, a read refused
 // (an ACL user of one prefix cannot read another prefix's key: two Clients with different
 // key prefixes under ACL rules are not compared), and a closed Client, which never grants.
+// Keys are per database: two Clients on one server in different databases (SelectDB) are not
+// found (NewRedLock's godoc says so).
 func (r *RedLock) verify(ctx context.Context, tmo time.Duration) error {
 	if r.verified.Load() {
 		return nil
