@@ -389,7 +389,8 @@ func (r *RedLock) queryTimeout() time.Duration {
 }
 
 // eachWithin runs f for every instance at once, each on ctx bounded by queryTimeout, waits,
-// and returns each instance's error. An instance whose bound ran out (ctx alive) has the
+// and returns each instance's error. An instance whose bound ran out (ctx alive, its
+// deadline later than the bound) has the
 // error that says so, wrapping ErrUnknownOutcome rather than context.DeadlineExceeded: the
 // caller's deadline did not pass. what names the operation in that error.
 func (r *RedLock) eachWithin(ctx context.Context, what string, f func(ctx context.Context, i int, m *Mutex) error) []error {
@@ -398,8 +399,13 @@ func (r *RedLock) eachWithin(ctx context.Context, what string, f func(ctx contex
 	r.each(func(i int, m *Mutex) {
 		ictx, cancel := context.WithTimeout(ctx, tmo)
 		defer cancel()
+		// The bound is the instance timeout, not the caller's deadline (the request may
+		// give up a little before the bound: ictx.Err() is not asked).
+		ibound, _ := ictx.Deadline()
+		cbound, has := ctx.Deadline()
+		ours := !has || ibound.Before(cbound)
 		err := f(ictx, i, m)
-		if err != nil && errors.Is(err, context.DeadlineExceeded) && ictx.Err() != nil && ctx.Err() == nil {
+		if err != nil && ours && errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
 			err = errorf("red lock %q: %s: instance %d: %w: no answer within the instance timeout (%v)", r.name, what, i, ErrUnknownOutcome, tmo)
 		}
 		errs[i] = err
