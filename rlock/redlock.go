@@ -41,7 +41,8 @@ const (
 
 // RedLock is a reentrant lock held on a majority of N independent Redis masters (the
 // RedLock algorithm of redis.io's "Distributed locks with Redis"), with the [Mutex]'s
-// surface: owners and re-entry, watchdog mode, fixed leases, loss notice, fencing tokens.
+// surface: owners and re-entry, watchdog mode, fixed leases, loss notice, fencing tokens
+// (it has no HoldCount or Key: [RedLock.Err] tells whether the caller's owner holds it).
 // Make one with [NewRedLock]; each instance is an ordinary relock lock ([Mutex]'s scripts,
 // replays and watchdog) of the same name with the same owner id on every server.
 //
