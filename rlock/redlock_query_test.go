@@ -21,6 +21,7 @@ func TestRedLock_queriesRideOutSilentMinority(t *testing.T) {
 	if testing.Short() {
 		t.Skip("pauses a server")
 	}
+	t.Parallel() // its own servers, Clients and names; its bound (10 s) is five to ten instance timeouts
 	ss := redServers(t, 3)
 	// Instance timeouts far above a live local server's answer under load, far below the 10 s
 	// that a call waiting for the paused server is given.
