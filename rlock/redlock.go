@@ -514,7 +514,7 @@ func (r *RedLock) Token(ctx context.Context) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	token, err := r.held(peekRed(r.key(owner)))
+	token, err := r.held(peekRed(r.key(owner)), nil)
 	if err != nil {
 		return 0, errorf("token of red lock %q: %w", r.name, err)
 	}
@@ -524,14 +524,18 @@ func (r *RedLock) Token(ctx context.Context) (int64, error) {
 // held returns the token of rh, the caller's owner's hold, or why it is not held: as
 // whyLocked, but a missing hold or a count of 0 (an acquire still under way) as noHold says
 // it (ErrClosed once fewer than a majority of the Clients are open, as Unlock says; before,
-// a count of 0 said ErrNotHeld there). noHold is asked with rh.mu released: it takes the
-// Clients' own mutexes.
-func (r *RedLock) held(rh *redHold) (int64, error) {
+// a count of 0 said ErrNotHeld there). whileHeld, when not nil, runs under rh.mu when the
+// hold is in force (HoldContext subscribes there). noHold is asked with rh.mu released: it
+// takes the Clients' own mutexes.
+func (r *RedLock) held(rh *redHold, whileHeld func()) (int64, error) {
 	if rh == nil {
 		return 0, r.noHold()
 	}
 	rh.mu.Lock()
 	token, count, why := rh.token, rh.count, rh.whyLocked()
+	if why == nil && whileHeld != nil {
+		whileHeld()
+	}
 	rh.mu.Unlock()
 	if count == 0 {
 		return 0, r.noHold()
@@ -548,7 +552,7 @@ func (r *RedLock) Err(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	_, err = r.held(peekRed(r.key(owner)))
+	_, err = r.held(peekRed(r.key(owner)), nil)
 	return err
 }
 
@@ -609,31 +613,19 @@ func (r *RedLock) HoldContext(ctx context.Context) (context.Context, context.Can
 		parent = context.Background()
 	}
 	hctx, cancel := context.WithCancelCause(parent)
+	f := func(cause error) { cancel(cause) }
+	key := &f
 	owner, err := r.ownerOf(ctx) // a nil ctx is the cause, ErrInvalid (as Mutex.HoldContext)
 	var rh *redHold
 	if err == nil {
-		if rh = peekRed(r.key(owner)); rh == nil {
-			err = r.noHold()
-		}
+		// Subscribed under the same lock that found the hold in force: its end cancels hctx.
+		rh = peekRed(r.key(owner))
+		_, err = r.held(rh, func() { rh.subs[key] = struct{}{} })
 	}
 	if err != nil {
 		cancel(err)
 		return hctx, func() { cancel(context.Canceled) }
 	}
-	rh.mu.Lock()
-	if why := rh.whyLocked(); why != nil {
-		zero := rh.count == 0
-		rh.mu.Unlock()
-		if zero {
-			why = r.noHold() // as Err says it (held)
-		}
-		cancel(why)
-		return hctx, func() { cancel(context.Canceled) }
-	}
-	f := func(cause error) { cancel(cause) }
-	key := &f
-	rh.subs[key] = struct{}{}
-	rh.mu.Unlock()
 	return hctx, func() {
 		rh.mu.Lock()
 		delete(rh.subs, key)
