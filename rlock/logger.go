@@ -62,7 +62,7 @@ func logObserver(l *slog.Logger) *Observer {
 			if !l.Enabled(bg, level) {
 				return
 			}
-			attrs := withOwner([]slog.Attr{slog.String("kind", string(e.Kind)), slog.String("name", e.Name)}, e.Owner)
+			attrs := lockAttrs(e.Kind, e.Name, e.Owner)
 			attrs = append(attrs, slog.Int64("token", e.Token),
 				slog.String("cause", string(e.Cause)), slog.Duration("held", e.Held),
 				slog.Any("error", e.Err))
@@ -84,7 +84,7 @@ func logObserver(l *slog.Logger) *Observer {
 			if !l.Enabled(bg, level) {
 				return
 			}
-			attrs := withOwner([]slog.Attr{slog.String("kind", string(e.Kind)), slog.String("name", e.Name)}, e.Owner)
+			attrs := lockAttrs(e.Kind, e.Name, e.Owner)
 			attrs = append(attrs, slog.String("op", e.Op), slog.Int("sends", e.Sends))
 			if e.Err != nil {
 				attrs = append(attrs, slog.Any("error", e.Err))
@@ -99,7 +99,7 @@ func logObserver(l *slog.Logger) *Observer {
 			if !l.Enabled(bg, level) {
 				return
 			}
-			attrs := withOwner([]slog.Attr{slog.String("kind", string(e.Kind)), slog.String("name", e.Name)}, e.Owner)
+			attrs := lockAttrs(e.Kind, e.Name, e.Owner)
 			attrs = append(attrs, slog.Int("holds", e.Holds), slog.String("reason", string(e.Reason)))
 			if e.Err != nil {
 				attrs = append(attrs, slog.Any("error", e.Err))
@@ -116,10 +116,12 @@ func logObserver(l *slog.Logger) *Observer {
 	}
 }
 
-// withOwner appends to attrs the owner attribute of owner (ownerAttr), unless owner is ""
-// (the semaphores and the latch act for no owner: an attribute would show the hash of "",
-// the same for all of them, as if it were one context owner).
-func withOwner(attrs []slog.Attr, owner string) []slog.Attr {
+// lockAttrs are the attributes every line about a primitive starts with: its kind and name,
+// and its owner (ownerAttr) unless owner is "" (the semaphores and the latch act for no
+// owner: an attribute would show the hash of "", the same for all of them, as if it were
+// one context owner).
+func lockAttrs(kind Kind, name, owner string) []slog.Attr {
+	attrs := []slog.Attr{slog.String("kind", string(kind)), slog.String("name", name)}
 	if owner == "" {
 		return attrs
 	}
