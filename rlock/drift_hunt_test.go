@@ -573,9 +573,19 @@ func (tr *driftTrial) run(rng *rand.Rand, gave func(name, field string) int) {
 	tr.note("--- end: every holder unlocks")
 	for _, o := range tr.owners {
 		for _, a := range o.actors {
+			busy := 0
 			for o.held[a.ci] > 0 {
 				err := a.m.Unlock(a.base(bg))
 				tr.note(fmt.Sprintf("%s Unlock (final) with %d hold(s) through Client %d -> %v", a.id, o.held[a.ci], a.ci, err))
+				if errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, rlock.ErrUnknownOutcome) && busy < 2 {
+					// Unlock's case 4: work of the owner's left to the background (the
+					// give-back of a cancelled acquire's grant, in a storm) kept the lock's
+					// operations busy for the whole cleanup timeout; nothing was sent, the
+					// hold is still counted: Unlock again. That work ends within its own
+					// cleanup timeouts, so twice is enough.
+					busy++
+					continue
+				}
 				if errors.Is(err, rlock.ErrNotHeld) && o.ambig > 0 {
 					tr.note(fmt.Sprintf("%s: reconciled: %d hold(s) booked, none held (an open Unlock was applied)", a.id, o.held[a.ci]))
 					tr.mu.Lock()

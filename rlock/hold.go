@@ -548,9 +548,9 @@ func (h *hold) giveBackExpired(n int) {
 	}
 	h.c.background(func() {
 		defer h.c.unref(h)
-		ctx, cancel := h.c.cleanupCtx(context.Background())
+		wctx, cancel := h.c.cleanupCtx(context.Background())
 		defer cancel()
-		if err := h.lockOp(ctx); err != nil {
+		if err := h.lockOp(wctx); err != nil {
 			return
 		}
 		defer h.unlockOp()
@@ -569,7 +569,8 @@ func (h *hold) giveBackExpired(n int) {
 		v := *h.v
 		v.obs = ""
 		m := &Mutex{c: h.c, name: h.name, keys: h.keys, v: &v}
-		given, err := m.giveBackOrphans(ctx, h.owner, keep, int64(n))
+		// The give-back has a cleanup timeout of its own, as an Unlock's after its turn.
+		given, err := m.giveBackOrphans(context.Background(), h.owner, keep, int64(n))
 		if err != nil && !errors.Is(err, ErrClosed) && h.v.obs != "" {
 			h.c.gaveBack(h.v.obs, h.name, h.owner, int(max(given, 1)), GiveBackOrphan, err)
 		}

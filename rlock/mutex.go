@@ -275,8 +275,9 @@ func checkLease(what string, lease time.Duration) error {
 //     cleanup timeout: nothing was sent, and the hold is still counted (call Unlock again).
 //
 // An Unlock that waits for another call of the same owner on this lock (one handle or owner
-// used by several goroutines) gives back a hold of the owner's tenure in force when Unlock was
-// called: if that tenure ends meanwhile (a fixed lease runs out) and the running call begins
+// used by several goroutines) waits at most the cleanup timeout for its turn (case 4), and its
+// give-back then has a whole cleanup timeout of its own. It gives back a hold of the owner's
+// tenure in force when Unlock was called: if that tenure ends meanwhile (a fixed lease runs out) and the running call begins
 // another, Unlock gives nothing back and returns as in case 1, ErrLeaseExpired after a fixed
 // lease; the new tenure's holds stay with the caller that took them.
 //

@@ -65,3 +65,72 @@ func TestMutex_Unlock_waitingOutTheOwnersOtherCallGivesUpWithItsHoldKept(t *test
 	require.NoError(t, err)
 	require.False(t, locked)
 }
+
+// An Unlock that waited for another call of the same owner on the lock, and got its turn
+// before the cleanup timeout ran out, sends its give-back with a whole cleanup timeout of its
+// own. Before, the wait and the give-back shared one cleanup timeout: an Unlock whose turn came
+// late had a few milliseconds left for its send, so a Redis that answered it in good time, but
+// not in those, left it ErrUnknownOutcome (the hold abandoned, expiring with its lease while
+// nobody held it). The drift hunt met it under CI load (seed 1796514798708505306 trial 10: the
+// final Unlock, behind a background give-back that ran its cleanup timeout out, got its turn
+// with 2 ms left).
+func TestMutex_Unlock_afterWaitingForItsTurnSendsWithAWholeCleanupTimeout(t *testing.T) {
+	t.Parallel() // its own server(s), Clients and names; bounds of hundreds of milliseconds
+	b := realBackend(t)
+	const (
+		cleanup = time.Second
+		letGo   = 700 * time.Millisecond // the first Unlock lets go this long after the second began
+		slow    = 500 * time.Millisecond // the second's give-back takes this long to answer
+	)
+	var first, second atomic.Bool
+	release := make(chan struct{})
+	hc := &hookClient{Client: b.rueidis(t)}
+	hc.set(func(ctx context.Context, cmd hookCall, call func() rueidis.RedisResult) rueidis.RedisResult {
+		if cmd.script != "release" {
+			return call()
+		}
+		if first.CompareAndSwap(true, false) {
+			<-release // the owner's other call: held until the test lets it go
+			return cmd.sendWith(context.Background())
+		}
+		if second.CompareAndSwap(true, false) {
+			select { // a Redis slow to answer, within the cleanup timeout
+			case <-time.After(slow):
+			case <-ctx.Done():
+				return rueidis.NewErrorResult(ctx.Err())
+			}
+		}
+		return call()
+	})
+	c, err := rlock.New(hc, rlock.WithCleanupTimeout(cleanup))
+	require.NoError(t, err)
+	defer c.Close()
+	m := c.Mutex(redistest.Name(t))
+	for range 2 { // the second round as the first: the scripts are loaded (no NOSCRIPT resend)
+		require.NoError(t, m.Lock(bg))
+		require.NoError(t, m.Lock(bg)) // two holds of the handle's owner
+		if first.Load() {
+			break
+		}
+		require.NoError(t, m.Unlock(bg))
+		require.NoError(t, m.Unlock(bg))
+		first.Store(true)
+	}
+	firstDone := make(chan error, 1)
+	go func() { firstDone <- m.Unlock(bg) }()
+	redistest.WaitFor(t, 5*time.Second, "the first Unlock to send", func() bool { return !first.Load() })
+	second.Store(true)
+	start := time.Now()
+	timer := time.AfterFunc(letGo, func() { close(release) })
+	defer timer.Stop()
+	err = m.Unlock(bg)
+	took := time.Since(start)
+	require.NoError(t, err, "the second Unlock, after %v (its turn came after about %v)", took, letGo)
+	require.False(t, second.Load(), "the second Unlock's give-back went through the slow send")
+	if err := await(t, firstDone, 10*time.Second, "the first Unlock"); !errors.Is(err, rlock.ErrUnknownOutcome) {
+		require.NoError(t, err)
+	}
+	locked, err := m.IsLocked(bg)
+	require.NoError(t, err)
+	require.False(t, locked, "both holds given back")
+}
