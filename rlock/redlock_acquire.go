@@ -104,6 +104,13 @@ func (r *RedLock) reenter(ctx context.Context, rh *redHold, owner string, leases
 			rh.n[i]++
 		}
 		gen := rh.gen
+		if ro := rh.next; ro != nil {
+			// The re-entry's token for its AcquireDone, read here, under the owner's turn
+			// (read after the call, the owner's other goroutine could end the tenure in
+			// between, and the event said 0).
+			ro.token = rh.token
+			rh.next = nil
+		}
 		rh.mu.Unlock()
 		late.settle(func(i int) bool { return rh.adopt(r, owner, gen, i, true) })
 		return true, nil

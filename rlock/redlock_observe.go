@@ -51,8 +51,8 @@ type redObs struct {
 	name, owner string
 	fresh       bool          // the call began a tenure (set under the redHold's mu, read by the call)
 	start       time.Duration // the grant, on c.obs's clock
-	token       int64
-	stop        func() // cancels the Close hook; guarded by the redHold's mu
+	token       int64         // the tenure's, set with fresh or by a re-entry (reenter)
+	stop        func()        // cancels the Close hook; guarded by the redHold's mu
 	// closedAtBegin: the observer's Client had closed when the tenure began (a call under
 	// way at its Close, granted by the other Clients' instances): the call tells the
 	// tenure's end (cause closed) right after its AcquireDone (acquireObserved).
@@ -205,10 +205,7 @@ func (r *RedLock) acquireObserved(ctx context.Context, wait, lease time.Duration
 	tr := &acqTrace{}
 	if ok {
 		tr.reentered = !ro.fresh
-		tr.token = ro.token
-		if !ro.fresh {
-			tr.token, _ = r.Token(ctx)
-		}
+		tr.token = ro.token // set when the grant or the re-entry was decided (begin, reenter)
 	}
 	o.done(ctx, octx, si, start, ok, err, tr)
 	if ok && ro.closedAtBegin.Load() {

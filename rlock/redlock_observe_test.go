@@ -132,6 +132,8 @@ func TestObserver_redLockTenures(t *testing.T) {
 				"RS red_lock", "RD red_lock", "RS red_lock", "HE red_lock unlock", "RD red_lock freed",
 			}, shorts(ev))
 			owner := ev[0].(rlock.AcquireStartInfo).Owner
+			require.Equal(t, tok, ev[1].(rlock.AcquireDoneInfo).Token, "the grant's token")
+			require.Equal(t, tok, ev[3].(rlock.AcquireDoneInfo).Token, "the re-entry's token: the tenure's")
 			he := holdEnd(ev)
 			require.Equal(t, rlock.HoldEndInfo{Kind: rlock.KindRedLock, Name: name, Owner: owner, Token: tok,
 				Held: he.Held, Cause: rlock.EndUnlocked, Err: rlock.ErrNotHeld}, he)
