@@ -10,29 +10,41 @@
 -- A renewal never shortens a lease: the hold's lease ends at the later of its current end
 -- and now + ARGV[1]; the lock and its leases then live as long as the longest lease.
 -- Runs with allow-oom: a held lock must stay renewable on a full server.
+-- A held lock costs HGET, ZSCORE, ZRANGE, two PEXPIREs, and a ZADD when the lease grows (a
+-- TYPE of both keys more before session 28: a key of another type now fails the read, which
+-- reads as not held).
 local lease = tonumber(ARGV[1])
 local time = redis.call('time')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 local function ms(x) return string.format('%.0f', x) end
+-- A read of a key of another type reads as nothing (the hold is reported gone rather than
+-- failing the whole batch); any other error (an ACL's refusal, say) fails the call.
+local function read(r)
+  if type(r) == 'table' and r.err then
+    if string.sub(r.err, 1, 10) ~= 'WRONGTYPE ' then error(r) end
+    return nil
+  end
+  return r
+end
 local out = {}
 for i = 1, #ARGV - 1 do
   local lock, leases, owner = KEYS[2 * i - 1], KEYS[2 * i], ARGV[i + 1]
   out[i] = 0
-  if redis.call('type', lock).ok == 'hash' and redis.call('type', leases).ok == 'zset'
-    and redis.call('hget', lock, 'writer') == owner then
-    local s = tonumber(redis.call('zscore', leases, owner) or '0')
-    if s > now then
-      -- The longest lease is read, and the keys' expiry set, before the hold's lease is
-      -- written, so that a refused call (an ACL that lacks it) fails the renewal first.
-      local top = redis.call('zrange', leases, -1, -1, 'withscores')
-      local ttl = ms(math.max(tonumber(top[2]), now + lease) - now)
-      redis.call('pexpire', lock, ttl)
-      redis.call('pexpire', leases, ttl)
-      if s < now + lease then
-        redis.call('zadd', leases, ms(now + lease), owner)
-      end
-      out[i] = 1
+  local s = 0
+  if read(redis.pcall('hget', lock, 'writer')) == owner then
+    s = tonumber(read(redis.pcall('zscore', leases, owner)) or '0')
+  end
+  if s > now then
+    -- The longest lease is read, and the keys' expiry set, before the hold's lease is
+    -- written, so that a refused call (an ACL that lacks it) fails the renewal first.
+    local top = redis.call('zrange', leases, -1, -1, 'withscores')
+    local ttl = ms(math.max(tonumber(top[2]), now + lease) - now)
+    redis.call('pexpire', lock, ttl)
+    redis.call('pexpire', leases, ttl)
+    if s < now + lease then
+      redis.call('zadd', leases, ms(now + lease), owner)
     end
+    out[i] = 1
   end
 end
 return out

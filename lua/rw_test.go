@@ -205,3 +205,45 @@ func TestRWRelease_wrongTypeWriters(t *testing.T) {
 		}
 	})
 }
+
+// The read-write renewals report a lock whose key, or whose leases key, holds another type as
+// not held (0), and go on with the rest of the batch; they no longer TYPE-check the keys, so
+// the wrong type is met by the reads themselves (session 28).
+func TestRWRenew_otherTypesReadAsNotHeld(t *testing.T) {
+	eachServer(t, func(t *testing.T, tc server) {
+		ctx := context.Background()
+		run := func(s *lua.Script, keys []string, args ...string) ([]int64, error) {
+			t.Helper()
+			return s.Lua(tc.flags).Exec(ctx, tc.c, keys, args).AsIntSlice()
+		}
+		acq := []string{"{rwt}", "{rwt}:fence", "{rwt}:leases", "{rwt}:writers"}
+		if err := tc.c.Do(ctx, tc.c.B().Set().Key("{rwt}:s1").Value("x").Build()).Error(); err != nil {
+			t.Fatal(err)
+		}
+		if err := tc.c.Do(ctx, tc.c.B().Set().Key("{rwt}:s2").Value("x").Build()).Error(); err != nil {
+			t.Fatal(err)
+		}
+		for _, tt := range []struct {
+			s     *lua.Script
+			kind  string
+			owner string
+		}{{lua.RWRenewRead, "r", "a"}, {lua.RWRenewWrite, "w", "b"}} {
+			if tt.kind == "w" {
+				n, err := lua.RWRelease.Lua(tc.flags).Exec(ctx, tc.c, []string{"{rwt}", "{rwt}:rel:9", "{rwt}:leases", "{rwt}:writers"},
+					[]string{"a", "9", "", "10000", "r", "P{rwt}:released", "P{rwt}:released:read"}).AsInt64()
+				if err != nil || n != 0 {
+					t.Fatalf("release reader a: %v %v", n, err)
+				}
+			}
+			if v, err := run(lua.RWAcquire, acq, "10000", tt.owner, "1"+tt.kind, tt.kind, "3000", "1"); err != nil || v[0] != 1 {
+				t.Fatalf("%s hold of %s: %v %v", tt.kind, tt.owner, v, err)
+			}
+			// lock 1: the lock's key a string; lock 2: its leases key a string; lock 3: held.
+			keys := []string{"{rwt}:s1", "{rwt}:leases", "{rwt}", "{rwt}:s2", "{rwt}", "{rwt}:leases"}
+			v, err := run(tt.s, keys, "10000", tt.owner, tt.owner, tt.owner)
+			if err != nil || fmt.Sprint(v) != "[0 0 1]" {
+				t.Fatalf("%s renewal: want [0 0 1], got %v %v", tt.kind, v, err)
+			}
+		}
+	})
+}
