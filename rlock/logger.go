@@ -32,6 +32,12 @@ import (
 // Nothing else is logged: an acquisition, a release, an unlock that ends a tenure and a
 // successful renewal log nothing at any level, so an uncontended Lock and Unlock costs the
 // logger nothing but the observer's dispatch.
+//
+// l's handler runs as the Observer's hooks do: synchronously, on the goroutine that does the
+// work, the watchdog's and the subscriber's included. A handler that blocks (a synchronous
+// network sink, a full pipe) delays the renewals of every lock the Client holds and the
+// wake-ups of its waiters; give such a handler a buffer of its own (an asynchronous
+// [slog.Handler]).
 func WithLogger(l *slog.Logger) Option {
 	return optionFunc(func(o *options) {
 		if l == nil {
