@@ -565,13 +565,21 @@ func isGrant(vals []int64) bool { return (len(vals) == 3 || len(vals) == 4) && v
 // watchdog mode, it did: a fixed lease's hold (LockLease) was renewed until the owner's
 // Unlock, and never freed by itself
 // (TestRefusedGrant_canceledWatchdogReentryLeavesFixedLease).
+//
+// Its give-backs have a cleanup timeout of their own, not what is left of ctx's: the replays
+// that learnt the grant (resolveGone, replayFor) may have spent nearly all of that, and a
+// give-back left a few milliseconds got no answer from a Redis that answered in good time,
+// and abandoned the hold, held for nobody until its lease ended
+// (TestMutex_lostAcquireReplyGivesBackItsLateGrantWithAWholeCleanupTimeout).
 func (m *Mutex) undo(ctx context.Context, h *hold, vals []int64, sent time.Time, lease time.Duration, renew bool) {
+	gctx, cancel := m.c.ownCleanupCtx(ctx)
+	defer cancel()
 	var tr acqTrace
-	if err := m.grant(ctx, h, nil, vals, sent, lease, false, nil, nil, &tr); err == nil {
+	if err := m.grant(gctx, h, nil, vals, sent, lease, false, nil, nil, &tr); err == nil {
 		if !tr.reentered {
 			h.hideTenure()
 		}
-		m.gaveBack(h, GiveBackCanceled, m.giveBackOne(ctx, h))
+		m.gaveBack(h, GiveBackCanceled, m.giveBackOne(gctx, h))
 	}
 }
 

@@ -495,6 +495,20 @@ func (c *Client) cleanupCtx(ctx context.Context) (context.Context, context.Cance
 	return c.cleanupCtxUntil(ctx, time.Now().Add(c.opts.cleanupTimeout))
 }
 
+// ownCleanupCtx is cleanupCtx with a whole cleanup timeout of its own, even for work already
+// under a cleanup context (whose values it keeps): for a step that must succeed after
+// steps that may have spent that context's timeout waiting (a give-back after the replays
+// that learnt what to give back).
+func (c *Client) ownCleanupCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	switch cv := ctx.(type) {
+	case callerValues:
+		ctx = cv.values
+	case *sendCtx:
+		ctx = cv.values
+	}
+	return c.cleanupCtx(ctx)
+}
+
 // cleanupCtxUntil is cleanupCtx ending at dl (a sendCtx's deadline: the steps that follow a
 // first send share its cleanup timeout).
 func (c *Client) cleanupCtxUntil(ctx context.Context, dl time.Time) (context.Context, context.CancelFunc) {

@@ -134,3 +134,85 @@ func TestMutex_Unlock_afterWaitingForItsTurnSendsWithAWholeCleanupTimeout(t *tes
 	require.NoError(t, err)
 	require.False(t, locked, "both holds given back")
 }
+
+// The give-back of a grant whose caller had gone, learnt by the background's replays of an
+// acquire whose reply was lost (resolveGone, then undo), has a whole cleanup timeout of its
+// own. Before, it shared the one cleanup timeout of the replays before it: a replay that a
+// slow Redis answered late left the give-back a few milliseconds, and a Redis that answered
+// it in good time, but not in those, left it unknown: the hold was abandoned, held for nobody
+// until its lease ended (the watchdog timeout: half a minute by default).
+func TestMutex_lostAcquireReplyGivesBackItsLateGrantWithAWholeCleanupTimeout(t *testing.T) {
+	t.Parallel() // its own server(s), Clients and names; bounds of hundreds of milliseconds
+	b := realBackend(t)
+	const (
+		cleanup = time.Second
+		left    = 150 * time.Millisecond // what the slow replay leaves of its cleanup timeout
+		slow    = 500 * time.Millisecond // the give-back takes this long to answer
+	)
+	var lose, replaySlow, releaseSlow atomic.Bool
+	ctx, cancel := context.WithCancel(bg)
+	defer cancel()
+	gaveBack := make(chan error, 1)
+	hc := &hookClient{Client: b.rueidis(t)}
+	hc.set(func(hctx context.Context, cmd hookCall, call func() rueidis.RedisResult) rueidis.RedisResult {
+		switch {
+		case cmd.script == "acquire" && lose.CompareAndSwap(true, false):
+			// Applied, its reply lost as the caller leaves.
+			if err := call().Error(); err != nil {
+				t.Errorf("the first send: %v", err)
+			}
+			cancel()
+			return rueidis.NewErrorResult(context.DeadlineExceeded)
+		case cmd.script == "acquire" && replaySlow.Load():
+			// A Redis slow to answer the replay: it answers with little of the cleanup
+			// timeout left.
+			dl, ok := hctx.Deadline()
+			if !ok {
+				return call()
+			}
+			select {
+			case <-time.After(time.Until(dl) - left):
+			case <-hctx.Done():
+				return rueidis.NewErrorResult(hctx.Err()) // a replay the caller's end cut short
+			}
+			replaySlow.Store(false)
+			releaseSlow.Store(true)
+			return call()
+		case cmd.script == "release" && releaseSlow.CompareAndSwap(true, false):
+			// The give-back of the grant: Redis answers it within the cleanup timeout.
+			var err error
+			select {
+			case <-time.After(slow):
+			case <-hctx.Done():
+				err = hctx.Err()
+			}
+			var res rueidis.RedisResult
+			if err == nil {
+				res = call()
+				err = res.Error()
+			} else {
+				res = rueidis.NewErrorResult(err)
+			}
+			gaveBack <- err
+			return res
+		}
+		return call()
+	})
+	c, err := rlock.New(hc, rlock.WithCleanupTimeout(cleanup))
+	require.NoError(t, err)
+	defer c.Close()
+	name := redistest.Name(t)
+	warm := c.Mutex(name) // the scripts are loaded: no NOSCRIPT resend goes through the hook
+	require.NoError(t, warm.Lock(bg))
+	require.NoError(t, warm.Unlock(bg))
+	m := c.Mutex(name) // a handle with no uncontended grant lately: no fast grant
+	lose.Store(true)
+	replaySlow.Store(true)
+	err = m.Lock(ctx)
+	require.ErrorIs(t, err, context.Canceled)
+	require.NoError(t, await(t, gaveBack, 10*time.Second, "the give-back of the late grant"),
+		"the give-back, sent after the replay left %v of the cleanup timeout", left)
+	locked, err := m.IsLocked(bg)
+	require.NoError(t, err)
+	require.False(t, locked, "the grant given back")
+}
