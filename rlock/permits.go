@@ -280,8 +280,9 @@ func (p *PermitSemaphore) acquireAs(ctx context.Context, wait, lease time.Durati
 // its wait's): that send may still reach Redis, and would grant, once a permit frees, a
 // permit nobody holds until its lease ends. Its spend ('!' and spend-only, psem_acquire.lua)
 // grants nothing and makes any later send of the id grant nothing; a permit that such a send
-// granted first is given back (GiveBackCanceled). The work runs in the background (counted
-// for Close, which ends it), resent within the cleanup timeout while Redis does not answer;
+// granted first is given back (GiveBackCanceled), within a cleanup timeout of its own. The
+// work runs in the background (counted for Close, which ends it), the spend resent within the
+// cleanup timeout while Redis does not answer;
 // the caller waits for it at most returnGrace. An outcome still unknown at the cleanup
 // timeout is reported as a give-back that failed with ErrUnknownOutcome: a permit the send
 // grants comes back at the end of its lease.
@@ -322,7 +323,14 @@ func (p *PermitSemaphore) spendOn(cctx context.Context, id string, lease time.Du
 	case errors.Is(err, ErrUnknownOutcome):
 		p.c.gaveBack(KindPermitSemaphore, p.name, "", 1, GiveBackCanceled, classify("acquire", p.name, err))
 	case err == nil && len(vals) == 2 && vals[0] == 1:
-		p.giveBackCanceled(cctx, id) // a send of the id came first and granted the permit
+		// A send of the id came first and granted the permit: its give-back has a cleanup
+		// timeout of its own, not what the spend left of cctx's. (A spend answered late left
+		// it a few milliseconds, and a Redis that answered it in good time, but not in those,
+		// left the permit held for nobody until its lease ended:
+		// TestPermitSemaphore_spendsGiveBackOfALostSendsGrantHasAWholeCleanupTimeout.)
+		gctx, cancel := p.c.ownCleanupCtx(cctx)
+		defer cancel()
+		p.giveBackCanceled(gctx, id)
 	}
 }
 

@@ -7,7 +7,9 @@ import (
 	"math/rand/v2"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -425,4 +427,92 @@ func joinLines(lines []string) string {
 		out += "    " + l + "\n"
 	}
 	return out
+}
+
+// The give-back of a permit that a lost send of an acquire granted, which the spend of its id
+// found (spendOn, then giveBackCanceled), has a whole cleanup timeout of its own. Before, it
+// shared the one cleanup timeout of the spend before it: a spend that a slow Redis answered
+// late left the give-back a few milliseconds, and a Redis that answered it in good time, but
+// not in those, left the permit held for nobody until its lease ended.
+func TestPermitSemaphore_spendsGiveBackOfALostSendsGrantHasAWholeCleanupTimeout(t *testing.T) {
+	t.Parallel() // its own server(s), Clients and names; bounds of hundreds of milliseconds
+	b := realBackend(t)
+	const (
+		cleanup = time.Second
+		left    = 150 * time.Millisecond // what the slow spend leaves of its cleanup timeout
+		slow    = 500 * time.Millisecond // the give-back takes this long to answer
+		lease   = time.Minute
+	)
+	var keep, resends, spendSlow, releaseSlow atomic.Bool
+	kept := make(chan func(context.Context) rueidis.RedisResult, 1)
+	gaveBack := make(chan error, 1)
+	hc := &hookClient{Client: b.rueidis(t)}
+	hc.set(func(hctx context.Context, cmd hookCall, call func() rueidis.RedisResult) rueidis.RedisResult {
+		id := ""
+		if cmd.script == "psem_acquire" && len(cmd.args) > 3 {
+			id = cmd.args[3]
+		}
+		switch {
+		case cmd.script == "psem_acquire" && keep.CompareAndSwap(true, false):
+			// The first send goes astray: kept back, delivered later, its reply lost.
+			kept <- cmd.sendWith
+			return rueidis.NewErrorResult(context.DeadlineExceeded)
+		case cmd.script == "psem_acquire" && resends.Load() && !strings.HasPrefix(id, "!"):
+			// Its resends get no answer for the whole cleanup timeout: the outcome stays
+			// unknown and the id loose.
+			return rueidis.NewErrorResult(context.DeadlineExceeded)
+		case cmd.script == "psem_acquire" && spendSlow.CompareAndSwap(true, false):
+			// The kept send arrives first and takes the permit; the spend of the id, answered
+			// by a slow Redis with little of its cleanup timeout left, finds it.
+			if err := (<-kept)(context.Background()).Error(); err != nil {
+				t.Errorf("the kept send: %v", err)
+			}
+			if dl, ok := hctx.Deadline(); ok {
+				select {
+				case <-time.After(time.Until(dl) - left):
+				case <-hctx.Done():
+				}
+			}
+			releaseSlow.Store(true)
+			return cmd.sendWith(context.Background())
+		case cmd.script == "psem_release" && releaseSlow.CompareAndSwap(true, false):
+			// The give-back of the permit: Redis answers it within the cleanup timeout.
+			var err error
+			select {
+			case <-time.After(slow):
+			case <-hctx.Done():
+				err = hctx.Err()
+			}
+			res := rueidis.NewErrorResult(err)
+			if err == nil {
+				res = call()
+				err = res.Error()
+			}
+			gaveBack <- err
+			return res
+		}
+		return call()
+	})
+	c, err := rlock.New(hc, rlock.WithCleanupTimeout(cleanup))
+	require.NoError(t, err)
+	defer c.Close()
+	p := c.PermitSemaphore(redistest.Name(t))
+	ok, err := p.TrySetPermits(bg, 1)
+	require.NoError(t, err)
+	require.True(t, ok)
+	warm, err := p.Acquire(bg, lease) // the scripts are loaded: no NOSCRIPT resend goes through the hook
+	require.NoError(t, err)
+	require.NoError(t, p.Release(bg, warm.ID))
+	keep.Store(true)
+	resends.Store(true)
+	spendSlow.Store(true)
+	_, ok, err = p.TryAcquire(bg, cleanup/2, lease)
+	require.ErrorIs(t, err, rlock.ErrUnknownOutcome)
+	require.False(t, ok)
+	resends.Store(false)
+	require.NoError(t, await(t, gaveBack, 10*time.Second, "the give-back of the lost send's permit"),
+		"the give-back, sent after the spend left %v of the cleanup timeout", left)
+	n, err := p.AvailablePermits(bg)
+	require.NoError(t, err)
+	require.Equal(t, 1, n, "the permit given back")
 }
