@@ -15,9 +15,10 @@
 // Flags (every command takes them, before or after its arguments):
 //
 //	--url URL          the Redis to connect to (default $RELOCK_URL, else redis://127.0.0.1:6379):
-//	                   redis://[user:password@]host:port[/db], rediss:// for TLS,
-//	                   ?master_set=NAME for Sentinel (host:port a sentinel), ?addr=host:port
-//	                   for more seed addresses; a Cluster is recognised by itself
+//	                   redis://[user:password@]host:port[/db] (a "/" with no db: db 0),
+//	                   rediss:// for TLS, ?master_set=NAME for Sentinel (host:port a
+//	                   sentinel), ?addr=host:port for more seed addresses; a Cluster is
+//	                   recognised by itself
 //	--cacert FILE      with rediss://, the PEM file of the CA that signed the server's
 //	                   certificate (default: the system's roots)
 //	--prefix PREFIX    the key prefix of the Clients that made the locks (default "relock:")

@@ -9,6 +9,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/url"
 	"os"
 	"os/signal"
 	"strings"
@@ -187,7 +188,7 @@ func (e *env) parse(cmd string, args []string) ([]string, error) {
 
 // connect makes the Client, or reports why it cannot.
 func (e *env) connect(ctx context.Context) int {
-	opt, err := rueidis.ParseURL(e.cfg.url)
+	opt, err := parseURL(e.cfg.url)
 	if err != nil {
 		// net/url's errors quote the whole URL: never echo its password.
 		msg := strings.ReplaceAll(err.Error(), e.cfg.url, redactURL(e.cfg.url))
@@ -502,6 +503,17 @@ func (e *env) nothingFreed(name string, kind rlock.Kind, msg string, code int) i
 		return e.fail(err)
 	}
 	return code
+}
+
+// parseURL is rueidis.ParseURL(s), except that an empty database path, "redis://host:6379/"
+// (a trailing slash, as many tools print a URL), is read as no path: database 0, or the one
+// ?db= gives. Any other path that is not "/" and a database number is still refused.
+func parseURL(s string) (rueidis.ClientOption, error) {
+	if u, err := url.Parse(s); err == nil && u.Scheme != "unix" && u.Opaque == "" && u.Path == "/" {
+		u.Path, u.RawPath = "", ""
+		s = u.String()
+	}
+	return rueidis.ParseURL(s)
 }
 
 // redactURL is u with the password of its user info, if any, replaced by "xxxxx". It
