@@ -12,7 +12,8 @@
 //	relock watch [flags] NAME            inspect NAME again every --interval until Ctrl-C
 //	relock force-unlock [flags] NAME     free the lock NAME whoever holds it, and wake its waiters
 //
-// Flags (every command takes them, before or after its arguments):
+// Flags (every command takes them, before or after its arguments, up to "--": every argument
+// after "--" is NAME or PATTERN, even one that begins with "-", as in relock inspect -- -x):
 //
 //	--url URL          the Redis to connect to (default $RELOCK_URL, else redis://127.0.0.1:6379):
 //	                   redis://[user:password@]host:port[/db] (a "/" with no db: db 0),

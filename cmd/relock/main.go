@@ -156,6 +156,12 @@ func (e *env) parse(cmd string, args []string) ([]string, error) {
 	if cmd == "force-unlock" {
 		fs.BoolVar(&e.cfg.yes, "yes", false, "do not ask for confirmation (the force still frees only the holders read: a lock that changed hands meanwhile is left alone, exit code 4)")
 	}
+	// The flags and positional arguments may be interleaved, until "--": every argument
+	// after it is positional (Go's flag package and POSIX), even one that looks like a flag.
+	// flag.Parse stops at the first positional argument, so it is called again after each;
+	// were "--" left to it, the arguments after the first positional one behind it would
+	// be read as flags again.
+	args, rest := splitAtTerminator(fs, args)
 	var pos []string
 	for {
 		if err := fs.Parse(args); err != nil {
@@ -167,6 +173,7 @@ func (e *env) parse(cmd string, args []string) ([]string, error) {
 		}
 		pos, args = append(pos, args[0]), args[1:]
 	}
+	pos = append(pos, rest...)
 	if e.cfg.url == "" {
 		e.cfg.url = os.Getenv(envURL)
 	}
@@ -184,6 +191,34 @@ func (e *env) parse(cmd string, args []string) ([]string, error) {
 		return nil, fmt.Errorf("--count %d is negative", e.cfg.count)
 	}
 	return pos, nil
+}
+
+// splitAtTerminator splits args at the "--" that ends the flags: the one where fs would
+// read a flag (not the value of a flag before it, as in --prefix --), and returns the
+// arguments before it and those after it (nil when there is none).
+func splitAtTerminator(fs *flag.FlagSet, args []string) (flags, rest []string) {
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if a == "--" {
+			return args[:i], args[i+1:]
+		}
+		if len(a) < 2 || a[0] != '-' {
+			continue // a positional argument ("-" is one too)
+		}
+		name := strings.TrimPrefix(a[1:], "-")
+		if strings.Contains(name, "=") {
+			continue // -flag=value
+		}
+		f := fs.Lookup(name)
+		if f == nil {
+			continue // an unknown flag: fs.Parse refuses it
+		}
+		if b, ok := f.Value.(interface{ IsBoolFlag() bool }); ok && b.IsBoolFlag() {
+			continue
+		}
+		i++ // the flag's value, which may be "--"
+	}
+	return args, nil
 }
 
 // connect makes the Client, or reports why it cannot.

@@ -38,3 +38,59 @@ func TestReview28_urlTrailingSlash(t *testing.T) {
 		require.Contains(t, errOut, bad.says, bad.url)
 	}
 }
+
+// TestReview28_doubleDashEndsFlags: after "--" every argument is NAME (or PATTERN), as Go's
+// flag package and POSIX utilities read it, even one that looks like a flag: a lock named
+// "--json" or "-x" can be inspected and freed. Flags before "--" still apply, wherever the
+// other arguments are; a "--" that is a flag's value is that value. Before, the flags were
+// parsed again after each argument, so `relock inspect -- --json` took --json for the flag
+// and said "inspect takes one NAME, got 0 arguments" (exit 2).
+func TestReview28_doubleDashEndsFlags(t *testing.T) {
+	srv := redistest.Start(t)
+	url := "redis://" + srv.Addr()
+	c, err := rlock.New(srv.Client(t))
+	require.NoError(t, err)
+	defer c.Close()
+	for _, n := range []string{"--json", "-x", "--"} {
+		require.NoError(t, c.Mutex(n).Lock(bg))
+	}
+	out, errOut, code := relock(t, "", "inspect", "--url", url, "--", "--json")
+	require.Equal(t, exitOK, code, errOut)
+	require.Contains(t, out, "name              --json\n")
+	out, errOut, code = relock(t, "", "inspect", "--json", "--url", url, "--", "-x")
+	require.Equal(t, exitOK, code, errOut)
+	require.Contains(t, out, `{"name":"-x",`)
+	out, errOut, code = relock(t, "", "inspect", "--url", url, "--", "--")
+	require.Equal(t, exitOK, code, errOut)
+	require.Contains(t, out, "name              --\n")
+	out, errOut, code = relock(t, "", "list", "--url", url, "--", "-x*")
+	require.Equal(t, exitOK, code, errOut)
+	require.Contains(t, out, "\n-x ")
+	require.NotContains(t, out, "--json")
+	// Every argument after "--", not only the first: two NAMEs are one too many, and the
+	// second is no flag.
+	out, errOut, code = relock(t, "", "inspect", "--url", url, "--", "-x", "--json")
+	require.Equal(t, exitUsage, code, out+errOut)
+	require.Contains(t, errOut, "got 2 arguments")
+	require.Empty(t, out)
+	out, errOut, code = relock(t, "", "list", "--url", url, "--", "-x*", "--walk-timeout", "1s")
+	require.Equal(t, exitUsage, code, out+errOut)
+	require.Contains(t, errOut, "got 3 arguments")
+
+	// "--" as a flag's value is the value, and ends nothing.
+	_, errOut, code = relock(t, "", "inspect", "--prefix", "--", "--url", url, "x")
+	require.Equal(t, exitNothing, code, errOut)
+	// Extra arguments after "--" are still too many.
+	_, errOut, code = relock(t, "", "inspect", "--url", url, "a", "--", "--json")
+	require.Equal(t, exitUsage, code, errOut)
+	require.Contains(t, errOut, "got 2 arguments")
+
+	out, errOut, code = relock(t, "", "force-unlock", "--yes", "--url", url, "--", "--json")
+	require.Equal(t, exitOK, code, errOut)
+	require.Contains(t, out, "freed --json (mutex")
+	for n, want := range map[string]int{"--json": 0, "-x": 1, "--": 1} {
+		in, err := c.Inspect(bg, n)
+		require.NoError(t, err)
+		require.Len(t, in.Holders, want, "%s: only --json freed", n)
+	}
+}
