@@ -80,7 +80,9 @@
 // # Exit codes
 //
 //	0  done
-//	1  failed: Redis unreachable, a command refused (ACL), a key of another type, a name
+//	1  failed: Redis unreachable (a rediss:// URL of a server that does not answer the TLS
+//	   handshake, as a plain Redis does not, fails at --timeout or the URL's dial_timeout,
+//	   saying "no answer to the TLS handshake"), a command refused (ACL), a key of another type, a name
 //	   that is not a lock given to force-unlock, a name that list could not inspect
 //	   within --timeout (the others listed), a list that --walk-timeout or Ctrl-C ended
 //	   ("the listing is incomplete": the names found until then listed)

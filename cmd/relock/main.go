@@ -259,14 +259,27 @@ func (e *env) connect(ctx context.Context) int {
 		fmt.Fprintf(e.stderr, "relock: --pubsub %q is not auto, classic or sharded\n", e.cfg.pubsub)
 		return exitUsage
 	}
+	var tw *tlsWatch
+	if opt.TLSConfig != nil && opt.DialCtxFn == nil && opt.DialFn == nil {
+		tw = &tlsWatch{unanswered: make(map[string]int)}
+		opt.DialCtxFn = tw.dial
+	}
 	dctx, cancel := context.WithTimeout(ctx, e.cfg.timeout)
 	defer cancel()
 	c, err := rlock.DialContext(dctx, opt, rlock.WithKeyPrefix(e.cfg.prefix), rlock.WithPubSub(mode))
 	if err != nil {
-		fmt.Fprintf(e.stderr, "relock: %v\n", err)
 		if errors.Is(err, rlock.ErrInvalid) {
+			fmt.Fprintf(e.stderr, "relock: %v\n", err)
 			return exitUsage
 		}
+		if silent := tw.silent(); len(silent) > 0 && ctx.Err() == nil {
+			// The bare "context deadline exceeded" does not say that the wait was for a
+			// TLS handshake: a rediss:// URL of a plain Redis waits so.
+			fmt.Fprintf(e.stderr, "relock: no answer to the TLS handshake from %s (%v): the server may not speak TLS: rediss:// is for a TLS port, a plain Redis takes redis://\n",
+				strings.Join(silent, ", "), err)
+			return exitFailed
+		}
+		fmt.Fprintf(e.stderr, "relock: %v\n", err)
 		return exitFailed
 	}
 	e.client = c

@@ -2,6 +2,7 @@ package main
 
 import (
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -93,4 +94,48 @@ func TestReview28_doubleDashEndsFlags(t *testing.T) {
 		require.NoError(t, err)
 		require.Len(t, in.Holders, want, "%s: only --json freed", n)
 	}
+}
+
+// TestReview28_redissToAPlainServer: a rediss:// URL pointed at a plain (non-TLS) Redis,
+// which never answers the TLS handshake (it reads the ClientHello as the start of a command
+// and waits for its end), fails with a message that says so, exit code 1 (Redis
+// unreachable), in no more time than before: at --timeout, or at the URL's dial timeout when
+// that comes first. Before, it said only "relock: rlock: dial: context deadline exceeded".
+func TestReview28_redissToAPlainServer(t *testing.T) {
+	t.Cleanup(redistest.WaitRueidisGoroutines) // the dials that fail below
+	srv := redistest.Start(t)
+	for _, c := range []struct {
+		url, timeout string
+		bound        time.Duration // what ends the wait: --timeout, or the URL's dial_timeout
+	}{
+		{"rediss://" + srv.Addr(), "1s", time.Second},
+		{"rediss://" + srv.Addr() + "/?dial_timeout=1s", "60s", time.Second},
+	} {
+		start := time.Now()
+		_, errOut, code := relock(t, "", "inspect", "--url", c.url, "--timeout", c.timeout, "x")
+		took := time.Since(start)
+		t.Logf("%s --timeout %s: %v, exit %d: %s", c.url, c.timeout, took, code, errOut)
+		require.Equal(t, exitFailed, code, "%s: %s", c.url, errOut)
+		require.Contains(t, errOut, "no answer to the TLS handshake from "+srv.Addr(), c.url)
+		require.Contains(t, errOut, "the server may not speak TLS", c.url)
+		require.Less(t, took, c.bound+5*time.Second, "%s: waited longer than its bound", c.url)
+	}
+
+	// A TLS server that answers, with a certificate that is refused, is not said to be silent.
+	tlsSrv := redistest.Start(t, redistest.WithTLS(redistest.TLSOptions{}))
+	_, errOut, code := relock(t, "", "inspect", "--url", "rediss://"+tlsSrv.Addr(), "--timeout", "5s", "x")
+	require.Equal(t, exitFailed, code, errOut)
+	require.Contains(t, errOut, "certificate")
+	require.NotContains(t, errOut, "no answer")
+
+	if testing.Short() {
+		return
+	}
+	// Through a Sentinel, whose own connections a rediss:// URL leaves plain: the master it
+	// names is the one that does not answer.
+	sentinel := redistest.Start(t, redistest.WithSentinel(srv, "relock"))
+	_, errOut, code = relock(t, "", "inspect", "--url", "rediss://"+sentinel.Addr()+"?master_set=relock", "--timeout", "2s", "x")
+	require.Equal(t, exitFailed, code, errOut)
+	require.Contains(t, errOut, "no answer to the TLS handshake from "+srv.Addr(), errOut)
+	require.NotContains(t, errOut, sentinel.Addr())
 }
