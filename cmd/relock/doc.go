@@ -60,6 +60,12 @@
 // A valid UTF-8 text has no such field. The text output quotes such a text as Go does
 // ("\xff").
 //
+// With --json, "token" is the fencing token of the holder (the write holder of a read-write
+// lock), 0 when there is none (a lock not held, or held for reading only; a semaphore or a
+// latch), and null when the lock is held but Redis does not know its token yet (a Mutex taken
+// by a fast grant, until its holder's next call on it, its first renewal at the latest),
+// which the text output shows as "unknown".
+//
 // relock reads with read-only commands only (see rlock.Client.Inspect): inspect, list and
 // watch never block or slow a lock, and need no more than rlock.InspectACLRule's rights.
 // force-unlock runs relock's force scripts, which publish on the lock's channel so that its

@@ -143,7 +143,7 @@ func (e *env) parse(cmd string, args []string) ([]string, error) {
 	fs.StringVar(&e.cfg.cacert, "cacert", "", "PEM file of the CA that signed the server's certificate (rediss:// URLs; default: the system's)")
 	fs.StringVar(&e.cfg.prefix, "prefix", rlock.DefaultKeyPrefix, "the key prefix of the Clients that made the locks")
 	fs.StringVar(&e.cfg.pubsub, "pubsub", "auto", "the pub/sub mode of those Clients: auto, classic or sharded")
-	fs.BoolVar(&e.cfg.json, "json", false, "machine-readable output (JSON)")
+	fs.BoolVar(&e.cfg.json, "json", false, "machine-readable output (JSON; \"token\" is null for a holder whose token Redis does not know yet, a fast grant's, and 0 for none)")
 	fs.BoolVar(&e.cfg.base64, "base64", false, "NAME (list: PATTERN) is given in standard base64, as --json's name_base64 shows a name that is not UTF-8")
 	fs.DurationVar(&e.cfg.timeout, "timeout", 10*time.Second, "bound of the connection and of each command's work (list: each name's inspection: a name that takes longer is listed as not inspected, the others still are, exit code 1; watch: each refresh)")
 	if cmd == "list" {

@@ -99,14 +99,22 @@ func orDash(s string) string {
 	return s
 }
 
-// holderTokenText is in.Token as tokenText shows it, or, for a Mutex held with no token
-// known (taken by a fast grant, docs/DESIGN.md section 5: Redis learns the token at the
-// holder's next call, its first renewal at the latest), a word that says so.
+// holderTokenText is in.Token as tokenText shows it, or, when it is unknown
+// (tokenUnknown), a word that says so.
 func holderTokenText(in rlock.Info) string {
-	if in.Token == 0 && len(in.Holders) > 0 && (in.Kind == rlock.KindMutex || in.Kind == rlock.KindFairMutex) {
+	if tokenUnknown(in) {
 		return "unknown (a fast grant: Redis learns it at the holder's next renewal)"
 	}
 	return tokenText(in.Token)
+}
+
+// tokenUnknown reports whether in is a Mutex or FairMutex held with no fencing token known:
+// taken by a fast grant (docs/DESIGN.md section 5: Redis learns the token at the holder's
+// next call, its first renewal at the latest). Its holder has a token; Info.Token is 0
+// because Redis does not know it yet. (A read-write lock held for reading only has no
+// token holder: its Token 0 is no token.)
+func tokenUnknown(in rlock.Info) bool {
+	return in.Token == 0 && len(in.Holders) > 0 && (in.Kind == rlock.KindMutex || in.Kind == rlock.KindFairMutex)
 }
 
 func tokenText(t int64) string {
@@ -256,7 +264,7 @@ type (
 		Kind            string       `json:"kind"`
 		Type            string       `json:"type"`
 		TTLMs           int64        `json:"ttl_ms"` // -1: no expiry; 0: no key
-		Token           int64        `json:"token"`
+		Token           *int64       `json:"token"`  // null: held, token unknown; 0: none
 		LastToken       int64        `json:"last_token"`
 		Count           int64        `json:"count"`
 		Contended       bool         `json:"contended"`
@@ -303,11 +311,14 @@ type (
 
 func jsonInfo(in rlock.Info) jsonView {
 	v := jsonView{Name: in.Name, NameBase64: base64IfNotUTF8(in.Name), Key: in.Key, KeyBase64: base64IfNotUTF8(in.Key), Kind: string(in.Kind), Type: in.Type, TTLMs: in.TTL.Milliseconds(),
-		Token: in.Token, LastToken: in.LastToken, Count: in.Count, Contended: in.Contended,
+		Token: &in.Token, LastToken: in.LastToken, Count: in.Count, Contended: in.Contended,
 		Subscribers: in.Subscribers, ReadSubscribers: in.ReadSubscribers, ServerTime: in.ServerTime.UTC(),
 		Holders: []jsonHolder{}, Waiters: []jsonWaiter{}}
 	if in.TTL < 0 {
 		v.TTLMs = -1
+	}
+	if tokenUnknown(in) {
+		v.Token = nil // not 0, which says there is no token
 	}
 	for _, h := range in.Holders {
 		v.Holders = append(v.Holders, jsonHolder{Owner: h.Owner, OwnerBase64: base64IfNotUTF8(h.Owner), Mode: h.Mode, Holds: h.Holds, TTLMs: h.TTL.Milliseconds(),

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"testing"
 	"time"
 
@@ -138,4 +139,47 @@ func TestReview28_redissToAPlainServer(t *testing.T) {
 	require.Equal(t, exitFailed, code, errOut)
 	require.Contains(t, errOut, "no answer to the TLS handshake from "+srv.Addr(), errOut)
 	require.NotContains(t, errOut, sentinel.Addr())
+}
+
+// TestReview28_jsonTokenUnknown: --json tells a holder whose fencing token Redis does not know
+// yet (a Mutex taken by a fast grant, docs/DESIGN.md section 5) from no token: "token" is
+// null for the first, 0 for a name with no token holder (free, or held for reading only),
+// and the token otherwise, in inspect's, list's and watch's objects alike. Before, it was 0
+// for both, as if the lock had no tenure token: the text output said "unknown" meanwhile.
+func TestReview28_jsonTokenUnknown(t *testing.T) {
+	srv := redistest.Start(t)
+	url := "redis://" + srv.Addr()
+	c, err := rlock.New(srv.Client(t))
+	require.NoError(t, err)
+	defer c.Close()
+	// A fast grant's form, written by hand as TestRelock_fastForm does.
+	srv.Do(t, "SET", c.Mutex("fast").Key(), "~h:"+c.ID()+":1 c1.7", "PX", "30000")
+	require.NoError(t, c.Mutex("slow").Lock(bg))
+	require.NoError(t, c.RWMutex("read").RLock(bg))
+
+	token := func(out string) any {
+		t.Helper()
+		var v map[string]any
+		require.NoError(t, json.Unmarshal([]byte(out), &v), out)
+		tok, ok := v["token"]
+		require.True(t, ok, "no token field: %s", out)
+		return tok
+	}
+	for name, want := range map[string]any{"fast": nil, "slow": "a number > 0", "read": 0.0, "free": 0.0} {
+		for _, cmd := range [][]string{{"inspect"}, {"list"}, {"watch", "--count", "1"}} {
+			args := append(append([]string{}, cmd...), "--json", "--url", url, name)
+			out, errOut, code := relock(t, "", args...)
+			if name == "free" && cmd[0] == "list" {
+				require.Empty(t, out) // no such key
+				continue
+			}
+			require.Contains(t, []int{exitOK, exitNothing}, code, "%q: %s", args, errOut)
+			got := token(out)
+			if want == "a number > 0" {
+				require.Greater(t, got, 0.0, "%q: %s", args, out)
+				continue
+			}
+			require.Equal(t, want, got, "%q: %s", args, out)
+		}
+	}
 }
