@@ -93,8 +93,10 @@
 //	   within --timeout (the others listed), a list that --walk-timeout or Ctrl-C ended
 //	   ("the listing is incomplete": the names found until then listed)
 //	2  bad usage: an unknown command or flag, a missing or extra argument
-//	3  nothing there: inspect of a name that holds nothing, force-unlock of a lock that
-//	   is not held
+//	3  nothing there: inspect of a name that holds nothing, or of a lock (mutex, fair_mutex,
+//	   rw_mutex) that nobody holds, whatever else Redis keeps of it (its waiters: shown);
+//	   force-unlock of a lock that is not held. A semaphore or latch whose key exists is
+//	   there (exit 0), its permits taken or not
 //	4  force-unlock not confirmed (or interrupted at the question), or the lock changed hands since its holders were read,
 //	   or became another kind (nothing freed: run it again)
 package main

@@ -305,10 +305,25 @@ func (e *env) inspect(ctx context.Context, name string) int {
 	if err := e.show(in); err != nil {
 		return e.fail(err)
 	}
-	if in.Kind == rlock.KindNone {
+	if holdsNothing(in) {
 		return exitNothing
 	}
 	return exitOK
+}
+
+// holdsNothing reports whether in is "nothing there" (exit code 3): a name with no
+// primitive, or a lock (a Mutex, FairMutex or RWMutex) that nobody holds, whatever Redis
+// keeps of it besides (a fair lock's queue, a waiting writer's marker, holds whose leases
+// have ended), as force-unlock finds it not held. A semaphore or a latch is there while its
+// key is: its count or permits are its state, held or not.
+func holdsNothing(in rlock.Info) bool {
+	switch in.Kind {
+	case rlock.KindNone:
+		return true
+	case rlock.KindMutex, rlock.KindFairMutex, rlock.KindRWMutex:
+		return len(in.Holders) == 0
+	}
+	return false
 }
 
 // show writes in, as text or JSON.

@@ -2,6 +2,8 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
+	"strconv"
 	"testing"
 	"time"
 
@@ -182,4 +184,67 @@ func TestReview28_jsonTokenUnknown(t *testing.T) {
 			require.Equal(t, want, got, "%q: %s", args, out)
 		}
 	}
+}
+
+// TestReview28_lockWithNoHolderIsNothingThere: inspect of a lock that nobody holds exits 3
+// (nothing there: "a name that holds nothing", as force-unlock of it does: "not held") also
+// when Redis keeps something of it besides: a fair lock's queue with no holder, a read-write
+// lock's waiting-writer marker, a read-write lock's hash whose holds' leases have all ended,
+// a lock's hash with no owner. What is there (the waiters) is still shown, as text and JSON.
+// A semaphore with no permit taken is there (its permits are): exit 0. Before, each of these
+// locks exited 0, as if held.
+func TestReview28_lockWithNoHolderIsNothingThere(t *testing.T) {
+	srv := redistest.Start(t)
+	url := "redis://" + srv.Addr()
+	c, err := rlock.New(srv.Client(t))
+	require.NoError(t, err)
+	defer c.Close()
+	msg := srv.Do(t, "TIME")
+	tm, err := msg.AsStrSlice()
+	require.NoError(t, err)
+	sec, _ := strconv.ParseInt(tm[0], 10, 64)
+	usec, _ := strconv.ParseInt(tm[1], 10, 64)
+	nowMs := sec*1000 + usec/1000
+	later, earlier := fmt.Sprint(nowMs+60000), fmt.Sprint(nowMs-1000)
+	waiter := "h:" + c.ID() + ":9"
+
+	fair := c.FairMutex("queued").Key() // a queue, no holder
+	srv.Do(t, "ZADD", fair+":queue", fmt.Sprint(sec*1000000+usec), waiter)
+	srv.Do(t, "ZADD", fair+":alive", later, waiter)
+	marked := c.RWMutex("marked").Key() // a waiting writer's marker, no hash
+	srv.Do(t, "ZADD", marked+":writers", later, waiter)
+	ended := c.RWMutex("ended").Key() // a reader whose lease has ended, not yet dropped
+	srv.Do(t, "HSET", ended, "mode", "read", "r:"+waiter, "1")
+	srv.Do(t, "PEXPIRE", ended, "60000")
+	srv.Do(t, "ZADD", ended+":leases", earlier, "r:"+waiter)
+	bare := c.Mutex("bare").Key() // a lock's hash with no owner
+	srv.Do(t, "HSET", bare, "w", "1")
+	srv.Do(t, "PEXPIRE", bare, "60000")
+
+	for _, n := range []struct {
+		name, kind string
+		waiters    int
+	}{{"queued", "fair_mutex", 1}, {"marked", "rw_mutex", 1}, {"ended", "rw_mutex", 0}, {"bare", "mutex", -1}} {
+		out, errOut, code := relock(t, "", "inspect", "--url", url, n.name)
+		require.Equal(t, exitNothing, code, "%s: %s%s", n.name, out, errOut)
+		got := normalise(out)
+		require.Contains(t, got, "kind  "+n.kind+"\n", n.name)
+		require.Contains(t, got, "holders  0\n", n.name)
+		if n.waiters >= 0 { // a mutex's are not recorded
+			require.Contains(t, got, fmt.Sprintf("waiters  %d\n", n.waiters), n.name)
+		}
+		out, errOut, code = relock(t, "", "inspect", "--json", "--url", url, n.name)
+		require.Equal(t, exitNothing, code, "%s: %s%s", n.name, out, errOut)
+		require.Contains(t, out, `"holders":[]`, n.name)
+		_, _, code = relock(t, "", "force-unlock", "--yes", "--url", url, n.name)
+		require.Equal(t, exitNothing, code, "%s: force-unlock says not held too", n.name)
+	}
+
+	s := c.PermitSemaphore("idle")
+	ok, err := s.TrySetPermits(bg, 2)
+	require.NoError(t, err)
+	require.True(t, ok)
+	out, errOut, code := relock(t, "", "inspect", "--url", url, "idle")
+	require.Equal(t, exitOK, code, out+errOut)
+	require.Contains(t, normalise(out), "holders  0\n")
 }
