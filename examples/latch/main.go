@@ -47,7 +47,10 @@ func run() error {
 	}
 	defer coordinator.Close()
 	latch := coordinator.CountDownLatch(latchName)
-	_, _ = latch.Delete(ctx) // a leftover from an earlier run on a real server
+	// A leftover from an earlier run on a real server goes first.
+	if _, err := latch.Delete(ctx); err != nil {
+		return err
+	}
 
 	// 1. A latch that does not exist is open.
 	start := time.Now()

@@ -9,6 +9,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -96,7 +97,10 @@ func (a *app) guarded(ctx context.Context, depth int, layer string, next func(co
 	fmt.Printf("%s%s: locked, HoldCount=%d, token=%d\n", indent, layer, n, token)
 
 	if err := next(ctx); err != nil {
-		_ = m.Unlock(ctx)
+		// Give this layer's hold back too; report both failures if that fails as well.
+		if uerr := m.Unlock(ctx); uerr != nil {
+			return errors.Join(err, fmt.Errorf("%s: %w", layer, uerr))
+		}
 		return err
 	}
 

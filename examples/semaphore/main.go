@@ -166,13 +166,17 @@ func run() error {
 	if err := a.Release(ctx, 3); err != nil {
 		return err
 	}
-	n, _ = a.AvailablePermits(ctx)
+	if n, err = a.AvailablePermits(ctx); err != nil {
+		return err
+	}
 	fmt.Printf("A: Release(3) without acquiring -> available = %d\n", n)
 	drained, err := b.DrainPermits(ctx)
 	if err != nil {
 		return err
 	}
-	n, _ = a.AvailablePermits(ctx)
+	if n, err = a.AvailablePermits(ctx); err != nil {
+		return err
+	}
 	fmt.Printf("B: DrainPermits -> took %d, available = %d\n", drained, n)
 	if drained != 5 || n != 0 {
 		return fmt.Errorf("drained %d, left %d: want 5 and 0", drained, n)
