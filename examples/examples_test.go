@@ -66,7 +66,7 @@ var claims = map[string][]string{
 	"reentrant":  {`repository: locked, HoldCount=3`, `request B: Lock returned with HoldCount=1, A's HoldCount=0; Unlock: <nil>`},
 	"watchdog":   {`unlocked after 3s: the lock was never lost`, `errors\.Is\(cause, rlock\.ErrLockLost\) = true`},
 	"trylock":    {`B: Lock returned (9\d0ms|\d+(\.\d+)?s) after A's grant`, `B: still holds the lock, HoldCount=1`},
-	"fairlock":   {`served in arrival order: ann bob cid dee eve`, `queue key left in Redis: false`},
+	"fairlock":   {`served in arrival order, one at a time: ann bob cid dee eve`, `queue key left in Redis: false`},
 	"rwlock":     {`written=false read=true`, `cannot upgrade a read hold`},
 	"semaphore":  {`at most [12] ran at once`, `available = 1 \(B holds no partial count\)`, `took 5, available = 0`},
 	"permits":    {`acquired permits = 1`, `B: Release -> available = 1`},

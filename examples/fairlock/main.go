@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -86,6 +87,8 @@ func run() error {
 	names := []string{"ann", "bob", "cid", "dee", "eve"}
 	served := make(chan string, len(names))
 	errs := make(chan error, len(names))
+	var inside atomic.Int32 // waiters holding the lock at once: never more than one
+	var overlap atomic.Bool
 	for i, name := range names {
 		m := procs[i%len(procs)].FairMutex(lockName)
 		wctx := rlock.WithOwner(ctx, name) // an owner id we can read in the queue
@@ -94,8 +97,12 @@ func run() error {
 				errs <- err
 				return
 			}
+			if inside.Add(1) > 1 {
+				overlap.Store(true)
+			}
 			served <- name
 			time.Sleep(20 * time.Millisecond) // the work
+			inside.Add(-1)
 			errs <- m.Unlock(wctx)
 		}()
 		if err := awaitQueue(int64(i + 1)); err != nil {
@@ -168,7 +175,10 @@ func run() error {
 	if strings.Join(order, " ") != strings.Join(names, " ") {
 		return fmt.Errorf("served out of order: %v", order)
 	}
-	fmt.Println("served in arrival order:", strings.Join(order, " "))
+	if overlap.Load() {
+		return fmt.Errorf("two waiters held the lock at once")
+	}
+	fmt.Println("served in arrival order, one at a time:", strings.Join(order, " "))
 	n, err := rc.Do(ctx, rc.B().Exists().Key(queueKey).Build()).AsInt64()
 	if err != nil && !rueidis.IsRedisNil(err) {
 		return err
