@@ -60,6 +60,7 @@ func ExampleWithLogger() {
 	}))
 	client, done := exampleClient(rlock.WithLogger(logger))
 
+	// Logged as owner=#9c3d44d9: 32-bit FNV-1a of "u:job-7", never the id itself.
 	ctx := rlock.WithOwner(context.Background(), "job-7")
 	m := client.Mutex("nightly-report")
 	_ = m.Lock(ctx)

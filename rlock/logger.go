@@ -15,7 +15,9 @@ import (
 // What it logs, with the attributes kind, name, owner, token and cause where they apply (the
 // owner never as its id, which is a capability: whoever knows it can unlock what it holds; a
 // handle's owner shows as "client:" and its Client's id, a context owner as "#" and a hash
-// of its id, enough to tell owners apart and to find one whose id you know; the lines of the
+// of its id, enough to tell owners apart and to find one whose id you know (the hash is
+// 32-bit FNV-1a, in lower-case hex without leading zeros, of "u:" followed by the id given
+// to [WithOwner]); the lines of the
 // semaphores and the latch, which act for no owner, have no owner attribute):
 //   - Error "relock: lock lost": a tenure ended by a loss (cause "lost", with error: the
 //     loss as [Mutex.Err] reports it, and held: how long the tenure lasted);
