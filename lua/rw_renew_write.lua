@@ -17,22 +17,17 @@ local lease = tonumber(ARGV[1])
 local time = redis.call('time')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 local function ms(x) return string.format('%.0f', x) end
--- A read of a key of another type reads as nothing (the hold is reported gone rather than
--- failing the whole batch); any other error (an ACL's refusal, say) fails the call.
-local function read(r)
-  if type(r) == 'table' and r.err then
-    if string.sub(r.err, 1, 10) ~= 'WRONGTYPE ' then error(r) end
-    return nil
-  end
-  return r
-end
 local out = {}
 for i = 1, #ARGV - 1 do
   local lock, leases, owner = KEYS[2 * i - 1], KEYS[2 * i], ARGV[i + 1]
   out[i] = 0
   local s = 0
-  if read(redis.pcall('hget', lock, 'writer')) == owner then
-    s = tonumber(read(redis.pcall('zscore', leases, owner)) or '0')
+  -- A read of a key of another type fails, and reads as not held (reported gone rather than
+  -- failing the whole batch); any other error (an ACL's refusal, say) fails the call.
+  local w = redis.pcall('hget', lock, 'writer') if type(w) == 'table' and w.err and string.sub(w.err, 1, 10) ~= 'WRONGTYPE ' then error(w) end
+  if w == owner then
+    local z = redis.pcall('zscore', leases, owner) if type(z) == 'table' and z.err and string.sub(z.err, 1, 10) ~= 'WRONGTYPE ' then error(z) end
+    if type(z) ~= 'table' then s = tonumber(z or '0') end
   end
   if s > now then
     -- The longest lease is read, and the keys' expiry set, before the hold's lease is
