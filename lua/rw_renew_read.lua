@@ -17,6 +17,7 @@ local lease = tonumber(ARGV[1])
 local time = redis.call('time')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 local function ms(x) return string.format('%.0f', x) end
+--#include lib_rwextend
 local out = {}
 for i = 1, #ARGV - 1 do
   local lock, leases, f = KEYS[2 * i - 1], KEYS[2 * i], 'r:' .. ARGV[i + 1]
@@ -30,15 +31,7 @@ for i = 1, #ARGV - 1 do
     if type(z) ~= 'table' then s = tonumber(z or '0') end
   end
   if s > now then
-    -- The longest lease is read, and the keys' expiry set, before the hold's lease is
-    -- written, so that a refused call (an ACL that lacks it) fails the renewal first.
-    local top = redis.call('zrange', leases, -1, -1, 'withscores')
-    local ttl = ms(math.max(tonumber(top[2]), now + lease) - now)
-    redis.call('pexpire', lock, ttl)
-    redis.call('pexpire', leases, ttl)
-    if s < now + lease then
-      redis.call('zadd', leases, ms(now + lease), f)
-    end
+    rwExtend(lock, leases, f, s, lease)
     out[i] = 1
   end
 end
