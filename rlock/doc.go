@@ -86,7 +86,9 @@
 // counter at "...:fence" (the last token, then for a minute or the lease after a replayed
 // acquire its spent sequence number) and a release channel "...:released", all in one hash
 // slot. A release publishes only when the lock is marked: an uncontended Lock+Unlock costs
-// Redis eight calls, two of them the scripts (docs/DESIGN.md, "Lock protocol v2"). A
+// Redis seven calls when the handle locked the name uncontended within the last second (a
+// transaction and one script), else eight, two of them the scripts, or ten on a name nobody
+// locked within the last second (docs/DESIGN.md, "Lock protocol v2" and section 16). A
 // ForceUnlock leaves a short-lived record at "...:forced" (the owners it took the lock from,
 // with the fencing token of their tenure) so that an Unlock whose reply was lost, and which is
 // replayed, tells a hold it gave back from one the force took: a replay that finds the hold

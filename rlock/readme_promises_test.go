@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/relock-go/relock/internal/redistest"
+	"github.com/relock-go/relock/lua"
 	"github.com/relock-go/relock/rlock"
 )
 
@@ -79,4 +80,48 @@ func TestGuarantee6_unlockBoundedByTheCleanupTimeoutOnPausedRedis(t *testing.T) 
 			require.Less(t, took-stall, cleanup+slack, "the Unlock outlived its cleanup timeout")
 		})
 	}
+}
+
+// README ("How it works", and the relock-alone table), doc.go and docs/DESIGN.md section 16:
+// an uncontended Lock+Unlock of a handle on a name it did not lock within the last second is
+// two scripts and 8 server calls (acquire EVALSHA, EXISTS, INCR, HSET, PEXPIRE; release
+// EVALSHA, HMGET, DEL) while the name's fence counter lives (another handle locked the name
+// within its second), and 10 when the counter is seeded from the server's clock (TIME, SET).
+// TestMutex_uncontendedCycleIsTwoScripts asserts the fast cycle's 7 and a never-locked name's
+// 10; this asserts the 8: a fresh handle each cycle on one name.
+func TestMutex_uncontendedCycleOfAnotherHandleIsEightCalls(t *testing.T) {
+	b := realBackend(t)
+	c := b.client(t)
+	name := redistest.Name(t)
+	for range 2 { // load the scripts (and seed the name's fence)
+		m := c.Mutex(name)
+		require.NoError(t, m.Lock(bg))
+		require.NoError(t, m.Unlock(bg))
+	}
+	const cycles = 50
+	b.srv.ResetStats(t)
+	start := time.Now()
+	for range cycles {
+		m := c.Mutex(name) // a handle is an owner: never the fast form's
+		require.NoError(t, m.Lock(bg))
+		require.NoError(t, m.Unlock(bg))
+	}
+	took := time.Since(start)
+	stats := b.srv.CommandStats(t)
+	seeds := stats["time"] // the fence counter ran out (it lives lua.CounterTTL) and was seeded
+	require.LessOrEqual(t, seeds, int64(took/lua.CounterTTL)+1, "seeds in %v", took)
+	want := map[string]int64{"evalsha": 2, "exists": 1, "incr": 1, "hset": 1, "pexpire": 1, "hmget": 1, "del": 1}
+	seed := map[string]int64{"time": 1, "set": 1}
+	calls := int64(0)
+	for cmd, n := range stats {
+		switch cmd {
+		case "info", "config|resetstat", "hello", "client|setinfo", "client|tracking":
+			continue // the test's and a connection's, not the cycles'
+		}
+		calls += n
+		if w := want[cmd]*cycles + seed[cmd]*seeds; w != n {
+			t.Errorf("%s x%d in %d cycles (%d seeds), want %d", cmd, n, cycles, seeds, w)
+		}
+	}
+	require.EqualValues(t, 8*cycles+2*seeds, calls, "server calls in %d cycles (%d seeds)", cycles, seeds)
 }
