@@ -2,6 +2,8 @@ package rlock_test
 
 import (
 	"context"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -124,4 +126,110 @@ func TestMutex_uncontendedCycleOfAnotherHandleIsEightCalls(t *testing.T) {
 		}
 	}
 	require.EqualValues(t, 8*cycles+2*seeds, calls, "server calls in %d cycles (%d seeds)", cycles, seeds)
+}
+
+// README guarantee 7 (and the supported-versions table): on Redis 7, release and renewal work
+// on a server out of memory (maxmemory, noeviction), for the family as for the Mutex
+// (TestMutex_releaseAndRenewalWorkWhenRedisIsFull): the release scripts and the read-write
+// lock's renewals run with allow-oom (lua's TestScripts_haveHeaders checks the flags), and the
+// plain lock's renewal (FairMutex, SpinMutex) uses only commands a full server accepts. This
+// holds a FairMutex, a SpinMutex, an RWMutex's write hold and another's read hold in watchdog
+// mode, a Semaphore's and a PermitSemaphore's permits and a latch's count, fills the server,
+// lets the watchdog renew the leases there for two leases (no round failing), and gives each
+// back.
+func TestGuarantee7_familyReleasesAndRenewsOnAFullServer(t *testing.T) {
+	t.Parallel() // a server of its own
+	b := realBackend(t, redistest.WithArgs("--maxmemory-policy", "noeviction"))
+	const lease = time.Second
+	rounds := make(chan rlock.RenewalRoundInfo, 64)
+	c, err := rlock.New(b.rueidis(t), rlock.WithWatchdogTimeout(lease), rlock.WithObserver(&rlock.Observer{
+		RenewalRound: func(e rlock.RenewalRoundInfo) {
+			select {
+			case rounds <- e:
+			default:
+			}
+		},
+	}))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+	name := redistest.Name(t)
+	fair, spin := c.FairMutex(name+"-fair"), c.SpinMutex(name+"-spin")
+	w, r := c.RWMutex(name+"-w"), c.RWMutex(name+"-r")
+	sem, ps, latch := c.Semaphore(name+"-sem"), c.PermitSemaphore(name+"-psem"), c.CountDownLatch(name+"-latch")
+	require.NoError(t, fair.Lock(bg))
+	require.NoError(t, spin.Lock(bg))
+	require.NoError(t, w.Lock(bg))
+	require.NoError(t, r.RLock(bg))
+	ok, err := sem.TrySetPermits(bg, 2)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.NoError(t, sem.Acquire(bg, 2))
+	ok, err = ps.TrySetPermits(bg, 1)
+	require.NoError(t, err)
+	require.True(t, ok)
+	p, err := ps.Acquire(bg, time.Minute)
+	require.NoError(t, err)
+	ok, err = latch.TrySetCount(bg, 2)
+	require.NoError(t, err)
+	require.True(t, ok)
+
+	info, err := b.do(t, "INFO", "memory")
+	require.NoError(t, err)
+	text, _ := info.ToString()
+	var used int64
+	for _, line := range strings.Split(text, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "used_memory:"); ok {
+			used, _ = strconv.ParseInt(v, 10, 64)
+		}
+	}
+	require.Positive(t, used)
+	_, err = b.do(t, "CONFIG", "SET", "maxmemory", strconv.FormatInt(used/2, 10))
+	require.NoError(t, err)
+	defer b.do(t, "CONFIG", "SET", "maxmemory", "0")
+	_, err = b.do(t, "SET", name, "x")
+	require.ErrorContains(t, err, "OOM", "the server must be full for this test")
+	require.ErrorContains(t, c.Mutex(name+"-new").Lock(bg), "OOM", "acquiring fails with a clear error")
+
+	// Renewal rounds over two leases of a full server, none failing: every lease (1 s) was
+	// renewed there, or it would have run out (the rounds merge the leases due, so a round
+	// need not renew all four).
+	full := time.Now()
+	for len(rounds) > 0 {
+		<-rounds
+	}
+	leases := 0
+	for time.Since(full) < 2*lease || leases < 8 {
+		select {
+		case e := <-rounds:
+			require.Zero(t, e.Failures, "a renewal round on a full server: %+v", e)
+			leases += e.Leases
+		case <-time.After(10 * lease):
+			t.Fatalf("no renewal round within %v (%d leases renewed since the server was full)", 10*lease, leases)
+		}
+	}
+	for _, l := range []interface{ Err(context.Context) error }{fair, spin, w} {
+		require.NoError(t, l.Err(bg))
+	}
+	require.NoError(t, r.RLocker().Err(bg))
+
+	require.NoError(t, fair.Unlock(bg))
+	require.NoError(t, spin.Unlock(bg))
+	require.NoError(t, w.Unlock(bg))
+	require.NoError(t, r.RUnlock(bg))
+	require.NoError(t, sem.Release(bg, 2))
+	require.NoError(t, ps.Release(bg, p.ID))
+	require.NoError(t, latch.CountDown(bg))
+	require.NoError(t, latch.CountDown(bg))
+	for _, key := range []string{fair.Key(), spin.Key(), w.Key(), r.Key()} {
+		require.False(t, b.exists(t, key), "%s freed", key)
+	}
+	n, err := sem.AvailablePermits(bg)
+	require.NoError(t, err)
+	require.Equal(t, 2, n)
+	n, err = ps.AvailablePermits(bg)
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	left, err := latch.Count(bg)
+	require.NoError(t, err)
+	require.Zero(t, left)
 }
