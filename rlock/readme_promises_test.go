@@ -2,11 +2,14 @@ package rlock_test
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/redis/rueidis"
 	"github.com/stretchr/testify/require"
 
 	"github.com/relock-go/relock/internal/redistest"
@@ -232,4 +235,71 @@ func TestGuarantee7_familyReleasesAndRenewsOnAFullServer(t *testing.T) {
 	left, err := latch.Count(bg)
 	require.NoError(t, err)
 	require.Zero(t, left)
+}
+
+// README, "Beside go-redis": a Client made by rlock.Dial opens 2 connections to a standalone
+// server, and a third (the shared pub/sub connection) once a Lock has had to wait, however
+// many goroutines lock through it; 0 are left after Close. TestDial asserts only more than
+// none and none after Close.
+func TestDial_connectionsPerClient(t *testing.T) {
+	t.Parallel() // a server of its own
+	b := realBackend(t)
+	clients := func() int {
+		msg := b.srv.Do(t, "CLIENT", "LIST")
+		s, _ := msg.ToString()
+		return strings.Count(s, "\n") // one line per connection
+	}
+	before := clients() // the test's own
+	c, err := rlock.Dial(rueidis.ClientOption{InitAddress: []string{b.srv.Addr()}})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+	name := redistest.Name(t)
+	m := c.Mutex(name)
+	require.NoError(t, m.Lock(bg))
+	require.NoError(t, m.Unlock(bg))
+	require.Equal(t, 2, clients()-before, "after one cycle")
+
+	var wg sync.WaitGroup
+	errs := make(chan error, 64)
+	for i := range 64 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			m := c.Mutex(fmt.Sprintf("%s-%d", name, i)) // uncontended: nobody waits
+			for range 200 {
+				if err := m.Lock(bg); err != nil {
+					errs <- err
+					return
+				}
+				if err := m.Unlock(bg); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	require.Equal(t, 2, clients()-before, "after 64 goroutines x 200 cycles")
+
+	require.NoError(t, m.Lock(bg))
+	waiter := make(chan error, 1)
+	go func() {
+		w := c.Mutex(name) // another handle: another owner, which waits
+		if err := w.Lock(bg); err != nil {
+			waiter <- err
+			return
+		}
+		waiter <- w.Unlock(bg)
+	}()
+	redistest.WaitFor(t, 5*time.Second, "a third connection for the waiter", func() bool { return clients()-before == 3 })
+	require.NoError(t, m.Unlock(bg))
+	require.NoError(t, await(t, waiter, 10*time.Second, "the waiter"))
+	require.Equal(t, 3, clients()-before, "with a waiter (the pub/sub connection stays)")
+
+	require.NoError(t, c.Close())
+	redistest.WaitFor(t, 5*time.Second, "Dial's connections to close", func() bool { return clients() == before })
 }
