@@ -303,3 +303,44 @@ func TestDial_connectionsPerClient(t *testing.T) {
 	require.NoError(t, c.Close())
 	redistest.WaitFor(t, 5*time.Second, "Dial's connections to close", func() bool { return clients() == before })
 }
+
+// README, "Coming from Redisson": Mutex.TTL is 0 when the lock is not locked, -1ms when its
+// key has no expiry (not set by relock), else the remaining lease: Redisson's
+// remainTimeToLive gives -2 and -1 for the first two.
+func TestMutex_TTL_asRedissonsRemainTimeToLive(t *testing.T) {
+	t.Parallel() // a server of its own
+	b := realBackend(t)
+	c := b.client(t)
+	m := c.Mutex(redistest.Name(t))
+	ttl, err := m.TTL(bg)
+	require.NoError(t, err)
+	require.Zero(t, ttl, "not locked")
+	require.NoError(t, m.Lock(bg)) // the handle's next Lock within a second is a fast grant
+	require.NoError(t, m.Unlock(bg))
+	for _, form := range []struct{ name, keyType string }{{"fast form", "string"}, {"full form", "hash"}} {
+		const lease = 10 * time.Second
+		require.NoError(t, m.LockLease(bg, lease))
+		if form.name == "full form" {
+			require.NoError(t, m.LockLease(bg, lease)) // a re-entry writes the full form
+		}
+		typ, err := b.do(t, "TYPE", m.Key())
+		require.NoError(t, err)
+		got, _ := typ.ToString()
+		require.Equal(t, form.keyType, got, form.name)
+		ttl, err = m.TTL(bg)
+		require.NoError(t, err)
+		require.Greater(t, ttl, time.Duration(0), form.name)
+		require.LessOrEqual(t, ttl, lease, form.name)
+		_, err = b.do(t, "PERSIST", m.Key()) // as if not set by relock
+		require.NoError(t, err)
+		ttl, err = m.TTL(bg)
+		require.NoError(t, err)
+		require.Equal(t, -time.Millisecond, ttl, "%s with no expiry", form.name)
+		_, err = b.do(t, "DEL", m.Key())
+		require.NoError(t, err)
+		ttl, err = m.TTL(bg)
+		require.NoError(t, err)
+		require.Zero(t, ttl, "gone")
+		_ = m.Unlock(bg) // the hold is gone: ErrNotHeld, or the loss
+	}
+}
