@@ -344,3 +344,111 @@ func TestMutex_TTL_asRedissonsRemainTimeToLive(t *testing.T) {
 		_ = m.Unlock(bg) // the hold is gone: ErrNotHeld, or the loss
 	}
 }
+
+// README, "Hooks and logs": hooks run "without the Client's internal locks (a hook may ask
+// the lock its Err or TTL)". The Observer's godoc promises it of HoldEnd
+// (TestReviewOps_holdEndCallingTheLockDeadlocks covers HoldEnd at an Unlock); this asks the
+// lock its Err, TTL and IsLocked from every hook the lock's life calls: AcquireStart and
+// AcquireDone (a grant, a wait, a hand-off), ReleaseStart and ReleaseDone, RenewalRound, and
+// HoldEnd at an Unlock, at a loss the watchdog finds, at a fixed lease's end and at Close.
+// Every step must end within a bound: a hook that deadlocked on an internal lock would stall it.
+func TestObserver_hooksMayAskTheLock(t *testing.T) {
+	t.Parallel() // a server of its own
+	b := realBackend(t)
+	const lease = time.Second
+	var (
+		mu      sync.Mutex
+		handles []*rlock.Mutex
+		asked   = map[string]int{}
+	)
+	ask := func(hook string) {
+		mu.Lock()
+		hs := append([]*rlock.Mutex(nil), handles...)
+		mu.Unlock()
+		ctx, cancel := context.WithTimeout(bg, 5*time.Second)
+		defer cancel()
+		for _, m := range hs {
+			_ = m.Err(ctx)
+			_, _ = m.TTL(ctx)
+			_, _ = m.IsLocked(ctx)
+		}
+		mu.Lock()
+		asked[hook]++
+		mu.Unlock()
+	}
+	c, err := rlock.New(b.rueidis(t), rlock.WithWatchdogTimeout(lease), rlock.WithObserver(&rlock.Observer{
+		AcquireStart: func(ctx context.Context, _ rlock.AcquireStartInfo) context.Context {
+			ask("AcquireStart")
+			return ctx
+		},
+		AcquireDone:  func(context.Context, rlock.AcquireDoneInfo) { ask("AcquireDone") },
+		ReleaseStart: func(ctx context.Context, _ rlock.ReleaseStartInfo) context.Context { ask("ReleaseStart"); return ctx },
+		ReleaseDone:  func(context.Context, rlock.ReleaseDoneInfo) { ask("ReleaseDone") },
+		HoldEnd:      func(e rlock.HoldEndInfo) { ask("HoldEnd " + string(e.Cause)) },
+		RenewalRound: func(rlock.RenewalRoundInfo) { ask("RenewalRound") },
+	}))
+	require.NoError(t, err)
+	name := redistest.Name(t)
+	a, w := c.Mutex(name), c.Mutex(name)
+	mu.Lock()
+	handles = append(handles, a, w)
+	mu.Unlock()
+	step := func(what string, f func() error) {
+		t.Helper()
+		done := make(chan error, 1)
+		go func() { done <- f() }()
+		select {
+		case err := <-done:
+			require.NoError(t, err, what)
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s did not return within 10s: a hook asking the lock stalled it", what)
+		}
+	}
+	step("Lock", func() error { return a.Lock(bg) })
+	waiter := make(chan error, 1)
+	go func() { waiter <- w.Lock(bg) }() // waits, then is handed the lock
+	redistest.WaitFor(t, 5*time.Second, "the waiter to wait", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return asked["AcquireStart"] >= 2
+	})
+	redistest.WaitFor(t, 5*lease, "a renewal round", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return asked["RenewalRound"] > 0
+	})
+	step("Unlock (a hand-off to the waiter)", func() error { return a.Unlock(bg) })
+	step("the waiter's Lock", func() error { return <-waiter })
+	step("Unlock", func() error { return w.Unlock(bg) })
+	step("a loss the watchdog finds", func() error {
+		if err := a.Lock(bg); err != nil {
+			return err
+		}
+		if _, err := b.do(t, "DEL", a.Key()); err != nil {
+			return err
+		}
+		<-a.Done(bg)
+		return nil
+	})
+	_ = a.Unlock(bg) // ErrNotHeld with the loss
+	step("a fixed lease's end", func() error {
+		if err := a.LockLease(bg, 50*time.Millisecond); err != nil {
+			return err
+		}
+		<-a.Done(bg)
+		return nil
+	})
+	_ = a.Unlock(bg) // ErrLeaseExpired
+	step("Close", func() error {
+		if err := a.Lock(bg); err != nil {
+			return err
+		}
+		return c.Close()
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	for _, hook := range []string{"AcquireStart", "AcquireDone", "ReleaseStart", "ReleaseDone", "RenewalRound",
+		"HoldEnd unlock", "HoldEnd lost", "HoldEnd lease_expired", "HoldEnd closed"} {
+		require.Positive(t, asked[hook], "%s asked the lock (%v)", hook, asked)
+	}
+}
