@@ -318,6 +318,7 @@ func (rh *redHold) finishLocked() {
 	cause := rh.ended
 	ro := rh.obs
 	rh.obs = nil
+	ro.take() // the observer's Close waits for its report (ended, below)
 	if rh.done == nil {
 		rh.done = make(chan struct{})
 	}

@@ -20,7 +20,9 @@ import (
 // the redObs under the same mu and calls HoldEnd once. The Close of the Client whose
 // observer hears the tenure also takes it (closeHooks): HoldEnd with cause closed, before
 // that Close returns, even when the tenure goes on on the other instances (nothing more is
-// told of it). Whichever takes the redObs first reports; the other finds none.
+// told of it). Whichever takes the redObs first reports; the other finds none. An end that
+// takes it on another goroutine (another Client's Close) counts its report as a hook being
+// called (redObs.take), so that the observer's Close waits for it before it returns.
 
 // observedBy is the first of r's Clients (in the order of their ids) that has an observer,
 // nil when none has one, or when that Client is closed (a call then tells nothing).
@@ -53,6 +55,7 @@ type redObs struct {
 	start       time.Duration // the grant, on c.obs's clock
 	token       int64         // the tenure's, set with fresh or by a re-entry (reenter)
 	stop        func()        // cancels the Close hook; guarded by the redHold's mu
+	entered     bool          // take counted the report as a hook being called (ended leaves)
 	// closedAtBegin: the observer's Client had closed when the tenure began (a call under
 	// way at its Close, granted by the other Clients' instances): the call tells the
 	// tenure's end (cause closed) right after its AcquireDone (acquireObserved).
@@ -116,8 +119,30 @@ func (rh *redHold) observerClosed(ro *redObs) {
 	ro.report(ErrClosed)
 }
 
+// take is called by the tenure's end (finishLocked) that has just taken ro from its redHold,
+// under the redHold's mu, before it tells the end (ended), after the tenure's contexts, Done
+// and the table: it counts the report as a hook being called (observer.enter), so that the
+// Close of the observer's Client, whose hook (observerClosed) then finds no report to take,
+// waits for it before it returns (observer.settle). Told by ended as it was, once Close
+// returned (another Client's Close ended the tenure: the RedLock's Clients closing
+// together), the HoldEnd was dropped (observer.shut), and the tenure, begun for the Observer,
+// never ended (TestRedLock_holdEndTakenByAnotherClosesEndIsToldBeforeObserversCloseReturns,
+// found by TestCloseHunt under load). When that Close has returned already, its hook did not
+// find ro because watchClose had not added it yet: the call that began the tenure is still
+// under way, and tells the end after its AcquireDone (closedAtBegin). A nil ro does nothing.
+func (ro *redObs) take() {
+	if ro == nil {
+		return
+	}
+	if ro.c.obs.enter() {
+		ro.entered = true
+		return
+	}
+	ro.closedAtBegin.Store(true)
+}
+
 // ended reports the end of ro's tenure with cause (finishLocked has taken ro from its
-// redHold). A nil ro reports nothing.
+// redHold, take). A nil ro reports nothing; nor does one whose call tells it (closedAtBegin).
 func (ro *redObs) ended(cause error) {
 	if ro == nil {
 		return
@@ -125,7 +150,11 @@ func (ro *redObs) ended(cause error) {
 	if ro.stop != nil { // taken from the redHold under its mu: nobody else touches it now
 		ro.stop()
 	}
-	ro.report(cause)
+	if !ro.entered {
+		return
+	}
+	defer ro.c.obs.leave()
+	ro.c.obs.holdEndOfCall(ro.endInfo(cause))
 }
 
 func (ro *redObs) report(cause error) {
