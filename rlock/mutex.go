@@ -149,7 +149,9 @@ func (m *Mutex) ownerOf(ctx context.Context) (string, error) {
 
 // Lock blocks until the lock is held by the caller's owner, then keeps it held (watchdog
 // mode) until Unlock. If the owner already holds it through this Client, Lock adds a hold
-// at once: a re-entry never waits behind other waiters.
+// at once: a re-entry never waits behind other waiters (only, within ctx, for the owner's
+// other call on the lock through this Client, if one is under way: the owner's calls on a
+// lock take turns).
 //
 // Lock never outlives ctx by more than 100ms, even while Redis does not answer. Work left
 // to do when ctx ends (resolving an acquire whose reply was lost, giving back a grant that
