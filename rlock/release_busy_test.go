@@ -77,10 +77,14 @@ func TestMutex_Unlock_waitingOutTheOwnersOtherCallGivesUpWithItsHoldKept(t *test
 func TestMutex_Unlock_afterWaitingForItsTurnSendsWithAWholeCleanupTimeout(t *testing.T) {
 	t.Parallel() // its own server(s), Clients and names; bounds of hundreds of milliseconds
 	b := realBackend(t)
+	// The bounds leave a loaded machine (CI: -race, two cores) most of a second each: the
+	// second Unlock's turn comes 0.8 s before its wait's cleanup timeout ends, and its slow
+	// give-back is answered 0.8 s inside its own; with the timeout it shared, at most
+	// cleanup-letGo = 0.8 s was left for an answer that takes 1.2 s.
 	const (
-		cleanup = time.Second
-		letGo   = 700 * time.Millisecond // the first Unlock lets go this long after the second began
-		slow    = 500 * time.Millisecond // the second's give-back takes this long to answer
+		cleanup = 2 * time.Second
+		letGo   = 1200 * time.Millisecond // the first Unlock lets go this long after the second began
+		slow    = 1200 * time.Millisecond // the second's give-back takes this long to answer
 	)
 	var first, second atomic.Bool
 	release := make(chan struct{})
@@ -144,10 +148,14 @@ func TestMutex_Unlock_afterWaitingForItsTurnSendsWithAWholeCleanupTimeout(t *tes
 func TestMutex_lostAcquireReplyGivesBackItsLateGrantWithAWholeCleanupTimeout(t *testing.T) {
 	t.Parallel() // its own server(s), Clients and names; bounds of hundreds of milliseconds
 	b := realBackend(t)
+	// The bounds leave a loaded machine (CI: -race, two cores) whole seconds: the replay's
+	// answer does not depend on the time it has left (sent without the deadline, below), and
+	// the give-back's slow answer comes 1.6 s inside its own cleanup timeout; with the
+	// timeout it shared, at most left.
 	const (
-		cleanup = time.Second
+		cleanup = 2 * time.Second
 		left    = 150 * time.Millisecond // what the slow replay leaves of its cleanup timeout
-		slow    = 500 * time.Millisecond // the give-back takes this long to answer
+		slow    = 400 * time.Millisecond // the give-back takes this long to answer
 	)
 	var lose, replaySlow, releaseSlow atomic.Bool
 	ctx, cancel := context.WithCancel(bg)
@@ -177,7 +185,10 @@ func TestMutex_lostAcquireReplyGivesBackItsLateGrantWithAWholeCleanupTimeout(t *
 			}
 			replaySlow.Store(false)
 			releaseSlow.Store(true)
-			return call()
+			// Answered whatever is left of the deadline: sent under it (call), the replay
+			// got no answer when a loaded machine took longer than left to send it and
+			// read the reply, and the outcome stayed unknown, with nothing given back.
+			return cmd.sendWith(context.Background())
 		case cmd.script == "release" && releaseSlow.CompareAndSwap(true, false):
 			// The give-back of the grant: Redis answers it within the cleanup timeout.
 			var err error
