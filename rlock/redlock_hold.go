@@ -41,6 +41,10 @@ type redHold struct {
 	// close of done): the hold stays in redHolds meanwhile, so that Done, asked then, returns
 	// done (still open) rather than an already closed channel for a hold it cannot find.
 	telling int
+	// told is closed once the last tenure's end (finishLocked) has been told whole, its
+	// HoldEnd included; nil before any ended. The owner's last Unlock waits for it (reset):
+	// the end may be told by an instance's give-back on its own goroutine.
+	told    chan struct{}
 	subs    map[*func(error)]struct{}
 	quorum  int
 	closing []func() bool // stop the Close watches of an ended hold (see watchClose)
@@ -323,6 +327,8 @@ func (rh *redHold) finishLocked() {
 		rh.done = make(chan struct{})
 	}
 	done := rh.done
+	told := make(chan struct{})
+	rh.told = told
 	subs := rh.subs
 	rh.subs = make(map[*func(error)]struct{})
 	var stops []func()
@@ -348,9 +354,18 @@ func (rh *redHold) finishLocked() {
 	rh.mu.Unlock()
 	rh.drop() // kept in the table while the end was told
 	ro.ended(cause)
+	close(told)
 }
 
-// reset forgets the hold: the owner's last Unlock gave every instance back.
+// reset forgets the hold: the owner's last Unlock gave every instance back. It returns once
+// the tenure's end has been told whole (HoldEnd included), by reset itself or by the
+// instance's give-back that left fewer than a majority holding it (instanceEnded, on that
+// give-back's goroutine, which the Unlock does not wait for once a majority has answered):
+// an Unlock that ends a tenure calls HoldEnd before its ReleaseDone (Observer's godoc).
+// Before, reset found the tenure ended by that give-back and returned while its end was
+// still being told: ReleaseDone (Freed) came before the HoldEnd
+// (TestRedLock_lastUnlockCallsHoldEndBeforeReleaseDoneWhenAnInstanceEndsTheTenure;
+// TestObserver_redLockTenures under load).
 func (rh *redHold) reset() {
 	rh.mu.Lock()
 	rh.gen++
@@ -359,6 +374,7 @@ func (rh *redHold) reset() {
 		rh.finishLocked()
 		rh.mu.Lock()
 	}
+	told := rh.told
 	// rh.done stays: the ended tenure's channel, closed by its finishLocked (which may still
 	// be cancelling the tenure's contexts, when the tenure ended by a loss).
 	rh.count, rh.token, rh.ended, rh.releasing = 0, 0, nil, false
@@ -368,6 +384,9 @@ func (rh *redHold) reset() {
 	rh.mu.Unlock()
 	for _, stop := range stops {
 		stop()
+	}
+	if told != nil {
+		<-told
 	}
 }
 
