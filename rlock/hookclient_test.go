@@ -418,6 +418,18 @@ func delayReplies(rc rueidis.Client, delay time.Duration) *delayedReplies {
 	return d
 }
 
+// answerAfter is a hook's step for a Redis slow to answer: it sends the call on once d has
+// passed, unless ctx (the call's) ends first, when the call is not sent and its result is
+// ctx's error.
+func answerAfter(ctx context.Context, d time.Duration, call func() rueidis.RedisResult) rueidis.RedisResult {
+	select {
+	case <-time.After(d):
+		return call()
+	case <-ctx.Done():
+		return rueidis.NewErrorResult(ctx.Err())
+	}
+}
+
 // scriptCount is a hookClient that counts the scripts sent through it (countScripts).
 type scriptCount struct {
 	*hookClient

@@ -481,18 +481,8 @@ func TestPermitSemaphore_spendsGiveBackOfALostSendsGrantHasAWholeCleanupTimeout(
 			return cmd.sendWith(context.Background())
 		case cmd.script == "psem_release" && releaseSlow.CompareAndSwap(true, false):
 			// The give-back of the permit: Redis answers it within the cleanup timeout.
-			var err error
-			select {
-			case <-time.After(slow):
-			case <-hctx.Done():
-				err = hctx.Err()
-			}
-			res := rueidis.NewErrorResult(err)
-			if err == nil {
-				res = call()
-				err = res.Error()
-			}
-			gaveBack <- err
+			res := answerAfter(hctx, slow, call)
+			gaveBack <- res.Error()
 			return res
 		}
 		return call()

@@ -98,11 +98,7 @@ func TestMutex_Unlock_afterWaitingForItsTurnSendsWithAWholeCleanupTimeout(t *tes
 			return cmd.sendWith(context.Background())
 		}
 		if second.CompareAndSwap(true, false) {
-			select { // a Redis slow to answer, within the cleanup timeout
-			case <-time.After(slow):
-			case <-ctx.Done():
-				return rueidis.NewErrorResult(ctx.Err())
-			}
+			return answerAfter(ctx, slow, call) // a Redis slow to answer, within the cleanup timeout
 		}
 		return call()
 	})
@@ -191,20 +187,8 @@ func TestMutex_lostAcquireReplyGivesBackItsLateGrantWithAWholeCleanupTimeout(t *
 			return cmd.sendWith(context.Background())
 		case cmd.script == "release" && releaseSlow.CompareAndSwap(true, false):
 			// The give-back of the grant: Redis answers it within the cleanup timeout.
-			var err error
-			select {
-			case <-time.After(slow):
-			case <-hctx.Done():
-				err = hctx.Err()
-			}
-			var res rueidis.RedisResult
-			if err == nil {
-				res = call()
-				err = res.Error()
-			} else {
-				res = rueidis.NewErrorResult(err)
-			}
-			gaveBack <- err
+			res := answerAfter(hctx, slow, call)
+			gaveBack <- res.Error()
 			return res
 		}
 		return call()
