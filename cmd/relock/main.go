@@ -463,7 +463,7 @@ func (e *env) forceUnlock(parent context.Context, name string) int {
 	default:
 		return e.fail(fmt.Errorf("force-unlock %q: a %s is not a lock: force-unlock frees locks only", name, in.Kind))
 	}
-	if in.Kind == rlock.KindNone || len(in.Holders) == 0 {
+	if holdsNothing(in) {
 		return e.nothingFreed(name, in.Kind, fmt.Sprintf("%s is not held: nothing to free", quoteName(name)), exitNothing)
 	}
 	if !e.cfg.yes {
