@@ -500,11 +500,8 @@ func (c *Client) cleanupCtx(ctx context.Context) (context.Context, context.Cance
 // steps that may have spent that context's timeout waiting (a give-back after the replays
 // that learnt what to give back).
 func (c *Client) ownCleanupCtx(ctx context.Context) (context.Context, context.CancelFunc) {
-	switch cv := ctx.(type) {
-	case callerValues:
-		ctx = cv.values
-	case *sendCtx:
-		ctx = cv.values
+	if cv, ok := ctx.(callerValues); ok {
+		ctx = cv.values // cleanupCtx would keep it whole; a sendCtx it unwraps itself
 	}
 	return c.cleanupCtx(ctx)
 }
