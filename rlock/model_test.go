@@ -623,7 +623,8 @@ func withFault(ctx context.Context, f *opFault) context.Context {
 // with the others.
 type modelFaults struct {
 	hc             *hookClient    // the rueidis client to give the Client
-	rc             rueidis.Client // the client hc wraps: the injected error replies go straight to it
+	rc             rueidis.Client // the client hc wraps: the injected error replies come from it
+	replies        sync.Map       // message -> *rueidis.RedisError (errorReply)
 	refuseRenewals atomic.Bool
 	loseRenewals   atomic.Bool // the renewals are applied and their replies lost (repliesLost)
 
@@ -706,7 +707,7 @@ func (mf *modelFaults) hook(ctx context.Context, cmd hookCall, call func() rueid
 		if st.kind == fBusy {
 			msg = "LOADING model: injected error"
 		}
-		return mf.rc.Do(ctx, mf.rc.B().Eval().Script("return redis.error_reply(ARGV[1])").Numkeys(0).Arg(msg).Build())
+		return mf.errorReply(ctx, msg)
 	case fDrop:
 		res := call()
 		if res.Error() != nil {
@@ -736,6 +737,23 @@ func (mf *modelFaults) hook(ctx context.Context, cmd hookCall, call func() rueid
 		}
 	}
 	return call()
+}
+
+// errorReply returns Redis's error reply msg (a *rueidis.RedisError, which only a reply
+// makes), asked of Redis once per message and then answered at once: a refusal writes
+// nothing, and a round trip per injected refusal let a deadline cut one in flight under load,
+// which the Client rightly takes for an unknown outcome
+// (TestModelRegression_refusedReleaseEndsParkedWaiter beside a CPU hog, 1 run in 13:
+// "outcome unknown: context deadline exceeded", want the injected error).
+func (mf *modelFaults) errorReply(ctx context.Context, msg string) rueidis.RedisResult {
+	if re, ok := mf.replies.Load(msg); ok {
+		return rueidis.NewErrorResult(re.(*rueidis.RedisError))
+	}
+	res := mf.rc.Do(ctx, mf.rc.B().Eval().Script("return redis.error_reply(ARGV[1])").Numkeys(0).Arg(msg).Build())
+	if re, ok := rueidis.IsRedisErr(res.Error()); ok {
+		mf.replies.Store(msg, re)
+	}
+	return res
 }
 
 // lateSend is the first send of a script call that an fLate stage kept back: its caller got
