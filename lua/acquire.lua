@@ -17,10 +17,12 @@
 --           answered from the state it finds (a replay, or a first send arriving after its
 --           replay), and a lower one is refused with {0, 0}, writing nothing (a send that
 --           lingered in the network past the next operation). A replay (a send after the
---           first) sends it as '+' .. number: unless answered from the state, the number is
---           then spent, recorded in the fence for a while (lib_spent.lua), so that the first
---           send, reaching Redis after the lock was freed (the replay's grant given back) or
---           after the replay's refusal, grants nothing ({0, 0}).
+--           first) sends it as '+' .. number: the number is then spent, recorded in the
+--           fence for a while (lib_spent.lua), so that the first send, reaching Redis after
+--           the lock was freed (the replay's grant given back) or after the replay's refusal,
+--           grants nothing ({0, 0}); and so is a replay answered from the state, so that a
+--           later replay, sent once that grant's lease ran out (nobody recorded it: the
+--           replies were lost), does not take the lock again.
 -- ARGV[4] = (optional) '1' when the caller, if refused, waits on the release channel: the
 --           refusal then marks the lock (field w) so that its release publishes (release.lua);
 --           '2' when the caller has been waiting already: a grant marks the lock too (other
@@ -227,12 +229,16 @@ if shared then
 end
 if holds and last then
   if last == seq then
-    -- applied already: answered from the state
+    -- applied already: answered from the state (a replay spends the number: see ARGV[3])
     if fastMine then
       token = fastMine.convert('1', seq, token)
       if type(token) == 'table' then
         return token
       end
+    end
+    if replay then
+      local r = fastMine or rare()
+      r.spend(lock, fence, seq, r.serverMs(), r.keep)
     end
     if shared then
       return {1, token, tonumber(holds), mine}

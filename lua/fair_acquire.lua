@@ -162,6 +162,7 @@ if holds then
   if last == req then
     drop()
     wake()
+    spendReplay() -- answered from the state: a later replay, once this hold ended, grants nothing
     return granted(tonumber(got[3] or '0'), tonumber(holds), mine)
   end
   if spent or superseded(req, last) then

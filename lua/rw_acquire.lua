@@ -172,6 +172,7 @@ local function reenter(f, token)
   local got = redis.call('hmget', lock, f, 'q:' .. f)
   local last, mine = seqLast(owner, got[2], req)
   if last == req then
+    spendReplay() -- answered from the state: a later replay, once this hold ended, grants nothing
     return granted(token, tonumber(got[1]), mine)
   end
   if spent or superseded(req, last) then

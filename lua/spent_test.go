@@ -139,6 +139,29 @@ func TestAcquire_spentRequestIDs(t *testing.T) {
 				}
 				free()
 
+				// A replay answered from the state (its first send was applied, the reply
+				// lost) spends the id too: once that hold has ended (its lease ran out: nobody
+				// recorded it), a later replay of the request grants nothing afresh. Before, it
+				// took the free lock again, a second hold for a caller that had gone (the model
+				// test, RWMutex seed 14194729840834505905: a background replay 22 ms after the
+				// first grant's lease ended, its reply lost too).
+				if v := acq("h:e", "c.12"); v[0] != 1 {
+					t.Fatalf("c.12: %v", v)
+				}
+				if v := acq("h:e", "+c.12"); v[0] != 1 || v[2] != 1 {
+					t.Fatalf("replay of the applied c.12: %v", v)
+				}
+				if f := fence(); !strings.Contains(f, "/c.12/") {
+					t.Fatalf("a replay answered from the state does not record c.12 as spent: %q", f)
+				}
+				free() // its lease ran out
+				if v := acq("h:e", "+c.12"); v[0] != 0 || v[1] != 0 {
+					t.Fatalf("a replay of c.12 after its hold ended: %v, want {0, 0}", v)
+				}
+				if n, _ := do("EXISTS", "{s}").AsInt64(); n != 0 {
+					t.Fatal("the replay of c.12 after its hold ended wrote the lock")
+				}
+
 				// Records run out: an ended one grants again, and the next grant drops it.
 				do("SET", "{s}:fence", "5/c.9/1")
 				if v := acq("h:c", "c.9"); v[0] != 1 {
