@@ -255,10 +255,13 @@ func TestDial(t *testing.T) {
 func TestRelease_renewalBetweenFirstSendAndReplay(t *testing.T) {
 	t.Parallel() // its own servers; it waits out leases
 	eachBackend(t, func(t *testing.T, b *backend) {
-		// 1s: renewed at 667ms, the replay that follows it has about 300ms before the
-		// deadline on a loaded machine (300ms left it about 90ms).
-		const wd = time.Second
-		hc, c := hardSetup(t, b, rlock.WithWatchdogTimeout(wd))
+		// Renewed at 600 ms of a 3 s lease: a stall of the process up to about 2.3 s before the
+		// renewal (the lease then expires locally, unrenewed: no renewal ever comes) or after
+		// it (before the Unlock's replay) changes nothing. With a 1 s lease renewed at 667 ms,
+		// one run of rlock's tests beside a CPU hog (session 29) waited 5 s for a renewal that
+		// never came (300ms had left the replay about 90ms).
+		const wd = 3 * time.Second
+		hc, c := hardSetup(t, b, rlock.WithWatchdogTimeout(wd), rlock.WithRenewFraction(0.2))
 		m := c.Mutex(redistest.Name(t))
 		require.NoError(t, m.Lock(bg))
 		var renewals, sends atomic.Int32
