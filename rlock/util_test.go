@@ -4,6 +4,7 @@ import (
 	"iter"
 	"os"
 	"runtime"
+	"slices"
 	"strconv"
 	"sync"
 	"testing"
@@ -156,3 +157,75 @@ func watchStallsOver(threshold time.Duration, onStall func(gap time.Duration)) f
 		return overlap(stalls, start, end)
 	}
 }
+
+// watchSlotStalls measures, as watchStalls does, how long this process stalled, for bounds
+// that a stall of either scheduler slot moves (a timer fires from the heap of the slot it
+// was set on; a woken goroutine waits in a slot's queue): several samplers (slotSamplers),
+// each on a 5ms ticker, started a fraction of a tick apart, and a moment counts as stalled
+// when any of them was late then (the union of their lateness), counted from the tick each
+// missed (a gap of g counts g-5ms once it is over a millisecond late), not only past
+// tickStall. One ticker counting gaps over tickStall missed both: beside a CPU hog, an
+// acquire that TestExplore_WaitBound's wait timer sent 34.5 ms after the bound while its
+// ticker saw no gap (another sampler of the process saw a 30 ms one then), and many late
+// sends after a few gaps of 7-19 ms (helper waitbound29: over 131 sends late by 5 ms or
+// more, up to 148 ms, what watchStalls did not count reached 30 ms, 12 ms at the 95th
+// percentile; what this one does not, 9.5 ms and 4.8 ms). A bound a library misses by
+// itself (a send held back while the process runs on) is still counted whole.
+func watchSlotStalls() func(start, end time.Time) time.Duration {
+	const tick = 5 * time.Millisecond
+	n := max(slotSamplers, 2*runtime.GOMAXPROCS(0))
+	var mu sync.Mutex
+	var late [][2]time.Time
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			select { // start a fraction of a tick after the previous sampler
+			case <-stop:
+				return
+			case <-time.After(time.Duration(i) * tick / time.Duration(n)):
+			}
+			tk := time.NewTicker(tick)
+			defer tk.Stop()
+			last := time.Now()
+			for {
+				select {
+				case <-stop:
+					return
+				case <-tk.C:
+				}
+				now := time.Now() // on waking (see watchStallsOver)
+				if now.Sub(last) > tick+time.Millisecond {
+					mu.Lock()
+					late = append(late, [2]time.Time{last.Add(tick), now})
+					mu.Unlock()
+				}
+				last = now
+			}
+		}()
+	}
+	var once sync.Once
+	var union [][2]time.Time
+	return func(start, end time.Time) time.Duration {
+		once.Do(func() {
+			close(stop)
+			wg.Wait()
+			slices.SortFunc(late, func(a, b [2]time.Time) int { return a[0].Compare(b[0]) })
+			for _, w := range late {
+				if k := len(union) - 1; k >= 0 && !w[0].After(union[k][1]) {
+					if w[1].After(union[k][1]) {
+						union[k][1] = w[1]
+					}
+					continue
+				}
+				union = append(union, w)
+			}
+		})
+		return overlap(union, start, end)
+	}
+}
+
+// slotSamplers is the fewest samplers of watchSlotStalls (2 per scheduler slot if more).
+const slotSamplers = 4
