@@ -611,7 +611,7 @@ func (x *wbRun) check() {
 			}
 		}
 	}
-	t.Logf("%d calls %v; %d hand-off sends; worst: attempt after bound %v (less the stalls then: %v), return after ctx end %v, TryLock return after wait %v, settle %v",
+	t.Logf("%d calls %v; %d hand-off sends; worst: attempt after bound %v (%v with the stalls meanwhile subtracted, the worst so), return after ctx end %v, TryLock return after wait %v, settle %v",
 		len(x.calls), counts, handoffs, worstBound.Round(time.Millisecond), worstBoundNet.Round(time.Millisecond), worstCtx.Round(time.Millisecond),
 		worstReturn.Round(time.Millisecond), worstSettle.Round(time.Millisecond))
 	if len(viol) > 0 {
