@@ -172,7 +172,10 @@ func WithInstanceTimeout(d time.Duration) RedLockOption {
 // bounded by the per-instance timeout: with commands and keys that [ACLRule] grants, and on
 // miniredis too. When a Client's probe key is found through another Client, the acquire fails
 // with ErrInvalid and so does every later call of a handle over that set. A server that does
-// not answer leaves the check to the next acquire. Not compared: a pair whose write or read
+// not answer leaves the check to the next acquire: while one stays silent (paused, or cut off
+// without a refused connection) from the set's first acquire on, every acquire over the set
+// waits the per-instance timeout for its probe before its round, which itself does not wait
+// for a silent minority. Not compared: a pair whose write or read
 // Redis refuses (two Clients with different key prefixes, each under its own ACL rule, cannot
 // read each other's keys), and a closed Client (it never grants). Not found: two Clients on
 // one server in different databases (rueidis's SelectDB): keys are per database, so each

@@ -430,3 +430,35 @@ func TestRedLock_ctxEndKeepsTheLastRoundsFailure(t *testing.T) {
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 	require.ErrorContains(t, err, "1 of 3 instances answered", "the last round's failure is not in the error")
 }
+
+// The duplicate-server check's steps are bounded by the instance timeout (NewRedLock's
+// godoc) also when the silent instance's connection holds requests of the owner's other work:
+// with one of 3 servers paused from the set's first acquire on, every acquire runs the check
+// again, and each TryLock with wait 0 returns within about the instance timeout. Before, the
+// check's probe SET went straight to rueidis, which on a connection with other requests
+// waiting heeds no deadline but a lone request's: one acquire in five waited until the
+// background give-back to the paused server timed out (the cleanup timeout: 2 s of a 2 s
+// cleanup timeout, 3 of 3 runs).
+func TestRedLock_duplicateCheckOnASilentServerBoundedByTheInstanceTimeout(t *testing.T) {
+	t.Parallel() // its own servers and Clients; it waits out instance timeouts
+	if testing.Short() {
+		t.Skip("pauses a server")
+	}
+	ss := redServers(t, 3)
+	const tmo, cleanup = 200 * time.Millisecond, 3 * time.Second
+	cs := redClients(t, addrsOf(ss), rlock.WithCleanupTimeout(cleanup))
+	r := rlock.NewRedLock(redistest.Name(t), cs, rlock.WithInstanceTimeout(tmo))
+	ss[2].Pause(t)
+	defer ss[2].Resume(t)
+	for i := range 6 {
+		start := time.Now()
+		ok, err := r.TryLock(bg, 0, 10*time.Second)
+		took := time.Since(start)
+		require.NoError(t, err)
+		require.True(t, ok, "granted by the two that answer")
+		// tmo for the check's write, tmo at most for the round; the rest is slack for a
+		// loaded machine, far below the cleanup timeout the check waited before.
+		require.Less(t, took, 2*tmo+time.Second, "acquire %d waited past the instance timeout", i)
+		require.NoError(t, r.Unlock(bg))
+	}
+}

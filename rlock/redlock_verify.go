@@ -24,7 +24,8 @@ func (c *Client) probeKey() string {
 // each instance writes its Client's id under a probe key of its own (SET PX redProbeTTL,
 // its key prefix), then each reads the other instances' probe keys (GET); a key found on
 // another instance's server means that both Clients reach one server (or servers that
-// replicate each other), and the handle is invalid. Each step is bounded by tmo; a server
+// replicate each other), and the handle is invalid. Each step is bounded by tmo (its requests
+// sent aside: leave); a server
 // that does not answer leaves the check incomplete, and the next acquire runs it again. A
 // pair that cannot be compared is not: an instance whose write is refused, a read refused
 // (an ACL user of one prefix cannot read another prefix's key: two Clients with different
@@ -61,7 +62,17 @@ func (r *RedLock) verify(ctx context.Context, tmo time.Duration) error {
 		}
 		ictx, cancel := context.WithTimeout(ctx, tmo)
 		defer cancel()
-		err := c.rc.Do(ictx, c.rc.B().Set().Key(c.probeKey()).Value(c.id).PxMilliseconds(redProbeTTL.Milliseconds()).Build()).Error()
+		// Aside (leave): on a connection where other requests wait, rueidis heeds no
+		// deadline but a lone request's, and held the probe of a paused server until a
+		// request of the Client's queued there before it timed out (the cleanup timeout;
+		// TestRedLock_duplicateCheckOnASilentServerBoundedByTheInstanceTimeout). A probe
+		// that lands later only writes a key that expires.
+		err, answered := leave(ictx, func() error {
+			return c.rc.Do(ictx, c.rc.B().Set().Key(c.probeKey()).Value(c.id).PxMilliseconds(redProbeTTL.Milliseconds()).Build()).Error()
+		})
+		if !answered {
+			return // no answer: the check is incomplete
+		}
 		switch _, isReply := rueidis.IsRedisErr(err); {
 		case err == nil:
 			state[i] = wrote
@@ -93,7 +104,14 @@ func (r *RedLock) verify(ctx context.Context, tmo time.Duration) error {
 		}
 		ictx, cancel := context.WithTimeout(ctx, tmo)
 		defer cancel()
-		for k, res := range c.rc.DoMulti(ictx, cmds...) {
+		ress, answered := leave(ictx, func() []rueidis.RedisResult { return c.rc.DoMulti(ictx, cmds...) })
+		if !answered {
+			mu.Lock()
+			complete = false // no answer: asked again by the next acquire
+			mu.Unlock()
+			return
+		}
+		for k, res := range ress {
 			v, err := res.ToString()
 			_, isReply := rueidis.IsRedisErr(err)
 			switch {
