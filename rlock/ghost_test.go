@@ -720,3 +720,47 @@ func TestGhost_permitLateFirstSendAfterCancelDuringARefusedSend(t *testing.T) {
 		})
 	}
 }
+
+// An acquire whose replies are all lost, and whose caller leaves, is resolved in the
+// background by replays within the cleanup timeout, which may outlast the lease the first
+// send took: that grant, recorded by nobody, runs out, and a replay after it must not take
+// the lock afresh (a replay answered from the state spends its number, as one that grants or
+// is refused does). Before, each replay after the grant's end took the freed lock again,
+// every reply lost: a hold nobody held, one lease after another until the replays stopped
+// (found by the model test, RWMutex seed 14194729840834505905; lua's
+// TestAcquire_spentRequestIDs for every kind).
+func TestGhost_replayAfterItsOwnGrantRanOutTakesNothing(t *testing.T) {
+	t.Parallel() // its own servers, Client and names; it waits out a cleanup timeout
+	eachBackend(t, func(t *testing.T, b *backend) {
+		const lease, cleanup = 100 * time.Millisecond, 1500 * time.Millisecond
+		lr := loseReplies(b.rueidis(t))
+		var first atomic.Int64 // when the first reply was lost: the grant was applied before
+		lr.onDrop = func() { first.CompareAndSwap(0, time.Now().UnixNano()) }
+		c, err := rlock.New(lr.hookClient, rlock.WithCleanupTimeout(cleanup))
+		require.NoError(t, err)
+		defer c.Close()
+		hardWarm(t, c)
+		m := c.Mutex(redistest.Name(t))
+		lr.always.Store(true)
+		defer lr.always.Store(false)
+		ctx, cancel := context.WithTimeout(bg, 30*time.Millisecond)
+		defer cancel()
+		start := time.Now()
+		ok, err := m.TryLock(ctx, 0, lease)
+		require.False(t, ok, "every reply is lost: %v", err)
+		require.NotZero(t, first.Load(), "no script reply was lost")
+		// From the first grant's end (its lease from the reply lost after it, and a margin
+		// for a loaded machine and miniredis's clock) to the end of the background's
+		// replays, Redis must hold nothing of the owner's.
+		from, until := time.Unix(0, first.Load()).Add(lease+lease/2), start.Add(cleanup+cleanup/3)
+		time.Sleep(time.Until(from))
+		seen := 0
+		for time.Now().Before(until) {
+			if b.exists(t, m.Key()) {
+				seen++
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		require.Zero(t, seen, "samples in which Redis held the lock after its only grant's lease ended (a replay took it afresh)")
+	})
+}
