@@ -126,28 +126,14 @@ func watchStallsOver(threshold time.Duration, onStall func(gap time.Duration)) f
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		tk := time.NewTicker(5 * time.Millisecond)
-		defer tk.Stop()
-		last := time.Now()
-		for {
-			select {
-			case <-stop:
-				return
-			case <-tk.C:
+		sampleLate(stop, 5*time.Millisecond, threshold, 0, func(from, to time.Time) {
+			if onStall != nil {
+				onStall(to.Sub(from))
 			}
-			// Read the clock on waking, not the tick's time: a goroutine that a timer wakes
-			// late is what delays the calls (their ctx's timer included).
-			now := time.Now()
-			if gap := now.Sub(last); gap > threshold {
-				if onStall != nil {
-					onStall(gap)
-				}
-				mu.Lock()
-				stalls = append(stalls, [2]time.Time{last, now})
-				mu.Unlock()
-			}
-			last = now
-		}
+			mu.Lock()
+			stalls = append(stalls, [2]time.Time{from, to})
+			mu.Unlock()
+		})
 	}()
 	var once sync.Once
 	return func(start, end time.Time) time.Duration {
@@ -187,23 +173,11 @@ func watchSlotStalls() func(start, end time.Time) time.Duration {
 				return
 			case <-time.After(time.Duration(i) * tick / time.Duration(n)):
 			}
-			tk := time.NewTicker(tick)
-			defer tk.Stop()
-			last := time.Now()
-			for {
-				select {
-				case <-stop:
-					return
-				case <-tk.C:
-				}
-				now := time.Now() // on waking (see watchStallsOver)
-				if now.Sub(last) > tick+time.Millisecond {
-					mu.Lock()
-					late = append(late, [2]time.Time{last.Add(tick), now})
-					mu.Unlock()
-				}
-				last = now
-			}
+			sampleLate(stop, tick, tick+time.Millisecond, tick, func(from, to time.Time) {
+				mu.Lock()
+				late = append(late, [2]time.Time{from, to})
+				mu.Unlock()
+			})
 		}()
 	}
 	var once sync.Once
@@ -229,3 +203,26 @@ func watchSlotStalls() func(start, end time.Time) time.Duration {
 
 // slotSamplers is the fewest samplers of watchSlotStalls (2 per scheduler slot if more).
 const slotSamplers = 4
+
+// sampleLate wakes every tick until stop closes and calls late(from, to) for every wake that
+// came more than over after the one before it: from is that wake plus skip (the part of the
+// gap that was no stall: 0, or the tick that was due), to the late wake. The clock is read on
+// waking, not the tick's time: a goroutine that a timer wakes late is what delays the calls
+// under test (their ctx's timer included).
+func sampleLate(stop <-chan struct{}, tick, over, skip time.Duration, late func(from, to time.Time)) {
+	tk := time.NewTicker(tick)
+	defer tk.Stop()
+	last := time.Now()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-tk.C:
+		}
+		now := time.Now()
+		if now.Sub(last) > over {
+			late(last.Add(skip), now)
+		}
+		last = now
+	}
+}
