@@ -2548,9 +2548,21 @@ func (ls *lockSubject) acquireOp(s *mseq, g *mgor, side int, d []float64, f *opF
 	ms.leaseHi = max(ms.leaseHi, asked)
 	s.mu.Unlock()
 	lostBefore := ls.api.hold(g.h, g.ctx, side).Lost
+	// When the ctx's Done closed: the runtime fires its timer from the heap of the scheduler
+	// slot it was set on, late when the OS leaves that slot's thread unscheduled, and the
+	// library can see the end only then (TestExplore_WaitBound's wbCall.ended). The ctx's
+	// end is the later of its limit and this. (The 600 s run of session 29 under heavy
+	// load: two ctx-bound-pause verdicts of 271 and 301 ms beside a watchdog 135 ms late
+	// and stall watchers that saw 90 ms.)
+	var ended atomic.Int64
+	stopEnded := context.AfterFunc(ctx, func() { ended.Store(time.Now().UnixNano()) })
 	start := time.Now()
 	ok, err := ls.api.acquire(g.h, ctx, side, wait, lease, blocking)
 	ret := time.Now()
+	stopEnded()
+	if n := ended.Load(); strict && n != 0 {
+		limit = maxTime(limit, time.Unix(0, n))
+	}
 	// The same loss (one error value: a loss recorded anew is another) before and after
 	// the call, and the call refused for it: every attempt was refused before it sent.
 	if lost := ls.api.hold(g.h, g.ctx, side).Lost; lostBefore == nil || lost != lostBefore || !errors.Is(err, rlock.ErrLockLost) {
