@@ -1529,13 +1529,17 @@ func (s *mseq) build() {
 				// A round answered late lets a lease run out as a pause of Redis would: the
 				// watchdog renews at 2/3 of a 300-700ms lease, so 100-230ms late loses it, and
 				// this process and Redis can each be held up a little less than the stall
-				// watchers see (stallThreshold) and together more. Treated as a Redis stall.
+				// watchers see (stallThreshold) and together more. Treated as a Redis stall,
+				// as the watchdog's late expiry is (disturbNow): within a round it disturbs that
+				// round; between rounds (a quiescent check, an idle), every side now and the
+				// next round. Before, it set roundDisturb alone, which the next round's start
+				// overwrote when it came between rounds: a lease that the slow round let run
+				// out during round 0's quiescent check (Mutex seed 1734763499785530468, flake29
+				// r3: c1's round took 99.9 ms and timed out at the lease's end, 311.8 ms; the
+				// loss at 391.9 ms) was reported as loss-spurious at every later check.
 				now := time.Now()
 				s.fault("renewal-slow")
-				s.mu.Lock()
-				s.roundDisturb = true
-				s.rstalls = append(s.rstalls, [2]time.Time{now.Add(-e.Took), now})
-				s.mu.Unlock()
+				s.disturbNow(now.Add(-e.Took), now)
 			}
 		}, Replay: func(e rlock.ReplayInfo) {
 			s.logf("c%d replay: %s of %s on %s, %d send(s), err %v", idx, e.Op, e.Owner, e.Name, e.Sends, e.Err)
