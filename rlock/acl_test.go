@@ -87,10 +87,11 @@ func exerciseFamily(t *testing.T, c, c2 *rlock.Client, lease time.Duration) {
 		}
 		got <- err
 	}()
+	hw := watchHold(t, m.Done(ctx), lease/3)
 	time.Sleep(2 * lease) // the watchdog renews meanwhile
-	require.NoError(t, m.Err(ctx), "the watchdog keeps the lock")
-	require.NoError(t, m.Unlock(ctx))
-	require.NoError(t, m.Unlock(ctx))
+	hw.noLoss(t, m.Err(ctx), "the watchdog keeps the lock")
+	hw.noLoss(t, m.Unlock(ctx))
+	hw.noLoss(t, m.Unlock(ctx))
 	require.NoError(t, await(t, got, 10*time.Second, "the waiter to be woken"))
 	ok, err := m.TryLock(ctx, 0, time.Second)
 	require.NoError(t, err)

@@ -93,13 +93,15 @@ func TestMutex_handoffKeepsWaitersLease(t *testing.T) {
 		require.NoError(t, fixed.Unlock(bg))
 		require.NoError(t, await(t, gotDog, 10*time.Second, "the watchdog waiter"))
 		// Held across several watchdog timeouts: the watchdog renews the handed-off lock.
+		hw := watchHold(t, dog.Done(bg), lease/3)
 		timer := time.NewTimer(lease * 10 / 3)
 		select {
 		case <-dog.Done(bg):
+			hw.excuse(t, dog.Err(bg))
 			t.Fatalf("lost: %v", dog.Err(bg))
 		case <-timer.C:
 		}
-		require.NoError(t, dog.Unlock(bg))
+		hw.noLoss(t, dog.Unlock(bg))
 	})
 }
 

@@ -37,6 +37,9 @@ func sharedRenew() []rlock.Option {
 // sharedRenewRounds is how long the tests let renewals run: three rounds and some.
 const sharedRenewRounds = 1100 * time.Millisecond
 
+// sharedRenewWindow is the part of sharedRenew's lease left for a renewal to be confirmed.
+const sharedRenewWindow = 700 * time.Millisecond
+
 // sharedLocker is what the tests need of a Mutex, SpinMutex or FairMutex.
 type sharedLocker interface {
 	Lock(ctx context.Context) error
@@ -65,14 +68,16 @@ var sharedKinds = []struct {
 func keptThroughRenewals(t *testing.T, ctx context.Context, want int, tok int64, ms ...sharedLocker) {
 	t.Helper()
 	hctxs := make([]context.Context, len(ms))
+	hws := make([]*holdWatch, len(ms))
 	for i, m := range ms {
 		h, cancel := m.HoldContext(ctx)
 		defer cancel()
 		hctxs[i] = h
+		hws[i] = watchHold(t, h.Done(), sharedRenewWindow)
 	}
 	time.Sleep(sharedRenewRounds)
 	for i, m := range ms {
-		require.NoError(t, m.Err(ctx), "handle %d: a live hold of the shared owner reported lost", i)
+		hws[i].noLoss(t, m.Err(ctx), "handle %d: a live hold of the shared owner reported lost", i)
 		require.NoError(t, hctxs[i].Err(), "handle %d: HoldContext ended: %v", i, context.Cause(hctxs[i]))
 		got, err := m.Token(ctx)
 		require.NoError(t, err)
