@@ -29,10 +29,12 @@ func TestContracts_rwReadLeaseEndsUnderWriteHold(t *testing.T) {
 				ctx = rlock.WithOwner(bg, "o-"+name)
 			}
 			require.NoError(t, rw.Lock(ctx))
+			// The write hold's renewal has a third of its 600 ms lease to land (200 ms).
+			hw := watchHold(t, rw.Done(ctx), 200*time.Millisecond)
 			require.NoError(t, rw.RLockLease(ctx, 200*time.Millisecond))
 			within(t, 5*time.Second, "the read lease's end", rw.RLocker().Done(ctx))
 			require.ErrorIs(t, rw.RLocker().Err(ctx), rlock.ErrLeaseExpired)
-			require.NoError(t, rw.Err(ctx), "the write hold lives on")
+			hw.noLoss(t, rw.Err(ctx), "the write hold lives on")
 			// Redis's end comes later than the Client's conservative one (the drift allowance).
 			redistest.WaitFor(t, time.Second, "Redis to count no read hold", func() bool {
 				n, err := rw.ReadHoldCount(ctx)
@@ -40,11 +42,15 @@ func TestContracts_rwReadLeaseEndsUnderWriteHold(t *testing.T) {
 			})
 			rwState(t, rw, true, false)
 			time.Sleep(700 * time.Millisecond) // past one watchdog timeout: renewed
-			require.NoError(t, rw.Err(ctx))
+			hw.noLoss(t, rw.Err(ctx))
 			ok, err := b.client(t).RWMutex(name).TryRLock(bg, 0, 0)
+			if ok && err == nil {
+				// flake29 r1, beside a loaded machine: Err nil, then another reader got in.
+				hw.noLossSeen(t, func() error { return rw.Err(ctx) }, "another reader while written")
+			}
 			rwTry(t, false, ok, err, "another reader while written")
 			require.ErrorIs(t, rw.RUnlock(ctx), rlock.ErrLeaseExpired)
-			require.NoError(t, rw.Unlock(ctx))
+			hw.noLoss(t, rw.Unlock(ctx))
 			rwState(t, rw, false, false)
 			require.False(t, b.exists(t, rw.Key()))
 		})
