@@ -257,7 +257,9 @@ func TestDial_connectionsPerClient(t *testing.T) {
 	m := c.Mutex(name)
 	require.NoError(t, m.Lock(bg))
 	require.NoError(t, m.Unlock(bg))
-	require.Equal(t, 2, clients()-before, "after one cycle")
+	// rueidis may still be opening the second connection as the cycle returns (the CI
+	// proof of session 29 counted 1): awaited, not read once; a third still fails.
+	redistest.WaitFor(t, 5*time.Second, "2 connections after one cycle", func() bool { return clients()-before == 2 })
 
 	var wg sync.WaitGroup
 	errs := make(chan error, 64)
