@@ -977,6 +977,14 @@ func (h *hold) deadline(t *tenure) time.Time {
 	return d
 }
 
+// renewed reports whether the owner holds the lock through this Client in a tenure that the
+// watchdog renews.
+func (h *hold) renewed() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.cur != nil && h.cur.renew
+}
+
 // holds is the number of holds this Client counts for the owner.
 func (h *hold) holds() int {
 	h.mu.Lock()
