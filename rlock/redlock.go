@@ -313,6 +313,10 @@ func (r *RedLock) Lock(ctx context.Context) error {
 // LockLease is Lock with a fixed lease, never renewed: the lock frees by itself when the
 // lease ends. A lease below 10ms is an error wrapping [ErrInvalid]. When the lease runs
 // out before Unlock, Done closes and the cause is [ErrLeaseExpired] (see [Mutex.LockLease]).
+// Right after the owner's own last Unlock, an instance whose give-back has not run yet still
+// holds the owner's earlier watchdog-mode hold: a fixed lease's grant there, which would be
+// renewed with it, is given back and the round tried again after a short pause (a
+// [RedLock.TryLock] with wait 0 and a lease then returns false with an error that says so).
 func (r *RedLock) LockLease(ctx context.Context, lease time.Duration) error {
 	if err := checkLease("lease", lease); err != nil {
 		return err
