@@ -135,6 +135,13 @@ func (r *RedLock) reenter(ctx context.Context, rh *redHold, owner string, leases
 // rounds run with the watchers registered, so no release is missed. A closed instance
 // counts as any other failed instance: the acquire fails with ErrClosed only when fewer
 // than a majority of the instances are usable.
+// withinRenewed reports whether instance i's Client holds the lock for owner in a tenure its
+// watchdog renews: a fixed lease's grant there re-entered that tenure (see fresh).
+func (r *RedLock) withinRenewed(i int, owner string) bool {
+	h := r.insts[i].instHold(owner)
+	return h != nil && h.renewed()
+}
+
 func (r *RedLock) fresh(ctx context.Context, rh *redHold, owner string, wait time.Duration, leases []time.Duration, least time.Duration, renew bool) (bool, error) {
 	var deadline time.Time
 	if wait > 0 {
@@ -241,7 +248,7 @@ func (r *RedLock) fresh(ctx context.Context, rh *redHold, owner string, wait tim
 			// comes after a short pause.
 			var kept, renewed []int
 			for _, i := range got {
-				if h := r.insts[i].instHold(owner); h != nil && h.renewed() {
+				if r.withinRenewed(i, owner) {
 					renewed = append(renewed, i)
 				} else {
 					kept = append(kept, i)
@@ -257,7 +264,7 @@ func (r *RedLock) fresh(ctx context.Context, rh *redHold, owner string, wait tim
 			if gen, ok := rh.begin(r, owner, got); ok {
 				lg.settle(func(i int) bool {
 					// A late grant within a renewed tenure is given back, as above.
-					if h := r.insts[i].instHold(owner); !renew && h != nil && h.renewed() {
+					if !renew && r.withinRenewed(i, owner) {
 						return false
 					}
 					return rh.adopt(r, owner, gen, i, false)
