@@ -126,6 +126,13 @@ func (r *RedLock) reenter(ctx context.Context, rh *redHold, owner string, leases
 	return false, errorf("red lock %q: re-entry granted by %d of %d instances, %d needed: %w", r.name, len(got), len(r.insts), r.quorum, errors.Join(errs...))
 }
 
+// withinRenewed reports whether instance i's Client holds the lock for owner in a tenure its
+// watchdog renews: a fixed lease's grant there re-entered that tenure (see fresh).
+func (r *RedLock) withinRenewed(i int, owner string) bool {
+	h := r.insts[i].instHold(owner)
+	return h != nil && h.renewed()
+}
+
 // fresh runs the rounds of a fresh acquire.
 //
 // A waiting caller (wait != 0) takes each instance's release-channel Mark before its first
@@ -135,13 +142,6 @@ func (r *RedLock) reenter(ctx context.Context, rh *redHold, owner string, leases
 // rounds run with the watchers registered, so no release is missed. A closed instance
 // counts as any other failed instance: the acquire fails with ErrClosed only when fewer
 // than a majority of the instances are usable.
-// withinRenewed reports whether instance i's Client holds the lock for owner in a tenure its
-// watchdog renews: a fixed lease's grant there re-entered that tenure (see fresh).
-func (r *RedLock) withinRenewed(i int, owner string) bool {
-	h := r.insts[i].instHold(owner)
-	return h != nil && h.renewed()
-}
-
 func (r *RedLock) fresh(ctx context.Context, rh *redHold, owner string, wait time.Duration, leases []time.Duration, least time.Duration, renew bool) (bool, error) {
 	var deadline time.Time
 	if wait > 0 {
