@@ -1545,7 +1545,11 @@ func (s *mseq) build() {
 			s.logf("c%d replay: %s of %s on %s, %d send(s), err %v", idx, e.Op, e.Owner, e.Name, e.Sends, e.Err)
 		}, GiveBack: func(e rlock.GiveBackInfo) {
 			s.logf("c%d give-back (%s) of %d hold(s) of %s on %s: err %v", idx, e.Reason, e.Holds, e.Owner, e.Name, e.Err)
-			if ps, ok := s.subj.(*permitSubject); ok && e.Err != nil && !errors.Is(e.Err, rlock.ErrNotHeld) {
+			failed := e.Err != nil && !errors.Is(e.Err, rlock.ErrNotHeld)
+			ps, isPermit := s.subj.(*permitSubject)
+			switch {
+			case !failed:
+			case isPermit:
 				// Permits that no caller keeps (a grant that reached a caller who had gone)
 				// and whose give-back failed: the Client stopped counting them, and they live
 				// until their lease ends (GiveBackInfo.Err). Before, the model counted them as
@@ -1555,7 +1559,7 @@ func (s *mseq) build() {
 				s.mu.Lock()
 				ps.ambiguous += max(e.Holds, 1)
 				s.mu.Unlock()
-			} else if ok := e.Err != nil && !errors.Is(e.Err, rlock.ErrNotHeld); ok && e.Name == s.name {
+			case e.Name == s.name:
 				// The same for a lock's holds: the owner's sides may be counted in Redis
 				// until the lease ends. settleFaults sees most of these (a fault that met a
 				// later call of the operation), but not a give-back that was the operation's
